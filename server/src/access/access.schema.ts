@@ -1,0 +1,121 @@
+import type { ApiToken } from '../generated/prisma/client.js';
+import { Role } from '../generated/prisma/enums.js';
+import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
+import { builder } from '../schema/builder.js';
+
+export const RoleEnum = builder.enumType(Role, {
+  name: 'Role',
+  description:
+    'VIEWER reads everything; OPERATOR also changes the mirror, the catalog and jobs; ADMIN also manages users, tokens and nodes.',
+});
+
+export const UserRef = builder.prismaObject('User', {
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    email: t.exposeString('email'),
+    name: t.exposeString('name'),
+    role: t.expose('role', { type: RoleEnum }),
+    disabled: t.boolean({ resolve: (u) => u.disabledAt !== null }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+  }),
+});
+
+export const ApiTokenRef = builder.prismaObject('ApiToken', {
+  description: 'A credential for scripts. Its secret is shown once, when it is created; only a hash is kept.',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    prefix: t.exposeString('prefix', { description: 'The first characters of the secret, to tell tokens apart.' }),
+    role: t.expose('role', { type: RoleEnum }),
+    owner: t.relation('user'),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    expiresAt: t.expose('expiresAt', { type: 'DateTime', nullable: true }),
+    lastUsedAt: t.expose('lastUsedAt', { type: 'DateTime', nullable: true }),
+    revokedAt: t.expose('revokedAt', { type: 'DateTime', nullable: true }),
+    active: t.boolean({
+      description: 'Neither revoked nor expired.',
+      resolve: (tk) => !tk.revokedAt && !(tk.expiresAt && tk.expiresAt <= new Date()),
+    }),
+  }),
+});
+
+const CreatedApiToken = builder.objectRef<{ token: ApiToken; secret: string }>('CreatedApiToken').implement({
+  fields: (t) => ({
+    token: t.field({ type: ApiTokenRef, resolve: (p) => p.token }),
+    secret: t.exposeString('secret', {
+      description: 'Send as "Authorization: Bearer <secret>". Shown this once: Hangar keeps only its hash.',
+    }),
+  }),
+});
+
+const CreateApiTokenInput = builder.inputType('CreateApiTokenInput', {
+  fields: (t) => ({
+    name: t.string({ required: true, description: 'What uses it, such as "ci-deploy".' }),
+    role: t.field({ type: RoleEnum, required: true, description: 'At most the role of the user creating it.' }),
+    expiresAt: t.field({ type: 'DateTime', required: false, description: 'Empty: the token does not expire.' }),
+  }),
+});
+
+const CreateUserInput = builder.inputType('CreateUserInput', {
+  fields: (t) => ({
+    email: t.string({ required: true }),
+    name: t.string({ required: true }),
+    role: t.field({ type: RoleEnum, required: true }),
+    password: t.string({ required: true, description: 'At least 12 characters.' }),
+  }),
+});
+
+const UpdateUserInput = builder.inputType('UpdateUserInput', {
+  fields: (t) => ({
+    name: t.string({ required: false }),
+    role: t.field({ type: RoleEnum, required: false }),
+    disabled: t.boolean({ required: false, description: 'A disabled user keeps their history but cannot sign in.' }),
+    password: t.string({ required: false }),
+  }),
+});
+
+builder.queryFields((t) => ({
+  users: t.prismaField({
+    type: ['User'],
+    authScopes: { admin: true },
+    resolve: (query, _root, _args, ctx) => ctx.prisma.user.findMany({ ...query, orderBy: { email: 'asc' } }),
+  }),
+  apiTokens: t.field({
+    type: [ApiTokenRef],
+    description: "The caller's own tokens; an admin asking with all: true sees everyone's.",
+    authScopes: { viewer: true },
+    args: { all: t.arg.boolean({ required: false, defaultValue: false }) },
+    resolve: (_root, args, ctx) => ctx.services.access.listTokens(ctx.viewer, args.all ?? false),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  createApiToken: t.field({
+    type: CreatedApiToken,
+    authScopes: { viewer: true },
+    errors: { types: [ValidationError] },
+    args: { input: t.arg({ type: CreateApiTokenInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createToken(ctx, input)),
+  }),
+  revokeApiToken: t.field({
+    type: ApiTokenRef,
+    authScopes: { viewer: true },
+    errors: { types: [NotFoundError] },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, { id }, ctx) => unwrap(await ctx.services.access.revokeToken(ctx, String(id))),
+  }),
+  createUser: t.field({
+    type: UserRef,
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, ConflictError] },
+    args: { input: t.arg({ type: CreateUserInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createUser(ctx, input)),
+  }),
+  updateUser: t.field({
+    type: UserRef,
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), input: t.arg({ type: UpdateUserInput, required: true }) },
+    resolve: async (_root, { id, input }, ctx) => unwrap(await ctx.services.access.updateUser(ctx, String(id), input)),
+  }),
+}));

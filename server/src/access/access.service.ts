@@ -1,0 +1,183 @@
+import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
+import { hashPassword, hashSecret, newSecret } from '../auth/secrets.js';
+import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { Context } from '../context.js';
+import type { Db } from '../db/client.js';
+import type { ApiToken, User } from '../generated/prisma/client.js';
+import { Role } from '../generated/prisma/enums.js';
+import { ConflictError, ForbiddenError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
+import { parseInput } from '../lib/validate.js';
+
+const roles = z.enum([Role.ADMIN, Role.OPERATOR, Role.VIEWER], { error: 'ADMIN, OPERATOR or VIEWER' });
+const tokenName = z
+  .string()
+  .trim()
+  .min(1, 'a token needs a name that says what uses it, such as "ci-deploy"')
+  .max(100, 'at most 100 characters');
+const password = z.string().min(12, 'at least 12 characters').max(1024, 'at most 1024 characters');
+
+const createTokenInput = z.object({
+  name: tokenName,
+  role: roles,
+  expiresAt: z.date().nullish(),
+});
+
+const createUserInput = z.object({
+  email: z.string().trim().toLowerCase().email('an email address such as ops@example.com'),
+  name: z.string().trim().min(1, 'a display name').max(100, 'at most 100 characters'),
+  role: roles,
+  password,
+});
+
+const updateUserInput = z.object({
+  name: z.string().trim().min(1, 'a display name').max(100, 'at most 100 characters').nullish(),
+  role: roles.nullish(),
+  disabled: z.boolean().nullish(),
+  password: password.nullish(),
+});
+
+export class AccessService {
+  constructor(
+    private readonly db: Db,
+    private readonly audit: AuditService,
+  ) {}
+
+  /** The caller's own tokens; an admin may ask for everyone's. */
+  listTokens(viewer: Viewer, all: boolean) {
+    const owner = viewer.kind === 'user' || viewer.kind === 'token' ? viewer.user.id : undefined;
+    const everyone = all && viewer.kind !== 'node' && viewer.kind !== 'anonymous' && roleAtLeast(viewer.role, 'ADMIN');
+    return this.db.apiToken.findMany({
+      where: everyone ? {} : { userId: owner ?? '00000000-0000-0000-0000-000000000000' },
+      orderBy: [{ revokedAt: { sort: 'desc', nulls: 'first' } }, { createdAt: 'desc' }],
+    });
+  }
+
+  async createToken(ctx: Context, input: unknown): Promise<Result<{ token: ApiToken; secret: string }>> {
+    const parsed = parseInput(createTokenInput, input);
+    if (!parsed.ok) return parsed;
+    const { name, role, expiresAt } = parsed.value;
+    if (ctx.viewer.kind !== 'user' && ctx.viewer.kind !== 'token') {
+      return fail(new ForbiddenError('API tokens belong to users: sign in as one to create a token'));
+    }
+    // A token never carries more than the person who made it: otherwise a viewer could mint an admin.
+    if (!roleAtLeast(ctx.viewer.role, role)) {
+      return fail(
+        new ValidationError(
+          'input.role',
+          `input.role: a token can have at most your own role (${ctx.viewer.role}); ${role} is above it`,
+        ),
+      );
+    }
+    if (expiresAt && expiresAt <= new Date()) {
+      return fail(
+        new ValidationError(
+          'input.expiresAt',
+          'input.expiresAt: must be in the future, or empty for a token that does not expire',
+        ),
+      );
+    }
+    const secret = newSecret('api');
+    const userId = ctx.viewer.user.id;
+    const token = await this.db.$transaction(async (tx) => {
+      const t = await tx.apiToken.create({
+        data: {
+          name,
+          role,
+          expiresAt: expiresAt ?? null,
+          userId,
+          tokenHash: hashSecret(secret),
+          prefix: secret.slice(0, 10),
+        },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'createApiToken',
+        target: name,
+        message: `role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
+      });
+      return t;
+    });
+    return ok({ token, secret });
+  }
+
+  async revokeToken(ctx: Context, id: string): Promise<Result<ApiToken>> {
+    const token = z.string().uuid().safeParse(id).success ? await this.db.apiToken.findUnique({ where: { id } }) : null;
+    if (!token) return fail(new NotFoundError(`no API token with id ${id}`));
+    const isAdmin =
+      (ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token') && roleAtLeast(ctx.viewer.role, 'ADMIN');
+    const isOwner = (ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token') && ctx.viewer.user.id === token.userId;
+    if (!isAdmin && !isOwner) return fail(new ForbiddenError('only its owner or an admin may revoke this token'));
+    // Revoking twice is not an error: the script that retries after a timeout gets the same answer.
+    if (token.revokedAt) return ok(token);
+    return ok(
+      await this.db.$transaction(async (tx) => {
+        const t = await tx.apiToken.update({ where: { id }, data: { revokedAt: new Date() } });
+        await this.audit.done(tx, ctx, { action: 'revokeApiToken', target: token.name });
+        return t;
+      }),
+    );
+  }
+
+  listUsers() {
+    return this.db.user.findMany({ orderBy: { email: 'asc' } });
+  }
+
+  async createUser(ctx: Context, input: unknown): Promise<Result<User>> {
+    const parsed = parseInput(createUserInput, input);
+    if (!parsed.ok) return parsed;
+    const { email, name, role } = parsed.value;
+    if (await this.db.user.findUnique({ where: { email } })) {
+      return fail(new ConflictError(`a user with email ${email} already exists`));
+    }
+    const passwordHash = await hashPassword(parsed.value.password);
+    return ok(
+      await this.db.$transaction(async (tx) => {
+        const u = await tx.user.create({ data: { email, name, role, passwordHash } });
+        await this.audit.done(tx, ctx, { action: 'createUser', target: email, message: `role ${role}` });
+        return u;
+      }),
+    );
+  }
+
+  async updateUser(ctx: Context, id: string, input: unknown): Promise<Result<User>> {
+    const parsed = parseInput(updateUserInput, input);
+    if (!parsed.ok) return parsed;
+    const user = z.string().uuid().safeParse(id).success ? await this.db.user.findUnique({ where: { id } }) : null;
+    if (!user) return fail(new NotFoundError(`no user with id ${id}`));
+    const { name, role, disabled, password: newPassword } = parsed.value;
+    const demotes = (role && role !== 'ADMIN') || disabled === true;
+    if (user.role === 'ADMIN' && demotes) {
+      // Nobody could manage users or nodes any more, and getting back in would mean editing the database.
+      const admins = await this.db.user.count({ where: { role: 'ADMIN', disabledAt: null } });
+      if (admins <= 1)
+        return fail(new ConflictError(`${user.email} is the last admin: make another user an admin first`));
+    }
+    const changes: string[] = [];
+    if (name) changes.push(`name ${name}`);
+    if (role) changes.push(`role ${role}`);
+    if (disabled !== undefined && disabled !== null) changes.push(disabled ? 'disabled' : 'enabled');
+    if (newPassword) changes.push('password changed');
+    const passwordHash = newPassword ? await hashPassword(newPassword) : undefined;
+    return ok(
+      await this.db.$transaction(async (tx) => {
+        const u = await tx.user.update({
+          where: { id },
+          data: {
+            name: name ?? undefined,
+            role: role ?? undefined,
+            disabledAt: disabled === undefined || disabled === null ? undefined : disabled ? new Date() : null,
+            passwordHash,
+          },
+        });
+        // A disabled user or a changed password ends every open console session of that user.
+        if (disabled || passwordHash) await tx.session.deleteMany({ where: { userId: id } });
+        await this.audit.done(tx, ctx, {
+          action: 'updateUser',
+          target: user.email,
+          message: changes.join(', ') || 'no change',
+        });
+        return u;
+      }),
+    );
+  }
+}

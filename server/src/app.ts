@@ -1,0 +1,159 @@
+import http from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer } from 'ws';
+import { AccessService } from './access/access.service.js';
+import { AuditService } from './audit/audit.service.js';
+import { AuthService } from './auth/auth.service.js';
+import type { Config } from './config.js';
+import type { Services } from './context.js';
+import { type Database, openDatabase } from './db/database.js';
+import { pendingMigrations } from './db/migrate.js';
+import { FleetService } from './fleet/fleet.service.js';
+import { attachGraphqlWs } from './graphql/ws.js';
+import { buildYoga } from './graphql/yoga.js';
+import { serveConsole } from './http/static.js';
+import type { Logger } from './lib/log.js';
+import { listen, makePubSub } from './pubsub.js';
+
+export type App = {
+  /** Listens on config.host:config.port (0 picks a free port); resolves with the bound URL. */
+  start(): Promise<string>;
+  /** Stops accepting, lets in-flight requests finish (bounded), closes sockets, workers and the database. */
+  stop(): Promise<void>;
+  yoga: ReturnType<typeof buildYoga>;
+  db: Database;
+  services: Services;
+};
+
+export type AppOptions = { config: Config; log: Logger; print?: (text: string) => void; database?: Database };
+
+export async function createApp({
+  config,
+  log,
+  print = (t) => process.stdout.write(`${t}\n`),
+  database,
+}: AppOptions): Promise<App> {
+  const db = database ?? (await openDatabase(config, log));
+  const prisma = db.prisma;
+  const pubsub = makePubSub();
+  const audit = new AuditService(prisma, log);
+  const services: Services = {
+    audit,
+    auth: new AuthService(prisma, config, audit, log),
+    access: new AccessService(prisma, audit),
+    fleet: new FleetService(prisma, audit),
+  };
+  await services.auth.ensureFirstAdmin(print);
+  const stopListening = await listen(db.url, pubsub, log);
+
+  const yoga = buildYoga({ prisma, config, log, pubsub, services });
+  const consoleHandler = serveConsole(config.webDist);
+
+  let inFlight = 0;
+  let draining = false;
+  const server = http.createServer(async (req, res) => {
+    inFlight++;
+    res.on('close', () => inFlight--);
+    const path = (req.url ?? '/').split('?')[0] ?? '/';
+    try {
+      if (draining) res.setHeader('connection', 'close');
+      if (path === '/graphql') return await yoga.requestListener(req, res);
+      if (path === '/healthz') return json(res, 200, { ok: true });
+      if (path === '/readyz') return await readyz(res);
+      if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
+      json(res, 405, { error: `${req.method} is not served at ${path}` });
+    } catch (err) {
+      log.error('request failed', { path, error: err });
+      if (!res.headersSent) json(res, 500, { error: 'unexpected error' });
+      else res.destroy();
+    }
+  });
+  server.requestTimeout = 0; // long downloads and SSE streams; idle sockets are bounded by keepAliveTimeout
+
+  const readyz = async (res: http.ServerResponse) => {
+    try {
+      const pending = await pendingMigrations((sql) => prisma.$queryRawUnsafe(sql));
+      if (draining) return json(res, 503, { ready: false, reason: 'shutting down' });
+      if (pending.length)
+        return json(res, 503, { ready: false, reason: `migrations not applied: ${pending.join(', ')}` });
+      return json(res, 200, { ready: true });
+    } catch (err) {
+      return json(res, 503, { ready: false, reason: `database unreachable: ${(err as Error).message}` });
+    }
+  };
+
+  const wss = new WebSocketServer({ noServer: true, maxPayload: config.maxBodyBytes });
+  const wsServer = attachGraphqlWs(wss, yoga, services.auth);
+  server.on('upgrade', (req, socket: Duplex, head) => {
+    const path = (req.url ?? '/').split('?')[0];
+    if (path !== '/graphql' || draining) return refuseUpgrade(socket, 404, 'Not Found');
+    // A browser sends the session cookie with a WebSocket opened by any site; only our own pages may use it.
+    if (!originAllowed(req.headers.origin, req.headers.host, config.publicUrl)) {
+      log.warn('refused a WebSocket from a foreign origin', { origin: req.headers.origin });
+      return refuseUpgrade(socket, 403, 'Forbidden');
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
+  });
+
+  let stopped: Promise<void> | undefined;
+  return {
+    yoga,
+    db,
+    services,
+    start: () =>
+      new Promise((resolve, reject) => {
+        server.once('error', reject);
+        server.listen(config.port, config.host, () => {
+          const address = server.address();
+          const port = typeof address === 'object' && address ? address.port : config.port;
+          const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
+          log.info('Hangar is listening', {
+            url,
+            graphql: `${url}/graphql`,
+            database: db.embedded ? 'embedded' : 'DATABASE_URL',
+          });
+          resolve(url);
+        });
+      }),
+    stop: () => {
+      stopped ??= (async () => {
+        draining = true;
+        const closed = new Promise<void>((r) => server.close(() => r()));
+        server.closeIdleConnections();
+        const deadline = Date.now() + config.shutdownGraceMs;
+        while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
+        await wsServer.dispose();
+        for (const ws of wss.clients) ws.terminate();
+        server.closeAllConnections();
+        await closed;
+        await stopListening();
+        if (!database) await db.close();
+        log.info('Hangar stopped');
+      })();
+      return stopped;
+    },
+  };
+}
+
+function json(res: http.ServerResponse, status: number, body: unknown) {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+function refuseUpgrade(socket: Duplex, status: number, text: string) {
+  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
+}
+
+export function originAllowed(origin: string | undefined, host: string | undefined, publicUrl: string | undefined) {
+  // Scripts (Node's ws, curl) send no Origin; they must bring a token in connectionParams anyway.
+  if (!origin) return true;
+  let o: URL;
+  try {
+    o = new URL(origin);
+  } catch {
+    return false;
+  }
+  if (publicUrl && o.origin === new URL(publicUrl).origin) return true;
+  return Boolean(host) && o.host === host;
+}

@@ -1,0 +1,68 @@
+import { RoleEnum, UserRef } from '../access/access.schema.js';
+import { unwrap, ValidationError } from '../lib/errors.js';
+import { builder } from '../schema/builder.js';
+import type { ViewerUser } from './viewer.js';
+
+const Viewer = builder
+  .objectRef<{ user: ViewerUser; role: ViewerUser['role']; via: 'session' | 'token'; tokenName: string | null }>(
+    'Viewer',
+  )
+  .implement({
+    description: 'Who is calling, and with what role (a token can carry less than its owner).',
+    fields: (t) => ({
+      user: t.prismaField({
+        type: 'User',
+        resolve: (query, v, _args, ctx) => ctx.prisma.user.findUniqueOrThrow({ ...query, where: { id: v.user.id } }),
+      }),
+      role: t.field({ type: RoleEnum, resolve: (v) => v.role }),
+      via: t.string({ description: '"session" for the console, "token" for an API token.', resolve: (v) => v.via }),
+      tokenName: t.string({ nullable: true, resolve: (v) => v.tokenName }),
+    }),
+  });
+
+const LoginPayload = builder.objectRef<{ user: ViewerUser; csrfToken: string }>('LoginPayload').implement({
+  fields: (t) => ({
+    user: t.prismaField({
+      type: 'User',
+      resolve: (query, p, _args, ctx) => ctx.prisma.user.findUniqueOrThrow({ ...query, where: { id: p.user.id } }),
+    }),
+    csrfToken: t.exposeString('csrfToken', {
+      description: 'Send as the X-Hangar-CSRF header with every request that uses the session cookie.',
+    }),
+  }),
+});
+
+const LogoutPayload = builder.objectRef<{ ok: boolean }>('LogoutPayload').implement({
+  fields: (t) => ({ ok: t.exposeBoolean('ok') }),
+});
+
+builder.queryField('viewer', (t) =>
+  t.field({
+    type: Viewer,
+    nullable: true,
+    description: "The signed-in user or the token's owner; null for anonymous callers and node agents.",
+    resolve: (_root, _args, ctx) => {
+      const v = ctx.viewer;
+      if (v.kind === 'user') return { user: v.user, role: v.role, via: 'session' as const, tokenName: null };
+      if (v.kind === 'token') return { user: v.user, role: v.role, via: 'token' as const, tokenName: v.tokenName };
+      return null;
+    },
+  }),
+);
+
+builder.mutationFields((t) => ({
+  login: t.field({
+    type: LoginPayload,
+    description: 'Signs in to the console: sets the session cookie (HttpOnly) and the CSRF cookie.',
+    errors: { types: [ValidationError] },
+    args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.auth.login(ctx, args)),
+  }),
+  logout: t.field({
+    type: LogoutPayload,
+    errors: {},
+    resolve: async (_root, _args, ctx) => ({ ok: unwrap(await ctx.services.auth.logout(ctx)) }),
+  }),
+}));
+
+export { UserRef };

@@ -1,0 +1,35 @@
+import type { Role } from '../generated/prisma/enums.js';
+
+export type ViewerUser = { id: string; email: string; name: string; role: Role };
+
+/** Who is calling, as every resolver and the audit log see it. */
+export type Viewer =
+  | { kind: 'user'; user: ViewerUser; role: Role; sessionId: string }
+  | { kind: 'token'; user: ViewerUser; role: Role; tokenId: string; tokenName: string }
+  | { kind: 'node'; node: { id: string; name: string } }
+  // Why a caller is anonymous ("the token was revoked …") is kept so the refusal can say it.
+  | { kind: 'anonymous'; reason?: string };
+
+const rank: Record<Role, number> = { VIEWER: 1, OPERATOR: 2, ADMIN: 3 };
+
+export function roleAtLeast(role: Role, needed: Role): boolean {
+  return rank[role] >= rank[needed];
+}
+
+export function viewerRole(viewer: Viewer): Role | undefined {
+  return viewer.kind === 'user' || viewer.kind === 'token' ? viewer.role : undefined;
+}
+
+/** The actor as the audit log names it. */
+export function describeActor(viewer: Viewer): string {
+  switch (viewer.kind) {
+    case 'user':
+      return `user:${viewer.user.email}`;
+    case 'token':
+      return `token:${viewer.tokenName} (${viewer.user.email})`;
+    case 'node':
+      return `node:${viewer.node.name}`;
+    default:
+      return 'anonymous';
+  }
+}

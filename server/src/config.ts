@@ -1,0 +1,112 @@
+import path from 'node:path';
+import { z } from 'zod';
+
+// The only reader of process.env. Every setting is parsed here, once, so a bad value stops start-up with a
+// message naming the variable and what it accepts, instead of surfacing later as a confusing failure.
+
+const port = z.coerce
+  .number({ error: 'a port number' })
+  .int('a whole number')
+  .min(0, 'from 0 to 65535')
+  .max(65535, 'from 0 to 65535');
+
+const httpUrl = z
+  .string()
+  .url('an absolute URL such as https://hangar.example.com')
+  .refine((u) => /^https?:\/\//.test(u), 'an http:// or https:// URL');
+
+const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
+
+const schema = z.object({
+  PORT: port.default(4000),
+  HOST: z.string().min(1, 'a host name or address, such as 127.0.0.1').default('127.0.0.1'),
+  HANGAR_DATA_DIR: z.string().min(1, 'a directory path').default('./data'),
+  DATABASE_URL: z
+    .string()
+    .refine((u) => /^postgres(ql)?:\/\//.test(u), 'a postgres:// or postgresql:// connection URL')
+    .optional(),
+  REDIS_URL: z
+    .string()
+    .refine((u) => /^rediss?:\/\//.test(u), 'a redis:// or rediss:// URL')
+    .optional(),
+  HANGAR_PUBLIC_URL: httpUrl.optional(),
+  HANGAR_ADMIN_EMAIL: z.string().email('an email address such as admin@example.com').optional(),
+  HANGAR_ADMIN_PASSWORD: z.string().min(12, 'at least 12 characters').optional(),
+  HANGAR_HUB_URL: httpUrl.default('https://huggingface.co'),
+  HANGAR_HUB_TOKEN: z.string().optional(),
+  HANGAR_CONFIG: z.string().optional(),
+  HANGAR_WEB_DIST: z.string().optional(),
+  HANGAR_SESSION_HOURS: z.coerce
+    .number()
+    .int()
+    .min(1, 'at least 1')
+    .max(24 * 90, 'at most 2160 (90 days)')
+    .default(168),
+  HANGAR_SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).max(600_000, 'at most 600000').default(10_000),
+  HANGAR_MAX_BODY_BYTES: z.coerce
+    .number()
+    .int()
+    .min(1024, 'at least 1024')
+    .default(1 << 20),
+  HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+  HANGAR_GRAPHIQL: bool.default(true),
+});
+
+export type Config = {
+  port: number;
+  host: string;
+  dataDir: string;
+  databaseUrl: string | undefined;
+  redisUrl: string | undefined;
+  publicUrl: string | undefined;
+  adminEmail: string | undefined;
+  adminPassword: string | undefined;
+  hubUrl: string;
+  hubToken: string | undefined;
+  configFile: string | undefined;
+  webDist: string;
+  sessionHours: number;
+  shutdownGraceMs: number;
+  maxBodyBytes: number;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  graphiql: boolean;
+};
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** Reads the settings from an environment (process.env by default); throws ConfigError naming each bad one. */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  // An empty variable means "unset": `FOO= pnpm start` should fall back to the default, not fail.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = schema.safeParse(present);
+  if (!parsed.success) {
+    const lines = parsed.error.issues.map((issue) => {
+      const name = String(issue.path[0] ?? '?');
+      return `${name}=${JSON.stringify(present[name] ?? '')} is not accepted: ${issue.message}`;
+    });
+    throw new ConfigError(`Hangar cannot start: ${lines.join('; ')}`);
+  }
+  const c = parsed.data;
+  const dataDir = path.resolve(c.HANGAR_DATA_DIR);
+  return {
+    port: c.PORT,
+    host: c.HOST,
+    dataDir,
+    databaseUrl: c.DATABASE_URL,
+    redisUrl: c.REDIS_URL,
+    publicUrl: c.HANGAR_PUBLIC_URL?.replace(/\/+$/, ''),
+    adminEmail: c.HANGAR_ADMIN_EMAIL,
+    adminPassword: c.HANGAR_ADMIN_PASSWORD,
+    hubUrl: c.HANGAR_HUB_URL.replace(/\/+$/, ''),
+    hubToken: c.HANGAR_HUB_TOKEN,
+    configFile: c.HANGAR_CONFIG,
+    webDist: path.resolve(c.HANGAR_WEB_DIST ?? new URL('../../web/dist', import.meta.url).pathname),
+    sessionHours: c.HANGAR_SESSION_HOURS,
+    shutdownGraceMs: c.HANGAR_SHUTDOWN_GRACE_MS,
+    maxBodyBytes: c.HANGAR_MAX_BODY_BYTES,
+    logLevel: c.HANGAR_LOG_LEVEL,
+    graphiql: c.HANGAR_GRAPHIQL,
+  };
+}

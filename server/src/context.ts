@@ -1,0 +1,32 @@
+import type { YogaInitialContext } from 'graphql-yoga';
+import type { AccessService } from './access/access.service.js';
+import type { AuditService } from './audit/audit.service.js';
+import type { AuthService } from './auth/auth.service.js';
+import type { Viewer } from './auth/viewer.js';
+import type { Config } from './config.js';
+import type { Db } from './db/client.js';
+import type { FleetService } from './fleet/fleet.service.js';
+import type { Logger } from './lib/log.js';
+import type { PubSub } from './pubsub.js';
+
+export type Services = {
+  audit: AuditService;
+  auth: AuthService;
+  access: AccessService;
+  fleet: FleetService;
+};
+
+/** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */
+export type Context = YogaInitialContext & {
+  prisma: Db;
+  config: Config;
+  log: Logger;
+  pubsub: PubSub;
+  services: Services;
+  viewer: Viewer;
+  requestId: string;
+  /** Cookies a resolver wants set on the response (login, logout); HTTP only. */
+  responseCookies: string[];
+  /** Whether the request came over TLS (directly or as a proxy says), so cookies are marked Secure. */
+  secure: boolean;
+};

@@ -1,0 +1,41 @@
+import path from 'node:path';
+import type { Config } from '../config.js';
+import type { Logger } from '../lib/log.js';
+import { createPrisma, type Db } from './client.js';
+import { createDatabaseIfMissing, startEmbeddedPostgres } from './embedded.js';
+import { migrate } from './migrate.js';
+
+export type Database = { prisma: Db; url: string; embedded: boolean; close: () => Promise<void> };
+
+/** DATABASE_URL when set; otherwise the embedded PostgreSQL under the data dir. Migrated before it is returned. */
+export async function openDatabase(config: Config, log: Logger): Promise<Database> {
+  let url = config.databaseUrl;
+  let stopEmbedded: (() => Promise<void>) | undefined;
+  if (!url) {
+    const embedded = await startEmbeddedPostgres(path.join(config.dataDir, 'pg'), log);
+    stopEmbedded = embedded.stop;
+    try {
+      await createDatabaseIfMissing(embedded.url('postgres'), 'hangar');
+    } catch (err) {
+      await embedded.stop();
+      throw err;
+    }
+    url = embedded.url('hangar');
+  }
+  try {
+    await migrate(url, log);
+  } catch (err) {
+    await stopEmbedded?.();
+    throw err;
+  }
+  const prisma = createPrisma(url);
+  return {
+    prisma,
+    url,
+    embedded: Boolean(stopEmbedded),
+    close: async () => {
+      await prisma.$disconnect();
+      await stopEmbedded?.();
+    },
+  };
+}

@@ -1,0 +1,164 @@
+import { randomUUID } from 'node:crypto';
+import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
+import { GraphQLError } from 'graphql';
+import { createYoga, type Plugin } from 'graphql-yoga';
+import { CSRF_HEADER } from '../auth/cookies.js';
+import type { Viewer } from '../auth/viewer.js';
+import type { Config } from '../config.js';
+import type { Context, Services } from '../context.js';
+import type { Db } from '../db/client.js';
+import { HangarError } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
+import type { PubSub } from '../pubsub.js';
+import { schema } from '../schema/index.js';
+
+/** What a request carries before its GraphQL context exists: worked out once, read by several hooks. */
+type RequestState = { viewer: Viewer; requestId: string; cookies: string[]; secure: boolean };
+
+export type YogaDeps = { prisma: Db; config: Config; log: Logger; pubsub: PubSub; services: Services };
+
+// Limits against abusive queries, the same on HTTP and WebSocket (both go through these envelop plugins).
+export const queryLimits = { maxDepth: 12, maxCost: 5000, maxAliases: 20, maxTokens: 3000, maxDirectives: 20 };
+
+export function buildYoga(deps: YogaDeps) {
+  const { config, log, services } = deps;
+  const states = new WeakMap<Request, RequestState>();
+
+  const stateOf = async (request: Request): Promise<RequestState> => {
+    let state = states.get(request);
+    if (!state) {
+      const viewer = await services.auth.identify({
+        authorization: request.headers.get('authorization'),
+        cookie: request.headers.get('cookie'),
+        csrf: request.headers.get(CSRF_HEADER),
+        method: request.method,
+      });
+      const secure =
+        new URL(request.url).protocol === 'https:' ||
+        request.headers.get('x-forwarded-proto') === 'https' ||
+        Boolean(config.publicUrl?.startsWith('https:'));
+      state = {
+        viewer,
+        requestId: request.headers.get('x-request-id')?.slice(0, 64) || randomUUID(),
+        cookies: [],
+        secure,
+      };
+      states.set(request, state);
+    }
+    return state;
+  };
+
+  // Who is calling is known before validation, so validation can hide the schema from anonymous callers.
+  const identifyEarly: Plugin = {
+    async onParams({ request }) {
+      await stateOf(request);
+    },
+    onResponse({ request, response }) {
+      const state = states.get(request);
+      if (!state) return;
+      response.headers.set('x-request-id', state.requestId);
+      for (const c of state.cookies) response.headers.append('set-cookie', c);
+    },
+  };
+
+  // "Did you mean …?" maps the schema for whoever asks; only callers who may read it get the hints.
+  const suggestionsForSignedInOnly: Plugin<{ viewer?: Viewer; request?: Request }> = {
+    onValidate({ context }) {
+      return ({ result, setResult }) => {
+        const viewer = context.viewer ?? (context.request ? states.get(context.request)?.viewer : undefined);
+        if (viewer && viewer.kind !== 'anonymous') return;
+        if (!result.some((e) => / Did you mean /.test(e.message))) return;
+        setResult(result.map((e) => new GraphQLError(e.message.replace(/ Did you mean .*$/, ''), { nodes: e.nodes })));
+      };
+    },
+  };
+
+  // Refuse oversized bodies before they are read: the limit is a setting because uploads of data go elsewhere.
+  const bodyLimit: Plugin = {
+    onRequest({ request, endResponse, fetchAPI }) {
+      if (request.method !== 'POST') return;
+      const length = Number(request.headers.get('content-length') ?? Number.NaN);
+      if (Number.isNaN(length) || length > config.maxBodyBytes) {
+        const message = Number.isNaN(length)
+          ? 'a POST to /graphql needs a Content-Length header'
+          : `the request body is ${length} bytes; the limit is ${config.maxBodyBytes} (HANGAR_MAX_BODY_BYTES)`;
+        endResponse(
+          new fetchAPI.Response(JSON.stringify({ errors: [{ message, extensions: { code: 'BODY_TOO_LARGE' } }] }), {
+            status: Number.isNaN(length) ? 411 : 413,
+            headers: { 'content-type': 'application/json' },
+          }),
+        );
+      }
+    },
+  };
+
+  const yoga = createYoga<Record<string, unknown>, Context>({
+    schema,
+    graphqlEndpoint: '/graphql',
+    landingPage: false,
+    graphiql: config.graphiql ? { title: 'Hangar GraphQL', subscriptionsProtocol: 'WS' } : false,
+    renderGraphiQL,
+    logging: {
+      debug: (...a) => log.debug(String(a[0]), { args: a.slice(1) }),
+      info: (...a) => log.info(String(a[0]), { args: a.slice(1) }),
+      warn: (...a) => log.warn(String(a[0]), { args: a.slice(1) }),
+      error: (...a) => log.error(String(a[0]), { args: a.slice(1) }),
+    },
+    maskedErrors: {
+      maskError: (error, message) => {
+        const original = error instanceof GraphQLError ? error.originalError : error;
+        if (error instanceof GraphQLError && !original) return error;
+        if (original instanceof GraphQLError) return original;
+        if (original instanceof HangarError && error instanceof GraphQLError) {
+          return new GraphQLError(original.message, {
+            nodes: error.nodes,
+            path: error.path,
+            extensions: { code: original.code },
+          });
+        }
+        const requestId = randomUUID();
+        log.error('unexpected error', { requestId, error: original ?? error });
+        return new GraphQLError(message, {
+          nodes: error instanceof GraphQLError ? error.nodes : undefined,
+          path: error instanceof GraphQLError ? error.path : undefined,
+          extensions: { code: 'INTERNAL', requestId },
+        });
+      },
+    },
+    plugins: [
+      bodyLimit,
+      identifyEarly,
+      suggestionsForSignedInOnly,
+      EnvelopArmorPlugin({
+        maxDepth: { n: queryLimits.maxDepth },
+        costLimit: { maxCost: queryLimits.maxCost },
+        maxAliases: { n: queryLimits.maxAliases },
+        maxTokens: { n: queryLimits.maxTokens },
+        maxDirectives: { n: queryLimits.maxDirectives },
+        // Handled above, per caller: armor's switch is all or nothing.
+        blockFieldSuggestion: { enabled: false },
+      }),
+    ],
+    context: async (initial): Promise<Context> => {
+      // WebSocket operations arrive with their viewer already set (graphql/ws.ts); HTTP ones are looked up.
+      const pre = initial as Partial<Context>;
+      const state = pre.viewer ? undefined : await stateOf(initial.request);
+      return {
+        ...initial,
+        prisma: deps.prisma,
+        config,
+        log,
+        pubsub: deps.pubsub,
+        services,
+        viewer: pre.viewer ?? state?.viewer ?? { kind: 'anonymous' },
+        requestId: pre.requestId ?? state?.requestId ?? randomUUID(),
+        responseCookies: state?.cookies ?? [],
+        secure: state?.secure ?? false,
+      } as Context;
+    },
+  });
+  return yoga;
+}
+
+export type HangarYoga = ReturnType<typeof buildYoga>;

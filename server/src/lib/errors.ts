@@ -1,0 +1,59 @@
+// Expected failures an operator or a script can act on. Each becomes a typed member of a mutation's result
+// union (schema/errors.ts), so clients branch on __typename instead of parsing messages. Anything that is not
+// one of these is unexpected: masked as "Unexpected error." and logged with the request id.
+
+export abstract class HangarError extends Error {
+  abstract readonly code: string;
+}
+
+/** Bad input: names the field (or the line of an uploaded file) and says what is accepted. */
+export class ValidationError extends HangarError {
+  readonly code = 'VALIDATION';
+  constructor(
+    readonly field: string,
+    message: string,
+  ) {
+    super(message);
+    this.name = 'ValidationError';
+  }
+}
+
+export class NotFoundError extends HangarError {
+  readonly code = 'NOT_FOUND';
+  override name = 'NotFoundError';
+}
+
+/** The request is valid but clashes with what exists: a name taken, a version in use, a job still running. */
+export class ConflictError extends HangarError {
+  readonly code = 'CONFLICT';
+  override name = 'ConflictError';
+}
+
+/** Signed in, but the role does not allow it. */
+export class ForbiddenError extends HangarError {
+  readonly code = 'FORBIDDEN';
+  override name = 'ForbiddenError';
+}
+
+/** Not signed in, or the credentials are wrong, expired or revoked. */
+export class UnauthenticatedError extends HangarError {
+  readonly code = 'UNAUTHENTICATED';
+  override name = 'UnauthenticatedError';
+}
+
+/** Someone else's server (the Hub, a node) failed or is out of reach. */
+export class UpstreamError extends HangarError {
+  readonly code = 'UPSTREAM';
+  override name = 'UpstreamError';
+}
+
+export type Result<T, E extends HangarError = HangarError> = { ok: true; value: T } | { ok: false; error: E };
+
+export const ok = <T>(value: T): { ok: true; value: T } => ({ ok: true, value });
+export const fail = <E extends HangarError>(error: E): { ok: false; error: E } => ({ ok: false, error });
+
+/** Resolvers throw the expected error so the errors plugin turns it into the typed result. */
+export function unwrap<T>(result: Result<T>): T {
+  if (!result.ok) throw result.error;
+  return result.value;
+}

@@ -1,0 +1,61 @@
+import SchemaBuilder, { BasePlugin, type PothosOutputFieldConfig, type SchemaTypes } from '@pothos/core';
+import type { GraphQLFieldResolver } from 'graphql';
+import type { Context } from '../context.js';
+import { HangarError } from '../lib/errors.js';
+
+// Every mutation, done or refused, leaves an audit event. A mutation that succeeds writes its own, inside the
+// transaction that made the change (the service does it, so the record and the change stand or fall together).
+// A refusal has no transaction, and it is easy to forget in each service, so it is recorded here, once, for all
+// mutations: typed refusals (returned by the errors plugin), auth refusals, and unexpected failures.
+
+declare global {
+  export namespace PothosSchemaTypes {
+    export interface Plugins<Types extends SchemaTypes> {
+      audit: AuditPlugin<Types>;
+    }
+  }
+}
+
+export class AuditPlugin<Types extends SchemaTypes> extends BasePlugin<Types> {
+  override wrapResolve(
+    resolver: GraphQLFieldResolver<unknown, Types['Context'], object>,
+    fieldConfig: PothosOutputFieldConfig<Types>,
+  ): GraphQLFieldResolver<unknown, Types['Context'], object> {
+    if (fieldConfig.parentType !== 'Mutation') return resolver;
+    const action = fieldConfig.name;
+    return async (parent, args, context, info) => {
+      const ctx = context as unknown as Context;
+      const target = describeTarget(args as Record<string, unknown>);
+      try {
+        const result = await resolver(parent, args, context, info);
+        // The errors plugin hands a typed refusal back as the resolved value.
+        if (result instanceof HangarError) await ctx.services.audit.refused(ctx, action, target, result.message);
+        return result;
+      } catch (err) {
+        if (err instanceof HangarError) {
+          await ctx.services.audit.refused(ctx, action, target, err.message);
+        } else {
+          await ctx.services.audit.failed(ctx, action, target, `unexpected error (request ${ctx.requestId})`);
+        }
+        throw err;
+      }
+    };
+  }
+}
+
+SchemaBuilder.registerPlugin('audit', AuditPlugin);
+
+// The target of a refused mutation, from its arguments; never a secret (passwords and tokens are not read).
+const targetKeys = ['id', 'name', 'email', 'repo', 'model', 'version'];
+function describeTarget(args: Record<string, unknown>): string | undefined {
+  const sources = [args, args.input as Record<string, unknown> | undefined];
+  const parts: string[] = [];
+  for (const src of sources) {
+    if (!src || typeof src !== 'object') continue;
+    for (const key of targetKeys) {
+      const v = src[key];
+      if (typeof v === 'string' && v) parts.push(v.slice(0, 200));
+    }
+  }
+  return parts.length ? parts.join(' ') : undefined;
+}

@@ -1,0 +1,11 @@
+import { lexicographicSortSchema } from 'graphql';
+import { builder } from './builder.js';
+import './scalars.js';
+import './errors.js';
+import '../access/access.schema.js';
+import '../auth/auth.schema.js';
+import '../audit/audit.schema.js';
+import '../fleet/fleet.schema.js';
+
+export const schema = builder.toSchema({ sortSchema: false });
+export const sortedSchema = () => lexicographicSortSchema(schema);
