@@ -8,7 +8,7 @@ import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Context, Services } from '../context.js';
 import type { Db } from '../db/client.js';
-import { HangarError } from '../lib/errors.js';
+import { isHangarError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import type { PubSub } from '../pubsub.js';
 import { schema } from '../schema/index.js';
@@ -106,24 +106,17 @@ export function buildYoga(deps: YogaDeps) {
       error: (...a) => log.error(String(a[0]), { args: a.slice(1) }),
     },
     maskedErrors: {
+      // Expected failures (ours, and GraphQL's own parse and validation errors) reach the caller as they are;
+      // anything else is masked and logged with a request id the caller can quote.
       maskError: (error, message) => {
-        const original = error instanceof GraphQLError ? error.originalError : error;
-        if (error instanceof GraphQLError && !original) return error;
-        if (original instanceof GraphQLError) return original;
-        if (original instanceof HangarError && error instanceof GraphQLError) {
-          return new GraphQLError(original.message, {
-            nodes: error.nodes,
-            path: error.path,
-            extensions: { code: original.code },
-          });
-        }
+        const nodes = isGraphQLError(error) ? error.nodes : undefined;
+        const path = isGraphQLError(error) ? error.path : undefined;
+        const ours = causeOf(error, isHangarError);
+        if (ours) return new GraphQLError(ours.message, { nodes, path, extensions: { code: ours.code } });
+        if (isGraphQLError(error) && !error.originalError) return error;
         const requestId = randomUUID();
-        log.error('unexpected error', { requestId, error: original ?? error });
-        return new GraphQLError(message, {
-          nodes: error instanceof GraphQLError ? error.nodes : undefined,
-          path: error instanceof GraphQLError ? error.path : undefined,
-          extensions: { code: 'INTERNAL', requestId },
-        });
+        log.error('unexpected error', { requestId, error: causeOf(error, (e) => !isGraphQLError(e)) ?? error });
+        return new GraphQLError(message, { nodes, path, extensions: { code: 'INTERNAL', requestId } });
       },
     },
     plugins: [
@@ -159,6 +152,24 @@ export function buildYoga(deps: YogaDeps) {
     },
   });
   return yoga;
+}
+
+// By name, not instanceof: graphql ships as both CommonJS and ESM, and libraries may hold either copy.
+function isGraphQLError(e: unknown): e is GraphQLError {
+  return e instanceof Error && e.name === 'GraphQLError';
+}
+
+/** The first error in a chain of originalError/cause links that matches. */
+function causeOf<T>(error: unknown, match: (e: unknown) => e is T): T | undefined;
+function causeOf(error: unknown, match: (e: unknown) => boolean): unknown;
+function causeOf(error: unknown, match: (e: unknown) => boolean): unknown {
+  let e: unknown = error;
+  for (let depth = 0; e && depth < 8; depth++) {
+    if (match(e)) return e;
+    const next = e as { originalError?: unknown; cause?: unknown };
+    e = next.originalError ?? next.cause;
+  }
+  return undefined;
 }
 
 export type HangarYoga = ReturnType<typeof buildYoga>;

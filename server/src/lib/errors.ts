@@ -2,8 +2,19 @@
 // union (schema/errors.ts), so clients branch on __typename instead of parsing messages. Anything that is not
 // one of these is unexpected: masked as "Unexpected error." and logged with the request id.
 
+const brand = Symbol.for('hangar.error');
+
 export abstract class HangarError extends Error {
   abstract readonly code: string;
+  readonly [brand] = true;
+}
+
+/**
+ * Whether a value is one of ours. Not `instanceof`: the errors plugin hands typed errors back behind a proxy
+ * whose prototype chain is proxied too, so `instanceof` answers false for them.
+ */
+export function isHangarError(value: unknown): value is HangarError {
+  return typeof value === 'object' && value !== null && (value as { [brand]?: boolean })[brand] === true;
 }
 
 /** Bad input: names the field (or the line of an uploaded file) and says what is accepted. */

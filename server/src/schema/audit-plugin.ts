@@ -1,7 +1,7 @@
 import SchemaBuilder, { BasePlugin, type PothosOutputFieldConfig, type SchemaTypes } from '@pothos/core';
 import type { GraphQLFieldResolver } from 'graphql';
 import type { Context } from '../context.js';
-import { HangarError } from '../lib/errors.js';
+import { isHangarError } from '../lib/errors.js';
 
 // Every mutation, done or refused, leaves an audit event. A mutation that succeeds writes its own, inside the
 // transaction that made the change (the service does it, so the record and the change stand or fall together).
@@ -29,10 +29,10 @@ export class AuditPlugin<Types extends SchemaTypes> extends BasePlugin<Types> {
       try {
         const result = await resolver(parent, args, context, info);
         // The errors plugin hands a typed refusal back as the resolved value.
-        if (result instanceof HangarError) await ctx.services.audit.refused(ctx, action, target, result.message);
+        if (isHangarError(result)) await ctx.services.audit.refused(ctx, action, target, result.message);
         return result;
       } catch (err) {
-        if (err instanceof HangarError) {
+        if (isHangarError(err)) {
           await ctx.services.audit.refused(ctx, action, target, err.message);
         } else {
           await ctx.services.audit.failed(ctx, action, target, `unexpected error (request ${ctx.requestId})`);

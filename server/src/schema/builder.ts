@@ -1,7 +1,7 @@
 import SchemaBuilder from '@pothos/core';
 import ErrorsPlugin from '@pothos/plugin-errors';
 import PrismaPlugin from '@pothos/plugin-prisma';
-import ScopeAuthPlugin from '@pothos/plugin-scope-auth';
+import ScopeAuthPlugin, { type AuthFailure, AuthScopeFailureType } from '@pothos/plugin-scope-auth';
 import { roleAtLeast, viewerRole } from '../auth/viewer.js';
 import type { Context } from '../context.js';
 import type PrismaTypes from '../generated/pothos-types.js';
@@ -54,8 +54,7 @@ export const builder = new SchemaBuilder<{
       if (ctx.viewer.kind === 'node') {
         return new ForbiddenError(`${info.fieldName} is not for node agents: a node token only reports its node`);
       }
-      const scope = 'scope' in result.failure ? String(result.failure.scope) : '';
-      const needed = scopeRole[scope] ?? 'another';
+      const needed = scopeRole[firstScope(result.failure)] ?? 'another';
       return new ForbiddenError(`${info.fieldName} needs the ${needed} role; this caller has ${role}`);
     },
   },
@@ -66,6 +65,18 @@ export const builder = new SchemaBuilder<{
     filterConnectionTotalCount: true,
   },
 });
+
+/** The scope that failed, for the refusal: scope-auth nests failures under $any / $all. */
+function firstScope(failure: AuthFailure): string {
+  if (failure.kind === AuthScopeFailureType.AuthScope) return String(failure.scope);
+  if ('failures' in failure) {
+    for (const f of failure.failures) {
+      const s = firstScope(f);
+      if (s) return s;
+    }
+  }
+  return '';
+}
 
 const scopeRole: Record<string, string> = {
   viewer: 'VIEWER',

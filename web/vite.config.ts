@@ -1,0 +1,23 @@
+import { tanstackRouter } from '@tanstack/router-plugin/vite';
+import react from '@vitejs/plugin-react';
+import { defineConfig } from 'vite';
+
+// `pnpm dev` serves the console on Vite and forwards the server's paths to a Hangar server (pnpm dev at the root
+// starts both). No changeOrigin: the server accepts a WebSocket only when its Origin matches the Host it was sent to.
+const target = process.env.HANGAR_DEV_SERVER ?? 'http://127.0.0.1:4000';
+
+export default defineConfig({
+  // The router plugin (reads tsr.config.json) must come before react(): it rewrites route files for code splitting.
+  plugins: [tanstackRouter({ autoCodeSplitting: true }), react()],
+  server: {
+    proxy: {
+      '/graphql': { target, ws: true },
+      '/healthz': { target },
+      '/readyz': { target },
+      // Mirror files live under /mirror/<model>/<version>/<file>; /mirror itself is the console's page.
+      '^/mirror/': { target },
+      '/api/': { target },
+    },
+  },
+  build: { outDir: 'dist', emptyOutDir: true },
+});
