@@ -9,6 +9,10 @@ export const schemaFile = new URL('../schema.graphql', import.meta.url);
 export const printedSchema = () => `${printSchema(sortedSchema())}\n`;
 
 if (import.meta.url === `file://${process.argv[1]}`) {
-  await fs.writeFile(schemaFile, printedSchema());
-  process.stdout.write(`wrote ${schemaFile.pathname}\n`);
+  if (process.argv.includes('--stdout')) {
+    process.stdout.write(printedSchema());
+  } else {
+    await fs.writeFile(schemaFile, printedSchema());
+    process.stdout.write(`wrote ${schemaFile.pathname}\n`);
+  }
 }

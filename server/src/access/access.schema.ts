@@ -17,6 +17,14 @@ export const UserRef = builder.prismaObject('User', {
     role: t.expose('role', { type: RoleEnum }),
     disabled: t.boolean({ resolve: (u) => u.disabledAt !== null }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    apiTokens: t.relation('apiTokens', {
+      description: "The user's API tokens: visible to that user and to admins.",
+      authScopes: (user, _args, ctx) =>
+        (ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token') && ctx.viewer.user.id === user.id
+          ? true
+          : { admin: true },
+      query: { orderBy: { createdAt: 'desc' } },
+    }),
   }),
 });
 

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
-import type { ExecutionArgs } from 'graphql';
+import { type DocumentNode, type ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import type { WebSocketServer } from 'ws';
 import type { AuthService } from '../auth/auth.service.js';
@@ -47,17 +47,28 @@ export function attachGraphqlWs(wss: WebSocketServer, yoga: HangarYoga, auth: Au
           viewer: ctx.extra.viewer,
           requestId: randomUUID(),
         });
-        const args: ExecutionArgs = {
+        // Parse errors and the query limits (which reject by throwing) go back to the client as errors for this
+        // operation, as over HTTP, instead of tearing down the whole connection.
+        let document: DocumentNode;
+        try {
+          document = parse(payload.query);
+          const errors = validate(schema, document);
+          if (errors.length) return errors;
+        } catch (err) {
+          return [
+            err instanceof Error && err.name === 'GraphQLError'
+              ? (err as GraphQLError)
+              : new GraphQLError('invalid operation'),
+          ];
+        }
+        return {
           schema,
           operationName: payload.operationName,
-          document: parse(payload.query),
+          document,
           variableValues: payload.variables,
           contextValue: await contextFactory(),
           rootValue: { execute, subscribe },
-        };
-        const errors = validate(args.schema, args.document);
-        if (errors.length) return errors;
-        return args;
+        } satisfies ExecutionArgs;
       },
     },
     wss,

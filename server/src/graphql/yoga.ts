@@ -62,15 +62,23 @@ export function buildYoga(deps: YogaDeps) {
     },
   };
 
-  // "Did you mean …?" maps the schema for whoever asks; only callers who may read it get the hints.
-  const suggestionsForSignedInOnly: Plugin<{ viewer?: Viewer; request?: Request }> = {
-    onValidate({ context }) {
-      return ({ result, setResult }) => {
-        const viewer = context.viewer ?? (context.request ? states.get(context.request)?.viewer : undefined);
-        if (viewer && viewer.kind !== 'anonymous') return;
-        if (!result.some((e) => / Did you mean /.test(e.message))) return;
-        setResult(result.map((e) => new GraphQLError(e.message.replace(/ Did you mean .*$/, ''), { nodes: e.nodes })));
-      };
+  // "Did you mean …?" maps the schema for whoever asks; only callers who may read it get the hints. Done on the
+  // way out rather than in validation, whose results Yoga caches per document, whoever sent it.
+  const suggestionsForSignedInOnly: Plugin = {
+    onResultProcess({ request, result, setResult }) {
+      const viewer = states.get(request)?.viewer;
+      if (viewer && viewer.kind !== 'anonymous') return;
+      if (!result || Array.isArray(result) || !('errors' in result) || !result.errors) return;
+      const errors = result.errors as readonly GraphQLError[];
+      if (!errors.some((e) => / Did you mean /.test(e.message))) return;
+      setResult({
+        ...result,
+        errors: errors.map((e) =>
+          / Did you mean /.test(e.message)
+            ? new GraphQLError(e.message.replace(/ Did you mean .*$/, ''), { nodes: e.nodes, extensions: e.extensions })
+            : e,
+        ),
+      });
     },
   };
 

@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.js';
+
+describe('config', () => {
+  it('starts with nothing set', () => {
+    const c = loadConfig({});
+    expect(c.port).toBe(4000);
+    expect(c.host).toBe('127.0.0.1');
+    expect(c.dataDir).toMatch(/\/data$/);
+    expect(c.databaseUrl).toBeUndefined();
+    expect(c.hubUrl).toBe('https://huggingface.co');
+  });
+
+  it('treats an empty variable as unset', () => {
+    expect(loadConfig({ PORT: '' }).port).toBe(4000);
+  });
+
+  it('names each bad variable and what it accepts', () => {
+    const attempt = () => loadConfig({ PORT: 'eighty', DATABASE_URL: 'mysql://x', HANGAR_PUBLIC_URL: 'ftp://x' });
+    expect(attempt).toThrow(ConfigError);
+    expect(attempt).toThrow(/PORT="eighty" is not accepted: a port number/);
+    expect(attempt).toThrow(
+      /DATABASE_URL="mysql:\/\/x" is not accepted: a postgres:\/\/ or postgresql:\/\/ connection URL/,
+    );
+    expect(attempt).toThrow(/HANGAR_PUBLIC_URL="ftp:\/\/x" is not accepted: an http:\/\/ or https:\/\/ URL/);
+  });
+
+  it('refuses a port out of range and a short admin password', () => {
+    expect(() => loadConfig({ PORT: '70000' })).toThrow(/PORT="70000" is not accepted: from 0 to 65535/);
+    expect(() => loadConfig({ HANGAR_ADMIN_PASSWORD: 'short' })).toThrow(
+      /HANGAR_ADMIN_PASSWORD="short" is not accepted: at least 12 characters/,
+    );
+  });
+});

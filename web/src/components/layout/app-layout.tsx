@@ -1,0 +1,124 @@
+import { Link, Outlet } from '@tanstack/react-router';
+import { useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Role } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { Wordmark } from './wordmark';
+
+export type AppLayout_Viewer = {
+  role: Role;
+  via: string;
+  tokenName: string | null;
+  user: { id: string; email: string; name: string; role: Role };
+};
+
+/** Asked by the authenticated layout's beforeLoad: null sends the visitor to /login. */
+export const AppLayout_ViewerQuery = gql<{ viewer: AppLayout_Viewer | null }, Record<string, never>>`
+  query AppLayout_Viewer {
+    viewer {
+      role
+      via
+      tokenName
+      user {
+        id
+        email
+        name
+        role
+      }
+    }
+  }
+`;
+
+export const AppLayout_LogoutMutation = gql<{ logout: Outcome<{ __typename: 'LogoutPayload'; ok: boolean }> }>`
+  mutation AppLayout_Logout {
+    logout {
+      __typename
+      ... on LogoutPayload {
+        ok
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+const sections = [
+  { to: '/mirror', label: 'Mirror' },
+  { to: '/registry', label: 'Registry' },
+  { to: '/models', label: 'Models' },
+  { to: '/nodes', label: 'Nodes' },
+  { to: '/training', label: 'Training' },
+  { to: '/audit', label: 'Audit' },
+  { to: '/tokens', label: 'Tokens' },
+] as const;
+
+export function AppLayout({ viewer }: { viewer: AppLayout_Viewer }) {
+  return (
+    <div className="shell">
+      <aside className="sidebar">
+        <Link to="/mirror" className="sidebar-brand" aria-label="Hangar home">
+          <Wordmark />
+        </Link>
+        <nav aria-label="Main">
+          <ul>
+            {sections.map((s) => (
+              <li key={s.to}>
+                <Link to={s.to} activeProps={{ className: 'active', 'aria-current': 'page' }}>
+                  {s.label}
+                </Link>
+              </li>
+            ))}
+            {viewer.role === 'ADMIN' ? (
+              <li>
+                <Link to="/users" activeProps={{ className: 'active', 'aria-current': 'page' }}>
+                  Users
+                </Link>
+              </li>
+            ) : null}
+          </ul>
+        </nav>
+      </aside>
+      <div className="main-column">
+        <header className="topbar">
+          <SignedInAs viewer={viewer} />
+        </header>
+        <main className="content">
+          <Outlet />
+        </main>
+      </div>
+    </div>
+  );
+}
+
+function SignedInAs({ viewer }: { viewer: AppLayout_Viewer }) {
+  const [{ fetching }, logout] = useMutation(AppLayout_LogoutMutation);
+  const [problem, setProblem] = useState<string>();
+  const signOut = async () => {
+    setProblem(undefined);
+    const result = await logout({});
+    const outcome = result.data?.logout;
+    if (result.error || isRefusal(outcome)) {
+      setProblem(isRefusal(outcome) ? outcome.message : describeError(result.error));
+      return;
+    }
+    // A full load: nothing of this session (cache, open WebSocket) outlives it.
+    window.location.assign('/login');
+  };
+  return (
+    <div className="signed-in">
+      {problem ? (
+        <span role="alert" className="form-error inline">
+          {problem}
+        </span>
+      ) : null}
+      <span className="signed-in-email">{viewer.user.email}</span>
+      <span className={`badge role-${viewer.role.toLowerCase()}`} title="Your role">
+        {viewer.role}
+      </span>
+      <button type="button" className="button small" onClick={signOut} disabled={fetching}>
+        Sign out
+      </button>
+    </div>
+  );
+}

@@ -1,0 +1,138 @@
+import { useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Role } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { TimeAgo } from '../common/time-ago';
+
+export type TokenTable_Token = {
+  __typename?: 'ApiToken';
+  id: string;
+  name: string;
+  prefix: string;
+  role: Role;
+  createdAt: string;
+  expiresAt: string | null;
+  lastUsedAt: string | null;
+  revokedAt: string | null;
+  active: boolean;
+};
+
+export const TokenTable_TokenFragment = gql<TokenTable_Token>`
+  fragment TokenTable_Token on ApiToken {
+    id
+    name
+    prefix
+    role
+    createdAt
+    expiresAt
+    lastUsedAt
+    revokedAt
+    active
+  }
+`;
+
+/** The result is the token itself: graphcache updates its row (active, revokedAt) by id. */
+export const TokenRow_RevokeMutation = gql<
+  { revokeApiToken: Outcome<TokenTable_Token & { __typename: 'ApiToken' }> },
+  { id: string }
+>`
+  mutation TokenRow_Revoke($id: ID!) {
+    revokeApiToken(id: $id) {
+      __typename
+      ... on ApiToken {
+        ...TokenTable_Token
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${TokenTable_TokenFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export function tokenState(token: TokenTable_Token): 'active' | 'revoked' | 'expired' {
+  if (token.revokedAt) return 'revoked';
+  return token.active ? 'active' : 'expired';
+}
+
+export function TokenTable({ tokens }: { tokens: TokenTable_Token[] }) {
+  if (tokens.length === 0) {
+    return <p className="empty">No API tokens yet. Create one below for a script or a CI job.</p>;
+  }
+  return (
+    <div className="table-wrap">
+      <table className="table">
+        <thead>
+          <tr>
+            <th scope="col">Name</th>
+            <th scope="col">Prefix</th>
+            <th scope="col">Role</th>
+            <th scope="col">Created</th>
+            <th scope="col">Expires</th>
+            <th scope="col">Last used</th>
+            <th scope="col">State</th>
+            <th scope="col">
+              <span className="visually-hidden">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {tokens.map((t) => (
+            <TokenRow key={t.id} token={t} />
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+const stateClass = { active: 'ok', revoked: 'muted', expired: 'warn' } as const;
+
+function TokenRow({ token }: { token: TokenTable_Token }) {
+  const [{ fetching }, revoke] = useMutation(TokenRow_RevokeMutation);
+  const [problem, setProblem] = useState<string>();
+  const state = tokenState(token);
+  const onRevoke = async () => {
+    setProblem(undefined);
+    const result = await revoke({ id: token.id });
+    const outcome = result.data?.revokeApiToken;
+    if (isRefusal(outcome)) setProblem(outcome.message);
+    else if (result.error) setProblem(describeError(result.error));
+  };
+  return (
+    <tr>
+      <th scope="row">{token.name}</th>
+      <td className="mono">{token.prefix}…</td>
+      <td>{token.role}</td>
+      <td>
+        <TimeAgo at={token.createdAt} />
+      </td>
+      <td>
+        <TimeAgo at={token.expiresAt} empty="never" />
+      </td>
+      <td>
+        <TimeAgo at={token.lastUsedAt} empty="never" />
+      </td>
+      <td>
+        <span className={`badge ${stateClass[state]}`}>{state}</span>
+      </td>
+      <td className="actions">
+        {state === 'active' ? (
+          <button
+            type="button"
+            className="button small danger"
+            onClick={onRevoke}
+            disabled={fetching}
+          >
+            Revoke
+          </button>
+        ) : null}
+        {problem ? (
+          <span role="alert" className="form-error inline">
+            {problem}
+          </span>
+        ) : null}
+      </td>
+    </tr>
+  );
+}

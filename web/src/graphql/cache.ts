@@ -1,0 +1,94 @@
+import type { Cache, CacheExchangeOpts, Data, IntrospectionData } from '@urql/exchange-graphcache';
+import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
+import schema from '../generated/schema.json';
+
+// Graphcache normalizes by `__typename:id`; entities that arrive by subscription or as a mutation's result update
+// every view that shows them. Only a *new* entity needs an updater, to say which lists it joins.
+
+/** Types without an identity of their own: stored inside their parent. */
+const embedded = [
+  'Viewer',
+  'PageInfo',
+  'AuditEventConnection',
+  'AuditEventEdge',
+  'Gpu',
+  'EngineInfo',
+  'LoginPayload',
+  'LogoutPayload',
+  'CreatedApiToken',
+  'CreatedNode',
+  'ConflictError',
+  'ForbiddenError',
+  'NotFoundError',
+  'UnauthenticatedError',
+  'UpstreamError',
+  'ValidationError',
+];
+
+const byId = (data: Data) => (data.id == null ? null : String(data.id));
+
+/** Adds an entity to every cached list `Query.<field>(…)` that does not hold it yet. */
+function addToLists(cache: Cache, field: string, entity: Data, at: 'start' | 'end') {
+  const key = cache.keyOfEntity(entity);
+  if (!key) return;
+  for (const f of cache.inspectFields('Query')) {
+    if (f.fieldName !== field) continue;
+    const list = cache.resolve('Query', f.fieldKey);
+    if (!Array.isArray(list) || list.includes(key)) continue;
+    const keys = list as string[];
+    cache.link('Query', f.fieldName, f.arguments ?? {}, at === 'start' ? [key, ...keys] : [...keys, key]);
+  }
+}
+
+/** The mutation's result when it is the success type, else undefined (a refusal changes no list). */
+function success(parent: Data, field: string, typename: string): Data | undefined {
+  const result = parent[field] as Data | null | undefined;
+  return result?.__typename === typename ? result : undefined;
+}
+
+export const cacheConfig: CacheExchangeOpts = {
+  schema: schema as IntrospectionData,
+  keys: {
+    ...Object.fromEntries(embedded.map((t) => [t, () => null])),
+    AuditEvent: byId,
+    ApiToken: byId,
+    User: byId,
+    Node: byId,
+  },
+  updates: {
+    Mutation: {
+      login(parent, _args, cache) {
+        if (success(parent, 'login', 'LoginPayload')) cache.invalidate('Query', 'viewer');
+      },
+      createApiToken(parent, _args, cache) {
+        const created = success(parent, 'createApiToken', 'CreatedApiToken');
+        // The server lists active tokens first, newest first.
+        if (created) addToLists(cache, 'apiTokens', created.token as Data, 'start');
+      },
+      createNode(parent, _args, cache) {
+        const created = success(parent, 'createNode', 'CreatedNode');
+        if (created) addToLists(cache, 'nodes', created.node as Data, 'end');
+      },
+      createUser(parent, _args, cache) {
+        const user = success(parent, 'createUser', 'User');
+        if (user) addToLists(cache, 'users', user, 'end');
+      },
+    },
+    Subscription: {
+      // A new event goes on top of every cached first page (later pages are fetched by cursor and stay put).
+      auditEventAdded(parent, _args, cache) {
+        const event = parent.auditEventAdded as (AuditEventRow & { __typename: 'AuditEvent' }) | null;
+        if (!event) return;
+        for (const f of cache.inspectFields('Query')) {
+          const first = f.arguments?.first;
+          if (f.fieldName !== 'auditEvents' || f.arguments?.after != null || typeof first !== 'number') continue;
+          cache.updateQuery({ query: AuditLog_EventsQuery, variables: { first, after: null } }, (data) => {
+            if (!data || data.auditEvents.edges.some((e) => e.node.id === event.id)) return data;
+            data.auditEvents.edges.unshift({ __typename: 'AuditEventEdge', cursor: event.id, node: event });
+            return data;
+          });
+        }
+      },
+    },
+  },
+};

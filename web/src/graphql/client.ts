@@ -1,0 +1,39 @@
+import { cacheExchange } from '@urql/exchange-graphcache';
+import { createClient as createWsClient } from 'graphql-ws';
+import { Client, fetchExchange, subscriptionExchange } from 'urql';
+import { cacheConfig } from './cache';
+import { csrfHeaders } from './csrf';
+import { live } from './live';
+
+/** The console's client: graphcache (schema-aware), HTTP for queries and mutations, graphql-ws for subscriptions. */
+export function makeClient(origin: string = window.location.origin): Client {
+  const wsUrl = new URL('/graphql', origin);
+  wsUrl.protocol = wsUrl.protocol === 'https:' ? 'wss:' : 'ws:';
+  // The browser sends the session cookie with the upgrade and the server checks its Origin: no connectionParams.
+  const ws = createWsClient({
+    url: wsUrl.href,
+    lazy: true,
+    retryAttempts: Number.POSITIVE_INFINITY,
+    shouldRetry: () => true,
+    on: {
+      connected: (_socket, _payload, wasRetry) => live.set('live', wasRetry),
+      closed: () => live.set(live.get() === 'connecting' ? 'connecting' : 'reconnecting'),
+    },
+  });
+  return new Client({
+    url: new URL('/graphql', origin).href,
+    exchanges: [
+      cacheExchange(cacheConfig),
+      fetchExchange,
+      subscriptionExchange({
+        forwardSubscription: (request) => {
+          const input = { ...request, query: request.query ?? '' };
+          return { subscribe: (sink) => ({ unsubscribe: ws.subscribe(input, sink) }) };
+        },
+      }),
+    ],
+    preferGetMethod: false,
+    // A function, so the CSRF cookie is read when each request is sent, not when the client is made.
+    fetchOptions: () => ({ credentials: 'same-origin', headers: csrfHeaders() }),
+  });
+}

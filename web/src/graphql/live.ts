@@ -1,0 +1,27 @@
+// The WebSocket's state, for views that show "live" and refetch after a reconnect (events sent while the socket
+// was down are not replayed: a view that reconnects reads the current state instead).
+export type LiveState = 'connecting' | 'live' | 'reconnecting';
+
+let state: LiveState = 'connecting';
+const listeners = new Set<() => void>();
+const reconnectListeners = new Set<() => void>();
+
+export const live = {
+  get: () => state,
+  subscribe(listener: () => void) {
+    listeners.add(listener);
+    return () => void listeners.delete(listener);
+  },
+  /** Called after the socket comes back: refetch what may have changed while it was down. */
+  onReconnect(listener: () => void) {
+    reconnectListeners.add(listener);
+    return () => void reconnectListeners.delete(listener);
+  },
+  set(next: LiveState, reconnected = false) {
+    if (next !== state) {
+      state = next;
+      for (const l of listeners) l();
+    }
+    if (reconnected) for (const l of reconnectListeners) l();
+  },
+};

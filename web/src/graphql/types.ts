@@ -1,0 +1,42 @@
+// The schema's enums and scalars as the console sees them (server/schema.graphql is the contract).
+
+export const roles = ['VIEWER', 'OPERATOR', 'ADMIN'] as const;
+export type Role = (typeof roles)[number];
+
+export type AuditOutcome = 'DONE' | 'REFUSED' | 'FAILED';
+
+/** DateTime: an ISO 8601 string in UTC. */
+export type DateTime = string;
+
+/** Bytes: a JSON number, exact up to 2^53. */
+export type Bytes = number;
+
+/** What every typed refusal carries (the `Error` interface, plus `field` on ValidationError). */
+export type Refusal = {
+  __typename:
+    | 'ConflictError'
+    | 'ForbiddenError'
+    | 'NotFoundError'
+    | 'UnauthenticatedError'
+    | 'UpstreamError'
+    | 'ValidationError';
+  message: string;
+  code: string;
+  field?: string;
+};
+
+/** A mutation's result union: the success type or one of the refusals. */
+export type Outcome<Success> = Success | Refusal;
+
+const refusalTypes = new Set<string>([
+  'ConflictError',
+  'ForbiddenError',
+  'NotFoundError',
+  'UnauthenticatedError',
+  'UpstreamError',
+  'ValidationError',
+]);
+
+export function isRefusal(value: { __typename: string } | null | undefined): value is Refusal {
+  return Boolean(value && refusalTypes.has(value.__typename));
+}
