@@ -23,6 +23,8 @@ const decoyHash = hashPassword('decoy password that matches nothing');
 // every read into a write.
 const LAST_USED_RESOLUTION_MS = 60_000;
 
+const FIRST_ADMIN_LOCK = 0x61646d6e; // 'admn'
+
 export type Credentials = {
   authorization?: string | null;
   cookie?: string | null;
@@ -174,22 +176,20 @@ export class AuthService {
     const email = (this.config.adminEmail ?? 'admin@hangar.local').toLowerCase();
     const generated = !this.config.adminPassword;
     const password = this.config.adminPassword ?? newSecret('session').slice(0, 20);
-    await this.db.$transaction(async (tx) => {
-      await tx.user.create({
-        data: { email, name: 'Administrator', role: 'ADMIN', passwordHash: await hashPassword(password) },
-      });
-      await this.audit.done(
-        tx,
-        { requestId: 'startup', viewer: { kind: 'anonymous' } },
-        {
-          action: 'createFirstAdmin',
-          target: email,
-          message: generated
-            ? 'created with a generated password'
-            : 'created from HANGAR_ADMIN_EMAIL / HANGAR_ADMIN_PASSWORD',
-        },
-      );
+    const passwordHash = await hashPassword(password);
+    const created = await this.db.$transaction(async (tx) => {
+      // Two replicas starting on an empty database: the lock lets one create the admin; the other finds it.
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${FIRST_ADMIN_LOCK})`;
+      if ((await tx.user.count()) > 0) return false;
+      await tx.user.create({ data: { email, name: 'Administrator', role: 'ADMIN', passwordHash } });
+      const how = generated
+        ? 'created with a generated password'
+        : 'created from HANGAR_ADMIN_EMAIL / HANGAR_ADMIN_PASSWORD';
+      const startup = { requestId: 'startup', viewer: { kind: 'anonymous' } as const };
+      await this.audit.done(tx, startup, { action: 'createFirstAdmin', target: email, message: how });
+      return true;
     });
+    if (!created) return;
     this.log.info('created the first admin', { email });
     if (generated) {
       print(
