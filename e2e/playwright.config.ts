@@ -22,7 +22,14 @@ export default defineConfig({
     launchOptions: {
       executablePath: '/usr/bin/chromium',
       // Without the networking flags Chromium keeps calling hosts this machine cannot reach.
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+      ],
     },
   },
   webServer: {

@@ -7,7 +7,10 @@ test('a wrong password is refused with the reason, and the refusal is audited', 
   await snap(page, '01-sign-in-refused');
 });
 
-test('an operator signs in, makes a token, uses it, revokes it, and finds both in the audit log', async ({ page, request }) => {
+test('an operator signs in, makes a token, uses it, revokes it, and finds both in the audit log', async ({
+  page,
+  request,
+}) => {
   await signIn(page);
   const nav = page.getByRole('navigation');
   for (const name of ['Mirror', 'Registry', 'Models', 'Nodes', 'Training', 'Audit', 'Tokens', 'Users']) {

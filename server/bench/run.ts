@@ -24,12 +24,20 @@ async function load(name: string, url: string, body: string, headers: Record<str
     new Promise<void>((resolve, reject) => {
       const started = performance.now();
       const req = http.request(
-        { host: target.hostname, port: target.port, path: target.pathname, method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers } },
+        {
+          host: target.hostname,
+          port: target.port,
+          path: target.pathname,
+          method: 'POST',
+          agent,
+          headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body), ...headers },
+        },
         (res) => {
           let text = '';
           res.on('data', (c) => (text += c));
           res.on('end', () => {
-            if (res.statusCode !== 200 || text.includes('"errors"')) reject(new Error(`${name}: ${res.statusCode} ${text}`));
+            if (res.statusCode !== 200 || text.includes('"errors"'))
+              reject(new Error(`${name}: ${res.statusCode} ${text}`));
             latencies.push(performance.now() - started);
             resolve();
           });
@@ -56,7 +64,12 @@ async function load(name: string, url: string, body: string, headers: Record<str
 
 const root = path.join(os.tmpdir(), `hangar-bench-${process.pid}`);
 await fs.mkdir(root, { recursive: true, mode: 0o755 });
-const config = loadConfig({ HANGAR_DATA_DIR: root, PORT: '0', HANGAR_LOG_LEVEL: 'warn', HANGAR_ADMIN_PASSWORD: 'correct-horse-battery' });
+const config = loadConfig({
+  HANGAR_DATA_DIR: root,
+  PORT: '0',
+  HANGAR_LOG_LEVEL: 'warn',
+  HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
+});
 const app = await createApp({ config, log: createLogger('warn'), print: () => {} });
 const hangar = await app.start();
 
@@ -64,32 +77,56 @@ const hangar = await app.start();
 const signIn = await fetch(`${hangar}/graphql`, {
   method: 'POST',
   headers: { 'content-type': 'application/json' },
-  body: JSON.stringify({ query: 'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }' }),
+  body: JSON.stringify({
+    query:
+      'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }',
+  }),
 });
-const cookie = signIn.headers.getSetCookie().map((c) => c.split(';')[0]).join('; ');
+const cookie = signIn.headers
+  .getSetCookie()
+  .map((c) => c.split(';')[0])
+  .join('; ');
 const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
 const made = await fetch(`${hangar}/graphql`, {
   method: 'POST',
   headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-  body: JSON.stringify({ query: 'mutation { createApiToken(input: {name: "bench", role: VIEWER}) { ... on CreatedApiToken { secret } } }' }),
+  body: JSON.stringify({
+    query: 'mutation { createApiToken(input: {name: "bench", role: VIEWER}) { ... on CreatedApiToken { secret } } }',
+  }),
 });
 const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
 
-const bare = createYoga({ schema: createSchema({ typeDefs: 'type Query { hello: String }', resolvers: { Query: { hello: () => 'world' } } }), logging: false });
+const bare = createYoga({
+  schema: createSchema({ typeDefs: 'type Query { hello: String }', resolvers: { Query: { hello: () => 'world' } } }),
+  logging: false,
+});
 const bareServer = http.createServer(bare);
 await new Promise<void>((r) => bareServer.listen(0, '127.0.0.1', r));
 const bareUrl = `http://127.0.0.1:${(bareServer.address() as { port: number }).port}/graphql`;
 
 const baseline = await load('bare yoga { hello }', bareUrl, JSON.stringify({ query: '{ hello }' }));
-const anon = await load('hangar { __typename } (anonymous)', `${hangar}/graphql`, JSON.stringify({ query: '{ __typename }' }));
-const authed = await load('hangar { viewer { role user { email } } } (API token)', `${hangar}/graphql`, JSON.stringify({ query: '{ viewer { role user { email } } }' }), {
-  authorization: `Bearer ${token}`,
-});
+const anon = await load(
+  'hangar { __typename } (anonymous)',
+  `${hangar}/graphql`,
+  JSON.stringify({ query: '{ __typename }' }),
+);
+const authed = await load(
+  'hangar { viewer { role user { email } } } (API token)',
+  `${hangar}/graphql`,
+  JSON.stringify({ query: '{ viewer { role user { email } } }' }),
+  {
+    authorization: `Bearer ${token}`,
+  },
+);
 
-console.log(`GraphQL over HTTP, ${CONCURRENCY} concurrent keep-alive clients, ${DURATION_MS} ms each, loopback, ${os.cpus().length} cores`);
+console.log(
+  `GraphQL over HTTP, ${CONCURRENCY} concurrent keep-alive clients, ${DURATION_MS} ms each, loopback, ${os.cpus().length} cores`,
+);
 for (const r of [baseline, anon, authed]) {
   const ratio = r === baseline ? 'baseline' : `${(r.perSecond / baseline.perSecond).toFixed(2)}× baseline`;
-  console.log(`  ${r.name.padEnd(56)} ${r.perSecond.toFixed(0).padStart(7)} req/s  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  ${ratio}`);
+  console.log(
+    `  ${r.name.padEnd(56)} ${r.perSecond.toFixed(0).padStart(7)} req/s  p50 ${r.p50.toFixed(2)} ms  p99 ${r.p99.toFixed(2)} ms  ${ratio}`,
+  );
 }
 
 bareServer.close();

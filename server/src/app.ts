@@ -13,6 +13,8 @@ import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
 import { serveConsole } from './http/static.js';
 import type { Logger } from './lib/log.js';
+import { MirrorService } from './mirror/mirror.service.js';
+import { serveMirror, uploadToMirror } from './mirror/serve.js';
 import { listen, makePubSub } from './pubsub.js';
 
 export type App = {
@@ -42,12 +44,28 @@ export async function createApp({
     auth: new AuthService(prisma, config, audit, log),
     access: new AccessService(prisma, audit),
     fleet: new FleetService(prisma, audit),
+    mirror: new MirrorService(prisma, audit, config, log),
   };
   await services.auth.ensureFirstAdmin(print);
   const stopListening = await listen(db.url, pubsub, log);
 
   const yoga = buildYoga({ prisma, config, log, pubsub, services });
   const consoleHandler = serveConsole(config.webDist);
+  const mirrorFiles = serveMirror({
+    db: prisma,
+    paths: services.mirror.paths,
+    auth: services.auth,
+    requireToken: config.mirrorRequireToken,
+    log,
+  });
+  const mirrorUpload = uploadToMirror({
+    mirror: services.mirror,
+    auth: services.auth,
+    audit,
+    maxBytes: 64 * 1024 ** 3,
+  });
+  let listeningUrl = `http://${config.host}:${config.port}`;
+  services.mirror.setBaseUrl(() => listeningUrl);
 
   let inFlight = 0;
   let draining = false;
@@ -60,6 +78,9 @@ export async function createApp({
       if (path === '/graphql') return await yoga.requestListener(req, res);
       if (path === '/healthz') return json(res, 200, { ok: true });
       if (path === '/readyz') return await readyz(res);
+      if (path.startsWith('/mirror/')) {
+        return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
+      }
       if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
       json(res, 405, { error: `${req.method} is not served at ${path}` });
     } catch (err) {
@@ -107,12 +128,16 @@ export async function createApp({
           const address = server.address();
           const port = typeof address === 'object' && address ? address.port : config.port;
           const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
-          log.info('Hangar is listening', {
-            url,
-            graphql: `${url}/graphql`,
-            database: db.embedded ? 'embedded' : 'DATABASE_URL',
-          });
-          resolve(url);
+          listeningUrl = url;
+          // Downloads left unfinished by the last run resume now, not at the first request.
+          services.mirror.start(db.embedded).then(() => {
+            log.info('Hangar is listening', {
+              url,
+              graphql: `${url}/graphql`,
+              database: db.embedded ? 'embedded' : 'DATABASE_URL',
+            });
+            resolve(url);
+          }, reject);
         });
       }),
     stop: () => {
@@ -123,6 +148,7 @@ export async function createApp({
         const deadline = Date.now() + config.shutdownGraceMs;
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
+        await services.mirror.stop();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();

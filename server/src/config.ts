@@ -50,6 +50,10 @@ const schema = z.object({
     .default(1 << 20),
   HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   HANGAR_GRAPHIQL: bool.default(true),
+  HANGAR_MIRROR_CONCURRENCY: z.coerce.number().int().min(1, 'at least 1').max(64, 'at most 64').default(3),
+  HANGAR_MIRROR_STALL_SECONDS: z.coerce.number().int().min(1, 'at least 1').max(3600, 'at most 3600').default(30),
+  HANGAR_MIRROR_ATTEMPTS: z.coerce.number().int().min(1, 'at least 1').max(100, 'at most 100').default(8),
+  HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(false),
 });
 
 export type Config = {
@@ -70,6 +74,14 @@ export type Config = {
   maxBodyBytes: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   graphiql: boolean;
+  /** How many files the mirror downloads at once. */
+  mirrorConcurrency: number;
+  /** Seconds without a byte before a transfer counts as stalled and is resumed. */
+  mirrorStallSeconds: number;
+  /** Tries per file (each resuming where the last stopped) before it is marked failed. */
+  mirrorAttempts: number;
+  /** Whether GET /mirror/… needs a node or API token. */
+  mirrorRequireToken: boolean;
 };
 
 export class ConfigError extends Error {
@@ -108,5 +120,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxBodyBytes: c.HANGAR_MAX_BODY_BYTES,
     logLevel: c.HANGAR_LOG_LEVEL,
     graphiql: c.HANGAR_GRAPHIQL,
+    mirrorConcurrency: c.HANGAR_MIRROR_CONCURRENCY,
+    mirrorStallSeconds: c.HANGAR_MIRROR_STALL_SECONDS,
+    mirrorAttempts: c.HANGAR_MIRROR_ATTEMPTS,
+    mirrorRequireToken: c.HANGAR_MIRROR_REQUIRE_TOKEN,
   };
 }

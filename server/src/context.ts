@@ -7,6 +7,7 @@ import type { Config } from './config.js';
 import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
 import type { Logger } from './lib/log.js';
+import type { MirrorService } from './mirror/mirror.service.js';
 import type { PubSub } from './pubsub.js';
 
 export type Services = {
@@ -14,6 +15,7 @@ export type Services = {
   auth: AuthService;
   access: AccessService;
   fleet: FleetService;
+  mirror: MirrorService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

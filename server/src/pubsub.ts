@@ -10,6 +10,8 @@ import type { Logger } from './lib/log.js';
 
 export type Topics = {
   auditEvent: [id: string];
+  /** "model/version": a version's files changed (state, bytes, removal). */
+  mirrorVersion: [key: string];
 };
 export type Topic = keyof Topics;
 

@@ -49,7 +49,10 @@ export type GqlResult<T = Record<string, unknown>> = {
 };
 
 export type TestApp = {
+  /** The running app; replaced by restart(). */
   app: App;
+  /** Stops the app (gracefully, as SIGTERM would) and starts a new one on the same database and data dir. */
+  restart(): Promise<App>;
   dataDir: string;
   /** Runs an operation in-process through Yoga, as an HTTP request would arrive. */
   gql<T = Record<string, any>>(
@@ -76,7 +79,7 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     HANGAR_WEB_DIST: path.join(dataDir, 'no-web-dist'),
     ...env,
   });
-  const app = await createApp({ config, log: createLogger(config.logLevel), database, print: () => {} });
+  let app = await createApp({ config, log: createLogger(config.logLevel), database, print: () => {} });
 
   const gql: TestApp['gql'] = async (query, variables, o = {}) => {
     const body = JSON.stringify({ query, variables });
@@ -88,7 +91,7 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     if (o.token) headers.authorization = `Bearer ${o.token}`;
     if (o.cookie) headers.cookie = o.cookie;
     if (o.csrf) headers['x-hangar-csrf'] = o.csrf;
-    const res = await app.yoga.fetch('http://hangar/graphql', { method: 'POST', headers, body });
+    const res = await handle.app.yoga.fetch('http://hangar/graphql', { method: 'POST', headers, body });
     const json = (await res.json()) as { data?: any; errors?: GqlResult['errors'] };
     return { status: res.status, data: json.data, errors: json.errors, headers: res.headers };
   };
@@ -118,8 +121,14 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
     return r.data.createApiToken.secret as string;
   };
 
-  return {
+  const handle: TestApp = {
     app,
+    restart: async () => {
+      await app.stop();
+      app = await createApp({ config, log: createLogger(config.logLevel), database, print: () => {} });
+      handle.app = app;
+      return app;
+    },
     dataDir,
     gql,
     login,
@@ -130,4 +139,5 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
       await fs.rm(dataDir, { recursive: true, force: true });
     },
   };
+  return handle;
 }

@@ -6,6 +6,7 @@ import '../access/access.schema.js';
 import '../auth/auth.schema.js';
 import '../audit/audit.schema.js';
 import '../fleet/fleet.schema.js';
+import '../mirror/mirror.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

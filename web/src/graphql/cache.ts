@@ -1,29 +1,20 @@
-import type { Cache, CacheExchangeOpts, Data, IntrospectionData } from '@urql/exchange-graphcache';
+import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
 import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
 import schema from '../generated/schema.json';
 
 // Graphcache normalizes by `__typename:id`; entities that arrive by subscription or as a mutation's result update
 // every view that shows them. Only a *new* entity needs an updater, to say which lists it joins.
 
-/** Types without an identity of their own: stored inside their parent. */
-const embedded = [
-  'Viewer',
-  'PageInfo',
-  'AuditEventConnection',
-  'AuditEventEdge',
-  'Gpu',
-  'EngineInfo',
-  'LoginPayload',
-  'LogoutPayload',
-  'CreatedApiToken',
-  'CreatedNode',
-  'ConflictError',
-  'ForbiddenError',
-  'NotFoundError',
-  'UnauthenticatedError',
-  'UpstreamError',
-  'ValidationError',
-];
+type SchemaType = { kind: string; name: string; fields?: { name: string }[] | null };
+const roots = new Set(['Query', 'Mutation', 'Subscription']);
+
+/**
+ * Object types without an `id` (Viewer, PageInfo, connections and edges, payloads, errors, GPU reports…) have no
+ * identity of their own: they are stored inside their parent. Read from the schema, so new types need no entry.
+ */
+export const embeddedTypes: string[] = (schema.__schema.types as SchemaType[])
+  .filter((t) => t.kind === 'OBJECT' && !roots.has(t.name) && !t.fields?.some((f) => f.name === 'id'))
+  .map((t) => t.name);
 
 const byId = (data: Data) => (data.id == null ? null : String(data.id));
 
@@ -34,22 +25,23 @@ function addToLists(cache: Cache, field: string, entity: Data, at: 'start' | 'en
   for (const f of cache.inspectFields('Query')) {
     if (f.fieldName !== field) continue;
     const list = cache.resolve('Query', f.fieldKey);
-    if (!Array.isArray(list) || list.includes(key)) continue;
-    const keys = list as string[];
-    cache.link('Query', f.fieldName, f.arguments ?? {}, at === 'start' ? [key, ...keys] : [...keys, key]);
+    if (!Array.isArray(list)) continue;
+    const keys = list as unknown as string[];
+    if (keys.includes(key)) continue;
+    cache.link('Query', f.fieldName, f.arguments, at === 'start' ? [key, ...keys] : [...keys, key]);
   }
 }
 
 /** The mutation's result when it is the success type, else undefined (a refusal changes no list). */
-function success(parent: Data, field: string, typename: string): Data | undefined {
+function success(parent: Record<string, unknown>, field: string, typename: string): Data | undefined {
   const result = parent[field] as Data | null | undefined;
   return result?.__typename === typename ? result : undefined;
 }
 
 export const cacheConfig: CacheExchangeOpts = {
-  schema: schema as IntrospectionData,
+  schema: schema as CacheExchangeOpts['schema'],
   keys: {
-    ...Object.fromEntries(embedded.map((t) => [t, () => null])),
+    ...Object.fromEntries(embeddedTypes.map((t) => [t, () => null])),
     AuditEvent: byId,
     ApiToken: byId,
     User: byId,

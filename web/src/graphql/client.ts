@@ -3,7 +3,7 @@ import { createClient as createWsClient } from 'graphql-ws';
 import { Client, fetchExchange, subscriptionExchange } from 'urql';
 import { cacheConfig } from './cache';
 import { csrfHeaders } from './csrf';
-import { live } from './live';
+import { closeCode, FORBIDDEN_CLOSE, live } from './live';
 
 /** The console's client: graphcache (schema-aware), HTTP for queries and mutations, graphql-ws for subscriptions. */
 export function makeClient(origin: string = window.location.origin): Client {
@@ -13,11 +13,15 @@ export function makeClient(origin: string = window.location.origin): Client {
   const ws = createWsClient({
     url: wsUrl.href,
     lazy: true,
+    // A server restart or a network blip: keep trying (with graphql-ws's backoff). A refusal: the session ended.
     retryAttempts: Number.POSITIVE_INFINITY,
-    shouldRetry: () => true,
+    shouldRetry: (event) => closeCode(event) !== FORBIDDEN_CLOSE,
     on: {
+      connecting: (isRetry) => live.set(isRetry ? 'reconnecting' : 'connecting'),
       connected: (_socket, _payload, wasRetry) => live.set('live', wasRetry),
-      closed: () => live.set(live.get() === 'connecting' ? 'connecting' : 'reconnecting'),
+      closed: (event) => {
+        if (closeCode(event) === FORBIDDEN_CLOSE) live.set('stopped');
+      },
     },
   });
   return new Client({

@@ -1,6 +1,6 @@
 // The WebSocket's state, for views that show "live" and refetch after a reconnect (events sent while the socket
 // was down are not replayed: a view that reconnects reads the current state instead).
-export type LiveState = 'connecting' | 'live' | 'reconnecting';
+export type LiveState = 'connecting' | 'live' | 'reconnecting' | 'stopped';
 
 let state: LiveState = 'connecting';
 const listeners = new Set<() => void>();
@@ -25,3 +25,12 @@ export const live = {
     if (reconnected) for (const l of reconnectListeners) l();
   },
 };
+
+/** graphql-ws closes with 4403 when the server refuses the connection: the session has ended. */
+export const FORBIDDEN_CLOSE = 4403;
+
+export function closeCode(event: unknown): number | undefined {
+  return typeof event === 'object' && event !== null && 'code' in event && typeof event.code === 'number'
+    ? event.code
+    : undefined;
+}

@@ -1,6 +1,6 @@
 import { useEffect, useState, useSyncExternalStore } from 'react';
 import { gql, useQuery, useSubscription } from 'urql';
-import { live } from '../../graphql/live';
+import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
@@ -68,6 +68,13 @@ export const AuditLog_EventAddedSubscription = gql<{ auditEventAdded: AuditEvent
 
 export const AUDIT_PAGE_SIZE = 50;
 
+const liveText: Record<LiveState, string> = {
+  connecting: 'Connecting for live updates…',
+  live: 'Live: new events appear at the top.',
+  reconnecting: 'Reconnecting: the list is re-read when the connection is back.',
+  stopped: 'Live updates stopped: the server refused the connection. Sign in again to resume them.',
+};
+
 /**
  * The audit log, newest first: one query per page (cursor after the previous page's end), so events that arrive
  * live join the first page without shifting the later ones.
@@ -84,11 +91,7 @@ export function AuditLog({ pageSize = AUDIT_PAGE_SIZE }: { pageSize?: number }) 
       </PageHeader>
       <p className="live-state" aria-live="polite">
         <span className={`dot ${state === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
-        {state === 'live'
-          ? 'Live: new events appear at the top.'
-          : state === 'reconnecting'
-            ? 'Reconnecting: new events will appear when the connection is back.'
-            : 'Connecting for live updates…'}
+        {liveText[state]}
       </p>
       <div className="table-wrap">
         <table className="table dense audit">
@@ -186,7 +189,7 @@ function AuditRow({ event }: { event: AuditEventRow }) {
         <TimeAgo at={event.at} />
       </td>
       <td className="mono">{event.actor}</td>
-      <td className="mono">{event.action}</td>
+      <td className="mono nowrap">{event.action}</td>
       <td className="mono">{event.target ?? <span className="muted">—</span>}</td>
       <td>
         <span className={`badge ${outcomeClass[event.outcome] ?? ''}`}>{event.outcome}</span>

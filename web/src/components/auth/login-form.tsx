@@ -6,10 +6,7 @@ import { FormError, FormError_RefusalFragment } from '../common/form-error';
 
 type SignedIn = { __typename: 'LoginPayload'; user: { id: string; email: string; role: Role } };
 
-export const LoginForm_LoginMutation = gql<
-  { login: Outcome<SignedIn> },
-  { email: string; password: string }
->`
+export const LoginForm_LoginMutation = gql<{ login: Outcome<SignedIn> }, { email: string; password: string }>`
   mutation LoginForm_Login($email: String!, $password: String!) {
     login(email: $email, password: $password) {
       __typename
@@ -48,7 +45,7 @@ export function LoginForm({ onSignedIn }: { onSignedIn: (user: SignedIn['user'])
     <form className="stack" onSubmit={submit} aria-describedby="login-error">
       <label className="field">
         <span>Email</span>
-        <input name="email" type="email" autoComplete="username" required autoFocus />
+        <input name="email" type="email" autoComplete="username" required />
       </label>
       <label className="field">
         <span>Password</span>

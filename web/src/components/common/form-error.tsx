@@ -1,5 +1,5 @@
-import { gql } from 'urql';
 import type { CombinedError } from 'urql';
+import { gql } from 'urql';
 import type { Refusal } from '../../graphql/types';
 
 /** Spread into every mutation's result union: the refusal an operator reads, and the field it names. */

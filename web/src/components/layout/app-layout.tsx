@@ -98,7 +98,9 @@ function SignedInAs({ viewer }: { viewer: AppLayout_Viewer }) {
     setProblem(undefined);
     const result = await logout({});
     const outcome = result.data?.logout;
-    if (result.error || isRefusal(outcome)) {
+    // A session that has already ended is as signed out as it gets.
+    const ended = isRefusal(outcome) && outcome.__typename === 'UnauthenticatedError';
+    if (!ended && (result.error || isRefusal(outcome))) {
       setProblem(isRefusal(outcome) ? outcome.message : describeError(result.error));
       return;
     }

@@ -90,8 +90,8 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         </button>
       </form>
       <p id="expires-hint" className="hint">
-        A token can hold at most your own role. Without an expiry date it works until it is revoked; with one, it
-        stops at the end of that day.
+        A token can hold at most your own role. Without an expiry date it works until it is revoked; with one, it stops
+        at the end of that day.
       </p>
       <FormError refusal={refusal} error={error} />
     </section>
@@ -103,8 +103,8 @@ function SecretOnce({ created, origin, onDone }: { created: Created; origin: str
   return (
     <div className="secret-once" role="status">
       <p>
-        <strong>Token “{created.token.name}” created.</strong> Copy its secret now: it will not be shown again
-        (Hangar keeps only its hash).
+        <strong>Token “{created.token.name}” created.</strong> Copy its secret now: it will not be shown again (Hangar
+        keeps only its hash).
       </p>
       <div className="secret-row">
         <code data-testid="token-secret" className="secret">

@@ -118,12 +118,7 @@ function TokenRow({ token }: { token: TokenTable_Token }) {
       </td>
       <td className="actions">
         {state === 'active' ? (
-          <button
-            type="button"
-            className="button small danger"
-            onClick={onRevoke}
-            disabled={fetching}
-          >
+          <button type="button" className="button small danger" onClick={onRevoke} disabled={fetching}>
             Revoke
           </button>
         ) : null}

@@ -2,7 +2,7 @@ import { gql, useQuery } from 'urql';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateTokenForm } from './create-token-form';
-import { type TokenTable_Token, TokenTable, TokenTable_TokenFragment } from './token-table';
+import { TokenTable, type TokenTable_Token, TokenTable_TokenFragment } from './token-table';
 
 export const TokensPage_TokensQuery = gql<{ apiTokens: TokenTable_Token[] }>`
   query TokensPage_Tokens {

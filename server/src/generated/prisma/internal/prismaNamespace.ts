@@ -2028,6 +2028,7 @@ export const MirrorFileScalarFieldEnum = {
   etag: 'etag',
   error: 'error',
   attempts: 'attempts',
+  bytesPerSecond: 'bytesPerSecond',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   requestedBy: 'requestedBy',
@@ -2412,6 +2413,20 @@ export type ListIntFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel,
 
 
 /**
+ * Reference to a field of type 'Float'
+ */
+export type FloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Float'>
+    
+
+
+/**
+ * Reference to a field of type 'Float[]'
+ */
+export type ListFloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Float[]'>
+    
+
+
+/**
  * Reference to a field of type 'Engine'
  */
 export type EnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Engine'>
@@ -2457,20 +2472,6 @@ export type EnumJobStateFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaM
  * Reference to a field of type 'JobState[]'
  */
 export type ListEnumJobStateFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'JobState[]'>
-    
-
-
-/**
- * Reference to a field of type 'Float'
- */
-export type FloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Float'>
-    
-
-
-/**
- * Reference to a field of type 'Float[]'
- */
-export type ListFloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Float[]'>
     
 
 

@@ -162,6 +162,7 @@ export const MirrorFileScalarFieldEnum = {
   etag: 'etag',
   error: 'error',
   attempts: 'attempts',
+  bytesPerSecond: 'bytesPerSecond',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   requestedBy: 'requestedBy',

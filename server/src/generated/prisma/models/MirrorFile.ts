@@ -30,12 +30,14 @@ export type MirrorFileAvgAggregateOutputType = {
   bytesDone: number | null
   bytesTotal: number | null
   attempts: number | null
+  bytesPerSecond: number | null
 }
 
 export type MirrorFileSumAggregateOutputType = {
   bytesDone: bigint | null
   bytesTotal: bigint | null
   attempts: number | null
+  bytesPerSecond: number | null
 }
 
 export type MirrorFileMinAggregateOutputType = {
@@ -52,6 +54,7 @@ export type MirrorFileMinAggregateOutputType = {
   etag: string | null
   error: string | null
   attempts: number | null
+  bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
   requestedBy: string | null
@@ -75,6 +78,7 @@ export type MirrorFileMaxAggregateOutputType = {
   etag: string | null
   error: string | null
   attempts: number | null
+  bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
   requestedBy: string | null
@@ -98,6 +102,7 @@ export type MirrorFileCountAggregateOutputType = {
   etag: number
   error: number
   attempts: number
+  bytesPerSecond: number
   leaseOwner: number
   leaseUntil: number
   requestedBy: number
@@ -113,12 +118,14 @@ export type MirrorFileAvgAggregateInputType = {
   bytesDone?: true
   bytesTotal?: true
   attempts?: true
+  bytesPerSecond?: true
 }
 
 export type MirrorFileSumAggregateInputType = {
   bytesDone?: true
   bytesTotal?: true
   attempts?: true
+  bytesPerSecond?: true
 }
 
 export type MirrorFileMinAggregateInputType = {
@@ -135,6 +142,7 @@ export type MirrorFileMinAggregateInputType = {
   etag?: true
   error?: true
   attempts?: true
+  bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
   requestedBy?: true
@@ -158,6 +166,7 @@ export type MirrorFileMaxAggregateInputType = {
   etag?: true
   error?: true
   attempts?: true
+  bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
   requestedBy?: true
@@ -181,6 +190,7 @@ export type MirrorFileCountAggregateInputType = {
   etag?: true
   error?: true
   attempts?: true
+  bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
   requestedBy?: true
@@ -291,6 +301,7 @@ export type MirrorFileGroupByOutputType = {
   etag: string | null
   error: string | null
   attempts: number
+  bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
   requestedBy: string | null
@@ -337,6 +348,7 @@ export type MirrorFileWhereInput = {
   etag?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   error?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntFilter<"MirrorFile"> | number
+  bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
@@ -360,6 +372,7 @@ export type MirrorFileOrderByWithRelationInput = {
   etag?: Prisma.SortOrderInput | Prisma.SortOrder
   error?: Prisma.SortOrderInput | Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -387,6 +400,7 @@ export type MirrorFileWhereUniqueInput = Prisma.AtLeast<{
   etag?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   error?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntFilter<"MirrorFile"> | number
+  bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
@@ -410,6 +424,7 @@ export type MirrorFileOrderByWithAggregationInput = {
   etag?: Prisma.SortOrderInput | Prisma.SortOrder
   error?: Prisma.SortOrderInput | Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
@@ -441,6 +456,7 @@ export type MirrorFileScalarWhereWithAggregatesInput = {
   etag?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   error?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntWithAggregatesFilter<"MirrorFile"> | number
+  bytesPerSecond?: Prisma.FloatNullableWithAggregatesFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"MirrorFile"> | Date | string | null
   requestedBy?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
@@ -464,6 +480,7 @@ export type MirrorFileCreateInput = {
   etag?: string | null
   error?: string | null
   attempts?: number
+  bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   requestedBy?: string | null
@@ -487,6 +504,7 @@ export type MirrorFileUncheckedCreateInput = {
   etag?: string | null
   error?: string | null
   attempts?: number
+  bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   requestedBy?: string | null
@@ -510,6 +528,7 @@ export type MirrorFileUpdateInput = {
   etag?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
+  bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -533,6 +552,7 @@ export type MirrorFileUncheckedUpdateInput = {
   etag?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
+  bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -556,6 +576,7 @@ export type MirrorFileCreateManyInput = {
   etag?: string | null
   error?: string | null
   attempts?: number
+  bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   requestedBy?: string | null
@@ -579,6 +600,7 @@ export type MirrorFileUpdateManyMutationInput = {
   etag?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
+  bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -602,6 +624,7 @@ export type MirrorFileUncheckedUpdateManyInput = {
   etag?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
+  bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
@@ -631,6 +654,7 @@ export type MirrorFileCountOrderByAggregateInput = {
   etag?: Prisma.SortOrder
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
@@ -644,6 +668,7 @@ export type MirrorFileAvgOrderByAggregateInput = {
   bytesDone?: Prisma.SortOrder
   bytesTotal?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrder
 }
 
 export type MirrorFileMaxOrderByAggregateInput = {
@@ -660,6 +685,7 @@ export type MirrorFileMaxOrderByAggregateInput = {
   etag?: Prisma.SortOrder
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
@@ -683,6 +709,7 @@ export type MirrorFileMinOrderByAggregateInput = {
   etag?: Prisma.SortOrder
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
@@ -696,6 +723,7 @@ export type MirrorFileSumOrderByAggregateInput = {
   bytesDone?: Prisma.SortOrder
   bytesTotal?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
+  bytesPerSecond?: Prisma.SortOrder
 }
 
 export type EnumMirrorFileStateFieldUpdateOperationsInput = {
@@ -718,6 +746,14 @@ export type IntFieldUpdateOperationsInput = {
   divide?: number
 }
 
+export type NullableFloatFieldUpdateOperationsInput = {
+  set?: number | null
+  increment?: number
+  decrement?: number
+  multiply?: number
+  divide?: number
+}
+
 
 
 export type MirrorFileSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -734,6 +770,7 @@ export type MirrorFileSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   etag?: boolean
   error?: boolean
   attempts?: boolean
+  bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   requestedBy?: boolean
@@ -757,6 +794,7 @@ export type MirrorFileSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   etag?: boolean
   error?: boolean
   attempts?: boolean
+  bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   requestedBy?: boolean
@@ -780,6 +818,7 @@ export type MirrorFileSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   etag?: boolean
   error?: boolean
   attempts?: boolean
+  bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   requestedBy?: boolean
@@ -803,6 +842,7 @@ export type MirrorFileSelectScalar = {
   etag?: boolean
   error?: boolean
   attempts?: boolean
+  bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   requestedBy?: boolean
@@ -812,7 +852,7 @@ export type MirrorFileSelectScalar = {
   finishedAt?: boolean
 }
 
-export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "leaseOwner" | "leaseUntil" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
+export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "bytesPerSecond" | "leaseOwner" | "leaseUntil" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
 
 export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "MirrorFile"
@@ -831,6 +871,7 @@ export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.Internal
     etag: string | null
     error: string | null
     attempts: number
+    bytesPerSecond: number | null
     leaseOwner: string | null
     leaseUntil: Date | null
     requestedBy: string | null
@@ -1274,6 +1315,7 @@ export interface MirrorFileFieldRefs {
   readonly etag: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly error: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly attempts: Prisma.FieldRef<"MirrorFile", 'Int'>
+  readonly bytesPerSecond: Prisma.FieldRef<"MirrorFile", 'Float'>
   readonly leaseOwner: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly leaseUntil: Prisma.FieldRef<"MirrorFile", 'DateTime'>
   readonly requestedBy: Prisma.FieldRef<"MirrorFile", 'String'>

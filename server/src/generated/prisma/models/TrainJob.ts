@@ -937,14 +937,6 @@ export type TrainJobUncheckedUpdateManyWithoutNodeNestedInput = {
   deleteMany?: Prisma.TrainJobScalarWhereInput | Prisma.TrainJobScalarWhereInput[]
 }
 
-export type NullableFloatFieldUpdateOperationsInput = {
-  set?: number | null
-  increment?: number
-  decrement?: number
-  multiply?: number
-  divide?: number
-}
-
 export type TrainJobCreateNestedOneWithoutMetricsInput = {
   create?: Prisma.XOR<Prisma.TrainJobCreateWithoutMetricsInput, Prisma.TrainJobUncheckedCreateWithoutMetricsInput>
   connectOrCreate?: Prisma.TrainJobCreateOrConnectWithoutMetricsInput

@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "MirrorFile" ADD COLUMN     "bytesPerSecond" DOUBLE PRECISION;

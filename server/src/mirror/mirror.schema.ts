@@ -1,0 +1,280 @@
+import { filter, pipe } from 'graphql-yoga';
+import { MirrorFileState } from '../generated/prisma/enums.js';
+import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
+import { builder } from '../schema/builder.js';
+import { type FetchStarted, type MirrorVersionView, versionKey } from './mirror.service.js';
+
+const MirrorFileStateEnum = builder.enumType(MirrorFileState, { name: 'MirrorFileState' });
+const MirrorVersionStateEnum = builder.enumType('MirrorVersionState', {
+  values: ['QUEUED', 'FETCHING', 'VERIFYING', 'PRESENT', 'FAILED', 'CANCELLED'] as const,
+  description:
+    "Summed from the version's files: any arriving → FETCHING; else any failed → FAILED; all present → PRESENT.",
+});
+const ModelMode = builder.enumType('ModelMode', { values: ['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const });
+
+const MirrorFileRef = builder.prismaObject('MirrorFile', {
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    file: t.exposeString('file'),
+    state: t.expose('state', { type: MirrorFileStateEnum }),
+    bytesDone: t.field({ type: 'Bytes', resolve: (f) => f.bytesDone }),
+    bytesTotal: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'Null until the upstream says.',
+      resolve: (f) => f.bytesTotal,
+    }),
+    bytesPerSecond: t.float({ nullable: true, resolve: (f) => (f.state === 'FETCHING' ? f.bytesPerSecond : null) }),
+    expectedSha256: t.exposeString('expectedSha256', {
+      nullable: true,
+      description: 'What the upstream or the request published.',
+    }),
+    sha256: t.exposeString('actualSha256', { nullable: true, description: 'What the bytes hash to, once fetched.' }),
+    verified: t.boolean({
+      description: 'Present and matching a published sha256. A present file with no published digest is unverified.',
+      resolve: (f) => f.state === 'PRESENT' && f.expectedSha256 !== null && f.expectedSha256 === f.actualSha256,
+    }),
+    error: t.exposeString('error', { nullable: true }),
+    attempts: t.exposeInt('attempts'),
+    sourceUrl: t.exposeString('sourceUrl'),
+    url: t.string({
+      nullable: true,
+      description: 'Where nodes fetch it: only once present.',
+      resolve: (f, _args, ctx) => (f.state === 'PRESENT' ? ctx.services.mirror.fileUrl(f) : null),
+    }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
+  }),
+});
+
+const ModelUse = builder
+  .objectRef<{ name: string; minReplicas: number; maxReplicas: number; declared: boolean }>('ModelUse')
+  .implement({
+    description: 'A catalog model whose source is in this version, and how it runs.',
+    fields: (t) => ({
+      name: t.exposeString('name'),
+      mode: t.field({
+        type: ModelMode,
+        resolve: (m) => (m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS'),
+      }),
+      replicas: t.int({ resolve: (m) => m.minReplicas }),
+      declared: t.exposeBoolean('declared'),
+    }),
+  });
+
+export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVersion').implement({
+  description: 'A model version: one row for the operator, whatever its file count.',
+  fields: (t) => ({
+    id: t.id({ resolve: (v) => versionKey(v.model, v.version) }),
+    model: t.exposeString('model'),
+    version: t.exposeString('version'),
+    state: t.field({ type: MirrorVersionStateEnum, resolve: (v) => v.state }),
+    removed: t.exposeBoolean('removed', {
+      description: 'True only in the last event about a version that was removed.',
+    }),
+    fileCount: t.int({ resolve: (v) => v.files.length }),
+    files: t.field({ type: [MirrorFileRef], resolve: (v) => v.files }),
+    bytesDone: t.field({ type: 'Bytes', resolve: (v) => v.progress.bytesDone }),
+    bytesTotal: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'Null while any file size is unknown.',
+      resolve: (v) => v.progress.bytesTotal,
+    }),
+    percent: t.float({
+      nullable: true,
+      description: 'Only when the total is known; never invented.',
+      resolve: (v) => v.progress.percent,
+    }),
+    bytesPerSecond: t.float({ nullable: true, resolve: (v) => v.progress.bytesPerSecond }),
+    etaSeconds: t.int({ nullable: true, resolve: (v) => v.progress.etaSeconds }),
+    error: t.string({
+      nullable: true,
+      description: "The first failed file's reason, and how many failed.",
+      resolve: (v) => {
+        const failed = v.files.filter((f) => f.state === 'FAILED');
+        if (!failed.length) return null;
+        const more = failed.length > 1 ? ` (and ${failed.length - 1} more failed)` : '';
+        return `${v.files.length > 1 ? `${failed[0]?.file}: ` : ''}${failed[0]?.error ?? 'failed'}${more}`;
+      },
+    }),
+    verified: t.boolean({
+      resolve: (v) =>
+        v.state === 'PRESENT' && v.files.every((f) => f.expectedSha256 !== null && f.expectedSha256 === f.actualSha256),
+    }),
+    url: t.string({
+      nullable: true,
+      description: 'What a catalog entry should use: the version folder, once every file is present.',
+      resolve: (v, _args, ctx) => (v.state === 'PRESENT' ? ctx.services.mirror.versionUrl(v.model, v.version) : null),
+    }),
+    usedBy: t.field({
+      type: [ModelUse],
+      resolve: (v, _args, ctx) => (v.removed ? [] : ctx.services.mirror.usedBy(v.model, v.version)),
+    }),
+    updatedAt: t.field({
+      type: 'DateTime',
+      nullable: true,
+      resolve: (v) => (v.files.length ? new Date(Math.max(...v.files.map((f) => f.updatedAt.getTime()))) : null),
+    }),
+  }),
+});
+
+type Family = { name: string; versions: MirrorVersionView[] };
+const MirrorFamily = builder.objectRef<Family>('MirrorFamily').implement({
+  description: "Versions grouped by the letters their model's name starts with: every qwen, every llama.",
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    modelCount: t.int({ resolve: (f) => new Set(f.versions.map((v) => v.model)).size }),
+    bytes: t.field({ type: 'Bytes', resolve: (f) => f.versions.reduce((n, v) => n + v.progress.bytesDone, 0) }),
+    fetching: t.int({
+      resolve: (f) => f.versions.filter((v) => ['QUEUED', 'FETCHING', 'VERIFYING'].includes(v.state)).length,
+    }),
+    failed: t.int({ resolve: (f) => f.versions.filter((v) => v.state === 'FAILED').length }),
+    versions: t.field({ type: [MirrorVersionRef], resolve: (f) => f.versions }),
+  }),
+});
+
+type Overview = { versions: MirrorVersionView[] };
+const Mirror = builder.objectRef<Overview>('Mirror').implement({
+  fields: (t) => ({
+    baseUrl: t.string({ resolve: (_m, _args, ctx) => ctx.services.mirror.base() }),
+    fetching: t.int({
+      description: 'Versions arriving.',
+      resolve: (m) => m.versions.filter((v) => ['QUEUED', 'FETCHING', 'VERIFYING'].includes(v.state)).length,
+    }),
+    present: t.int({ resolve: (m) => m.versions.filter((v) => v.state === 'PRESENT').length }),
+    failed: t.int({ resolve: (m) => m.versions.filter((v) => v.state === 'FAILED').length }),
+    diskUsedBytes: t.field({
+      type: 'Bytes',
+      resolve: async (_m, _a, ctx) => (await ctx.services.mirror.disk()).usedBytes,
+    }),
+    diskFreeBytes: t.field({
+      type: 'Bytes',
+      resolve: async (_m, _a, ctx) => (await ctx.services.mirror.disk()).freeBytes,
+    }),
+    families: t.field({ type: [MirrorFamily], resolve: (m, _a, ctx) => ctx.services.mirror.families(m.versions) }),
+    versions: t.field({
+      type: [MirrorVersionRef],
+      description: 'Every version, in the listing order.',
+      resolve: (m) => m.versions,
+    }),
+  }),
+});
+
+const MirrorSourceInput = builder.inputType('MirrorSourceInput', {
+  fields: (t) => ({
+    url: t.string({ required: true }),
+    file: t.string({
+      required: false,
+      description: "The file's name in the version; defaults to the URL's last part.",
+    }),
+    sha256: t.string({
+      required: false,
+      description: 'The published digest; without one, the file is kept unverified.',
+    }),
+    size: t.field({ type: 'Bytes', required: false, description: 'The expected size, checked before and after.' }),
+  }),
+});
+
+const FetchStartedRef = builder.objectRef<FetchStarted>('FetchStarted').implement({
+  description: 'The fetch has started: the bytes are still moving. Watch the version for when it is present.',
+  fields: (t) => ({
+    version: t.field({ type: MirrorVersionRef, resolve: (r) => r.version }),
+    started: t.exposeInt('started'),
+    alreadyArriving: t.exposeInt('alreadyArriving'),
+    alreadyPresent: t.exposeInt('alreadyPresent'),
+    message: t.exposeString('message'),
+  }),
+});
+
+const RemovedMirrorVersion = builder
+  .objectRef<{ model: string; version: string; files: number; bytes: number }>('RemovedMirrorVersion')
+  .implement({
+    fields: (t) => ({
+      id: t.id({ resolve: (r) => versionKey(r.model, r.version) }),
+      model: t.exposeString('model'),
+      version: t.exposeString('version'),
+      files: t.exposeInt('files'),
+      bytes: t.field({ type: 'Bytes', resolve: (r) => r.bytes }),
+    }),
+  });
+
+builder.queryFields((t) => ({
+  mirror: t.field({
+    type: Mirror,
+    authScopes: { viewer: true },
+    resolve: async (_root, _args, ctx) => ({ versions: await ctx.services.mirror.versions() }),
+  }),
+  mirrorVersion: t.field({
+    type: MirrorVersionRef,
+    nullable: true,
+    authScopes: { viewer: true },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    resolve: (_root, args, ctx) => ctx.services.mirror.version(args.model, args.version),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  fetchToMirror: t.field({
+    type: FetchStartedRef,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, ConflictError] },
+    args: {
+      model: t.arg.string({ required: true }),
+      version: t.arg.string({ required: true }),
+      sources: t.arg({ type: [MirrorSourceInput], required: true }),
+      force: t.arg.boolean({ required: false, description: 'Fetch files again even when present.' }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx, args)),
+  }),
+  cancelMirrorFetch: t.field({
+    type: MirrorVersionRef,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.cancel(ctx, args)),
+  }),
+  retryMirrorFetch: t.field({
+    type: MirrorVersionRef,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.retry(ctx, args)),
+  }),
+  removeMirrorVersion: t.field({
+    type: RemovedMirrorVersion,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: {
+      model: t.arg.string({ required: true }),
+      version: t.arg.string({ required: true }),
+      force: t.arg.boolean({ required: false, description: 'Remove it even while catalog models use it.' }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.remove(ctx, args)),
+  }),
+}));
+
+// Events are published as each file's progress is persisted (about once a second per transfer) and on every
+// state change, so a version sends a few events a second at most; each carries the whole version.
+builder.subscriptionFields((t) => ({
+  mirrorChanged: t.field({
+    type: MirrorVersionRef,
+    description: 'Every version that changes, whole.',
+    authScopes: { viewer: true },
+    subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('mirrorVersion'),
+    resolve: (key: string, _args, ctx) => {
+      const [model = '', version = ''] = key.split('/');
+      return ctx.services.mirror.versionOrRemoved(model, version);
+    },
+  }),
+  mirrorVersionChanged: t.field({
+    type: MirrorVersionRef,
+    authScopes: { viewer: true },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.pubsub.subscribe('mirrorVersion'),
+        filter((key: string) => key === versionKey(args.model, args.version)),
+      ),
+    resolve: (_key: string, args, ctx) => ctx.services.mirror.versionOrRemoved(args.model, args.version),
+  }),
+}));

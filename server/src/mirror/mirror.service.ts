@@ -1,0 +1,737 @@
+import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
+import type { Config } from '../config.js';
+import type { Context } from '../context.js';
+import type { Db } from '../db/client.js';
+import type { MirrorFile } from '../generated/prisma/client.js';
+import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
+import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
+import { fileFromUrl, fileName, MirrorPaths, modelName, versionName } from './paths.js';
+import {
+  compareVersions,
+  modelFamily,
+  type VersionProgress,
+  type VersionState,
+  versionProgress,
+  versionState,
+} from './progress.js';
+import { transfer } from './transfer.js';
+
+const sha256 = z
+  .string()
+  .regex(/^[0-9a-fA-F]{64}$/, 'a sha256 is 64 hexadecimal characters')
+  .transform((s) => s.toLowerCase());
+
+const sourceInput = z.object({
+  url: z
+    .string()
+    .url('an absolute URL')
+    .refine((u) => /^https?:\/\//.test(u), 'an http:// or https:// URL'),
+  file: fileName.nullish(),
+  sha256: sha256.nullish(),
+  size: z.number().int().min(0, 'a size in bytes, 0 or more').nullish(),
+});
+
+const fetchInput = z.object({
+  model: modelName,
+  version: versionName,
+  sources: z.array(sourceInput).min(1, 'at least one source').max(1000, 'at most 1000 files in one version'),
+  force: z.boolean().nullish(),
+});
+
+const nameInput = z.object({ model: modelName, version: versionName });
+
+export type MirrorVersionView = {
+  model: string;
+  version: string;
+  files: MirrorFile[];
+  state: VersionState;
+  progress: VersionProgress;
+  /** A removed version, as the last event about it says. */
+  removed: boolean;
+};
+
+export type FetchStarted = {
+  version: MirrorVersionView;
+  started: number;
+  alreadyArriving: number;
+  alreadyPresent: number;
+  message: string;
+};
+
+const ACTIVE = ['QUEUED', 'FETCHING', 'VERIFYING'] as const;
+const LEASE_MS = 30_000;
+const PERSIST_MS = 1000;
+
+export class MirrorService {
+  readonly paths: MirrorPaths;
+  private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
+  private readonly transfers = new Map<string, AbortController>();
+  private poll: NodeJS.Timeout | undefined;
+  private running = false;
+  private stopping = false;
+  private ticking = false;
+  private baseUrl: () => string = () => 'http://127.0.0.1';
+
+  constructor(
+    private readonly db: Db,
+    private readonly audit: AuditService,
+    private readonly config: Config,
+    private readonly log: Logger,
+  ) {
+    this.paths = new MirrorPaths(config.dataDir);
+  }
+
+  /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
+  setBaseUrl(get: () => string) {
+    this.baseUrl = get;
+  }
+  base() {
+    return `${this.config.publicUrl ?? this.baseUrl()}/mirror`;
+  }
+  versionUrl(model: string, version: string) {
+    return `${this.base()}/${encodeURIComponent(model)}/${encodeURIComponent(version)}/`;
+  }
+  fileUrl(f: Pick<MirrorFile, 'model' | 'version' | 'file'>) {
+    return this.versionUrl(f.model, f.version) + f.file.split('/').map(encodeURIComponent).join('/');
+  }
+
+  // ─── reading ───────────────────────────────────────────────────────────────
+
+  async versions(): Promise<MirrorVersionView[]> {
+    const rows = await this.db.mirrorFile.findMany({
+      orderBy: [{ model: 'asc' }, { version: 'asc' }, { file: 'asc' }],
+    });
+    const byVersion = new Map<string, MirrorFile[]>();
+    for (const r of rows) {
+      const key = `${r.model}\u0000${r.version}`;
+      const list = byVersion.get(key) ?? [];
+      list.push(r);
+      byVersion.set(key, list);
+    }
+    return [...byVersion.values()].map((files) => view(files)).sort(compareVersions);
+  }
+
+  async version(model: string, version: string): Promise<MirrorVersionView | null> {
+    const files = await this.db.mirrorFile.findMany({ where: { model, version }, orderBy: { file: 'asc' } });
+    return files.length ? view(files) : null;
+  }
+
+  /** What a subscriber is sent: the version as it is now, or its tombstone once removed. */
+  async versionOrRemoved(model: string, version: string): Promise<MirrorVersionView> {
+    return (
+      (await this.version(model, version)) ?? {
+        model,
+        version,
+        files: [],
+        state: 'CANCELLED',
+        progress: versionProgress([]),
+        removed: true,
+      }
+    );
+  }
+
+  families(versions: MirrorVersionView[]) {
+    const out: { name: string; versions: MirrorVersionView[] }[] = [];
+    const at = new Map<string, number>();
+    for (const v of versions) {
+      const name = modelFamily(v.model);
+      let i = at.get(name);
+      if (i === undefined) {
+        i = out.push({ name, versions: [] }) - 1;
+        at.set(name, i);
+      }
+      out[i]?.versions.push(v);
+    }
+    return out;
+  }
+
+  async disk() {
+    await fs.mkdir(this.paths.root, { recursive: true });
+    const s = await fs.statfs(this.paths.root);
+    const used = await this.db.mirrorFile.aggregate({ _sum: { bytesDone: true } });
+    return { freeBytes: s.bavail * s.bsize, usedBytes: Number(used._sum.bytesDone ?? 0) };
+  }
+
+  /** Catalog models whose source is in this version. */
+  usedBy(model: string, version: string) {
+    return this.db.catalogModel.findMany({
+      where: { source: { contains: `/mirror/${encodeURIComponent(model)}/${encodeURIComponent(version)}/` } },
+      orderBy: { name: 'asc' },
+    });
+  }
+
+  // ─── changing ──────────────────────────────────────────────────────────────
+
+  /**
+   * Starts fetching a set of files into one version: one decision for a set of any size. Answered as started,
+   * never as added: the bytes are still moving, and "added" would invite pointing the catalog at a partial file.
+   */
+  async fetch(ctx: Context, input: unknown): Promise<Result<FetchStarted>> {
+    const parsed = parseInput(fetchInput, input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version, sources, force } = parsed.value;
+    const files: { file: string; url: string; sha256: string | null; size: number | null }[] = [];
+    const seen = new Set<string>();
+    for (const [i, s] of sources.entries()) {
+      const file = s.file ?? fileFromUrl(s.url);
+      const checked = fileName.safeParse(file ?? '');
+      if (!checked.success) {
+        return fail(
+          new ValidationError(
+            `sources.${i}.file`,
+            `sources.${i}.file: the URL names no usable file (${checked.error.issues[0]?.message}); give file explicitly`,
+          ),
+        );
+      }
+      if (seen.has(checked.data)) {
+        return fail(
+          new ValidationError(`sources.${i}.file`, `sources.${i}.file: ${checked.data} appears twice in this version`),
+        );
+      }
+      seen.add(checked.data);
+      files.push({ file: checked.data, url: s.url, sha256: s.sha256 ?? null, size: s.size ?? null });
+    }
+
+    const existing = new Map(
+      (await this.db.mirrorFile.findMany({ where: { model, version } })).map((r) => [r.file, r] as const),
+    );
+    const toStart = files.filter((f) => {
+      const row = existing.get(f.file);
+      if (!row) return true;
+      if ((ACTIVE as readonly string[]).includes(row.state)) return false;
+      return row.state !== 'PRESENT' || Boolean(force);
+    });
+    const alreadyArriving = files.filter((f) =>
+      (ACTIVE as readonly string[]).includes(existing.get(f.file)?.state ?? ''),
+    ).length;
+    const alreadyPresent = force ? 0 : files.filter((f) => existing.get(f.file)?.state === 'PRESENT').length;
+
+    // Checked before any byte moves: a download that fills the disk at 90 % wastes the hour it took.
+    const needed = toStart.reduce((n, f) => n + (f.size ?? 0), 0);
+    const { freeBytes } = await this.disk();
+    if (needed > freeBytes) {
+      return fail(
+        new ConflictError(
+          `not enough disk for ${model}/${version}: it needs ${needed} bytes and ${freeBytes} are free under ${this.paths.root}`,
+        ),
+      );
+    }
+
+    const actor = describeRequester(ctx);
+    await this.db.$transaction(async (tx) => {
+      for (const f of toStart) {
+        const fresh = {
+          sourceUrl: f.url,
+          state: 'QUEUED' as const,
+          bytesDone: 0n,
+          bytesTotal: f.size === null ? null : BigInt(f.size),
+          expectedSha256: f.sha256,
+          actualSha256: null,
+          etag: null,
+          error: null,
+          attempts: 0,
+          bytesPerSecond: null,
+          leaseOwner: null,
+          leaseUntil: null,
+          requestedBy: actor,
+          startedAt: null,
+          finishedAt: null,
+        };
+        const row = existing.get(f.file);
+        if (row) await tx.mirrorFile.update({ where: { id: row.id }, data: fresh });
+        else await tx.mirrorFile.create({ data: { model, version, file: f.file, ...fresh } });
+      }
+      const parts = [`${toStart.length} of ${files.length} files started`];
+      if (alreadyArriving) parts.push(`${alreadyArriving} already arriving`);
+      if (alreadyPresent) parts.push(`${alreadyPresent} already present`);
+      await this.audit.done(tx, ctx, {
+        action: 'fetchToMirror',
+        target: `${model}/${version}`,
+        message: parts.join(', '),
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    // Files being refetched with force lose their old partials: a partial of the old upstream is no use.
+    for (const f of toStart) {
+      const row = existing.get(f.file);
+      if (row) await fs.rm(this.paths.partial(row.id), { force: true });
+    }
+    this.kick();
+    const view = (await this.version(model, version)) as MirrorVersionView;
+    const message =
+      toStart.length === 0
+        ? alreadyArriving
+          ? `nothing new to start: ${alreadyArriving} file(s) already arriving`
+          : 'nothing to fetch: every file is already present (force fetches them again)'
+        : `started fetching ${toStart.length} file${toStart.length === 1 ? '' : 's'} into ${model}/${version}`;
+    return ok({ version: view, started: toStart.length, alreadyArriving, alreadyPresent, message });
+  }
+
+  async cancel(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(nameInput, input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version } = parsed.value;
+    const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: { in: [...ACTIVE] } } });
+    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (rows.length === 0) return fail(new ConflictError(`${model}/${version} is not arriving: nothing to cancel`));
+    await this.db.$transaction(async (tx) => {
+      await tx.mirrorFile.updateMany({
+        where: { id: { in: rows.map((r) => r.id) }, state: { in: [...ACTIVE] } },
+        data: {
+          state: 'CANCELLED',
+          error: 'cancelled',
+          leaseOwner: null,
+          leaseUntil: null,
+          bytesPerSecond: null,
+          bytesDone: 0,
+        },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'cancelMirrorFetch',
+        target: `${model}/${version}`,
+        message: `${rows.length} file(s) cancelled`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    for (const r of rows) {
+      this.transfers.get(r.id)?.abort();
+      await fs.rm(this.paths.partial(r.id), { force: true });
+    }
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  async retry(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(nameInput, input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version } = parsed.value;
+    const rows = await this.db.mirrorFile.findMany({
+      where: { model, version, state: { in: ['FAILED', 'CANCELLED'] } },
+    });
+    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (rows.length === 0)
+      return fail(new ConflictError(`${model}/${version} has no failed or cancelled file to retry`));
+    await this.db.$transaction(async (tx) => {
+      for (const r of rows) {
+        // A partial kept from before (a full disk, a run of errors) is picked up where it stopped.
+        const kept = await fs.stat(this.paths.partial(r.id)).then(
+          (s) => s.size,
+          () => 0,
+        );
+        await tx.mirrorFile.update({
+          where: { id: r.id },
+          data: {
+            state: 'QUEUED',
+            error: null,
+            attempts: 0,
+            bytesDone: BigInt(kept),
+            leaseOwner: null,
+            leaseUntil: null,
+            finishedAt: null,
+          },
+        });
+      }
+      await this.audit.done(tx, ctx, {
+        action: 'retryMirrorFetch',
+        target: `${model}/${version}`,
+        message: `${rows.length} file(s) queued again`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    this.kick();
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  async remove(
+    ctx: Context,
+    input: unknown,
+  ): Promise<Result<{ model: string; version: string; files: number; bytes: number }>> {
+    const parsed = parseInput(nameInput.extend({ force: z.boolean().nullish() }), input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version, force } = parsed.value;
+    const rows = await this.db.mirrorFile.findMany({ where: { model, version } });
+    if (rows.length === 0) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    const users = await this.usedBy(model, version);
+    if (users.length && !force) {
+      return fail(
+        new ConflictError(
+          `${model}/${version} is the source of ${users.map((u) => u.name).join(', ')}: change or remove those models first, or remove it with force (their replicas will fail to load)`,
+        ),
+      );
+    }
+    const bytes = rows.reduce((n, r) => n + Number(r.bytesDone), 0);
+    await this.db.$transaction(async (tx) => {
+      await tx.mirrorFile.deleteMany({ where: { model, version } });
+      await this.audit.done(tx, ctx, {
+        action: 'removeMirrorVersion',
+        target: `${model}/${version}`,
+        message: `removed ${rows.length} file(s), ${bytes} bytes${users.length ? `; still used by ${users.map((u) => u.name).join(', ')} (forced)` : ''}`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    for (const r of rows) {
+      this.transfers.get(r.id)?.abort();
+      await fs.rm(this.paths.partial(r.id), { force: true });
+    }
+    await fs.rm(this.paths.version(model, version), { recursive: true, force: true });
+    await fs.rmdir(path.dirname(this.paths.version(model, version))).catch(() => {});
+    return ok({ model, version, files: rows.length, bytes });
+  }
+
+  /**
+   * Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch: written to a partial,
+   * hashed, checked against the digest when one is given, and only then moved into place.
+   */
+  async upload(
+    ctx: Pick<Context, 'viewer' | 'requestId'>,
+    input: { model: string; version: string; file: string; sha256?: string | null; size?: number | null },
+    body: AsyncIterable<Uint8Array>,
+  ): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(
+      nameInput.extend({ file: fileName, sha256: sha256.nullish(), size: z.number().int().min(0).nullish() }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const { model, version, file } = parsed.value;
+    const existing = await this.db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
+    if (existing && existing.state !== 'FAILED' && existing.state !== 'CANCELLED') {
+      return fail(
+        new ConflictError(
+          `${model}/${version}/${file} is already in the mirror (${existing.state.toLowerCase()}): versions are immutable; upload a new version`,
+        ),
+      );
+    }
+    const { freeBytes } = await this.disk();
+    if (parsed.value.size && parsed.value.size > freeBytes) {
+      return fail(
+        new ConflictError(`not enough disk: the upload is ${parsed.value.size} bytes and ${freeBytes} are free`),
+      );
+    }
+    const row = existing
+      ? await this.db.mirrorFile.update({
+          where: { id: existing.id },
+          data: { state: 'FETCHING', error: null, bytesDone: 0 },
+        })
+      : await this.db.mirrorFile.create({
+          data: {
+            model,
+            version,
+            file,
+            sourceUrl: `upload by ${describeRequester(ctx)}`,
+            state: 'FETCHING',
+            requestedBy: describeRequester(ctx),
+            startedAt: new Date(),
+          },
+        });
+    const partial = this.paths.partial(row.id);
+    await fs.mkdir(path.dirname(partial), { recursive: true });
+    const { createHash } = await import('node:crypto');
+    const hash = createHash('sha256');
+    let size = 0;
+    const fh = await fs.open(partial, 'w');
+    try {
+      for await (const chunk of body) {
+        await fh.write(chunk);
+        hash.update(chunk);
+        size += chunk.length;
+      }
+    } catch (err) {
+      await fh.close();
+      await fs.rm(partial, { force: true });
+      await this.db.mirrorFile.update({
+        where: { id: row.id },
+        data: { state: 'FAILED', error: `the upload broke off after ${size} bytes: ${(err as Error).message}` },
+      });
+      throw err;
+    }
+    await fh.close();
+    const digest = hash.digest('hex');
+    const expected = parsed.value.sha256 ?? null;
+    const badSize = parsed.value.size != null && parsed.value.size !== size;
+    if ((expected && expected !== digest) || badSize) {
+      await fs.rm(partial, { force: true });
+      const error = badSize
+        ? `the upload was ${size} bytes; ${parsed.value.size} were announced`
+        : `sha256 mismatch: ${expected} was announced, the bytes hash to ${digest}`;
+      await this.db.mirrorFile.update({ where: { id: row.id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      return fail(new ValidationError('sha256', error));
+    }
+    await this.promote(row, partial);
+    await this.db.$transaction(async (tx) => {
+      await tx.mirrorFile.update({
+        where: { id: row.id },
+        data: {
+          state: 'PRESENT',
+          bytesDone: size,
+          bytesTotal: size,
+          actualSha256: digest,
+          expectedSha256: expected,
+          finishedAt: new Date(),
+          error: null,
+        },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'uploadToMirror',
+        target: `${model}/${version}/${file}`,
+        message: `${size} bytes, sha256 ${digest}`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  // ─── the workers ───────────────────────────────────────────────────────────
+
+  /** Picks up what a previous run left: unfinished files resume from their partials; vanished files are failed. */
+  async start(embedded: boolean) {
+    await fs.mkdir(this.paths.partials, { recursive: true });
+    if (embedded) {
+      // The embedded database is this process's alone, so any lease in it is from a run that has ended.
+      await this.db.mirrorFile.updateMany({
+        where: { state: { in: ['FETCHING', 'VERIFYING'] } },
+        data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
+      });
+    }
+    for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT' } })) {
+      if (!existsSync(this.paths.file(r.model, r.version, r.file))) {
+        // A file deleted by hand must not go on looking ready.
+        await this.db.mirrorFile.update({
+          where: { id: r.id },
+          data: {
+            state: 'FAILED',
+            error: 'the file is no longer on disk (removed by hand?): retry fetches it again',
+            bytesDone: 0,
+          },
+        });
+        await notify(this.db, 'mirrorVersion', versionKey(r.model, r.version));
+      }
+    }
+    this.running = true;
+    // Other replicas' queues and expired leases are noticed by polling; this process's own work by kick().
+    this.poll = setInterval(() => this.kick(), 2000);
+    this.kick();
+  }
+
+  async stop() {
+    this.stopping = true;
+    this.running = false;
+    clearInterval(this.poll);
+    for (const c of this.transfers.values()) c.abort();
+    const deadline = Date.now() + 5000;
+    while (this.transfers.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+  }
+
+  kick() {
+    if (!this.running || this.ticking) return;
+    this.ticking = true;
+    void this.fill()
+      .catch((err) => this.log.error('mirror worker could not claim work', { error: err }))
+      .finally(() => {
+        this.ticking = false;
+      });
+  }
+
+  private async fill() {
+    while (this.running && this.transfers.size < this.config.mirrorConcurrency) {
+      const row = await this.claim();
+      if (!row) return;
+      const controller = new AbortController();
+      this.transfers.set(row.id, controller);
+      void this.run(row, controller.signal)
+        .catch((err) => this.log.error('mirror transfer crashed', { id: row.id, error: err }))
+        .finally(() => {
+          this.transfers.delete(row.id);
+          this.kick();
+        });
+    }
+  }
+
+  /** Takes the next file with a lease, atomically: with several replicas, exactly one works on each file. */
+  private async claim(): Promise<MirrorFile | null> {
+    const rows = await this.db.$queryRaw<{ id: string }[]>`
+      UPDATE "MirrorFile" SET state = 'FETCHING', "leaseOwner" = ${this.owner},
+        "leaseUntil" = now() + ${`${LEASE_MS} milliseconds`}::interval, attempts = attempts + 1,
+        "startedAt" = coalesce("startedAt", now()), "updatedAt" = now()
+      WHERE id = (
+        SELECT id FROM "MirrorFile"
+        WHERE state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND "leaseUntil" < now())
+        ORDER BY "createdAt", file LIMIT 1 FOR UPDATE SKIP LOCKED)
+      RETURNING id`;
+    const id = rows[0]?.id;
+    if (!id) return null;
+    const row = await this.db.mirrorFile.findUniqueOrThrow({ where: { id } });
+    await notify(this.db, 'mirrorVersion', versionKey(row.model, row.version));
+    return row;
+  }
+
+  private async run(row: MirrorFile, signal: AbortSignal) {
+    const key = versionKey(row.model, row.version);
+    const partial = this.paths.partial(row.id);
+    let lastPersist = Date.now();
+    let lastBytes = Number(row.bytesDone);
+    let rate: number | null = null;
+    let persisting: Promise<void> = Promise.resolve();
+    const abortLocal = () => this.transfers.get(row.id)?.abort();
+
+    const persist = (p: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => {
+      const now = Date.now();
+      if (now - lastPersist < PERSIST_MS) return;
+      const instant = ((p.bytesDone - lastBytes) * 1000) / (now - lastPersist);
+      rate = rate === null ? instant : rate * 0.7 + instant * 0.3; // smoothed, so the ETA does not jump about
+      lastPersist = now;
+      lastBytes = p.bytesDone;
+      persisting = persisting.then(async () => {
+        // Written only while this replica still holds the lease and nobody cancelled: otherwise stop at once.
+        const { count } = await this.db.mirrorFile.updateMany({
+          where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
+          data: {
+            bytesDone: p.bytesDone,
+            bytesTotal: p.bytesTotal ?? undefined,
+            etag: p.etag,
+            bytesPerSecond: rate,
+            leaseUntil: new Date(Date.now() + LEASE_MS),
+          },
+        });
+        if (count === 0) abortLocal();
+        else await notify(this.db, 'mirrorVersion', key);
+      });
+    };
+
+    const result = await transfer({
+      url: row.sourceUrl,
+      partialPath: partial,
+      expectedSize: row.bytesTotal === null ? null : Number(row.bytesTotal),
+      etag: row.etag,
+      headers:
+        this.config.hubToken && row.sourceUrl.startsWith(this.config.hubUrl)
+          ? { authorization: `Bearer ${this.config.hubToken}` }
+          : {},
+      stallMs: this.config.mirrorStallSeconds * 1000,
+      maxAttempts: this.config.mirrorAttempts,
+      signal,
+      onProgress: persist,
+      freeBytes: async () => (await this.disk()).freeBytes,
+      log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
+    });
+    await persisting.catch(() => {});
+
+    const mine = { id: row.id, leaseOwner: this.owner };
+    if (!result.ok) {
+      if (result.reason === 'cancelled') {
+        if (this.stopping) {
+          // A shutdown, not a cancel: back in the queue, to resume from the partial at the next start.
+          await this.db.mirrorFile.updateMany({
+            where: { ...mine, state: 'FETCHING' },
+            data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
+          });
+        } else {
+          await fs.rm(partial, { force: true });
+        }
+        return;
+      }
+      if (!result.keepPartial) await fs.rm(partial, { force: true });
+      const kept = result.keepPartial
+        ? await fs.stat(partial).then(
+            (s) => s.size,
+            () => 0,
+          )
+        : 0;
+      await this.db.mirrorFile.updateMany({
+        where: { ...mine, state: 'FETCHING' },
+        data: {
+          state: 'FAILED',
+          error: result.reason,
+          bytesDone: kept,
+          bytesPerSecond: null,
+          leaseOwner: null,
+          leaseUntil: null,
+          finishedAt: new Date(),
+        },
+      });
+      this.log.warn('mirror file failed', { file: `${row.model}/${row.version}/${row.file}`, reason: result.reason });
+      await notify(this.db, 'mirrorVersion', key);
+      return;
+    }
+
+    await this.db.mirrorFile.updateMany({
+      where: { ...mine, state: 'FETCHING' },
+      data: {
+        state: 'VERIFYING',
+        bytesDone: result.size,
+        bytesTotal: result.size,
+        bytesPerSecond: null,
+        etag: result.etag,
+      },
+    });
+    await notify(this.db, 'mirrorVersion', key);
+    const expected = row.expectedSha256 ?? result.upstreamSha256;
+    if (expected && expected !== result.sha256) {
+      await fs.rm(partial, { force: true });
+      await this.db.mirrorFile.updateMany({
+        where: mine,
+        data: {
+          state: 'FAILED',
+          error: `sha256 mismatch: ${row.expectedSha256 ? 'expected' : 'the upstream published'} ${expected}, the bytes hash to ${result.sha256}; the download was discarded`,
+          bytesDone: 0,
+          actualSha256: result.sha256,
+          leaseOwner: null,
+          leaseUntil: null,
+          finishedAt: new Date(),
+        },
+      });
+      await notify(this.db, 'mirrorVersion', key);
+      return;
+    }
+    await this.promote(row, partial);
+    await this.db.mirrorFile.updateMany({
+      where: mine,
+      data: {
+        state: 'PRESENT',
+        actualSha256: result.sha256,
+        expectedSha256: expected,
+        error: null,
+        leaseOwner: null,
+        leaseUntil: null,
+        finishedAt: new Date(),
+      },
+    });
+    await notify(this.db, 'mirrorVersion', key);
+  }
+
+  /** Only a verified file is moved to where it is listed and served; rename is atomic on one filesystem. */
+  private async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string) {
+    const target = this.paths.file(row.model, row.version, row.file);
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    await fs.rename(partial, target);
+  }
+}
+
+export function versionKey(model: string, version: string) {
+  return `${model}/${version}`;
+}
+
+function view(files: MirrorFile[]): MirrorVersionView {
+  const first = files[0] as MirrorFile;
+  return {
+    model: first.model,
+    version: first.version,
+    files,
+    state: versionState(files),
+    progress: versionProgress(files),
+    removed: false,
+  };
+}
+
+function describeRequester(ctx: Pick<Context, 'viewer'>) {
+  const v = ctx.viewer;
+  if (v.kind === 'user' || v.kind === 'token') return v.user.email;
+  if (v.kind === 'node') return `node:${v.node.name}`;
+  return 'anonymous';
+}

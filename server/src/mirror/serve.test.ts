@@ -1,0 +1,143 @@
+import { execFile } from 'node:child_process';
+import fs from 'node:fs/promises';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bytes, sha256 } from '../../test/fixtures/fault-upstream.js';
+import { startTestApp, type TestApp } from '../../test/harness.js';
+import { parseRange } from './serve.js';
+
+describe('parseRange (RFC 9110 §14.1.2)', () => {
+  it.each([
+    ['bytes=0-0', { start: 0, end: 0 }],
+    ['bytes=0-', { start: 0, end: 999 }],
+    ['bytes=-500', { start: 500, end: 999 }],
+    ['bytes=-5000', { start: 0, end: 999 }],
+    ['bytes=990-5000', { start: 990, end: 999 }],
+    ['bytes=1000-', 'unsatisfiable'],
+    ['bytes=-0', 'unsatisfiable'],
+    ['bytes=0-1,5-6', 'multiple'],
+    ['bytes=5-1', 'ignore'],
+    ['items=0-1', 'ignore'],
+    [undefined, 'ignore'],
+  ] as const)('%s', (header, expected) => {
+    expect(parseRange(header, 1000)).toEqual(expected);
+  });
+});
+
+describe('serving mirror files', () => {
+  let t: TestApp;
+  let base: string;
+  let operator: string;
+  const body = bytes(1_000_000, 42);
+  const digest = sha256(body);
+  const fileUrl = () => `${base}/mirror/served/v1/weights.gguf`;
+
+  beforeAll(async () => {
+    t = await startTestApp();
+    base = await t.app.start();
+    operator = await t.token('OPERATOR', 'uploader');
+    const put = await fetch(fileUrl(), {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}`, 'x-content-sha256': digest },
+      body: new Uint8Array(body),
+    });
+    expect(put.status).toBe(201);
+    expect(await put.json()).toEqual({ url: fileUrl(), sha256: digest, size: body.length });
+  });
+  afterAll(() => t.close());
+
+  const get = (headers: Record<string, string> = {}, method = 'GET') => fetch(fileUrl(), { method, headers });
+
+  it('serves the whole file with its sha256 as ETag', async () => {
+    const r = await get();
+    expect(r.status).toBe(200);
+    expect(r.headers.get('etag')).toBe(`"${digest}"`);
+    expect(r.headers.get('accept-ranges')).toBe('bytes');
+    expect(r.headers.get('content-length')).toBe(String(body.length));
+    expect(sha256(Buffer.from(await r.arrayBuffer()))).toBe(digest);
+  });
+
+  it('answers HEAD with the headers and no body', async () => {
+    const r = await get({}, 'HEAD');
+    expect(r.status).toBe(200);
+    expect(r.headers.get('content-length')).toBe(String(body.length));
+    expect((await r.arrayBuffer()).byteLength).toBe(0);
+  });
+
+  it('serves single ranges, the first byte and the last 500', async () => {
+    const first = await get({ range: 'bytes=0-0' });
+    expect(first.status).toBe(206);
+    expect(first.headers.get('content-range')).toBe(`bytes 0-0/${body.length}`);
+    expect(Buffer.from(await first.arrayBuffer())).toEqual(body.subarray(0, 1));
+    const tail = await get({ range: 'bytes=-500' });
+    expect(tail.headers.get('content-range')).toBe(`bytes ${body.length - 500}-${body.length - 1}/${body.length}`);
+    expect(Buffer.from(await tail.arrayBuffer())).toEqual(body.subarray(body.length - 500));
+  });
+
+  it('answers 416 with bytes */size past the end, and refuses several ranges', async () => {
+    const past = await get({ range: `bytes=${body.length}-` });
+    expect(past.status).toBe(416);
+    expect(past.headers.get('content-range')).toBe(`bytes */${body.length}`);
+    const two = await get({ range: 'bytes=0-1,10-11' });
+    expect(two.status).toBe(416);
+    expect(await two.text()).toMatch(/one byte range per request/);
+  });
+
+  it('sends the whole file when If-Range names another version', async () => {
+    const stale = await get({ range: 'bytes=0-9', 'if-range': `"${'0'.repeat(64)}"` });
+    expect(stale.status).toBe(200);
+    const fresh = await get({ range: 'bytes=0-9', 'if-range': `"${digest}"` });
+    expect(fresh.status).toBe(206);
+  });
+
+  it('gives curl, fetching in ranges, the same bytes', async () => {
+    const out = `${t.dataDir}/curl-parts`;
+    const half = body.length / 2;
+    // Not execFileSync: the server answering curl runs in this very process.
+    const run = promisify(execFile);
+    await run('curl', ['-sf', '-r', `0-${half - 1}`, '-o', `${out}.1`, fileUrl()]);
+    await run('curl', ['-sf', '-r', `${half}-`, '-o', `${out}.2`, fileUrl()]);
+    const joined = Buffer.concat([await fs.readFile(`${out}.1`), await fs.readFile(`${out}.2`)]);
+    expect(sha256(joined)).toBe(digest);
+  });
+
+  it('refuses an upload whose bytes do not match, keeps nothing, and audits it', async () => {
+    const r = await fetch(`${base}/mirror/served/v2/bad.gguf`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}`, 'x-content-sha256': 'f'.repeat(64) },
+      body: new Uint8Array(bytes(1000, 1)),
+    });
+    expect(r.status).toBe(400);
+    expect((await r.json()).error).toMatch(/^sha256 mismatch/);
+    expect((await fetch(`${base}/mirror/served/v2/bad.gguf`)).status).toBe(404);
+    const audit = await t.app.db.prisma.auditEvent.findFirst({
+      where: { action: 'uploadToMirror' },
+      orderBy: { id: 'desc' },
+    });
+    expect(audit).toMatchObject({ outcome: 'REFUSED', target: 'served/v2/bad.gguf' });
+  });
+
+  it('refuses an upload from a viewer or without a token', async () => {
+    const viewer = await t.token('VIEWER', 'looker');
+    expect(
+      (
+        await fetch(`${base}/mirror/x/v1/a.bin`, {
+          method: 'PUT',
+          headers: { authorization: `Bearer ${viewer}` },
+          body: 'x',
+        })
+      ).status,
+    ).toBe(403);
+    expect((await fetch(`${base}/mirror/x/v1/a.bin`, { method: 'PUT', body: 'x' })).status).toBe(401);
+  });
+
+  it('does not serve a file that was deleted by hand, and marks it failed at the next start', async () => {
+    await fs.rm(`${t.dataDir}/mirror/files/served/v1/weights.gguf`);
+    expect((await get()).status).toBe(404);
+    await t.restart();
+    base = await t.app.start();
+    const row = await t.app.db.prisma.mirrorFile.findFirstOrThrow({ where: { model: 'served', file: 'weights.gguf' } });
+    expect(row.state).toBe('FAILED');
+    expect(row.error).toMatch(/no longer on disk/);
+  });
+});

@@ -1,0 +1,197 @@
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import type { AuditService } from '../audit/audit.service.js';
+import type { AuthService } from '../auth/auth.service.js';
+import type { Db } from '../db/client.js';
+import type { Logger } from '../lib/log.js';
+import type { MirrorService } from './mirror.service.js';
+import type { MirrorPaths } from './paths.js';
+
+// GET/HEAD /mirror/<model>/<version>/<file>: what the nodes load weights from. Only PRESENT files, whose bytes
+// were verified; a single Range (RFC 9110 §14); ETag = the file's sha256, so a node can check what it got
+// against what the mirror verified; streamed from disk with backpressure.
+
+type Deps = { db: Db; paths: MirrorPaths; auth: AuthService; requireToken: boolean; log: Logger };
+
+export type ByteRange = { start: number; end: number };
+
+/** Parses one Range header against a size: a range, 'ignore' (serve it all), or 'unsatisfiable'. */
+export function parseRange(
+  header: string | undefined,
+  size: number,
+): ByteRange | 'ignore' | 'unsatisfiable' | 'multiple' {
+  if (!header) return 'ignore';
+  const m = header.match(/^\s*bytes\s*=\s*(.+)$/i);
+  if (!m) return 'ignore'; // another unit: RFC 9110 says to ignore what we do not understand
+  const specs = (m[1] ?? '')
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (specs.length > 1) return 'multiple';
+  const spec = specs[0] ?? '';
+  const r = spec.match(/^(\d*)-(\d*)$/);
+  if (!r || (r[1] === '' && r[2] === '')) return 'ignore';
+  if (r[1] === '') {
+    const suffix = Number(r[2]);
+    if (suffix === 0 || size === 0) return 'unsatisfiable';
+    return { start: Math.max(0, size - suffix), end: size - 1 };
+  }
+  const start = Number(r[1]);
+  const end = r[2] === '' ? size - 1 : Math.min(Number(r[2]), size - 1);
+  if (r[2] !== '' && Number(r[2]) < start) return 'ignore'; // invalid: ignored, per the RFC
+  if (start >= size) return 'unsatisfiable';
+  return { start, end };
+}
+
+export function serveMirror({ db, paths, auth, requireToken, log }: Deps) {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+    if (req.method !== 'GET' && req.method !== 'HEAD') {
+      res.writeHead(405, { allow: 'GET, HEAD' }).end();
+      return;
+    }
+    if (requireToken) {
+      const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'GET' });
+      if (viewer.kind === 'anonymous') {
+        res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
+        res.end(`${viewer.reason ?? 'the mirror needs a node or API token: Authorization: Bearer <token>'}\n`);
+        return;
+      }
+    }
+    const parts = pathname
+      .replace(/^\/mirror\//, '')
+      .split('/')
+      .map((p) => {
+        try {
+          return decodeURIComponent(p);
+        } catch {
+          return '';
+        }
+      });
+    const [model, version, ...rest] = parts;
+    const file = rest.join('/');
+    const notFound = (why: string) => {
+      res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
+      res.end(`${why}\n`);
+    };
+    if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.'))
+      return notFound('no such file in the mirror');
+    const row = await db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
+    if (!row || row.state !== 'PRESENT' || !row.actualSha256) {
+      return notFound(
+        row ? `${model}/${version}/${file} is ${row.state.toLowerCase()}, not present` : 'no such file in the mirror',
+      );
+    }
+    const onDisk = paths.file(model, version, file);
+    const stat = await fs.stat(onDisk).catch(() => undefined);
+    if (!stat?.isFile()) {
+      log.warn('a present mirror file is missing on disk', { file: onDisk });
+      return notFound(`${model}/${version}/${file} is listed but missing on disk`);
+    }
+    const size = stat.size;
+    const etag = `"${row.actualSha256}"`;
+    const headers: Record<string, string | number> = {
+      'accept-ranges': 'bytes',
+      etag,
+      'last-modified': stat.mtime.toUTCString(),
+      'content-type': 'application/octet-stream',
+      'cache-control': 'public, max-age=300',
+      'x-content-type-options': 'nosniff',
+    };
+    if (req.headers['if-none-match']?.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
+      res.writeHead(304, headers).end();
+      return;
+    }
+    let range = parseRange(req.headers.range, size);
+    // If-Range: the range only holds for the representation the client already has part of.
+    const ifRange = req.headers['if-range'];
+    if (range !== 'ignore' && ifRange && ifRange !== etag && ifRange !== headers['last-modified']) range = 'ignore';
+    if (range === 'unsatisfiable' || range === 'multiple') {
+      res.writeHead(416, {
+        ...headers,
+        'content-range': `bytes */${size}`,
+        'content-type': 'text/plain; charset=utf-8',
+      });
+      res.end(range === 'multiple' ? 'one byte range per request\n' : `the file is ${size} bytes\n`);
+      return;
+    }
+    const { start, end } = range === 'ignore' ? { start: 0, end: size - 1 } : range;
+    const length = size === 0 ? 0 : end - start + 1;
+    if (range === 'ignore') res.writeHead(200, { ...headers, 'content-length': length });
+    else res.writeHead(206, { ...headers, 'content-length': length, 'content-range': `bytes ${start}-${end}/${size}` });
+    if (req.method === 'HEAD' || length === 0) {
+      res.end();
+      return;
+    }
+    try {
+      await pipeline(createReadStream(onDisk, { start, end, highWaterMark: 1 << 20 }), res);
+    } catch (err) {
+      // A node that hangs up mid-file is ordinary; anything else is worth a line.
+      if ((err as NodeJS.ErrnoException).code !== 'ERR_STREAM_PREMATURE_CLOSE')
+        log.warn('serving a mirror file failed', { file: onDisk, error: err });
+    }
+  };
+}
+
+/**
+ * PUT /mirror/<model>/<version>/<file>: how Hangar's own products (trained adapters) and operators' files
+ * enter the mirror, verified like a fetch: an OPERATOR token, a Content-Length, and optionally the sha256 the
+ * bytes must hash to (X-Content-Sha256).
+ */
+export function uploadToMirror({
+  mirror,
+  auth,
+  audit,
+  maxBytes,
+}: {
+  mirror: MirrorService;
+  auth: AuthService;
+  audit: AuditService;
+  maxBytes: number;
+}) {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+    const reply = (status: number, body: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'PUT' });
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') {
+      return reply(401, {
+        error:
+          viewer.kind === 'anonymous' && viewer.reason
+            ? viewer.reason
+            : 'an upload needs an API token: Authorization: Bearer <token>',
+      });
+    }
+    if (viewer.role === 'VIEWER')
+      return reply(403, { error: 'uploading to the mirror needs the OPERATOR role; this token has VIEWER' });
+    const length = Number(req.headers['content-length'] ?? Number.NaN);
+    if (!Number.isSafeInteger(length)) return reply(411, { error: 'an upload needs a Content-Length header' });
+    if (length > maxBytes) return reply(413, { error: `the upload is ${length} bytes; the limit is ${maxBytes}` });
+    const [model = '', version = '', ...rest] = pathname
+      .replace(/^\/mirror\//, '')
+      .split('/')
+      .map((p) => decodeURIComponent(p));
+    const sha = req.headers['x-content-sha256'];
+    const result = await mirror.upload(
+      { viewer, requestId: crypto.randomUUID() },
+      { model, version, file: rest.join('/'), size: length, sha256: typeof sha === 'string' ? sha : null },
+      req,
+    );
+    if (!result.ok) {
+      await audit.refused(
+        { viewer, requestId: 'upload' },
+        'uploadToMirror',
+        `${model}/${version}/${rest.join('/')}`,
+        result.error.message,
+      );
+      return reply(result.error.code === 'CONFLICT' ? 409 : 400, {
+        error: result.error.message,
+        code: result.error.code,
+      });
+    }
+    const f = result.value.files.find((x) => x.file === rest.join('/'));
+    return reply(201, { url: f ? mirror.fileUrl(f) : null, sha256: f?.actualSha256, size: Number(f?.bytesDone ?? 0) });
+  };
+}

@@ -1,0 +1,239 @@
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+// One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
+// interrupts it. The rules, each from a way downloads go wrong in practice:
+// - a 200 to a Range request means the server ignored it: start over from zero rather than append the whole
+//   file after the part we have;
+// - a 416, or an upstream whose ETag changed (If-Range), starts over once, never in a loop;
+// - an HTML page or an empty body is never taken for the file;
+// - a stall (no bytes for a while) counts as an error and resumes like a dropped connection;
+// - a full disk stops at once with a clear message and keeps the partial, so a retry continues from it.
+
+export type Progress = { bytesDone: number; bytesTotal: number | null; etag: string | null };
+
+export type TransferOptions = {
+  url: string;
+  partialPath: string;
+  expectedSize?: number | null;
+  /** The validator from an earlier attempt (persisted), sent as If-Range so a changed file is not stitched. */
+  etag?: string | null;
+  headers?: Record<string, string>;
+  stallMs: number;
+  maxAttempts: number;
+  signal: AbortSignal;
+  /** Called as bytes arrive; the caller decides how often to persist. */
+  onProgress: (p: Progress) => void;
+  /** Free bytes where the partial lives; checked against what is still to come before streaming it. */
+  freeBytes: () => Promise<number>;
+  backoffMs?: (attempt: number) => number;
+  log?: (msg: string, fields: Record<string, unknown>) => void;
+};
+
+export type TransferDone = {
+  ok: true;
+  size: number;
+  sha256: string;
+  /** The sha256 the upstream published (X-Linked-Etag / ETag), when it looks like one. */
+  upstreamSha256: string | null;
+  etag: string | null;
+};
+export type TransferFailed = { ok: false; reason: string; keepPartial: boolean };
+
+class Retryable extends Error {}
+class Fatal extends Error {
+  constructor(
+    message: string,
+    readonly keepPartial = false,
+  ) {
+    super(message);
+  }
+}
+
+const SHA256 = /^[0-9a-f]{64}$/;
+const unquote = (v: string | null) => v?.replace(/^W\//, '').replace(/^"|"$/g, '') ?? null;
+
+export function upstreamDigest(headers: Headers): string | null {
+  for (const name of ['x-linked-etag', 'etag']) {
+    const v = unquote(headers.get(name))?.toLowerCase() ?? null;
+    if (v && SHA256.test(v)) return v;
+  }
+  return null;
+}
+
+async function hashFile(file: string): Promise<{ hash: Hash; size: number }> {
+  const hash = createHash('sha256');
+  let size = 0;
+  try {
+    for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 })) {
+      hash.update(chunk as Buffer);
+      size += (chunk as Buffer).length;
+    }
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+  }
+  return { hash, size };
+}
+
+export async function transfer(o: TransferOptions): Promise<TransferDone | TransferFailed> {
+  await fs.mkdir(path.dirname(o.partialPath), { recursive: true });
+  // After a restart the hash state is gone: re-reading the partial picks it up exactly where the bytes stop.
+  let { hash, size: offset } = await hashFile(o.partialPath);
+  let etag = o.etag ?? null;
+  let startedOver = false;
+  let upstreamSha256: string | null = null;
+  let lastError = 'no attempt was made';
+  const backoff = o.backoffMs ?? ((n) => Math.min(30_000, 500 * 2 ** (n - 1)));
+
+  // Opened before each request and appended to: the body must be read the moment it arrives, because a
+  // connection that drops while bytes sit unread in the stream's buffer takes those bytes with it.
+  let fh: fs.FileHandle | undefined;
+  const startOver = async (why: string) => {
+    if (startedOver) throw new Fatal(`${why} again after starting over once: giving up rather than looping`);
+    startedOver = true;
+    o.log?.('starting the file over', { url: o.url, why });
+    await fh?.truncate(0);
+    hash = createHash('sha256');
+    offset = 0;
+  };
+
+  for (let attempt = 1; attempt <= o.maxAttempts; attempt++) {
+    if (o.signal.aborted) return { ok: false, reason: 'cancelled', keepPartial: false };
+    const stall = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    let total: number | null = null;
+    const arm = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`)), o.stallMs);
+    };
+    try {
+      const free = await o.freeBytes();
+      await fh?.close(); // left open by a `continue` (416, a wrong range) that starts the next request
+      fh = await fs.open(o.partialPath, 'a');
+      arm();
+      const headers: Record<string, string> = { ...o.headers, 'accept-encoding': 'identity' };
+      if (offset > 0) {
+        headers.range = `bytes=${offset}-`;
+        // Only a strong validator may guard a byte range (RFC 9110 §13.1.5).
+        if (etag && !etag.startsWith('W/')) headers['if-range'] = etag;
+      }
+      const res = await fetch(o.url, {
+        headers,
+        signal: AbortSignal.any([o.signal, stall.signal]),
+        redirect: 'follow',
+      });
+      const status = res.status;
+      if (status === 404 || status === 410) throw new Fatal(`the upstream has no such file (HTTP ${status})`);
+      if (status === 401 || status === 403) {
+        throw new Fatal(`the upstream refused access (HTTP ${status}): a gated repository needs HANGAR_HUB_TOKEN`);
+      }
+      if (status === 416) {
+        await res.body?.cancel();
+        await startOver('the upstream refused the byte range (HTTP 416)');
+        continue;
+      }
+      if (status === 429 || status >= 500) throw new Retryable(`the upstream answered HTTP ${status}`);
+      if (status !== 200 && status !== 206) throw new Fatal(`the upstream answered HTTP ${status}`);
+      if ((res.headers.get('content-type') ?? '').includes('text/html')) {
+        throw new Retryable('the upstream answered with an HTML page, not the file');
+      }
+      const newEtag = res.headers.get('etag');
+      upstreamSha256 = upstreamDigest(res.headers) ?? upstreamSha256;
+
+      if (status === 206) {
+        const m = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
+        if (!m || Number(m[1]) !== offset) {
+          await res.body?.cancel();
+          await startOver(`the upstream answered a different range (${res.headers.get('content-range') ?? 'none'})`);
+          continue;
+        }
+        total = m[3] === '*' ? null : Number(m[3]);
+      } else {
+        if (offset > 0) {
+          // A 200 to a Range request: the server ignored the range, or If-Range found the file changed.
+          const changed = etag && newEtag && unquote(etag) !== unquote(newEtag);
+          await startOver(
+            changed ? 'the upstream file changed (new ETag)' : 'the upstream ignored the byte range (HTTP 200)',
+          );
+        }
+        const length = res.headers.get('content-length');
+        total = length === null ? null : Number(length);
+      }
+      etag = newEtag ?? etag;
+      if (o.expectedSize != null && total !== null && total !== o.expectedSize) {
+        throw new Fatal(`the upstream says the file is ${total} bytes; ${o.expectedSize} were expected`);
+      }
+      if (total === 0) throw new Retryable('the upstream sent an empty body');
+      if (total !== null) {
+        if (total - offset > free) {
+          throw new Fatal(`not enough disk: ${total - offset} bytes still to come, ${free} free`, true);
+        }
+      }
+      o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
+      if (!res.body) throw new Retryable('the upstream sent no body');
+
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        arm();
+        if (o.expectedSize != null && offset + chunk.length > o.expectedSize) {
+          throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
+        }
+        await fh.write(chunk);
+        hash.update(chunk);
+        offset += chunk.length;
+        o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
+      }
+      await fh.close();
+      fh = undefined;
+      if (total !== null && offset < total) throw new Retryable(`the connection ended at ${offset} of ${total} bytes`);
+      if (offset === 0) throw new Retryable('the upstream sent an empty body');
+      clearTimeout(timer);
+      return { ok: true, size: offset, sha256: hash.copy().digest('hex'), upstreamSha256, etag };
+    } catch (caught) {
+      clearTimeout(timer);
+      await fh?.close().catch(() => {});
+      fh = undefined;
+      const err = stall.signal.aborted && !o.signal.aborted ? stall.signal.reason : caught;
+      stall.abort(); // closes a response body left half-read, so its socket is not held open
+      if (o.signal.aborted) return { ok: false, reason: 'cancelled', keepPartial: false };
+      if ((err as NodeJS.ErrnoException)?.code === 'ENOSPC') {
+        return {
+          ok: false,
+          reason: `the disk is full after ${offset} bytes: the partial is kept; free space and retry`,
+          keepPartial: true,
+        };
+      }
+      if (err instanceof Fatal) return { ok: false, reason: err.message, keepPartial: err.keepPartial };
+      // Whatever was written before the error is good: the hash and offset only move with bytes on disk. But a
+      // write that failed half-way leaves the file longer than the offset, so cut it back to what was hashed.
+      await fs.truncate(o.partialPath, offset).catch(() => {});
+      lastError = describe(err, offset, total);
+      o.log?.('transfer interrupted; will resume', { url: o.url, attempt, at: offset, error: lastError });
+      if (attempt < o.maxAttempts) await sleep(backoff(attempt), o.signal);
+    }
+  }
+  return { ok: false, reason: `gave up after ${o.maxAttempts} attempts; the last: ${lastError}`, keepPartial: true };
+}
+
+/** Words for what went wrong on the wire, instead of undici's "terminated" or "fetch failed". */
+function describe(err: unknown, offset: number, total: number | null): string {
+  if (!(err instanceof Error)) return String(err);
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const detail = cause?.code ?? cause?.message;
+  if (err.message === 'terminated') {
+    return `the connection was cut at ${offset}${total === null ? '' : ` of ${total}`} bytes${detail ? ` (${detail})` : ''}`;
+  }
+  if (err.message === 'fetch failed') return `could not reach the upstream${detail ? ` (${detail})` : ''}`;
+  return err.message;
+}
+
+function sleep(ms: number, signal: AbortSignal) {
+  return new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}

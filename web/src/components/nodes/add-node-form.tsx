@@ -1,0 +1,81 @@
+import { type FormEvent, useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { CopyButton } from '../common/copy-button';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
+
+type Created = { __typename: 'CreatedNode'; token: string; node: NodeTable_Node };
+
+/** The node joins the cached `nodes` list through graphcache's updater (graphql/cache.ts). */
+export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, { name: string }>`
+  mutation AddNodeForm_Create($name: String!) {
+    createNode(name: $name) {
+      __typename
+      ... on CreatedNode {
+        token
+        node {
+          ...NodeTable_Node
+        }
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${NodeTable_NodeFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export function AddNodeForm() {
+  const [{ fetching, error }, create] = useMutation(AddNodeForm_CreateMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const [created, setCreated] = useState<Created | null>(null);
+
+  const submit = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    const formElement = event.currentTarget;
+    const name = String(new FormData(formElement).get('name') ?? '').trim();
+    setRefusal(null);
+    setCreated(null);
+    const result = await create({ name });
+    const outcome = result.data?.createNode;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'CreatedNode') {
+      setCreated(outcome);
+      formElement.reset();
+    }
+  };
+
+  return (
+    <section className="panel" aria-labelledby="add-node-title">
+      <h2 id="add-node-title">Add a node</h2>
+      {created ? (
+        <div className="secret-once" role="status">
+          <p>
+            <strong>Node “{created.node.name}” added.</strong> Its token is shown only once: Hangar keeps only its hash.
+            Give it to the node's agent as <code>HANGAR_NODE_TOKEN</code>.
+          </p>
+          <div className="secret-row">
+            <code data-testid="node-token" className="secret">
+              {created.token}
+            </code>
+            <CopyButton text={created.token} label="Copy token" />
+          </div>
+          <button type="button" className="button small" onClick={() => setCreated(null)}>
+            I have copied it
+          </button>
+        </div>
+      ) : null}
+      <form className="form-row" onSubmit={submit}>
+        <label className="field">
+          <span>Node name</span>
+          <input name="name" required placeholder="gpu-01" autoComplete="off" />
+        </label>
+        <button type="submit" className="button primary" disabled={fetching}>
+          Add node
+        </button>
+      </form>
+      <FormError refusal={refusal} error={error} />
+    </section>
+  );
+}

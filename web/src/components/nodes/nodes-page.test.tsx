@@ -1,0 +1,71 @@
+import { render, screen, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { Provider } from 'urql';
+import { describe, expect, it } from 'vitest';
+import { answer, fakeClient } from '../../test/fake-client';
+import { AddNodeForm_CreateMutation } from './add-node-form';
+import { NodesPage, NodesPage_NodesQuery } from './nodes-page';
+
+const gpuNode = {
+  __typename: 'Node',
+  id: 'n1',
+  name: 'gpu-01',
+  online: true,
+  lastSeenAt: new Date().toISOString(),
+  agentVersion: '0.1.0',
+  diskFreeBytes: 512_000_000_000,
+  gpus: [{ __typename: 'Gpu', index: 0, name: 'NVIDIA H200', totalMiB: 143_771, freeMiB: 100_000 }],
+  engines: [{ __typename: 'EngineInfo', name: 'llama.cpp', version: 'b4567', build: 4567 }],
+};
+
+describe('NodesPage', () => {
+  it('lists nodes with their GPU memory, engines and disk', async () => {
+    const fake = fakeClient([answer(NodesPage_NodesQuery, () => ({ nodes: [gpuNode] }))]);
+    render(
+      <Provider value={fake.client}>
+        <NodesPage canAdd={false} />
+      </Provider>,
+    );
+    const row = (await screen.findByRole('rowheader', { name: /gpu-01/ })).closest('tr') as HTMLElement;
+    expect(within(row).getByText('online')).toHaveClass('badge', 'ok');
+    const meter = within(row).getByRole('meter', { name: 'GPU 0 memory' });
+    expect(meter).toHaveAttribute('value', String(143_771 - 100_000));
+    expect(meter).toHaveAttribute('max', '143771');
+    expect(within(row).getByText(/97\.7 GiB free/)).toBeInTheDocument();
+    expect(within(row).getByText(/llama\.cpp b4567/)).toBeInTheDocument();
+    expect(within(row).getByText('512 GB')).toBeInTheDocument();
+    expect(screen.queryByRole('button', { name: 'Add node' })).toBeNull();
+  });
+
+  it('lets an admin add a node and shows its token once', async () => {
+    const fake = fakeClient([
+      answer(NodesPage_NodesQuery, () => ({ nodes: [] })),
+      answer(AddNodeForm_CreateMutation, (v) => ({
+        createNode: {
+          __typename: 'CreatedNode',
+          token: 'hgn_node_token_once',
+          node: { ...gpuNode, id: 'n2', name: v.name, online: false, lastSeenAt: null, gpus: [], engines: [] },
+        },
+      })),
+    ]);
+    render(
+      <Provider value={fake.client}>
+        <NodesPage canAdd />
+      </Provider>,
+    );
+    const user = userEvent.setup();
+    expect(await screen.findByText(/No nodes yet/)).toBeInTheDocument();
+
+    await user.type(screen.getByLabelText('Node name'), 'gpu-02');
+    await user.click(screen.getByRole('button', { name: 'Add node' }));
+
+    expect(await screen.findByTestId('node-token')).toHaveTextContent('hgn_node_token_once');
+    expect(screen.getByText(/shown only once/)).toBeInTheDocument();
+    expect(screen.getByRole('button', { name: 'Copy token' })).toBeInTheDocument();
+    expect(await screen.findByRole('rowheader', { name: /gpu-02/ })).toBeInTheDocument();
+    expect(fake.sent(AddNodeForm_CreateMutation)[0]?.variables).toEqual({ name: 'gpu-02' });
+
+    await user.click(screen.getByRole('button', { name: 'I have copied it' }));
+    expect(screen.queryByTestId('node-token')).toBeNull();
+  });
+});

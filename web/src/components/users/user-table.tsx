@@ -1,0 +1,128 @@
+import { useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Role } from '../../graphql/types';
+import { isRefusal, roles } from '../../graphql/types';
+import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { TimeAgo } from '../common/time-ago';
+
+export type UserTable_User = {
+  __typename?: 'User';
+  id: string;
+  email: string;
+  name: string;
+  role: Role;
+  disabled: boolean;
+  createdAt: string;
+};
+
+export const UserTable_UserFragment = gql<UserTable_User>`
+  fragment UserTable_User on User {
+    id
+    email
+    name
+    role
+    disabled
+    createdAt
+  }
+`;
+
+/** The result is the user: graphcache updates the row by id. */
+export const UserRow_UpdateMutation = gql<
+  { updateUser: Outcome<UserTable_User & { __typename: 'User' }> },
+  { id: string; input: { role?: Role; disabled?: boolean } }
+>`
+  mutation UserRow_Update($id: ID!, $input: UpdateUserInput!) {
+    updateUser(id: $id, input: $input) {
+      __typename
+      ... on User {
+        ...UserTable_User
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${UserTable_UserFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export function UserTable({ users, viewerId }: { users: UserTable_User[]; viewerId: string }) {
+  const sorted = [...users].sort((a, b) => a.email.localeCompare(b.email));
+  return (
+    <div className="table-wrap">
+      <table className="table">
+        <thead>
+          <tr>
+            <th scope="col">Email</th>
+            <th scope="col">Name</th>
+            <th scope="col">Role</th>
+            <th scope="col">State</th>
+            <th scope="col">Created</th>
+            <th scope="col">
+              <span className="visually-hidden">Actions</span>
+            </th>
+          </tr>
+        </thead>
+        <tbody>
+          {sorted.map((u) => (
+            <UserRow key={u.id} user={u} isYou={u.id === viewerId} />
+          ))}
+        </tbody>
+      </table>
+    </div>
+  );
+}
+
+function UserRow({ user, isYou }: { user: UserTable_User; isYou: boolean }) {
+  const [{ fetching }, update] = useMutation(UserRow_UpdateMutation);
+  const [problem, setProblem] = useState<string>();
+  const change = async (input: { role?: Role; disabled?: boolean }) => {
+    setProblem(undefined);
+    const result = await update({ id: user.id, input });
+    const outcome = result.data?.updateUser;
+    if (isRefusal(outcome)) setProblem(outcome.message);
+    else if (result.error) setProblem(describeError(result.error));
+  };
+  return (
+    <tr className={user.disabled ? 'dimmed' : undefined}>
+      <th scope="row">
+        {user.email}
+        {isYou ? <span className="muted"> (you)</span> : null}
+      </th>
+      <td>{user.name}</td>
+      <td>
+        <select
+          aria-label={`Role of ${user.email}`}
+          value={user.role}
+          disabled={fetching}
+          onChange={(e) => change({ role: e.target.value as Role })}
+        >
+          {roles.map((r) => (
+            <option key={r} value={r}>
+              {r}
+            </option>
+          ))}
+        </select>
+      </td>
+      <td>
+        <span className={`badge ${user.disabled ? 'muted' : 'ok'}`}>{user.disabled ? 'disabled' : 'active'}</span>
+      </td>
+      <td>
+        <TimeAgo at={user.createdAt} />
+      </td>
+      <td className="actions">
+        <button
+          type="button"
+          className={`button small${user.disabled ? '' : ' danger'}`}
+          disabled={fetching}
+          onClick={() => change({ disabled: !user.disabled })}
+        >
+          {user.disabled ? 'Enable' : 'Disable'}
+        </button>
+        {problem ? (
+          <span role="alert" className="form-error inline">
+            {problem}
+          </span>
+        ) : null}
+      </td>
+    </tr>
+  );
+}

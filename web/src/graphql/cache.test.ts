@@ -1,0 +1,26 @@
+import { describe, expect, it } from 'vitest';
+import { cacheConfig, embeddedTypes } from './cache';
+
+describe('cacheConfig', () => {
+  it('stores types without an id inside their parent and keys the rest by id', () => {
+    expect(embeddedTypes).toEqual(
+      expect.arrayContaining([
+        'Viewer',
+        'PageInfo',
+        'AuditEventConnection',
+        'AuditEventEdge',
+        'LoginPayload',
+        'CreatedApiToken',
+        'CreatedNode',
+        'ValidationError',
+        'UnauthenticatedError',
+        'Gpu',
+      ]),
+    );
+    for (const keyed of ['AuditEvent', 'ApiToken', 'User', 'Node', 'Query', 'Mutation']) {
+      expect(embeddedTypes).not.toContain(keyed);
+    }
+    expect(cacheConfig.keys?.Viewer?.({ __typename: 'Viewer' })).toBeNull();
+    expect(cacheConfig.keys?.AuditEvent?.({ __typename: 'AuditEvent', id: '42' })).toBe('42');
+  });
+});
