@@ -16,6 +16,7 @@ import type { Logger } from './lib/log.js';
 import { MirrorService } from './mirror/mirror.service.js';
 import { serveMirror, uploadToMirror } from './mirror/serve.js';
 import { listen, makePubSub } from './pubsub.js';
+import { RegistryService } from './registry/registry.service.js';
 
 export type App = {
   /** Listens on config.host:config.port (0 picks a free port); resolves with the bound URL. */
@@ -45,7 +46,8 @@ export async function createApp({
     access: new AccessService(prisma, audit),
     fleet: new FleetService(prisma, audit),
     mirror: new MirrorService(prisma, audit, config, log),
-  };
+  } as Services;
+  services.registry = new RegistryService(config, services.fleet, services.mirror, log);
   await services.auth.ensureFirstAdmin(print);
   const stopListening = await listen(db.url, pubsub, log);
 

@@ -54,6 +54,19 @@ const schema = z.object({
   HANGAR_MIRROR_STALL_SECONDS: z.coerce.number().int().min(1, 'at least 1').max(3600, 'at most 3600').default(30),
   HANGAR_MIRROR_ATTEMPTS: z.coerce.number().int().min(1, 'at least 1').max(100, 'at most 100').default(8),
   HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(false),
+  HANGAR_HUB_TIMEOUT_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(600_000, 'at most 600000')
+    .default(15_000),
+  HANGAR_LLAMACPP_BUILD: z.coerce.number().int().min(1, 'a llama.cpp build number such as 4748').optional(),
+  HANGAR_MAX_CONTEXT: z.coerce
+    .number()
+    .int()
+    .min(256, 'at least 256')
+    .max(4_194_304, 'at most 4194304')
+    .default(32_768),
 });
 
 export type Config = {
@@ -82,6 +95,11 @@ export type Config = {
   mirrorAttempts: number;
   /** Whether GET /mirror/… needs a node or API token. */
   mirrorRequireToken: boolean;
+  hubTimeoutMs: number;
+  /** The llama.cpp build assumed when no node has reported one. */
+  llamaCppBuild: number | undefined;
+  /** The context the memory estimate uses at most, unless asked for another. */
+  maxContext: number;
 };
 
 export class ConfigError extends Error {
@@ -124,5 +142,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mirrorStallSeconds: c.HANGAR_MIRROR_STALL_SECONDS,
     mirrorAttempts: c.HANGAR_MIRROR_ATTEMPTS,
     mirrorRequireToken: c.HANGAR_MIRROR_REQUIRE_TOKEN,
+    hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
+    llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
+    maxContext: c.HANGAR_MAX_CONTEXT,
   };
 }

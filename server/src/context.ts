@@ -9,6 +9,7 @@ import type { FleetService } from './fleet/fleet.service.js';
 import type { Logger } from './lib/log.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { PubSub } from './pubsub.js';
+import type { RegistryService } from './registry/registry.service.js';
 
 export type Services = {
   audit: AuditService;
@@ -16,6 +17,7 @@ export type Services = {
   access: AccessService;
   fleet: FleetService;
   mirror: MirrorService;
+  registry: RegistryService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

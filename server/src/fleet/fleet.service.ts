@@ -23,6 +23,32 @@ export class FleetService {
     return this.db.node.findMany({ orderBy: { name: 'asc' } });
   }
 
+  async online(now = Date.now()) {
+    const nodes = await this.db.node.findMany({
+      where: { lastSeenAt: { gte: new Date(now - NODE_ONLINE_MS) } },
+      orderBy: { name: 'asc' },
+    });
+    return nodes;
+  }
+
+  /**
+   * The llama.cpp build the fleet can be counted on for: the oldest among online nodes (a model must load on any
+   * node it is placed on), or the configured default when no node reports one.
+   */
+  async llamaCppBuild(fallback: number): Promise<{ build: number; source: string }> {
+    const builds = (await this.online()).flatMap((n) =>
+      (Array.isArray(n.engines) ? (n.engines as { name?: string; build?: number | null }[]) : [])
+        .filter((e) => e.name === 'llama.cpp' && typeof e.build === 'number')
+        .map((e) => ({ build: e.build as number, node: n.name })),
+    );
+    if (!builds.length) return { build: fallback, source: 'no node has reported its llama.cpp; assuming' };
+    const oldest = builds.reduce((a, b) => (b.build < a.build ? b : a));
+    return {
+      build: oldest.build,
+      source: builds.length > 1 ? `the oldest node (${oldest.node}) runs` : `the nodes run`,
+    };
+  }
+
   isOnline(node: Pick<Node, 'lastSeenAt'>, now = Date.now()) {
     return Boolean(node.lastSeenAt && now - node.lastSeenAt.getTime() < NODE_ONLINE_MS);
   }

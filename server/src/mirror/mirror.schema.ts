@@ -175,7 +175,7 @@ const MirrorSourceInput = builder.inputType('MirrorSourceInput', {
   }),
 });
 
-const FetchStartedRef = builder.objectRef<FetchStarted>('FetchStarted').implement({
+export const FetchStartedRef = builder.objectRef<FetchStarted>('FetchStarted').implement({
   description: 'The fetch has started: the bytes are still moving. Watch the version for when it is present.',
   fields: (t) => ({
     version: t.field({ type: MirrorVersionRef, resolve: (r) => r.version }),

@@ -7,6 +7,7 @@ import '../auth/auth.schema.js';
 import '../audit/audit.schema.js';
 import '../fleet/fleet.schema.js';
 import '../mirror/mirror.schema.js';
+import '../registry/registry.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

@@ -1,0 +1,152 @@
+import { listFiles, listModels, modelInfo } from '@huggingface/hub';
+import type { RepoFile } from './sets.js';
+
+// The Hugging Face Hub, through its own client, at HANGAR_HUB_URL. Someone else's server on the internet: every
+// call has a timeout, and a slow or absent Hub is reported where the explorer is, never anywhere else.
+
+export type HubOptions = { hubUrl: string; token?: string; timeoutMs: number };
+
+export class HubError extends Error {
+  constructor(
+    message: string,
+    readonly status?: number,
+  ) {
+    super(message);
+  }
+}
+
+export type HubModel = {
+  id: string;
+  downloads: number;
+  likes: number;
+  lastModified: Date | null;
+  gated: boolean;
+  hasGguf: boolean;
+};
+export type HubRepo = { id: string; sha: string; gated: boolean; architecture: string | null; tags: string[] };
+
+export class Hub {
+  constructor(private readonly o: HubOptions) {}
+
+  private fetchWithTimeout: typeof fetch = (input, init) =>
+    fetch(input, {
+      ...init,
+      signal: AbortSignal.any([AbortSignal.timeout(this.o.timeoutMs), ...(init?.signal ? [init.signal] : [])]),
+    });
+
+  private get common() {
+    return {
+      hubUrl: this.o.hubUrl,
+      fetch: this.fetchWithTimeout,
+      ...(this.o.token ? { accessToken: this.o.token } : {}),
+    };
+  }
+
+  async search(query: string, sort: 'downloads' | 'likes' | 'lastModified', limit: number): Promise<HubModel[]> {
+    return wrap(async () => {
+      const out: HubModel[] = [];
+      for await (const m of listModels({
+        ...this.common,
+        search: { query },
+        sort,
+        limit,
+        additionalFields: ['tags'],
+      })) {
+        const tags = (m as { tags?: string[] }).tags ?? [];
+        out.push({
+          id: m.name,
+          downloads: m.downloads ?? 0,
+          likes: m.likes ?? 0,
+          lastModified: m.updatedAt ? new Date(m.updatedAt) : null,
+          gated: Boolean(m.gated),
+          hasGguf: tags.includes('gguf'),
+        });
+        if (out.length >= limit) break;
+      }
+      return out;
+    });
+  }
+
+  async repo(id: string, revision?: string): Promise<HubRepo> {
+    return wrap(async () => {
+      const info = await modelInfo({ ...this.common, name: id, revision, additionalFields: ['sha', 'tags', 'config'] });
+      const config = (info as { config?: { architectures?: string[]; model_type?: string } }).config;
+      return {
+        id: info.name,
+        sha: (info as { sha?: string }).sha ?? revision ?? 'main',
+        gated: Boolean(info.gated),
+        architecture: config?.architectures?.[0] ?? config?.model_type ?? null,
+        tags: (info as { tags?: string[] }).tags ?? [],
+      };
+    });
+  }
+
+  async files(id: string, revision: string): Promise<RepoFile[]> {
+    return wrap(async () => {
+      const out: RepoFile[] = [];
+      for await (const f of listFiles({
+        ...this.common,
+        repo: { type: 'model', name: id },
+        revision,
+        recursive: true,
+      })) {
+        if (f.type !== 'file') continue;
+        out.push({ path: f.path, size: f.lfs?.size ?? f.size, sha256: f.lfs?.oid ?? null });
+        if (out.length > 5000) throw new HubError(`${id} has more than 5000 files: too many to list here`);
+      }
+      return out;
+    });
+  }
+
+  resolveUrl(id: string, revision: string, path: string) {
+    return `${this.o.hubUrl}/${id}/resolve/${encodeURIComponent(revision)}/${path.split('/').map(encodeURIComponent).join('/')}`;
+  }
+
+  authHeaders(): Record<string, string> {
+    return this.o.token ? { authorization: `Bearer ${this.o.token}` } : {};
+  }
+
+  /** The model card (README.md), or null when the repository has none. */
+  async readme(id: string, revision: string): Promise<string | null> {
+    const res = await this.fetchWithTimeout(this.resolveUrl(id, revision, 'README.md'), {
+      headers: this.authHeaders(),
+    }).catch(() => null);
+    if (!res?.ok) return null;
+    const text = await res.text();
+    return text.length > 512 * 1024 ? text.slice(0, 512 * 1024) : text;
+  }
+
+  /** Whether this caller may download the repository's files: gated repositories need a token with access. */
+  async canDownload(id: string, revision: string, path: string): Promise<{ ok: boolean; reason: string | null }> {
+    const res = await this.fetchWithTimeout(this.resolveUrl(id, revision, path), {
+      method: 'HEAD',
+      headers: this.authHeaders(),
+      redirect: 'follow',
+    }).catch((e: Error) => e);
+    if (res instanceof Error) return { ok: false, reason: `the registry did not answer: ${res.message}` };
+    if (res.status === 401 || res.status === 403) {
+      return {
+        ok: false,
+        reason: this.o.token
+          ? `gated: the token in HANGAR_HUB_TOKEN has no access to ${id}; request access on the registry's page`
+          : `gated: ${id} needs an access token with access (HANGAR_HUB_TOKEN)`,
+      };
+    }
+    return { ok: res.ok, reason: res.ok ? null : `the registry answered HTTP ${res.status}` };
+  }
+}
+
+async function wrap<T>(fn: () => Promise<T>): Promise<T> {
+  try {
+    return await fn();
+  } catch (err) {
+    if (err instanceof HubError) throw err;
+    const e = err as Error & { statusCode?: number };
+    if (e.name === 'TimeoutError' || e.name === 'AbortError') throw new HubError('the registry did not answer in time');
+    if (e.statusCode === 404) throw new HubError('no such repository on the registry', 404);
+    if (e.statusCode === 401 || e.statusCode === 403)
+      throw new HubError('the registry refused: a private or gated repository needs HANGAR_HUB_TOKEN', e.statusCode);
+    const cause = (e as { cause?: { code?: string } }).cause?.code;
+    throw new HubError(`the registry could not be reached: ${cause ?? e.message}`, e.statusCode);
+  }
+}
