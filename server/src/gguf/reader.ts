@@ -100,6 +100,29 @@ class Cursor {
     }
   }
 
+  /**
+   * Skips n length-prefixed strings. A vocabulary is 150k of them, so this walks the buffer in a plain loop and
+   * only awaits when it needs more bytes, instead of an await per token.
+   */
+  async skipStrings(n: number, what: string) {
+    for (let i = 0; i < n; ) {
+      const off = this.pos - this.bufStart;
+      const avail = this.buf.length - off;
+      if (avail >= 8) {
+        const len = this.buf.readBigUInt64LE(off);
+        if (len > BigInt(LIMITS.stringBytes))
+          throw new GgufError(`item ${i} of ${what} claims ${len} bytes; at most ${LIMITS.stringBytes} are accepted`);
+        if (avail >= 8 + Number(len)) {
+          this.pos += 8 + Number(len);
+          i++;
+          continue;
+        }
+      }
+      await this.string(LIMITS.stringBytes, `item ${i} of ${what}`, false);
+      i++;
+    }
+  }
+
   async u32() {
     return (await this.take(4)).readUInt32LE(0);
   }
@@ -177,6 +200,10 @@ async function readValue(c: Cursor, type: number, key: string): Promise<GgufValu
         await c.skip(bytes);
         return { skippedArray: n, itemType };
       }
+    }
+    if (itemType === T.STRING && !keep) {
+      await c.skipStrings(n, key);
+      return { skippedArray: n, itemType };
     }
     const out: GgufValue[] = [];
     for (let i = 0; i < n; i++) {
