@@ -5,6 +5,7 @@ import { Provider } from 'urql';
 import { describe, expect, it } from 'vitest';
 import { LoginForm_LoginMutation } from './components/auth/login-form';
 import { AppLayout_ViewerQuery } from './components/layout/app-layout';
+import { MirrorPage_MirrorQuery } from './components/mirror/mirror-page';
 import { TokensPage_TokensQuery } from './components/tokens/tokens-page';
 import { makeRouter } from './router';
 import { answer, fakeClient } from './test/fake-client';
@@ -33,6 +34,17 @@ function renderApp(path: string, state: { signedInAs: Role | null }) {
       };
     }),
     answer(TokensPage_TokensQuery, () => ({ apiTokens: [] })),
+    answer(MirrorPage_MirrorQuery, () => ({
+      mirror: {
+        __typename: 'Mirror',
+        baseUrl: 'http://hangar.test/mirror',
+        fetching: 0,
+        present: 0,
+        failed: 0,
+        diskFreeBytes: 0,
+        families: [],
+      },
+    })),
   ]);
   const router = makeRouter(fake.client, createMemoryHistory({ initialEntries: [path] }));
   render(

@@ -15,12 +15,28 @@ describe('cacheConfig', () => {
         'ValidationError',
         'UnauthenticatedError',
         'Gpu',
+        'Mirror',
+        'MirrorFamily',
+        'ModelUse',
+        'FetchStarted',
       ]),
     );
-    for (const keyed of ['AuditEvent', 'ApiToken', 'User', 'Node', 'Query', 'Mutation']) {
+    for (const keyed of [
+      'AuditEvent',
+      'ApiToken',
+      'User',
+      'Node',
+      'MirrorVersion',
+      'MirrorFile',
+      'Query',
+      'Mutation',
+    ]) {
       expect(embeddedTypes).not.toContain(keyed);
     }
     expect(cacheConfig.keys?.Viewer?.({ __typename: 'Viewer' })).toBeNull();
     expect(cacheConfig.keys?.AuditEvent?.({ __typename: 'AuditEvent', id: '42' })).toBe('42');
+    expect(cacheConfig.keys?.MirrorVersion?.({ __typename: 'MirrorVersion', id: 'qwen3-8b/Q4_K_M' })).toBe(
+      'qwen3-8b/Q4_K_M',
+    );
   });
 });

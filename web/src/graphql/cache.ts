@@ -1,4 +1,5 @@
 import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
+import { gql } from 'urql';
 import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
 import schema from '../generated/schema.json';
 
@@ -32,6 +33,26 @@ function addToLists(cache: Cache, field: string, entity: Data, at: 'start' | 'en
   }
 }
 
+/**
+ * The mirror's listing is grouped into families by the server: a version it does not hold yet (fetched from this
+ * console, another one, a script) is not placed by guessing its family here; the listing is read again instead.
+ */
+function joinMirror(cache: Cache, version: Data) {
+  const key = cache.keyOfEntity(version);
+  const mirror = cache.resolve('Query', 'mirror');
+  if (!key || typeof mirror !== 'string') return;
+  const families = (cache.resolve(mirror, 'families') ?? []) as string[];
+  const listed = families.some((f) => ((cache.resolve(f, 'versions') ?? []) as string[]).includes(key));
+  if (!listed) cache.invalidate('Query', 'mirror');
+}
+
+const removedVersion = gql`
+  fragment _ on MirrorVersion {
+    id
+    removed
+  }
+`;
+
 /** The mutation's result when it is the success type, else undefined (a refusal changes no list). */
 function success(parent: Record<string, unknown>, field: string, typename: string): Data | undefined {
   const result = parent[field] as Data | null | undefined;
@@ -46,6 +67,10 @@ export const cacheConfig: CacheExchangeOpts = {
     ApiToken: byId,
     User: byId,
     Node: byId,
+    // "model/version": the same version whether it comes from the listing, a mutation or a subscription event.
+    MirrorVersion: byId,
+    MirrorFile: byId,
+    RemovedMirrorVersion: byId,
   },
   updates: {
     Mutation: {
@@ -65,8 +90,22 @@ export const cacheConfig: CacheExchangeOpts = {
         const user = success(parent, 'createUser', 'User');
         if (user) addToLists(cache, 'users', user, 'end');
       },
+      fetchToMirror(parent, _args, cache) {
+        const started = success(parent, 'fetchToMirror', 'FetchStarted');
+        if (started) joinMirror(cache, started.version as Data);
+      },
+      // As the subscription's last event about it would: every view drops a removed version, even without a socket.
+      removeMirrorVersion(parent, _args, cache) {
+        const removed = success(parent, 'removeMirrorVersion', 'RemovedMirrorVersion');
+        if (removed)
+          cache.writeFragment(removedVersion, { __typename: 'MirrorVersion', id: removed.id, removed: true });
+      },
     },
     Subscription: {
+      mirrorChanged(parent, _args, cache) {
+        const version = parent.mirrorChanged as Data | null;
+        if (version && !version.removed) joinMirror(cache, version);
+      },
       // A new event goes on top of every cached first page (later pages are fetched by cursor and stay put).
       auditEventAdded(parent, _args, cache) {
         const event = parent.auditEventAdded as (AuditEventRow & { __typename: 'AuditEvent' }) | null;

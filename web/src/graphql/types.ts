@@ -5,6 +5,14 @@ export type Role = (typeof roles)[number];
 
 export type AuditOutcome = 'DONE' | 'REFUSED' | 'FAILED';
 
+/** A mirror version's state, summed from its files'; QUEUED, FETCHING and VERIFYING count as arriving. */
+export type MirrorVersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED';
+export type MirrorFileState = MirrorVersionState;
+export const arrivingStates: readonly MirrorVersionState[] = ['QUEUED', 'FETCHING', 'VERIFYING'];
+
+/** How a catalog model runs: always (min replicas > 0), on demand (min 0) or stopped (max 0). */
+export type ModelMode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
+
 /** DateTime: an ISO 8601 string in UTC. */
 export type DateTime = string;
 

@@ -1,14 +1,40 @@
-const units = ['B', 'KB', 'MB', 'GB', 'TB', 'PB'];
+const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
 
-/** Decimal units, as disks and the Hub count them: 1 GB = 10^9 bytes. */
+/**
+ * Binary units throughout the console (1 GiB = 2^30 bytes), the unit GPU memory is reported in: a model's size,
+ * a node's free disk and a GPU's free memory compare directly, without a 7 % difference hiding between GB and GiB.
+ */
 export function formatBytes(bytes: number): string {
   let value = bytes;
   let unit = 0;
-  while (Math.abs(value) >= 1000 && unit < units.length - 1) {
-    value /= 1000;
+  while (Math.abs(value) >= 1024 && unit < units.length - 1) {
+    value /= 1024;
     unit++;
   }
   return `${unit === 0 ? value : value.toFixed(value < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
+/** A transfer rate: "12 MiB/s". */
+export function formatRate(bytesPerSecond: number): string {
+  return `${formatBytes(Math.round(bytesPerSecond))}/s`;
+}
+
+/** A duration to come, to the precision an operator plans with: "40 s", "3 min", "2 h 5 min", "3 d 4 h". */
+export function formatDuration(seconds: number): string {
+  const s = Math.max(0, Math.round(seconds));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.min(59, Math.round(s / 60))} min`;
+  if (s < 86_400) {
+    const minutes = Math.floor((s % 3600) / 60);
+    return `${Math.floor(s / 3600)} h${minutes ? ` ${minutes} min` : ''}`;
+  }
+  const hours = Math.floor((s % 86_400) / 3600);
+  return `${Math.floor(s / 86_400)} d${hours ? ` ${hours} h` : ''}`;
+}
+
+/** The first 12 hex digits of a sha256: enough to compare by eye; the whole digest goes in a title. */
+export function shortSha(sha256: string): string {
+  return sha256.length > 12 ? `${sha256.slice(0, 12)}…` : sha256;
 }
 
 /** GPU memory, as nvidia-smi reports it: MiB, shown in GiB. */

@@ -20,11 +20,11 @@ export const FormError_RefusalFragment = gql`
 export function FormError({ refusal, error }: { refusal?: Refusal | null; error?: CombinedError | null }) {
   const message = refusal?.message ?? describeError(error);
   if (!message) return null;
+  // Most server messages already start with the field they name ("sources.0.url: an absolute URL"): not twice.
+  const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
   return (
     <p role="alert" className="form-error">
-      {refusal?.__typename === 'ValidationError' && refusal.field ? (
-        <span className="form-error-field">{refusal.field}: </span>
-      ) : null}
+      {field && !message.startsWith(`${field}:`) ? <span className="form-error-field">{field}: </span> : null}
       {message}
     </p>
   );

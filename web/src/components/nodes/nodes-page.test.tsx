@@ -33,7 +33,7 @@ describe('NodesPage', () => {
     expect(meter).toHaveAttribute('max', '143771');
     expect(within(row).getByText(/97\.7 GiB free/)).toBeInTheDocument();
     expect(within(row).getByText(/llama\.cpp b4567/)).toBeInTheDocument();
-    expect(within(row).getByText('512 GB')).toBeInTheDocument();
+    expect(within(row).getByText('477 GiB')).toBeInTheDocument();
     expect(screen.queryByRole('button', { name: 'Add node' })).toBeNull();
   });
 

@@ -1,0 +1,230 @@
+import { type FormEvent, type InputHTMLAttributes, useId, useRef, useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
+
+type Started = {
+  __typename: 'FetchStarted';
+  message: string;
+  started: number;
+  alreadyArriving: number;
+  alreadyPresent: number;
+  version: VersionRow_Version;
+};
+
+export type MirrorSourceInput = { url: string; file?: string | null; sha256?: string | null; size?: number | null };
+
+/** A new version joins the listing through graphcache's updater (graphql/cache.ts). */
+export const FetchForm_FetchMutation = gql<
+  { fetchToMirror: Outcome<Started> },
+  { model: string; version: string; sources: MirrorSourceInput[]; force: boolean }
+>`
+  mutation FetchForm_Fetch($model: String!, $version: String!, $sources: [MirrorSourceInput!]!, $force: Boolean) {
+    fetchToMirror(model: $model, version: $version, sources: $sources, force: $force) {
+      __typename
+      ... on FetchStarted {
+        message
+        started
+        alreadyArriving
+        alreadyPresent
+        version {
+          ...VersionRow_Version
+        }
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
+type Line = { key: number; url: string; file: string; sha256: string };
+type LinePart = 'url' | 'file' | 'sha256';
+
+/**
+ * Fetches files by URL into one model version. The answer is the server's own ("started fetching 3 files into
+ * m/v"): the bytes are still moving, so nothing here says "added". A refusal is shown next to the field it names.
+ */
+export function FetchForm({ titleId }: { titleId: string }) {
+  const [{ fetching, error }, fetchToMirror] = useMutation(FetchForm_FetchMutation);
+  const nextKey = useRef(1);
+  const blank = (): Line => ({ key: nextKey.current++, url: '', file: '', sha256: '' });
+  const [model, setModel] = useState('');
+  const [version, setVersion] = useState('');
+  const [lines, setLines] = useState<Line[]>(() => [{ key: 0, url: '', file: '', sha256: '' }]);
+  const [force, setForce] = useState(false);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  // Which line each submitted source came from: the server names sources by their index in what was sent.
+  const [sentKeys, setSentKeys] = useState<number[]>([]);
+  const [started, setStarted] = useState<string>();
+
+  // The last answer is about the last fetch: once the operator writes the next one, it goes.
+  const edited = () => setStarted(undefined);
+  const setLine = (key: number, part: LinePart, value: string) => {
+    edited();
+    setLines((ls) => ls.map((l) => (l.key === key ? { ...l, [part]: value } : l)));
+  };
+
+  const submit = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    setRefusal(null);
+    setStarted(undefined);
+    // Lines left entirely empty (an "Add another file" not used) are not sent; a lone empty line is, to be refused.
+    const filled = lines.filter((l) => l.url.trim() || l.file.trim() || l.sha256.trim());
+    const sent = filled.length ? filled : lines.slice(0, 1);
+    setSentKeys(sent.map((l) => l.key));
+    const result = await fetchToMirror({
+      model: model.trim(),
+      version: version.trim(),
+      sources: sent.map((l) => ({ url: l.url.trim(), file: l.file.trim() || null, sha256: l.sha256.trim() || null })),
+      force,
+    });
+    const outcome = result.data?.fetchToMirror;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'FetchStarted') {
+      setStarted(outcome.message);
+      setModel('');
+      setVersion('');
+      setLines([blank()]);
+      setForce(false);
+    }
+  };
+
+  // A ValidationError names its field ("model", "sources.0.url"); that field shows the message, word for word.
+  const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
+  const errorAt = (name: string) => (field === name ? refusal?.message : undefined);
+  const source = field?.match(/^sources\.(\d+)(?:\.(\w+))?$/);
+  const sourceLine = source ? sentKeys[Number(source[1])] : undefined;
+  const sourcePart = source?.[2] === 'file' || source?.[2] === 'sha256' ? source[2] : 'url';
+  const lineError = (key: number, part: LinePart) =>
+    sourceLine === key && sourcePart === part ? refusal?.message : undefined;
+  const placed = field === 'model' || field === 'version' || field === 'sources' || sourceLine !== undefined;
+
+  return (
+    <form className="fetch-form" aria-labelledby={titleId} onSubmit={submit} noValidate>
+      <div className="form-row">
+        <Field
+          label="Model"
+          value={model}
+          onChange={(e) => {
+            edited();
+            setModel(e.target.value);
+          }}
+          error={errorAt('model')}
+          placeholder="qwen3-8b"
+          required
+        />
+        <Field
+          label="Version"
+          value={version}
+          onChange={(e) => {
+            edited();
+            setVersion(e.target.value);
+          }}
+          error={errorAt('version')}
+          placeholder="Q4_K_M or a commit"
+          required
+        />
+      </div>
+      <div className="source-lines">
+        {lines.map((line, i) => (
+          <fieldset key={line.key} className="source-line">
+            <legend className="visually-hidden">File {i + 1}</legend>
+            <Field
+              label="Source URL"
+              className="grow"
+              value={line.url}
+              onChange={(e) => setLine(line.key, 'url', e.target.value)}
+              error={lineError(line.key, 'url')}
+              placeholder="https://huggingface.co/Qwen/Qwen3-8B-GGUF/resolve/main/Qwen3-8B-Q4_K_M.gguf"
+              inputMode="url"
+              spellCheck={false}
+              required={i === 0}
+            />
+            <Field
+              label="File name"
+              value={line.file}
+              onChange={(e) => setLine(line.key, 'file', e.target.value)}
+              error={lineError(line.key, 'file')}
+              placeholder="from the URL"
+            />
+            <Field
+              label="sha256"
+              className="sha"
+              value={line.sha256}
+              onChange={(e) => setLine(line.key, 'sha256', e.target.value)}
+              error={lineError(line.key, 'sha256')}
+              placeholder="published by the upstream"
+              spellCheck={false}
+            />
+            {lines.length > 1 ? (
+              <button
+                type="button"
+                className="button small remove-line"
+                aria-label={`Remove file ${i + 1} from the form`}
+                onClick={() => setLines((ls) => ls.filter((l) => l.key !== line.key))}
+              >
+                ×
+              </button>
+            ) : null}
+          </fieldset>
+        ))}
+        {field === 'sources' ? (
+          <p role="alert" className="form-error">
+            {refusal?.message}
+          </p>
+        ) : null}
+      </div>
+      <div className="form-row">
+        <button type="button" className="button small" onClick={() => setLines((ls) => [...ls, blank()])}>
+          Add another file
+        </button>
+        <label className="check">
+          <input type="checkbox" checked={force} onChange={(e) => setForce(e.target.checked)} />
+          Fetch again files already present
+        </label>
+      </div>
+      <p className="hint">
+        The file name defaults to the URL's last part. Without a sha256, the digest the upstream publishes (the Hub's
+        X-Linked-Etag) is checked; a file with neither is kept, marked unverified.
+      </p>
+      <div className="form-row">
+        <button type="submit" className="button primary" disabled={fetching}>
+          Start fetching
+        </button>
+      </div>
+      <FormError refusal={placed ? null : refusal} error={error} />
+      {started ? (
+        <p role="status" className="notice">
+          {started}
+        </p>
+      ) : null}
+    </form>
+  );
+}
+
+type FieldProps = InputHTMLAttributes<HTMLInputElement> & { label: string; error?: string; className?: string };
+
+/** A labelled input with the server's refusal under it, tied to it for screen readers. */
+function Field({ label, error, className, ...input }: FieldProps) {
+  const id = useId();
+  return (
+    <div className={`field${className ? ` ${className}` : ''}`}>
+      <label htmlFor={id}>{label}</label>
+      <input
+        id={id}
+        autoComplete="off"
+        aria-invalid={error ? true : undefined}
+        aria-describedby={error ? `${id}-error` : undefined}
+        {...input}
+      />
+      {error ? (
+        <p id={`${id}-error`} role="alert" className="form-error field-error">
+          {error}
+        </p>
+      ) : null}
+    </div>
+  );
+}

@@ -1,0 +1,401 @@
+import { act, render, screen, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { Provider } from 'urql';
+import { describe, expect, it, vi } from 'vitest';
+import { answer, fakeClient } from '../../test/fake-client';
+import { FetchForm_FetchMutation } from './fetch-form';
+import { MirrorPage, MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery } from './mirror-page';
+import { RemoveVersion_RemoveMutation } from './remove-version';
+import { VersionRow_RetryMutation } from './version-row';
+
+const GiB = 1024 ** 3;
+const sha = (c: string) => c.repeat(64);
+
+type State = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED';
+type Version = ReturnType<typeof version>;
+
+/** A version as the server sends it: one file unless told otherwise. */
+function version(model: string, name: string, state: State, over: Record<string, unknown> = {}) {
+  const bytesTotal = 'bytesTotal' in over ? (over.bytesTotal as number | null) : 4 * GiB;
+  const bytesDone = (over.bytesDone as number | undefined) ?? (state === 'PRESENT' ? (bytesTotal ?? 0) : 0);
+  const id = `${model}/${name}`;
+  const file: Record<string, unknown> = {
+    __typename: 'MirrorFile',
+    id: `f-${id}`,
+    file: `${model}.gguf`,
+    state,
+    bytesDone,
+    bytesTotal,
+    bytesPerSecond: null,
+    sha256: state === 'PRESENT' ? sha('a') : null,
+    expectedSha256: sha('a'),
+    verified: state === 'PRESENT',
+    error: null,
+    url: state === 'PRESENT' ? `http://hangar.test/mirror/${id}/${model}.gguf` : null,
+    sourceUrl: `https://hub.test/${model}/resolve/main/${model}.gguf`,
+  };
+  return {
+    __typename: 'MirrorVersion',
+    id,
+    model,
+    version: name,
+    state,
+    removed: false,
+    fileCount: 1,
+    files: [file],
+    bytesDone,
+    bytesTotal,
+    percent: bytesTotal ? Math.floor((bytesDone / bytesTotal) * 1000) / 10 : null,
+    bytesPerSecond: null,
+    etaSeconds: null,
+    error: null,
+    verified: state === 'PRESENT',
+    url: state === 'PRESENT' ? `http://hangar.test/mirror/${id}/` : null,
+    usedBy: [],
+    updatedAt: new Date().toISOString(),
+    ...over,
+  };
+}
+
+/** Families as the server forms them: by the letters a model's name starts with, in first-seen order. */
+function byFamily(versions: Version[]) {
+  const names = [...new Set(versions.map((v) => v.model.match(/^[a-z]+/)?.[0] ?? v.model))];
+  return names.map((name) => ({ name, versions: versions.filter((v) => v.model.startsWith(name)) }));
+}
+
+/** The listing, with counts and totals that add up, as the server computes them. */
+function listing(families: { name: string; versions: Version[] }[]) {
+  const all = families.flatMap((f) => f.versions);
+  const count = (states: State[]) => all.filter((v) => states.includes(v.state as State)).length;
+  return {
+    mirror: {
+      __typename: 'Mirror',
+      baseUrl: 'http://hangar.test/mirror',
+      fetching: count(['QUEUED', 'FETCHING', 'VERIFYING']),
+      present: count(['PRESENT']),
+      failed: count(['FAILED']),
+      diskFreeBytes: 500 * GiB,
+      families: families.map((f) => ({
+        __typename: 'MirrorFamily',
+        name: f.name,
+        modelCount: new Set(f.versions.map((v) => v.model)).size,
+        versions: f.versions,
+      })),
+    },
+  };
+}
+
+function renderPage(fake: ReturnType<typeof fakeClient>, canChange = true) {
+  return render(
+    <Provider value={fake.client}>
+      <MirrorPage canChange={canChange} />
+    </Provider>,
+  );
+}
+
+const row = (id: string) => screen.findByTestId(`version-${id}`);
+
+describe('MirrorPage', () => {
+  it('groups versions by family in the server’s order, and gives a family of one model no heading', async () => {
+    const families = [
+      {
+        name: 'qwen',
+        versions: [
+          version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB }),
+          version('qwen2.5-coder-7b', 'Q8_0', 'PRESENT'),
+          version('qwen3-8b', 'Q8_0', 'PRESENT'),
+        ],
+      },
+      {
+        name: 'llama',
+        versions: [version('llama3.1-8b', 'Q4_K_M', 'PRESENT'), version('llama3.1-8b', 'Q8_0', 'PRESENT')],
+      },
+    ];
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(families))]));
+
+    const qwen = await screen.findByRole('heading', { name: /^qwen/ });
+    expect(qwen).toHaveTextContent('qwen2 models · 9.0 GiB');
+    // llama is one model in two versions: its rows are there, a heading repeating "llama" is not.
+    expect(await row('llama3.1-8b/Q8_0')).toBeInTheDocument();
+    expect(screen.queryByRole('heading', { name: /llama/ })).toBeNull();
+    expect(screen.getAllByRole('heading').map((h) => h.textContent)).toEqual(['Mirror', 'qwen2 models · 9.0 GiB']);
+    // Not re-sorted: rows stay where the server put them.
+    expect(screen.getAllByTestId(/^version-/).map((r) => r.dataset.testid)).toEqual([
+      'version-qwen3-8b/Q4_K_M',
+      'version-qwen2.5-coder-7b/Q8_0',
+      'version-qwen3-8b/Q8_0',
+      'version-llama3.1-8b/Q4_K_M',
+      'version-llama3.1-8b/Q8_0',
+    ]);
+
+    const facts = screen.getByLabelText('The mirror');
+    expect(within(facts).getByText('Fetching').nextSibling).toHaveTextContent('1');
+    expect(within(facts).getByText('Present').nextSibling).toHaveTextContent('4');
+    expect(facts).toHaveTextContent('Base URLhttp://hangar.test/mirror');
+  });
+
+  it('shows the bytes so far, and no bar, while the total is unknown; a bar only with a percentage', async () => {
+    const families = [
+      {
+        name: 'qwen',
+        versions: [
+          version('qwen3-8b', 'Q4_K_M', 'FETCHING', {
+            bytesTotal: null,
+            bytesDone: 1.5 * GiB,
+            bytesPerSecond: 50 * 1024 ** 2,
+          }),
+          version('qwen3-8b', 'Q8_0', 'FETCHING', {
+            bytesDone: 2 * GiB,
+            bytesPerSecond: 100 * 1024 ** 2,
+            etaSeconds: 20,
+          }),
+        ],
+      },
+    ];
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(families))]));
+
+    const unknown = await row('qwen3-8b/Q4_K_M');
+    expect(unknown).toHaveTextContent('1.5 GiB so far');
+    expect(unknown).toHaveTextContent('50 MiB/s');
+    expect(within(unknown).queryByRole('progressbar')).toBeNull();
+    expect(unknown).not.toHaveTextContent('%');
+
+    const known = await row('qwen3-8b/Q8_0');
+    const bar = within(known).getByRole('progressbar', { name: 'qwen3-8b/Q8_0 progress' });
+    expect(bar).toHaveAttribute('aria-valuenow', '50');
+    expect(known).toHaveTextContent('2.0 GiB of 4.0 GiB');
+    expect(known).toHaveTextContent('100 MiB/s · about 20 s left');
+  });
+
+  it('says why a failed version failed and retries it in place', async () => {
+    const error = 'the upstream has no such file (HTTP 404)';
+    const failed = version('qwen3-8b', 'Q4_K_M', 'FAILED', { error });
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [failed] }])),
+      answer(VersionRow_RetryMutation, () => ({ retryMirrorFetch: { ...failed, state: 'QUEUED', error: null } })),
+    ]);
+    renderPage(fake);
+
+    const r = await row('qwen3-8b/Q4_K_M');
+    expect(within(r).getByText(error)).toBeInTheDocument();
+    expect(within(r).getByText('failed')).toHaveClass('badge', 'bad');
+    expect(within(r).queryByRole('button', { name: 'Cancel' })).toBeNull();
+
+    await userEvent.setup().click(within(r).getByRole('button', { name: 'Retry' }));
+
+    expect(await within(r).findByText('queued')).toBeInTheDocument();
+    expect(within(r).queryByText(error)).toBeNull();
+    expect(within(r).queryByRole('button', { name: 'Retry' })).toBeNull();
+    expect(within(r).getByRole('button', { name: 'Cancel' })).toBeInTheDocument();
+    expect(fake.sent(VersionRow_RetryMutation)[0]?.variables).toEqual({ model: 'qwen3-8b', version: 'Q4_K_M' });
+  });
+
+  it('follows the subscription: bytes tick in place, a new version appears, a removed one leaves', async () => {
+    const fetching = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB, bytesPerSecond: GiB });
+    const held = version('qwen3-8b', 'Q8_0', 'PRESENT');
+    const server = { versions: [fetching, held] };
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: server.versions }])),
+    ]);
+    renderPage(fake);
+    const r = await row('qwen3-8b/Q4_K_M');
+    expect(within(r).getByRole('progressbar')).toHaveAttribute('aria-valuenow', '25');
+    await vi.waitFor(() => expect(fake.sent(MirrorPage_ChangedSubscription)).toHaveLength(1));
+    const reads = fake.sent(MirrorPage_MirrorQuery).length;
+
+    act(() =>
+      fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: { ...fetching, bytesDone: 3 * GiB, percent: 75 } }),
+    );
+    await vi.waitFor(() => expect(within(r).getByRole('progressbar')).toHaveAttribute('aria-valuenow', '75'));
+    expect(r).toHaveTextContent('3.0 GiB of 4.0 GiB');
+    // Updated where it stands: no reload, and the same row element.
+    expect(screen.getByTestId('version-qwen3-8b/Q4_K_M')).toBe(r);
+    expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(reads);
+
+    // A version fetched elsewhere: the listing is read again and it joins its family.
+    const arriving = version('qwen3-14b', 'Q4_K_M', 'QUEUED');
+    server.versions = [fetching, arriving, held];
+    act(() => fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: arriving }));
+    expect(await row('qwen3-14b/Q4_K_M')).toHaveTextContent('queued');
+    expect(fake.sent(MirrorPage_MirrorQuery).length).toBeGreaterThan(reads);
+
+    // Removed: the last event says so and the row leaves at once.
+    const tombstone = { ...held, state: 'CANCELLED', removed: true, files: [], fileCount: 0, bytesDone: 0, url: null };
+    server.versions = [fetching, arriving];
+    const readsBefore = fake.sent(MirrorPage_MirrorQuery).length;
+    act(() => fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: tombstone }));
+    await vi.waitFor(() => expect(screen.queryByTestId('version-qwen3-8b/Q8_0')).toBeNull(), { interval: 20 });
+    // Gone on the event itself, before the listing is read again for the counts.
+    expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(readsBefore);
+    await vi.waitFor(() => expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(readsBefore + 1));
+    expect(screen.getByTestId('version-qwen3-8b/Q4_K_M')).toBeInTheDocument();
+  });
+
+  it('opens the fetch form on an empty mirror and shows a refusal next to the field it names', async () => {
+    const message = 'sources.1.sha256: a sha256 is 64 hexadecimal characters';
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([])),
+      answer(FetchForm_FetchMutation, () => ({
+        fetchToMirror: { __typename: 'ValidationError', code: 'VALIDATION', field: 'sources.1.sha256', message },
+      })),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+
+    expect(await screen.findByText(/The mirror holds nothing yet\./)).toBeInTheDocument();
+    const form = screen.getByRole('form', { name: 'Fetch by URL' });
+    await user.type(within(form).getByLabelText('Model'), 'qwen3-8b');
+    await user.type(within(form).getByLabelText('Version'), 'Q4_K_M');
+    await user.type(within(form).getByLabelText('Source URL'), 'https://hub.test/a.gguf');
+    await user.click(within(form).getByRole('button', { name: 'Add another file' }));
+    await user.click(within(form).getByRole('button', { name: 'Add another file' }));
+    // The second line stays empty and is not sent: the server's "sources.1" is the third line.
+    const urls = within(form).getAllByLabelText('Source URL');
+    const shas = within(form).getAllByLabelText('sha256');
+    await user.type(urls[2] as HTMLElement, 'https://hub.test/b.gguf');
+    await user.type(shas[2] as HTMLElement, 'abc');
+    await user.click(within(form).getByRole('button', { name: 'Start fetching' }));
+
+    await vi.waitFor(() => expect(shas[2]).toHaveAttribute('aria-invalid', 'true'));
+    expect(shas[2]).toHaveAccessibleDescription(message);
+    expect(screen.getByRole('alert')).toHaveTextContent(message);
+    for (const other of [...urls, shas[0], shas[1]]) expect(other).not.toHaveAttribute('aria-invalid');
+    expect(fake.sent(FetchForm_FetchMutation)[0]?.variables).toEqual({
+      model: 'qwen3-8b',
+      version: 'Q4_K_M',
+      sources: [
+        { url: 'https://hub.test/a.gguf', file: null, sha256: null },
+        { url: 'https://hub.test/b.gguf', file: null, sha256: 'abc' },
+      ],
+      force: false,
+    });
+  });
+
+  it('answers a fetch with the server’s message and lists the new version', async () => {
+    const server = { versions: [version('llama3.1-8b', 'Q4_K_M', 'PRESENT')] };
+    const arriving = version('qwen3-8b', 'Q4_K_M', 'QUEUED', { bytesTotal: null });
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing(byFamily(server.versions))),
+      answer(FetchForm_FetchMutation, () => {
+        server.versions = [arriving, ...server.versions];
+        return {
+          fetchToMirror: {
+            __typename: 'FetchStarted',
+            message: 'started fetching 1 file into qwen3-8b/Q4_K_M',
+            started: 1,
+            alreadyArriving: 0,
+            alreadyPresent: 0,
+            version: arriving,
+          },
+        };
+      }),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    await row('llama3.1-8b/Q4_K_M');
+    expect(screen.queryByRole('form', { name: 'Fetch by URL' })).toBeNull();
+
+    await user.click(screen.getByRole('button', { name: 'Fetch by URL' }));
+    const form = screen.getByRole('form', { name: 'Fetch by URL' });
+    await user.type(within(form).getByLabelText('Model'), 'qwen3-8b');
+    await user.type(within(form).getByLabelText('Version'), 'Q4_K_M');
+    await user.type(within(form).getByLabelText('Source URL'), 'https://hub.test/qwen3-8b.gguf');
+    await user.click(within(form).getByRole('button', { name: 'Start fetching' }));
+
+    expect(await screen.findByRole('status')).toHaveTextContent('started fetching 1 file into qwen3-8b/Q4_K_M');
+    expect(await row('qwen3-8b/Q4_K_M')).toHaveTextContent('queued');
+    expect(within(form).getByLabelText('Model')).toHaveValue('');
+  });
+
+  it('asks before removing, shows why the server refused, and removes anyway when told', async () => {
+    const used = version('qwen3-8b', 'abc1234', 'PRESENT', {
+      bytesTotal: 4.7 * GiB,
+      usedBy: [{ __typename: 'ModelUse', name: 'plain-model', mode: 'ALWAYS', replicas: 1, declared: false }],
+    });
+    const refusal =
+      'qwen3-8b/abc1234 is the source of plain-model: change or remove those models first, or remove it with force (their replicas will fail to load)';
+    const server = { versions: [used] };
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: server.versions }])),
+      answer(RemoveVersion_RemoveMutation, ({ force }) => {
+        if (!force) return { removeMirrorVersion: { __typename: 'ConflictError', code: 'CONFLICT', message: refusal } };
+        server.versions = [];
+        return {
+          removeMirrorVersion: {
+            __typename: 'RemovedMirrorVersion',
+            id: used.id,
+            model: used.model,
+            version: used.version,
+            files: 1,
+            bytes: used.bytesDone,
+          },
+        };
+      }),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const r = await row('qwen3-8b/abc1234');
+    expect(r).toHaveTextContent('used by plain-model (always)');
+
+    await user.click(within(r).getByRole('button', { name: 'Remove' }));
+    const dialog = screen.getByRole('alertdialog', { name: 'Remove qwen3-8b/abc1234 (4.7 GiB)?' });
+    expect(within(dialog).getByRole('button', { name: 'Keep it' })).toHaveFocus();
+    await user.click(within(dialog).getByRole('button', { name: 'Remove' }));
+
+    expect(await within(dialog).findByRole('alert')).toHaveTextContent(refusal);
+    expect(screen.getByTestId('version-qwen3-8b/abc1234')).toBeInTheDocument();
+    await user.click(within(dialog).getByRole('button', { name: 'Remove anyway' }));
+
+    await vi.waitFor(() => expect(screen.queryByTestId('version-qwen3-8b/abc1234')).toBeNull());
+    expect(screen.queryByRole('alertdialog')).toBeNull();
+    // The counts are the server's: read again once the rows no longer add up to them.
+    await vi.waitFor(() => expect(screen.getByText('Present').nextSibling).toHaveTextContent('0'));
+    expect(await screen.findByText(/The mirror holds nothing yet\./)).toBeInTheDocument();
+    expect(fake.sent(RemoveVersion_RemoveMutation).map((op) => op.variables)).toEqual([
+      { model: 'qwen3-8b', version: 'abc1234', force: false },
+      { model: 'qwen3-8b', version: 'abc1234', force: true },
+    ]);
+  });
+
+  it('lists a version’s files with size, state, short sha256 and whether it was verified', async () => {
+    const unverified = {
+      ...version('qwen3-8b', 'Q4_K_M', 'PRESENT').files[0],
+      id: 'f2',
+      file: 'mmproj.gguf',
+      sha256: sha('b'),
+      expectedSha256: null,
+      verified: false,
+      bytesTotal: 600 * 1024 ** 2,
+    };
+    const v = version('qwen3-8b', 'Q4_K_M', 'PRESENT', { verified: false, fileCount: 2 });
+    v.files = [...v.files, unverified];
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [v] }]))]));
+    const r = await row('qwen3-8b/Q4_K_M');
+    expect(within(r).getByText('unverified')).toBeInTheDocument();
+    expect(screen.queryByRole('table', { name: 'Files of qwen3-8b/Q4_K_M' })).toBeNull();
+
+    await userEvent.setup().click(within(r).getByRole('button', { name: '2 files' }));
+
+    const files = screen.getByRole('table', { name: 'Files of qwen3-8b/Q4_K_M' });
+    const first = within(files)
+      .getByRole('rowheader', { name: /^qwen3-8b\.gguf/ })
+      .closest('tr') as HTMLElement;
+    expect(first).toHaveTextContent('4.0 GiB');
+    expect(within(first).getByText('aaaaaaaaaaaa…')).toHaveAttribute('title', sha('a'));
+    expect(within(first).getByText('verified')).toHaveClass('badge', 'ok');
+    const second = within(files)
+      .getByRole('rowheader', { name: /^mmproj\.gguf/ })
+      .closest('tr') as HTMLElement;
+    expect(second).toHaveTextContent('600 MiB');
+    expect(within(second).getByText('unverified')).toBeInTheDocument();
+  });
+
+  it('offers a viewer no buttons that change the mirror', async () => {
+    const families = [{ name: 'qwen', versions: [version('qwen3-8b', 'Q4_K_M', 'FAILED', { error: 'gone' })] }];
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(families))]), false);
+    const r = await row('qwen3-8b/Q4_K_M');
+    expect(within(r).getByRole('button', { name: '1 file' })).toBeInTheDocument();
+    expect(within(r).queryByRole('button', { name: /Retry|Remove|Cancel/ })).toBeNull();
+    expect(screen.queryByRole('button', { name: 'Fetch by URL' })).toBeNull();
+  });
+});

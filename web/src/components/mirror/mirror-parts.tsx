@@ -1,0 +1,36 @@
+import type { MirrorVersionState, ModelMode } from '../../graphql/types';
+
+// Small pieces the mirror's components share.
+
+const stateClass: Record<MirrorVersionState, string> = {
+  QUEUED: 'arriving',
+  FETCHING: 'arriving',
+  VERIFYING: 'arriving',
+  PRESENT: 'ok',
+  FAILED: 'bad',
+  CANCELLED: 'muted',
+};
+
+/** A version's or a file's state, in words: "fetching", "present", "failed". */
+export function stateBadge(state: MirrorVersionState) {
+  return <span className={`badge ${stateClass[state] ?? ''}`}>{state.toLowerCase()}</span>;
+}
+
+/** A URL that wraps after a '/' when it must wrap, rather than in the middle of a name. */
+export function BreakableUrl({ url }: { url: string }) {
+  const parts = url.split(/(?<=\/)(?!\/)/);
+  return (
+    <>
+      {parts.map((part, i) => (
+        // biome-ignore lint/suspicious/noArrayIndexKey: the parts of one fixed string, in order.
+        <span key={i}>
+          {part}
+          {i < parts.length - 1 ? <wbr /> : null}
+        </span>
+      ))}
+    </>
+  );
+}
+
+/** How a catalog model runs, in words: "used by plain-model (always)". */
+export const modeWords: Record<ModelMode, string> = { ALWAYS: 'always', ON_DEMAND: 'on demand', STOPPED: 'stopped' };

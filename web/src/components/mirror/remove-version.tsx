@@ -1,0 +1,98 @@
+import { useEffect, useId, useRef, useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { formatBytes } from '../../lib/format';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { modeWords } from './mirror-parts';
+import type { VersionRow_Version } from './version-row';
+
+type Removed = {
+  __typename: 'RemovedMirrorVersion';
+  id: string;
+  model: string;
+  version: string;
+  files: number;
+  bytes: number;
+};
+
+/** graphcache's updater (graphql/cache.ts) marks the version removed, so every view drops it at once. */
+export const RemoveVersion_RemoveMutation = gql<
+  { removeMirrorVersion: Outcome<Removed> },
+  { model: string; version: string; force: boolean }
+>`
+  mutation RemoveVersion_Remove($model: String!, $version: String!, $force: Boolean) {
+    removeMirrorVersion(model: $model, version: $version, force: $force) {
+      __typename
+      ... on RemovedMirrorVersion {
+        id
+        model
+        version
+        files
+        bytes
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+/**
+ * Asks before deleting a version's files, naming it and its size. A version a catalog model uses is refused by the
+ * server with its reason; the operator may then remove it anyway, knowing those replicas will fail to load.
+ */
+export function RemoveVersion({ version, onClose }: { version: VersionRow_Version; onClose: () => void }) {
+  const [{ fetching, error }, remove] = useMutation(RemoveVersion_RemoveMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const titleId = useId();
+  const keepRef = useRef<HTMLButtonElement>(null);
+  const name = `${version.model}/${version.version}`;
+
+  // Focus starts on the harmless answer: Enter right after clicking Remove must not delete anything.
+  useEffect(() => keepRef.current?.focus(), []);
+
+  const confirm = async (force: boolean) => {
+    setRefusal(null);
+    const result = await remove({ model: version.model, version: version.version, force });
+    const outcome = result.data?.removeMirrorVersion;
+    if (isRefusal(outcome)) setRefusal(outcome);
+  };
+
+  const inUse = refusal?.__typename === 'ConflictError';
+  return (
+    <div
+      role="alertdialog"
+      aria-labelledby={titleId}
+      className="confirm"
+      onKeyDown={(e) => {
+        if (e.key === 'Escape') onClose();
+      }}
+    >
+      <p id={titleId} className="confirm-title">
+        Remove {name} ({formatBytes(version.bytesDone)})?
+      </p>
+      <p className="hint">
+        Its {version.fileCount === 1 ? 'file is' : `${version.fileCount} files are`} deleted from the mirror's disk
+        {version.state === 'PRESENT' ? '' : ', and what is still arriving stops'}.
+        {version.usedBy.length
+          ? ` It is the source of ${version.usedBy.map((u) => `${u.name} (${modeWords[u.mode]})`).join(', ')}: their replicas would fail to load.`
+          : ' No catalog model uses it.'}
+      </p>
+      <FormError refusal={refusal} error={error} />
+      <div className="confirm-actions">
+        {inUse ? (
+          <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(true)}>
+            Remove anyway
+          </button>
+        ) : (
+          <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(false)}>
+            Remove
+          </button>
+        )}
+        <button type="button" className="button" ref={keepRef} onClick={onClose}>
+          Keep it
+        </button>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,332 @@
+import { useState } from 'react';
+import { type CombinedError, gql, useMutation } from 'urql';
+import type { Bytes, MirrorVersionState, ModelMode, Outcome } from '../../graphql/types';
+import { arrivingStates, isRefusal } from '../../graphql/types';
+import { formatBytes, formatDuration, formatRate } from '../../lib/format';
+import { CopyButton } from '../common/copy-button';
+import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { TimeAgo } from '../common/time-ago';
+import { BreakableUrl, modeWords, stateBadge } from './mirror-parts';
+import { RemoveVersion } from './remove-version';
+import { VersionFiles, type VersionFiles_File, VersionFiles_FileFragment } from './version-files';
+
+export type VersionRow_Version = {
+  __typename?: 'MirrorVersion';
+  id: string;
+  model: string;
+  version: string;
+  state: MirrorVersionState;
+  removed: boolean;
+  fileCount: number;
+  files: VersionFiles_File[];
+  bytesDone: Bytes;
+  bytesTotal: Bytes | null;
+  percent: number | null;
+  bytesPerSecond: number | null;
+  etaSeconds: number | null;
+  error: string | null;
+  verified: boolean;
+  url: string | null;
+  usedBy: { name: string; mode: ModelMode; replicas: number; declared: boolean }[];
+  updatedAt: string | null;
+};
+
+/** The whole version: the query, the subscription and every mutation select it, so each updates the row in place. */
+export const VersionRow_VersionFragment = gql<VersionRow_Version>`
+  fragment VersionRow_Version on MirrorVersion {
+    id
+    model
+    version
+    state
+    removed
+    fileCount
+    files {
+      ...VersionFiles_File
+    }
+    bytesDone
+    bytesTotal
+    percent
+    bytesPerSecond
+    etaSeconds
+    error
+    verified
+    url
+    usedBy {
+      name
+      mode
+      replicas
+      declared
+    }
+    updatedAt
+  }
+  ${VersionFiles_FileFragment}
+`;
+
+type VersionResult = { __typename: 'MirrorVersion' } & VersionRow_Version;
+
+/** The result is the version: graphcache updates the row by id. */
+export const VersionRow_CancelMutation = gql<
+  { cancelMirrorFetch: Outcome<VersionResult> },
+  { model: string; version: string }
+>`
+  mutation VersionRow_Cancel($model: String!, $version: String!) {
+    cancelMirrorFetch(model: $model, version: $version) {
+      __typename
+      ...VersionRow_Version
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export const VersionRow_RetryMutation = gql<
+  { retryMirrorFetch: Outcome<VersionResult> },
+  { model: string; version: string }
+>`
+  mutation VersionRow_Retry($model: String!, $version: String!) {
+    retryMirrorFetch(model: $model, version: $version) {
+      __typename
+      ...VersionRow_Version
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export const COLUMNS = 5;
+
+export function VersionRow({ version, canChange }: { version: VersionRow_Version; canChange: boolean }) {
+  const [open, setOpen] = useState(false);
+  const [confirming, setConfirming] = useState(false);
+  const [cancelState, cancel] = useMutation(VersionRow_CancelMutation);
+  const [retryState, retry] = useMutation(VersionRow_RetryMutation);
+  const [problem, setProblem] = useState<string>();
+  const name = `${version.model}/${version.version}`;
+  const arriving = arrivingStates.includes(version.state);
+  // A cancelled version, a failed one, or one still arriving whose other files failed: the server retries those.
+  const retryable = version.state === 'FAILED' || version.state === 'CANCELLED' || (arriving && version.error != null);
+  const filesId = `files-${version.id}`;
+
+  const vars = { model: version.model, version: version.version };
+  const report = (outcome: Outcome<VersionResult> | undefined, error: CombinedError | undefined) => {
+    if (isRefusal(outcome)) setProblem(outcome.message);
+    else if (error) setProblem(describeError(error));
+  };
+  const onCancel = async () => {
+    setProblem(undefined);
+    const result = await cancel(vars);
+    report(result.data?.cancelMirrorFetch, result.error);
+  };
+  const onRetry = async () => {
+    setProblem(undefined);
+    const result = await retry(vars);
+    report(result.data?.retryMirrorFetch, result.error);
+  };
+
+  return (
+    <>
+      <tr data-testid={`version-${version.id}`} className={`version state-${version.state.toLowerCase()}`}>
+        <th scope="row">
+          <span className="version-name">
+            {version.model}
+            <span className="muted"> / </span>
+            <span className="mono">{version.version}</span>
+          </span>
+          <div className="sub">
+            <button
+              type="button"
+              className="link-button"
+              aria-expanded={open}
+              aria-controls={filesId}
+              onClick={() => setOpen((o) => !o)}
+            >
+              {version.fileCount} {version.fileCount === 1 ? 'file' : 'files'}
+            </button>
+            {version.updatedAt ? (
+              <>
+                {' · '}
+                <TimeAgo at={version.updatedAt} />
+              </>
+            ) : null}
+          </div>
+          {version.usedBy.length ? (
+            <ul className="chips" aria-label={`Catalog models using ${name}`}>
+              {version.usedBy.map((u) => (
+                <li
+                  key={u.name}
+                  className="chip"
+                  title={`at least ${u.replicas} replica${u.replicas === 1 ? '' : 's'}${u.declared ? '; declared in hangar.yaml' : ''}`}
+                >
+                  used by {u.name} ({modeWords[u.mode]})
+                </li>
+              ))}
+            </ul>
+          ) : null}
+        </th>
+        <td>
+          <div className="states">
+            {stateBadge(version.state)}
+            {version.state === 'PRESENT' ? (
+              version.verified ? (
+                <span className="badge ok" title="Every file hashes to its published sha256">
+                  verified
+                </span>
+              ) : (
+                <span className="badge warn" title="Some file has no published sha256 to check it against">
+                  unverified
+                </span>
+              )
+            ) : null}
+          </div>
+        </td>
+        <td className="progress-cell">
+          <VersionProgress version={version} name={name} />
+        </td>
+        <td className="details">
+          <VersionDetails version={version} />
+        </td>
+        <td className="actions">
+          {canChange ? (
+            <>
+              {arriving ? (
+                <button
+                  type="button"
+                  className="button small"
+                  disabled={cancelState.fetching}
+                  title="Stops the download and discards what has arrived"
+                  onClick={onCancel}
+                >
+                  Cancel
+                </button>
+              ) : null}
+              {retryable ? (
+                <button type="button" className="button small" disabled={retryState.fetching} onClick={onRetry}>
+                  Retry
+                </button>
+              ) : null}
+              <button
+                type="button"
+                className="button small danger"
+                aria-haspopup="dialog"
+                onClick={() => setConfirming(true)}
+              >
+                Remove
+              </button>
+            </>
+          ) : null}
+          {problem ? (
+            <span role="alert" className="form-error">
+              {problem}
+            </span>
+          ) : null}
+        </td>
+      </tr>
+      {confirming ? (
+        <tr className="confirm-row">
+          <td colSpan={COLUMNS}>
+            <RemoveVersion version={version} onClose={() => setConfirming(false)} />
+          </td>
+        </tr>
+      ) : null}
+      {open ? (
+        <tr className="files-row" id={filesId}>
+          <td colSpan={COLUMNS}>
+            <VersionFiles files={version.files} label={`Files of ${name}`} />
+          </td>
+        </tr>
+      ) : null}
+    </>
+  );
+}
+
+/**
+ * A bar only when the server knows the total (it never invents a percentage); otherwise the bytes received so
+ * far, a number that only goes up. A held version shows its size.
+ */
+function VersionProgress({ version, name }: { version: VersionRow_Version; name: string }) {
+  const arriving = arrivingStates.includes(version.state);
+  if (!arriving) {
+    if (version.state === 'PRESENT') return <span className="size">{formatBytes(version.bytesDone)}</span>;
+    return version.bytesDone > 0 ? (
+      <span className="muted">{formatBytes(version.bytesDone)} kept</span>
+    ) : (
+      <span className="muted">—</span>
+    );
+  }
+  if (version.percent == null || version.bytesTotal == null) {
+    return (
+      <span className="size" title="The upstream has not said how big the files are">
+        {formatBytes(version.bytesDone)} <span className="muted">so far, size not known yet</span>
+      </span>
+    );
+  }
+  const text = `${version.percent.toFixed(1)} %: ${formatBytes(version.bytesDone)} of ${formatBytes(version.bytesTotal)}`;
+  return (
+    <div className="progress">
+      <div
+        className="bar"
+        role="progressbar"
+        aria-label={`${name} progress`}
+        aria-valuemin={0}
+        aria-valuemax={100}
+        aria-valuenow={version.percent}
+        aria-valuetext={text}
+      >
+        <div className="bar-fill" style={{ width: `${version.percent}%` }} />
+      </div>
+      <span className="progress-text">
+        {version.percent.toFixed(1)} %{' '}
+        <span className="muted">
+          {formatBytes(version.bytesDone)} of {formatBytes(version.bytesTotal)}
+        </span>
+      </span>
+    </div>
+  );
+}
+
+/** What the operator needs next: the rate and time left, why it failed, or where nodes fetch it from. */
+function VersionDetails({ version }: { version: VersionRow_Version }) {
+  // A cancelled file's error is just "cancelled": the badge says so already.
+  const error =
+    version.error && version.state !== 'CANCELLED' ? <div className="form-error">{version.error}</div> : null;
+  if (version.state === 'FAILED') return error;
+  if (version.state === 'QUEUED') return <span className="muted">waiting for a download slot</span>;
+  if (version.state === 'VERIFYING') {
+    return (
+      <>
+        <span className="muted">checking the sha256</span>
+        {error}
+      </>
+    );
+  }
+  if (version.state === 'FETCHING') {
+    return (
+      <>
+        {version.bytesPerSecond == null ? (
+          <span className="muted">starting…</span>
+        ) : (
+          <span className="nowrap">
+            {formatRate(version.bytesPerSecond)}
+            {version.etaSeconds != null ? (
+              <span className="muted"> · about {formatDuration(version.etaSeconds)} left</span>
+            ) : null}
+          </span>
+        )}
+        {error}
+      </>
+    );
+  }
+  if (version.url) {
+    return (
+      <span className="url-line">
+        <code className="url" title="Where nodes and catalog entries fetch this version">
+          <BreakableUrl url={version.url} />
+        </code>
+        <CopyButton text={version.url} label="Copy URL" />
+      </span>
+    );
+  }
+  return null;
+}

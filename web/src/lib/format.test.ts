@@ -1,0 +1,28 @@
+import { describe, expect, it } from 'vitest';
+import { formatBytes, formatDuration, formatRate, shortSha } from './format';
+
+describe('formatBytes', () => {
+  it('counts in binary units, the same everywhere in the console', () => {
+    expect(formatBytes(0)).toBe('0 B');
+    expect(formatBytes(1023)).toBe('1023 B');
+    expect(formatBytes(1024)).toBe('1.0 KiB');
+    expect(formatBytes(3 * 1024 * 1024)).toBe('3.0 MiB');
+    expect(formatBytes(4.7 * 1024 ** 3)).toBe('4.7 GiB');
+    expect(formatBytes(512_000_000_000)).toBe('477 GiB');
+    expect(formatRate(50 * 1024 ** 2)).toBe('50 MiB/s');
+  });
+});
+
+describe('formatDuration', () => {
+  it('says how long, to the precision an operator plans with', () => {
+    expect(formatDuration(40)).toBe('40 s');
+    expect(formatDuration(185)).toBe('3 min');
+    expect(formatDuration(3599)).toBe('59 min');
+    expect(formatDuration(2 * 3600 + 5 * 60)).toBe('2 h 5 min');
+    expect(formatDuration(3 * 86_400 + 4 * 3600 + 59)).toBe('3 d 4 h');
+  });
+});
+
+it('shortens a sha256 to 12 hex digits', () => {
+  expect(shortSha('a'.repeat(64))).toBe(`${'a'.repeat(12)}…`);
+});
