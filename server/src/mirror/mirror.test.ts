@@ -1,6 +1,8 @@
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
+import { createClient } from 'graphql-ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import WebSocket from 'ws';
 import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
@@ -315,6 +317,43 @@ describe('fetching', () => {
     expect(Number(resumed?.range?.match(/bytes=(\d+)-/)?.[1]), JSON.stringify(up.requests)).toBeGreaterThanOrEqual(
       60_000,
     );
+  });
+});
+
+describe('live progress', () => {
+  it('streams whole versions over mirrorChanged, bytes only going up, ending present', async () => {
+    const body = bytes(200_000, 31);
+    up.files.set('live.gguf', { body, fault: { kind: 'drip', chunk: 20_000, everyMs: 150 } });
+    const client = createClient({
+      url: `${base.replace('http', 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${token}` },
+    });
+    type Event = { mirrorChanged: { id: string; state: string; bytesDone: number; percent: number | null } };
+    const seen: Event['mirrorChanged'][] = [];
+    const done = new Promise<void>((resolve, reject) => {
+      client.subscribe<Event>(
+        { query: 'subscription { mirrorChanged { id state bytesDone percent } }' },
+        {
+          next: (e) => {
+            const v = e.data?.mirrorChanged;
+            if (v?.id !== 'live/v1') return;
+            seen.push(v);
+            if (v.state === 'PRESENT') resolve();
+          },
+          error: reject,
+          complete: () => {},
+        },
+      );
+    });
+    await new Promise((r) => setTimeout(r, 200));
+    await fetchInto('live', 'v1', [{ url: up.url('live.gguf'), sha256: sha256(body) }]);
+    await done;
+    await client.dispose();
+    const progress = seen.filter((e) => e.state === 'FETCHING').map((e) => e.bytesDone);
+    expect(progress.length).toBeGreaterThanOrEqual(1);
+    expect([...progress].sort((a, b) => a - b)).toEqual(progress);
+    expect(seen.at(-1)).toEqual({ id: 'live/v1', state: 'PRESENT', bytesDone: 200_000, percent: 100 });
   });
 });
 

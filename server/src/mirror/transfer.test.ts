@@ -1,0 +1,73 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
+import { transfer } from './transfer.js';
+
+let up: Upstream;
+let dir: string;
+beforeAll(async () => {
+  up = await startUpstream();
+  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-transfer-'));
+});
+afterAll(async () => {
+  await up.close();
+  await fs.rm(dir, { recursive: true, force: true });
+});
+
+const run = (name: string, partial: string, extra: Partial<Parameters<typeof transfer>[0]> = {}) =>
+  transfer({
+    url: up.url(name),
+    partialPath: partial,
+    stallMs: 1000,
+    maxAttempts: 3,
+    signal: new AbortController().signal,
+    onProgress: () => {},
+    freeBytes: async () => 1e12,
+    backoffMs: () => 10,
+    ...extra,
+  });
+
+describe('one transfer', () => {
+  it('starts over once when a resume is refused with 416 (the upstream file shrank)', async () => {
+    const body = bytes(10_000, 3);
+    up.files.set('shrunk.bin', { body });
+    const partial = path.join(dir, 'shrunk.part');
+    await fs.writeFile(partial, bytes(20_000, 4)); // a partial longer than the file now is
+    const r = await run('shrunk.bin', partial);
+    expect(r).toMatchObject({ ok: true, size: 10_000, sha256: sha256(body) });
+    expect(up.requests.filter((q) => q.name === 'shrunk.bin').map((q) => q.status)).toEqual([416, 200]);
+  });
+
+  it('never takes an empty body for the file', async () => {
+    up.files.set('empty.bin', { body: Buffer.alloc(0) });
+    const r = await run('empty.bin', path.join(dir, 'empty.part'));
+    expect(r).toEqual({
+      ok: false,
+      reason: 'gave up after 3 attempts; the last: the upstream sent an empty body',
+      keepPartial: true,
+    });
+  });
+
+  it('stops at once when the disk cannot hold what is still to come, keeping the partial', async () => {
+    up.files.set('big.bin', { body: bytes(50_000, 5) });
+    const r = await run('big.bin', path.join(dir, 'big.part'), { freeBytes: async () => 1000 });
+    expect(r).toEqual({
+      ok: false,
+      reason: 'not enough disk: 50000 bytes still to come, 1000 free',
+      keepPartial: true,
+    });
+    expect(up.requests.filter((q) => q.name === 'big.bin')).toHaveLength(1);
+  });
+
+  it('refuses a file larger than announced', async () => {
+    up.files.set('larger.bin', { body: bytes(5_000, 6) });
+    const r = await run('larger.bin', path.join(dir, 'larger.part'), { expectedSize: 4_000 });
+    expect(r).toEqual({
+      ok: false,
+      reason: 'the upstream says the file is 5000 bytes; 4000 were expected',
+      keepPartial: false,
+    });
+  });
+});
