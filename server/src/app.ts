@@ -4,6 +4,7 @@ import { WebSocketServer } from 'ws';
 import { AccessService } from './access/access.service.js';
 import { AuditService } from './audit/audit.service.js';
 import { AuthService } from './auth/auth.service.js';
+import { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
@@ -48,7 +49,20 @@ export async function createApp({
     mirror: new MirrorService(prisma, audit, config, log),
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror, log);
-  await services.auth.ensureFirstAdmin(print);
+  services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
+  try {
+    await services.catalog.loadDeclared();
+  } catch (err) {
+    // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
+    if (!database) await db.close();
+    throw err;
+  }
+  try {
+    await services.auth.ensureFirstAdmin(print);
+  } catch (err) {
+    if (!database) await db.close();
+    throw err;
+  }
   const stopListening = await listen(db.url, pubsub, log);
 
   const yoga = buildYoga({ prisma, config, log, pubsub, services });

@@ -3,6 +3,7 @@ import type { AccessService } from './access/access.service.js';
 import type { AuditService } from './audit/audit.service.js';
 import type { AuthService } from './auth/auth.service.js';
 import type { Viewer } from './auth/viewer.js';
+import type { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
@@ -18,6 +19,7 @@ export type Services = {
   fleet: FleetService;
   mirror: MirrorService;
   registry: RegistryService;
+  catalog: CatalogService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

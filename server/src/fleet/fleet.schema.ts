@@ -59,6 +59,41 @@ builder.queryField('nodes', (t) =>
   }),
 );
 
+const GpuInput = builder.inputType('GpuInput', {
+  fields: (t) => ({
+    index: t.int({ required: true }),
+    name: t.string({ required: true }),
+    totalMiB: t.int({ required: true }),
+    freeMiB: t.int({ required: true }),
+  }),
+});
+const EngineInput = builder.inputType('EngineInput', {
+  fields: (t) => ({
+    name: t.string({ required: true, description: '"llama.cpp" or "vllm".' }),
+    version: t.string({ required: false }),
+    build: t.int({ required: false, description: "llama.cpp's build number." }),
+  }),
+});
+const NodeReportInput = builder.inputType('NodeReportInput', {
+  fields: (t) => ({
+    gpus: t.field({ type: [GpuInput], required: true }),
+    engines: t.field({ type: [EngineInput], required: true }),
+    diskFreeBytes: t.field({ type: 'Bytes', required: false }),
+    agentVersion: t.string({ required: false }),
+  }),
+});
+
+builder.mutationField('reportNode', (t) =>
+  t.field({
+    type: NodeRef,
+    description: "A node agent's heartbeat with its inventory (node token only).",
+    authScopes: { node: true },
+    errors: { types: [ValidationError, ConflictError] },
+    args: { input: t.arg({ type: NodeReportInput, required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.report(ctx, args.input)),
+  }),
+);
+
 builder.mutationField('createNode', (t) =>
   t.field({
     type: CreatedNode,

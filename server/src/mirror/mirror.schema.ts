@@ -10,7 +10,7 @@ const MirrorVersionStateEnum = builder.enumType('MirrorVersionState', {
   description:
     "Summed from the version's files: any arriving → FETCHING; else any failed → FAILED; all present → PRESENT.",
 });
-const ModelMode = builder.enumType('ModelMode', { values: ['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const });
+export const ModelMode = builder.enumType('ModelMode', { values: ['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const });
 
 const MirrorFileRef = builder.prismaObject('MirrorFile', {
   fields: (t) => ({

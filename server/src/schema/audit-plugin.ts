@@ -52,8 +52,15 @@ function describeTarget(args: Record<string, unknown>): string | undefined {
   const parts: string[] = [];
   for (const src of sources) {
     if (!src || typeof src !== 'object') continue;
+    // A model and its version read as one name, the way the mirror writes it: qwen3-8b/v1.
+    if (typeof src.model === 'string' && typeof src.version === 'string') {
+      parts.push(`${src.model}/${src.version}`.slice(0, 200));
+    }
     for (const key of targetKeys) {
       const v = src[key];
+      if (key === 'model' || key === 'version') {
+        if (typeof src.model === 'string' && typeof src.version === 'string') continue;
+      }
       if (typeof v === 'string' && v) parts.push(v.slice(0, 200));
     }
   }

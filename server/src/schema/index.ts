@@ -8,6 +8,7 @@ import '../audit/audit.schema.js';
 import '../fleet/fleet.schema.js';
 import '../mirror/mirror.schema.js';
 import '../registry/registry.schema.js';
+import '../catalog/catalog.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

@@ -1,0 +1,132 @@
+import type { CatalogModel } from '../generated/prisma/client.js';
+import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
+import { ModelMode } from '../mirror/mirror.schema.js';
+import { builder } from '../schema/builder.js';
+import { modeOf, type ServePlan } from './catalog.service.js';
+
+// ALWAYS keeps N replicas; ON_DEMAND starts one when asked and stops it when idle; STOPPED runs none.
+const ModelModeRef = ModelMode;
+const EngineRef = builder.enumType('Engine', { values: ['llamacpp', 'vllm'] as const });
+
+const AdapterRef = builder.prismaObject('Adapter', {
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    source: t.exposeString('source'),
+    owner: t.exposeString('owner', { nullable: true, description: 'scope:id; null is every caller the model allows.' }),
+  }),
+});
+
+export const CatalogModelRef = builder.prismaObject('CatalogModel', {
+  name: 'Model',
+  description: 'What the fleet serves.',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    source: t.exposeString('source'),
+    engine: t.field({ type: EngineRef, resolve: (m) => m.engine }),
+    contextSize: t.exposeInt('contextSize', { nullable: true }),
+    memoryBytes: t.field({ type: 'Bytes', nullable: true, resolve: (m) => m.memoryBytes }),
+    mode: t.field({ type: ModelModeRef, resolve: (m) => modeOf(m) }),
+    replicas: t.int({ description: 'Replicas kept (ALWAYS) or at most (ON_DEMAND).', resolve: (m) => m.maxReplicas }),
+    declared: t.exposeBoolean('declared', { description: 'Read from hangar.yaml: change it there, not here.' }),
+    adapters: t.relation('adapters', { type: AdapterRef }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+  }),
+});
+
+const NodeFitPlan = builder.objectRef<ServePlan['fitsOn'][number]>('PlanFit').implement({
+  fields: (t) => ({ node: t.exposeString('node'), fits: t.exposeBoolean('fits'), reason: t.exposeString('reason') }),
+});
+
+const ServePlanRef = builder.objectRef<ServePlan>('ServePlan').implement({
+  description: 'What serving a mirrored version would mean, shown before it is confirmed.',
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    engine: t.field({ type: EngineRef, resolve: (p) => p.engine }),
+    source: t.exposeString('source'),
+    architecture: t.exposeString('architecture', { nullable: true }),
+    servable: t.boolean({ nullable: true, resolve: (p) => p.verdict?.servable ?? null }),
+    verdict: t.string({ nullable: true, resolve: (p) => p.verdict?.reason ?? null }),
+    context: t.int({ nullable: true, resolve: (p) => p.memory?.context ?? null }),
+    memoryBytes: t.field({ type: 'Bytes', nullable: true, resolve: (p) => p.memory?.totalBytes ?? null }),
+    fitsOn: t.field({ type: [NodeFitPlan], resolve: (p) => p.fitsOn }),
+  }),
+});
+
+const ServePlaced = builder
+  .objectRef<{ model: CatalogModel; plan: ServePlan; message: string }>('ServePlaced')
+  .implement({
+    description: 'The model is in the catalog; replicas are placed on the next pass (nothing is serving yet).',
+    fields: (t) => ({
+      model: t.field({ type: CatalogModelRef, resolve: (r) => r.model }),
+      plan: t.field({ type: ServePlanRef, resolve: (r) => r.plan }),
+      message: t.exposeString('message'),
+    }),
+  });
+
+const RemovedModel = builder
+  .objectRef<{ name: string }>('RemovedModel')
+  .implement({ fields: (t) => ({ name: t.exposeString('name') }) });
+
+builder.queryFields((t) => ({
+  models: t.prismaField({
+    type: ['CatalogModel'],
+    authScopes: { viewer: true },
+    resolve: (query, _root, _args, ctx) => ctx.prisma.catalogModel.findMany({ ...query, orderBy: { name: 'asc' } }),
+  }),
+  model: t.prismaField({
+    type: 'CatalogModel',
+    nullable: true,
+    authScopes: { viewer: true },
+    args: { name: t.arg.string({ required: true }) },
+    resolve: (query, _root, args, ctx) => ctx.prisma.catalogModel.findUnique({ ...query, where: { name: args.name } }),
+  }),
+  servePlan: t.field({
+    type: ServePlanRef,
+    authScopes: { viewer: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: {
+      model: t.arg.string({ required: true }),
+      version: t.arg.string({ required: true }),
+      name: t.arg.string({ required: false }),
+      context: t.arg.int({ required: false }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.plan(args)),
+  }),
+}));
+
+builder.mutationFields((t) => ({
+  serveMirrorVersion: t.field({
+    type: ServePlaced,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError, UpstreamError] },
+    args: {
+      model: t.arg.string({ required: true }),
+      version: t.arg.string({ required: true }),
+      name: t.arg.string({ required: false, description: "The catalog name; default the mirror's model name." }),
+      context: t.arg.int({ required: false }),
+      mode: t.arg({ type: ModelModeRef, required: false }),
+      replicas: t.arg.int({ required: false }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.serveMirrorVersion(ctx, args)),
+  }),
+  setModelMode: t.field({
+    type: CatalogModelRef,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: {
+      name: t.arg.string({ required: true }),
+      mode: t.arg({ type: ModelModeRef, required: true }),
+      replicas: t.arg.int({ required: false }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx, args)),
+  }),
+  removeModel: t.field({
+    type: RemovedModel,
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { name: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.remove(ctx, args)),
+  }),
+}));

@@ -1,0 +1,315 @@
+import fs from 'node:fs/promises';
+import { parse as parseYaml } from 'yaml';
+import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
+import type { Config } from '../config.js';
+import { ConfigError } from '../config.js';
+import type { Context } from '../context.js';
+import type { Db } from '../db/client.js';
+import type { FleetService } from '../fleet/fleet.service.js';
+import type { CatalogModel } from '../generated/prisma/client.js';
+import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
+import { factsOf } from '../gguf/facts.js';
+import { estimateMemory, type MemoryEstimate } from '../gguf/memory.js';
+import { readGguf } from '../gguf/reader.js';
+import { fileSource } from '../gguf/source.js';
+import { type Verdict, verdictFor } from '../gguf/verdict.js';
+import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
+import { resourceName } from '../lib/names.js';
+import { parseInput } from '../lib/validate.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
+import { modelName, versionName } from '../mirror/paths.js';
+import { notify } from '../pubsub.js';
+
+export type Mode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
+
+export function modeOf(m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas'>): Mode {
+  return m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS';
+}
+
+/** always = min ≥ 1 (that many replicas); on demand = min 0, max ≥ 1; stopped = max 0. */
+function scaling(mode: Mode, replicas: number) {
+  if (mode === 'STOPPED') return { minReplicas: 0, maxReplicas: 0 };
+  if (mode === 'ON_DEMAND') return { minReplicas: 0, maxReplicas: Math.max(1, replicas) };
+  return { minReplicas: Math.max(1, replicas), maxReplicas: Math.max(1, replicas) };
+}
+
+const modeInput = z.enum(['ALWAYS', 'ON_DEMAND', 'STOPPED'], { error: 'ALWAYS, ON_DEMAND or STOPPED' });
+const replicasInput = z.number().int().min(1, 'at least 1 replica').max(64, 'at most 64 replicas');
+const catalogName = resourceName('a model name');
+
+export type ServePlan = {
+  name: string;
+  engine: 'llamacpp' | 'vllm';
+  source: string;
+  architecture: string | null;
+  verdict: Verdict | null;
+  memory: MemoryEstimate | null;
+  fitsOn: { node: string; fits: boolean; reason: string }[];
+};
+
+// hangar.yaml: models an operator keeps in version control. Read at every start; the API shows them and refuses
+// to change them, because a change made there would silently revert at the next start.
+const declaredFile = z.object({
+  models: z
+    .array(
+      z.object({
+        name: catalogName,
+        source: z.string().url('an http:// or https:// URL of the weights'),
+        engine: z.enum(['llamacpp', 'vllm'], { error: 'llamacpp or vllm' }),
+        context: z.number().int().min(256).max(4_194_304).optional(),
+        mode: modeInput.default('ALWAYS'),
+        replicas: replicasInput.default(1),
+      }),
+    )
+    .default([]),
+});
+
+export class CatalogService {
+  constructor(
+    private readonly db: Db,
+    private readonly audit: AuditService,
+    private readonly config: Config,
+    private readonly mirror: MirrorService,
+    private readonly fleet: FleetService,
+    private readonly log: Logger,
+  ) {}
+
+  list() {
+    return this.db.catalogModel.findMany({ orderBy: { name: 'asc' }, include: { adapters: true } });
+  }
+
+  get(name: string) {
+    return this.db.catalogModel.findUnique({ where: { name }, include: { adapters: true } });
+  }
+
+  /**
+   * What serving a mirrored version would mean, before anything is created: the engine from the files, the
+   * memory from the file's own header at the chosen context, and the nodes it fits on and those it does not.
+   */
+  async plan(input: {
+    model: string;
+    version: string;
+    name?: string | null;
+    context?: number | null;
+  }): Promise<Result<ServePlan>> {
+    const parsed = parseInput(
+      z.object({
+        model: modelName,
+        version: versionName,
+        name: catalogName.nullish(),
+        context: z.number().int().min(256).max(4_194_304).nullish(),
+      }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const { model, version } = parsed.value;
+    const v = await this.mirror.version(model, version);
+    if (!v) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (v.state !== 'PRESENT') {
+      // A catalog entry pointing at a partial file is exactly what versioned paths exist to prevent.
+      return fail(
+        new ConflictError(
+          `${model}/${version} is ${v.state.toLowerCase()}, not present: it can be served once every file is verified`,
+        ),
+      );
+    }
+    const ggufs = v.files.filter((f) => f.file.endsWith('.gguf') && !/mmproj|imatrix/i.test(f.file));
+    const name = parsed.value.name ?? model;
+    if (!ggufs.length) {
+      const source = this.mirror.versionUrl(model, version);
+      return ok({ name, engine: 'vllm', source, architecture: null, verdict: null, memory: null, fitsOn: [] });
+    }
+    // The first shard carries the metadata, and is what llama.cpp is pointed at.
+    const first = [...ggufs].sort((a, b) => a.file.localeCompare(b.file))[0] as (typeof ggufs)[number];
+    const src = await fileSource(this.mirror.paths.file(model, version, first.file)).catch(() => null);
+    if (!src) {
+      return fail(
+        new ConflictError(
+          `${model}/${version}/${first.file} is listed as present but is not on disk (removed by hand?): fetch it again`,
+        ),
+      );
+    }
+    let facts: ReturnType<typeof factsOf>;
+    try {
+      facts = factsOf(await readGguf(src, knownTensorTypes));
+    } finally {
+      await src.close();
+    }
+    const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild);
+    const verdict = verdictFor(facts.architecture, build.build, build.source);
+    const context = Math.min(
+      parsed.value.context ?? facts.contextLength ?? 4096,
+      parsed.value.context ?? this.config.maxContext,
+    );
+    const weights = ggufs.reduce((n, f) => n + Number(f.bytesDone), 0);
+    const memory = estimateMemory(facts, weights, context);
+    const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
+    const fitsOn = (await this.fleet.online()).map((n) => {
+      const free = (Array.isArray(n.gpus) ? (n.gpus as { freeMiB?: number }[]) : []).reduce(
+        (s, g) => s + (g.freeMiB ?? 0),
+        0,
+      );
+      return {
+        node: n.name,
+        fits: free >= neededMiB,
+        reason: free >= neededMiB ? `${free} MiB free` : `needs ${neededMiB} MiB, ${free} MiB free`,
+      };
+    });
+    return ok({
+      name,
+      engine: 'llamacpp',
+      source: this.mirror.fileUrl(first),
+      architecture: facts.architecture,
+      verdict,
+      memory,
+      fitsOn,
+    });
+  }
+
+  /** Puts a present mirror version into the catalog. Answered as placed on the next pass: nothing is serving yet. */
+  async serveMirrorVersion(
+    ctx: Context,
+    input: {
+      model: string;
+      version: string;
+      name?: string | null;
+      context?: number | null;
+      mode?: string | null;
+      replicas?: number | null;
+    },
+  ): Promise<Result<{ model: CatalogModel; plan: ServePlan; message: string }>> {
+    const extra = parseInput(
+      z.object({ mode: modeInput.nullish(), replicas: replicasInput.nullish() }),
+      { mode: input.mode, replicas: input.replicas },
+      '',
+    );
+    if (!extra.ok) return extra;
+    const planned = await this.plan(input);
+    if (!planned.ok) return planned;
+    const plan = planned.value;
+    if (await this.db.catalogModel.findUnique({ where: { name: plan.name } })) {
+      return fail(new ConflictError(`the catalog already has a model named ${plan.name}: choose another name`));
+    }
+    // Checked now, not on a node later: a file removed between the listing and this click fails here.
+    const head = await fetch(plan.source, { method: 'HEAD', signal: AbortSignal.timeout(10_000) }).catch(
+      (e: Error) => e,
+    );
+    if (head instanceof Error || !head.ok) {
+      return fail(
+        new UpstreamError(
+          `the source ${plan.source} did not answer a HEAD request (${head instanceof Error ? head.message : `HTTP ${head.status}`})`,
+        ),
+      );
+    }
+    const mode = extra.value.mode ?? 'ALWAYS';
+    const model = await this.db.$transaction(async (tx) => {
+      const m = await tx.catalogModel.create({
+        data: {
+          name: plan.name,
+          source: plan.source,
+          engine: plan.engine,
+          contextSize: plan.memory?.context ?? input.context ?? null,
+          memoryBytes: plan.memory ? BigInt(plan.memory.totalBytes) : null,
+          ...scaling(mode, extra.value.replicas ?? 1),
+        },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'serveMirrorVersion',
+        target: plan.name,
+        message: `from ${input.model}/${input.version}, ${mode.toLowerCase().replace('_', ' ')}`,
+      });
+      await notify(tx, 'mirrorVersion', `${input.model}/${input.version}`);
+      return m;
+    });
+    const message =
+      mode === 'STOPPED'
+        ? `${plan.name} is in the catalog, stopped`
+        : mode === 'ON_DEMAND'
+          ? `${plan.name} is in the catalog, on demand: a replica starts when asked`
+          : `${plan.name} is in the catalog: replicas are placed on the next pass`;
+    return ok({ model, plan, message });
+  }
+
+  async setMode(
+    ctx: Context,
+    input: { name: string; mode: string; replicas?: number | null },
+  ): Promise<Result<CatalogModel>> {
+    const parsed = parseInput(
+      z.object({ name: catalogName, mode: modeInput, replicas: replicasInput.nullish() }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    const s = scaling(parsed.value.mode, parsed.value.replicas ?? Math.max(1, m.maxReplicas));
+    return ok(
+      await this.db.$transaction(async (tx) => {
+        const updated = await tx.catalogModel.update({ where: { id: m.id }, data: s });
+        await this.audit.done(tx, ctx, {
+          action: 'setModelMode',
+          target: m.name,
+          message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas)`,
+        });
+        return updated;
+      }),
+    );
+  }
+
+  async remove(ctx: Context, input: { name: string }): Promise<Result<{ name: string }>> {
+    const parsed = parseInput(z.object({ name: catalogName }), input, '');
+    if (!parsed.ok) return parsed;
+    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    await this.db.$transaction(async (tx) => {
+      await tx.catalogModel.delete({ where: { id: m.id } });
+      await this.audit.done(tx, ctx, { action: 'removeModel', target: m.name });
+    });
+    return ok({ name: m.name });
+  }
+
+  /** Reads hangar.yaml (HANGAR_CONFIG) and makes the catalog's declared models match it exactly. */
+  async loadDeclared(): Promise<number> {
+    const file = this.config.configFile;
+    if (!file) {
+      await this.db.catalogModel.deleteMany({ where: { declared: true } });
+      return 0;
+    }
+    let raw: unknown;
+    try {
+      raw = parseYaml(await fs.readFile(file, 'utf8'));
+    } catch (err) {
+      throw new ConfigError(`HANGAR_CONFIG=${file} could not be read as YAML: ${(err as Error).message}`);
+    }
+    const parsed = declaredFile.safeParse(raw ?? {});
+    if (!parsed.success) {
+      const issue = parsed.error.issues[0];
+      throw new ConfigError(`HANGAR_CONFIG=${file}: ${issue?.path.join('.') || 'the file'}: ${issue?.message}`);
+    }
+    const models = parsed.data.models;
+    await this.db.$transaction(async (tx) => {
+      await tx.catalogModel.deleteMany({ where: { declared: true, name: { notIn: models.map((m) => m.name) } } });
+      for (const m of models) {
+        const data = {
+          source: m.source,
+          engine: m.engine,
+          contextSize: m.context ?? null,
+          declared: true,
+          ...scaling(m.mode, m.replicas),
+        };
+        await tx.catalogModel.upsert({ where: { name: m.name }, create: { name: m.name, ...data }, update: data });
+      }
+    });
+    this.log.info('read the declared models', { file, models: models.length });
+    return models.length;
+  }
+}
+
+function declaredMessage(name: string, file: string | undefined) {
+  return `${name} is declared in ${file ?? 'hangar.yaml'}: change it there; it is read at every start`;
+}

@@ -1,0 +1,252 @@
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startTestApp, type TestApp } from '../../test/harness.js';
+import { createApp } from '../app.js';
+import { ConfigError, loadConfig } from '../config.js';
+import { createLogger } from '../lib/log.js';
+
+let t: TestApp;
+let base: string;
+let operator: string;
+let nodeToken: string;
+const gguf = new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url);
+
+beforeAll(async () => {
+  t = await startTestApp();
+  base = await t.app.start();
+  operator = await t.token('OPERATOR', 'catalog-ops');
+  const body = await fs.readFile(gguf);
+  for (const v of ['v1', 'v2']) {
+    const put = await fetch(`${base}/mirror/llama-vocab/${v}/model.gguf`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}` },
+      body: new Uint8Array(body),
+    });
+    expect(put.status).toBe(201);
+  }
+  const admin = await t.token('ADMIN', 'catalog-admin');
+  const created = await t.gql(
+    'mutation { createNode(name: "gpu-1") { ... on CreatedNode { token } } }',
+    {},
+    { token: admin },
+  );
+  nodeToken = created.data?.createNode.token;
+});
+afterAll(() => t.close());
+
+const REPORT = `mutation($i: NodeReportInput!) { reportNode(input: $i) { __typename ... on Node { name online gpus { freeMiB } engines { build } } ... on Error { message } ... on ValidationError { field } } }`;
+const report = {
+  gpus: [{ index: 0, name: 'RTX 4090', totalMiB: 24564, freeMiB: 20000 }],
+  engines: [{ name: 'llama.cpp', version: 'b4748', build: 4748 }],
+  diskFreeBytes: 10 ** 12,
+  agentVersion: '0.1.0',
+};
+
+describe('node agents', () => {
+  it('report their inventory with the node token; the report is audited when it changes, not at every heartbeat', async () => {
+    const r = await t.gql(REPORT, { i: report }, { token: nodeToken });
+    expect(r.data?.reportNode).toEqual({
+      __typename: 'Node',
+      name: 'gpu-1',
+      online: true,
+      gpus: [{ freeMiB: 20000 }],
+      engines: [{ build: 4748 }],
+    });
+    await t.gql(REPORT, { i: { ...report, gpus: [{ ...report.gpus[0], freeMiB: 19000 }] } }, { token: nodeToken });
+    const audits = await t.app.db.prisma.auditEvent.findMany({ where: { action: 'reportNode' } });
+    expect(audits).toHaveLength(1);
+    expect(audits[0]).toMatchObject({ actor: 'node:gpu-1', message: 'RTX 4090 24564 MiB; llama.cpp b4748' });
+  });
+
+  it('refuses a report from a user and a malformed one', async () => {
+    const asUser = await t.gql(REPORT, { i: report }, { token: operator });
+    expect(asUser.data?.reportNode.__typename).toBe('ForbiddenError');
+    const bad = await t.gql(
+      REPORT,
+      { i: { ...report, gpus: [{ ...report.gpus[0], freeMiB: -1 }] } },
+      { token: nodeToken },
+    );
+    expect(bad.data?.reportNode).toMatchObject({ __typename: 'ValidationError', field: 'input.gpus.0.freeMiB' });
+  });
+});
+
+describe('serving a mirrored version', () => {
+  it('plans before anything is created: engine, memory from the header, where it fits', async () => {
+    const r = await t.gql(
+      '{ servePlan(model: "llama-vocab", version: "v1") { __typename ... on ServePlan { name engine architecture servable verdict context memoryBytes fitsOn { node fits } source } ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    const plan = r.data?.servePlan;
+    expect(plan).toMatchObject({
+      __typename: 'ServePlan',
+      name: 'llama-vocab',
+      engine: 'llamacpp',
+      architecture: 'llama',
+      servable: true,
+      context: 4096,
+    });
+    expect(plan.verdict).toBe('llama loads in llama.cpp b1041 and later; the nodes run b4748');
+    expect(plan.memoryBytes).toBe(723_869 + 2048 * 1024 ** 2 + 512 * 1024 ** 2);
+    expect(plan.fitsOn).toEqual([{ node: 'gpu-1', fits: true }]);
+    expect(plan.source).toBe(`${base}/mirror/llama-vocab/v1/model.gguf`);
+  });
+
+  it('puts it in the catalog, answered as placed on the next pass, and the mirror shows who uses it', async () => {
+    const r = await t.gql(
+      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v1", name: "llama-7b") { __typename ... on ServePlaced { message model { name mode replicas engine declared } } ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    expect(r.data?.serveMirrorVersion).toEqual({
+      __typename: 'ServePlaced',
+      message: 'llama-7b is in the catalog: replicas are placed on the next pass',
+      model: { name: 'llama-7b', mode: 'ALWAYS', replicas: 1, engine: 'llamacpp', declared: false },
+    });
+    const used = await t.gql(
+      '{ mirrorVersion(model: "llama-vocab", version: "v1") { usedBy { name mode } } }',
+      {},
+      { token: operator },
+    );
+    expect(used.data?.mirrorVersion.usedBy).toEqual([{ name: 'llama-7b', mode: 'ALWAYS' }]);
+    const again = await t.gql(
+      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v1", name: "llama-7b") { __typename ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    expect(again.data?.serveMirrorVersion).toEqual({
+      __typename: 'ConflictError',
+      message: 'the catalog already has a model named llama-7b: choose another name',
+    });
+  });
+
+  it('fails at the HEAD check when the source does not answer, and creates nothing', async () => {
+    // The plan reads the header from disk; the HEAD goes to the URL nodes will use, here one nobody answers.
+    t.app.services.mirror.setBaseUrl(() => 'http://127.0.0.1:9');
+    const r = await t.gql(
+      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v2", name: "unreachable") { __typename ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    t.app.services.mirror.setBaseUrl(() => base);
+    expect(r.data?.serveMirrorVersion.__typename).toBe('UpstreamError');
+    expect(r.data?.serveMirrorVersion.message).toMatch(
+      /^the source http:\/\/127\.0\.0\.1:9\/mirror\/llama-vocab\/v2\/model\.gguf did not answer a HEAD request/,
+    );
+    expect(await t.app.db.prisma.catalogModel.count({ where: { name: 'unreachable' } })).toBe(0);
+  });
+
+  it('refuses a version whose file went away from disk', async () => {
+    await fs.rm(path.join(t.dataDir, 'mirror/files/llama-vocab/v2/model.gguf'));
+    const r = await t.gql(
+      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v2", name: "gone") { __typename ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    expect(r.data?.serveMirrorVersion).toEqual({
+      __typename: 'ConflictError',
+      message: 'llama-vocab/v2/model.gguf is listed as present but is not on disk (removed by hand?): fetch it again',
+    });
+  });
+
+  it('changes the mode in place, with typed refusals', async () => {
+    const SET =
+      'mutation($m: ModelMode!, $r: Int) { setModelMode(name: "llama-7b", mode: $m, replicas: $r) { __typename ... on Model { mode replicas } ... on ValidationError { field } ... on Error { message } } }';
+    expect((await t.gql(SET, { m: 'ON_DEMAND' }, { token: operator })).data?.setModelMode).toEqual({
+      __typename: 'Model',
+      mode: 'ON_DEMAND',
+      replicas: 1,
+    });
+    expect((await t.gql(SET, { m: 'ALWAYS', r: 3 }, { token: operator })).data?.setModelMode).toEqual({
+      __typename: 'Model',
+      mode: 'ALWAYS',
+      replicas: 3,
+    });
+    expect((await t.gql(SET, { m: 'STOPPED' }, { token: operator })).data?.setModelMode).toEqual({
+      __typename: 'Model',
+      mode: 'STOPPED',
+      replicas: 0,
+    });
+    expect((await t.gql(SET, { m: 'ALWAYS', r: 0 }, { token: operator })).data?.setModelMode).toMatchObject({
+      __typename: 'ValidationError',
+      field: 'replicas',
+    });
+  });
+
+  it('removes a model, after which its mirror version may go', async () => {
+    const refused = await t.gql(
+      'mutation { removeMirrorVersion(model: "llama-vocab", version: "v1") { __typename } }',
+      {},
+      { token: operator },
+    );
+    expect(refused.data?.removeMirrorVersion.__typename).toBe('ConflictError');
+    const r = await t.gql(
+      'mutation { removeModel(name: "llama-7b") { __typename ... on RemovedModel { name } } }',
+      {},
+      { token: operator },
+    );
+    expect(r.data?.removeModel).toEqual({ __typename: 'RemovedModel', name: 'llama-7b' });
+    const ok = await t.gql(
+      'mutation { removeMirrorVersion(model: "llama-vocab", version: "v1") { __typename } }',
+      {},
+      { token: operator },
+    );
+    expect(ok.data?.removeMirrorVersion.__typename).toBe('RemovedMirrorVersion');
+  });
+});
+
+describe('declared models (hangar.yaml)', () => {
+  it('reads them at start, shows them as declared, and refuses to change them, saying where to', async () => {
+    const file = path.join(t.dataDir, 'hangar.yaml');
+    await fs.writeFile(
+      file,
+      'models:\n  - name: declared-llama\n    source: http://mirror.example/mirror/llama/v1/model.gguf\n    engine: llamacpp\n    mode: ON_DEMAND\n',
+    );
+    const config = loadConfig({
+      HANGAR_DATA_DIR: t.dataDir,
+      HANGAR_CONFIG: file,
+      HANGAR_LOG_LEVEL: 'silent',
+      PORT: '0',
+    });
+    const app = await createApp({ config, log: createLogger('silent'), database: t.app.db, print: () => {} });
+    const m = await app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'declared-llama' } });
+    expect(m).toMatchObject({ declared: true, minReplicas: 0, maxReplicas: 1 });
+    const body = JSON.stringify({
+      query: 'mutation { setModelMode(name: "declared-llama", mode: ALWAYS) { __typename ... on Error { message } } }',
+    });
+    const res = await app.yoga.fetch('http://hangar/graphql', {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'content-length': String(body.length),
+        authorization: `Bearer ${operator}`,
+      },
+      body,
+    });
+    const r = (await res.json()) as { data?: { setModelMode: unknown } };
+    expect(r.data?.setModelMode).toEqual({
+      __typename: 'ConflictError',
+      message: `declared-llama is declared in ${file}: change it there; it is read at every start`,
+    });
+    await app.stop();
+  });
+
+  it('stops the start on a bad hangar.yaml, naming the entry', async () => {
+    const file = path.join(t.dataDir, 'bad.yaml');
+    await fs.writeFile(file, 'models:\n  - name: ok\n    source: not a url\n    engine: llamacpp\n');
+    const config = loadConfig({
+      HANGAR_DATA_DIR: t.dataDir,
+      HANGAR_CONFIG: file,
+      HANGAR_LOG_LEVEL: 'silent',
+      PORT: '0',
+    });
+    const failed = await createApp({ config, log: createLogger('silent'), database: t.app.db, print: () => {} }).catch(
+      (e: unknown) => e,
+    );
+    expect(failed).toBeInstanceOf(ConfigError);
+    expect((failed as Error).message).toBe(
+      `HANGAR_CONFIG=${file}: models.0.source: an http:// or https:// URL of the weights`,
+    );
+  });
+});
