@@ -45,7 +45,7 @@ export async function createApp({
     audit,
     auth: new AuthService(prisma, config, audit, log),
     access: new AccessService(prisma, audit),
-    fleet: new FleetService(prisma, audit),
+    fleet: new FleetService(prisma, audit, log),
     mirror: new MirrorService(prisma, audit, config, log),
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror, log);
@@ -146,6 +146,7 @@ export async function createApp({
           const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
           listeningUrl = url;
           // Downloads left unfinished by the last run resume now, not at the first request.
+          services.fleet.startPlacement();
           services.mirror.start(db.embedded).then(() => {
             log.info('Hangar is listening', {
               url,
@@ -165,6 +166,7 @@ export async function createApp({
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
         await services.mirror.stop();
+        await services.fleet.stopPlacement();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();

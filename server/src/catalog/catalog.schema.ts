@@ -28,9 +28,18 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
     contextSize: t.exposeInt('contextSize', { nullable: true }),
     memoryBytes: t.field({ type: 'Bytes', nullable: true, resolve: (m) => m.memoryBytes }),
     mode: t.field({ type: ModelModeRef, resolve: (m) => modeOf(m) }),
-    replicas: t.int({ description: 'Replicas kept (ALWAYS) or at most (ON_DEMAND).', resolve: (m) => m.maxReplicas }),
+    wantedReplicas: t.int({
+      description: 'Replicas kept (ALWAYS) or at most (ON_DEMAND); 0 when stopped.',
+      resolve: (m) => m.maxReplicas,
+    }),
     declared: t.exposeBoolean('declared', { description: 'Read from hangar.yaml: change it there, not here.' }),
     adapters: t.relation('adapters', { type: AdapterRef }),
+    replicas: t.relation('replicas', { query: { orderBy: { createdAt: 'asc' } } }),
+    awakeUntil: t.expose('awakeUntil', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'An on-demand model woken with wakeModel runs until then.',
+    }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
   }),
 });
@@ -121,6 +130,14 @@ builder.mutationFields((t) => ({
       replicas: t.arg.int({ required: false }),
     },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx, args)),
+  }),
+  wakeModel: t.field({
+    type: CatalogModelRef,
+    description: 'Starts an on-demand model now; it stops again after its idle time.',
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { name: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.wake(ctx, args)),
   }),
   removeModel: t.field({
     type: RemovedModel,

@@ -224,6 +224,7 @@ export class CatalogService {
       await notify(tx, 'mirrorVersion', `${input.model}/${input.version}`);
       return m;
     });
+    void this.fleet.place();
     const message =
       mode === 'STOPPED'
         ? `${plan.name} is in the catalog, stopped`
@@ -247,7 +248,7 @@ export class CatalogService {
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
     const s = scaling(parsed.value.mode, parsed.value.replicas ?? Math.max(1, m.maxReplicas));
-    return ok(
+    const result = ok(
       await this.db.$transaction(async (tx) => {
         const updated = await tx.catalogModel.update({ where: { id: m.id }, data: s });
         await this.audit.done(tx, ctx, {
@@ -258,6 +259,34 @@ export class CatalogService {
         return updated;
       }),
     );
+    void this.fleet.place();
+    return result;
+  }
+
+  async wake(ctx: Context, input: { name: string }): Promise<Result<CatalogModel>> {
+    const parsed = parseInput(z.object({ name: catalogName }), input, '');
+    if (!parsed.ok) return parsed;
+    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
+    if (modeOf(m) !== 'ON_DEMAND') {
+      return fail(
+        new ConflictError(
+          `${m.name} is ${modeOf(m).toLowerCase().replace('_', ' ')}, not on demand: only an on-demand model is woken`,
+        ),
+      );
+    }
+    const until = new Date(Date.now() + m.idleSeconds * 1000);
+    const woken = await this.db.$transaction(async (tx) => {
+      const u = await tx.catalogModel.update({ where: { id: m.id }, data: { awakeUntil: until } });
+      await this.audit.done(tx, ctx, {
+        action: 'wakeModel',
+        target: m.name,
+        message: `awake until ${until.toISOString()}`,
+      });
+      return u;
+    });
+    void this.fleet.place();
+    return ok(woken);
   }
 
   async remove(ctx: Context, input: { name: string }): Promise<Result<{ name: string }>> {

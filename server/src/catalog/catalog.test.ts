@@ -95,14 +95,14 @@ describe('serving a mirrored version', () => {
 
   it('puts it in the catalog, answered as placed on the next pass, and the mirror shows who uses it', async () => {
     const r = await t.gql(
-      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v1", name: "llama-7b") { __typename ... on ServePlaced { message model { name mode replicas engine declared } } ... on Error { message } } }',
+      'mutation { serveMirrorVersion(model: "llama-vocab", version: "v1", name: "llama-7b") { __typename ... on ServePlaced { message model { name mode wantedReplicas engine declared } } ... on Error { message } } }',
       {},
       { token: operator },
     );
     expect(r.data?.serveMirrorVersion).toEqual({
       __typename: 'ServePlaced',
       message: 'llama-7b is in the catalog: replicas are placed on the next pass',
-      model: { name: 'llama-7b', mode: 'ALWAYS', replicas: 1, engine: 'llamacpp', declared: false },
+      model: { name: 'llama-7b', mode: 'ALWAYS', wantedReplicas: 1, engine: 'llamacpp', declared: false },
     });
     const used = await t.gql(
       '{ mirrorVersion(model: "llama-vocab", version: "v1") { usedBy { name mode } } }',
@@ -152,21 +152,21 @@ describe('serving a mirrored version', () => {
 
   it('changes the mode in place, with typed refusals', async () => {
     const SET =
-      'mutation($m: ModelMode!, $r: Int) { setModelMode(name: "llama-7b", mode: $m, replicas: $r) { __typename ... on Model { mode replicas } ... on ValidationError { field } ... on Error { message } } }';
+      'mutation($m: ModelMode!, $r: Int) { setModelMode(name: "llama-7b", mode: $m, replicas: $r) { __typename ... on Model { mode wantedReplicas } ... on ValidationError { field } ... on Error { message } } }';
     expect((await t.gql(SET, { m: 'ON_DEMAND' }, { token: operator })).data?.setModelMode).toEqual({
       __typename: 'Model',
       mode: 'ON_DEMAND',
-      replicas: 1,
+      wantedReplicas: 1,
     });
     expect((await t.gql(SET, { m: 'ALWAYS', r: 3 }, { token: operator })).data?.setModelMode).toEqual({
       __typename: 'Model',
       mode: 'ALWAYS',
-      replicas: 3,
+      wantedReplicas: 3,
     });
     expect((await t.gql(SET, { m: 'STOPPED' }, { token: operator })).data?.setModelMode).toEqual({
       __typename: 'Model',
       mode: 'STOPPED',
-      replicas: 0,
+      wantedReplicas: 0,
     });
     expect((await t.gql(SET, { m: 'ALWAYS', r: 0 }, { token: operator })).data?.setModelMode).toMatchObject({
       __typename: 'ValidationError',

@@ -1,5 +1,6 @@
+import type { Context } from '../context.js';
 import type { Node } from '../generated/prisma/client.js';
-import { ConflictError, unwrap, ValidationError } from '../lib/errors.js';
+import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 
 type GpuReport = { index: number; name: string; totalMiB: number; freeMiB: number };
@@ -39,6 +40,7 @@ export const NodeRef = builder.prismaObject('Node', {
     diskFreeBytes: t.field({ type: 'Bytes', nullable: true, resolve: (n) => n.diskFreeBytes }),
     agentVersion: t.exposeString('agentVersion', { nullable: true }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    replicas: t.relation('replicas', { query: { orderBy: { createdAt: 'asc' } } }),
   }),
 });
 
@@ -50,6 +52,75 @@ const CreatedNode = builder.objectRef<{ node: Node; token: string }>('CreatedNod
     }),
   }),
 });
+
+const ReplicaStateEnum = builder.enumType('ReplicaState', {
+  values: ['PENDING', 'LOADING', 'READY', 'FAILED', 'STOPPED', 'LOST'] as const,
+});
+const ReplicaDesiredEnum = builder.enumType('ReplicaDesired', { values: ['RUN', 'STOP'] as const });
+
+export const ReplicaRef = builder.prismaObject('Replica', {
+  description:
+    'One copy of a model on a node: where it runs, how it is doing, and why it is not running when it is not.',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    model: t.relation('model'),
+    node: t.relation('node', { nullable: true }),
+    state: t.field({ type: ReplicaStateEnum, resolve: (r) => r.state }),
+    desired: t.field({ type: ReplicaDesiredEnum, resolve: (r) => r.desired }),
+    message: t.exposeString('message', { nullable: true, description: 'Why it is pending, failed or lost.' }),
+    smokeText: t.exposeString('smokeText', { nullable: true, description: "The smoke test's answer once ready." }),
+    tokensPerSecond: t.exposeFloat('tokensPerSecond', { nullable: true }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
+  }),
+});
+
+type AssignmentRow = Awaited<ReturnType<Context['services']['fleet']['assignments']>>[number];
+const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
+  description: 'What a node agent should run (or stop).',
+  fields: (t) => ({
+    replicaId: t.id({ resolve: (a) => a.id }),
+    model: t.string({ resolve: (a) => a.model.name }),
+    engine: t.string({ description: 'llamacpp or vllm.', resolve: (a) => a.model.engine }),
+    source: t.string({
+      description: 'The mirror URL of the weights (GGUF: the first shard); its ETag is the sha256.',
+      resolve: (a) => a.model.source,
+    }),
+    contextSize: t.int({ nullable: true, resolve: (a) => a.model.contextSize }),
+    desired: t.field({ type: ReplicaDesiredEnum, resolve: (a) => a.desired }),
+  }),
+});
+
+builder.queryField('nodeAssignments', (t) =>
+  t.field({
+    type: [Assignment],
+    description: "The replicas this node's agent should run or stop (node token only).",
+    authScopes: { node: true },
+    resolve: (_root, _args, ctx) =>
+      ctx.viewer.kind === 'node' ? ctx.services.fleet.assignments(ctx.viewer.node.id) : [],
+  }),
+);
+
+const ReplicaReportInput = builder.inputType('ReplicaReportInput', {
+  fields: (t) => ({
+    replicaId: t.id({ required: true }),
+    state: t.field({ type: ReplicaStateEnum, required: true, description: 'LOADING, READY, FAILED or STOPPED.' }),
+    message: t.string({ required: false }),
+    smokeText: t.string({ required: false }),
+    tokensPerSecond: t.float({ required: false }),
+  }),
+});
+
+builder.mutationField('reportReplica', (t) =>
+  t.field({
+    type: ReplicaRef,
+    description: 'A node agent reports how a replica is doing (node token only).',
+    authScopes: { node: true },
+    errors: { types: [ValidationError, ConflictError, NotFoundError] },
+    args: { input: t.arg({ type: ReplicaReportInput, required: true }) },
+    resolve: async (_root, args, ctx) =>
+      unwrap(await ctx.services.fleet.reportReplica(ctx, { ...args.input, replicaId: String(args.input.replicaId) })),
+  }),
+);
 
 builder.queryField('nodes', (t) =>
   t.prismaField({

@@ -3,10 +3,12 @@ import type { AuditService } from '../audit/audit.service.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
-import type { Node } from '../generated/prisma/client.js';
-import { ConflictError, fail, ok, type Result } from '../lib/errors.js';
+import type { Node, Replica } from '../generated/prisma/client.js';
+import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
+import { decide } from './placement.js';
 
 const createNodeInput = z.object({ name: resourceName('a node name') });
 
@@ -37,11 +39,151 @@ const reportInput = z.object({
 /** A node is online while it has been seen within this window; its replicas are shown as lost after it. */
 export const NODE_ONLINE_MS = 30_000;
 
+const PLACEMENT_LOCK = 0x706c6163; // 'plac'
+const reportReplicaInput = z.object({
+  replicaId: z.string().uuid('the replica id, as nodeAssignments gives it'),
+  state: z.enum(['LOADING', 'READY', 'FAILED', 'STOPPED'], { error: 'LOADING, READY, FAILED or STOPPED' }),
+  message: z.string().max(2000).nullish(),
+  smokeText: z.string().max(2000).nullish(),
+  tokensPerSecond: z.number().min(0).nullish(),
+});
+
 export class FleetService {
+  private timer: NodeJS.Timeout | undefined;
+  private placing: Promise<void> | undefined;
+  private again = false;
+
   constructor(
     private readonly db: Db,
     private readonly audit: AuditService,
+    private readonly log?: Logger,
   ) {}
+
+  /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
+  startPlacement(everyMs = 5000) {
+    this.timer = setInterval(() => this.place(), everyMs);
+    this.place();
+  }
+  async stopPlacement() {
+    clearInterval(this.timer);
+    await this.placing;
+  }
+
+  /** One placement pass; concurrent calls fold into one more pass after the current. */
+  place(): Promise<void> {
+    if (this.placing) {
+      this.again = true;
+      return this.placing;
+    }
+    this.placing = this.pass()
+      .catch((err) => this.log?.error('the placement pass failed', { error: err }))
+      .finally(() => {
+        this.placing = undefined;
+        if (this.again) {
+          this.again = false;
+          void this.place();
+        }
+      });
+    return this.placing;
+  }
+
+  private async pass() {
+    const now = new Date();
+    await this.db.$transaction(async (tx) => {
+      // With several server replicas, one places at a time; the others find the work done.
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
+      const [models, nodes, replicas] = await Promise.all([
+        tx.catalogModel.findMany(),
+        tx.node.findMany(),
+        tx.replica.findMany(),
+      ]);
+      const actions = decide(
+        models,
+        nodes.map((n) => ({ ...n, online: this.isOnline(n, now.getTime()) })),
+        replicas,
+        now,
+      );
+      for (const l of actions.lost)
+        await tx.replica.update({ where: { id: l.replicaId }, data: { state: 'LOST', message: l.message } });
+      const online = new Set(nodes.filter((n) => this.isOnline(n, now.getTime())).map((n) => n.id));
+      for (const id of actions.stop) {
+        const r = replicas.find((x) => x.id === id);
+        // Nobody is running a replica that was never placed, or whose node is gone: it is stopped as of now.
+        const direct = !r?.nodeId || !online.has(r.nodeId) || r.state === 'PENDING';
+        await tx.replica.update({
+          where: { id },
+          data: direct ? { desired: 'STOP', state: 'STOPPED', message: 'stopped' } : { desired: 'STOP' },
+        });
+      }
+      for (const p of actions.place) {
+        if (p.replicaId)
+          await tx.replica.update({ where: { id: p.replicaId }, data: { nodeId: p.nodeId, message: p.message } });
+        else await tx.replica.create({ data: { modelId: p.modelId, nodeId: p.nodeId, message: p.message } });
+      }
+      // Ended replicas are kept a while so an operator can see what happened, then cleared away.
+      await tx.replica.deleteMany({
+        where: { state: { in: ['STOPPED', 'LOST'] }, updatedAt: { lt: new Date(now.getTime() - 10 * 60_000) } },
+      });
+      await tx.replica.deleteMany({
+        where: { state: 'FAILED', updatedAt: { lt: new Date(now.getTime() - 30 * 60_000) } },
+      });
+    });
+  }
+
+  /** What a node's agent should be running or stopping. */
+  assignments(nodeId: string) {
+    return this.db.replica.findMany({
+      where: {
+        nodeId,
+        OR: [
+          { desired: 'RUN', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+          { desired: 'STOP', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+        ],
+      },
+      include: { model: true },
+      orderBy: { createdAt: 'asc' },
+    });
+  }
+
+  /** An agent says how a replica is doing. Audited when it becomes ready, fails or stops; not for loading. */
+  async reportReplica(ctx: Context, input: unknown): Promise<Result<Replica>> {
+    if (ctx.viewer.kind !== 'node')
+      return fail(new ConflictError('reportReplica is for node agents, with their node token'));
+    const parsed = parseInput(reportReplicaInput, input);
+    if (!parsed.ok) return parsed;
+    const r = parsed.value;
+    const replica = await this.db.replica.findUnique({ where: { id: r.replicaId }, include: { model: true } });
+    if (!replica || replica.nodeId !== ctx.viewer.node.id) {
+      return fail(new NotFoundError(`no replica ${r.replicaId} is assigned to node ${ctx.viewer.node.name}`));
+    }
+    const updated = await this.db.$transaction(async (tx) => {
+      const u = await tx.replica.update({
+        where: { id: replica.id },
+        data: {
+          state: r.state,
+          message: r.message ?? (r.state === 'READY' ? 'ready' : null),
+          smokeText: r.smokeText ?? undefined,
+          tokensPerSecond: r.tokensPerSecond ?? undefined,
+        },
+      });
+      if (r.state !== 'LOADING') {
+        const detail =
+          r.state === 'READY' && r.tokensPerSecond
+            ? `, smoke test ${r.tokensPerSecond.toFixed(1)} tokens/s`
+            : r.message
+              ? `: ${r.message}`
+              : '';
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: `${r.state.toLowerCase()}${detail}`,
+        });
+      }
+      return u;
+    });
+    if (r.state === 'FAILED' || r.state === 'STOPPED') void this.place();
+    return ok(updated);
+  }
 
   list() {
     return this.db.node.findMany({ orderBy: { name: 'asc' } });

@@ -446,6 +446,13 @@ export type EnumReplicaStateFilter<$PrismaModel = never> = {
   not?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel> | $Enums.ReplicaState
 }
 
+export type EnumReplicaDesiredFilter<$PrismaModel = never> = {
+  equals?: $Enums.ReplicaDesired | Prisma.EnumReplicaDesiredFieldRefInput<$PrismaModel>
+  in?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel> | $Enums.ReplicaDesired
+}
+
 export type EnumReplicaStateWithAggregatesFilter<$PrismaModel = never> = {
   equals?: $Enums.ReplicaState | Prisma.EnumReplicaStateFieldRefInput<$PrismaModel>
   in?: $Enums.ReplicaState[] | Prisma.ListEnumReplicaStateFieldRefInput<$PrismaModel>
@@ -454,6 +461,16 @@ export type EnumReplicaStateWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel>
   _max?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel>
+}
+
+export type EnumReplicaDesiredWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.ReplicaDesired | Prisma.EnumReplicaDesiredFieldRefInput<$PrismaModel>
+  in?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumReplicaDesiredWithAggregatesFilter<$PrismaModel> | $Enums.ReplicaDesired
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel>
 }
 
 export type EnumJobStateFilter<$PrismaModel = never> = {
@@ -1005,6 +1022,13 @@ export type NestedEnumReplicaStateFilter<$PrismaModel = never> = {
   not?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel> | $Enums.ReplicaState
 }
 
+export type NestedEnumReplicaDesiredFilter<$PrismaModel = never> = {
+  equals?: $Enums.ReplicaDesired | Prisma.EnumReplicaDesiredFieldRefInput<$PrismaModel>
+  in?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel> | $Enums.ReplicaDesired
+}
+
 export type NestedEnumReplicaStateWithAggregatesFilter<$PrismaModel = never> = {
   equals?: $Enums.ReplicaState | Prisma.EnumReplicaStateFieldRefInput<$PrismaModel>
   in?: $Enums.ReplicaState[] | Prisma.ListEnumReplicaStateFieldRefInput<$PrismaModel>
@@ -1013,6 +1037,16 @@ export type NestedEnumReplicaStateWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel>
   _max?: Prisma.NestedEnumReplicaStateFilter<$PrismaModel>
+}
+
+export type NestedEnumReplicaDesiredWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.ReplicaDesired | Prisma.EnumReplicaDesiredFieldRefInput<$PrismaModel>
+  in?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ReplicaDesired[] | Prisma.ListEnumReplicaDesiredFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumReplicaDesiredWithAggregatesFilter<$PrismaModel> | $Enums.ReplicaDesired
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumReplicaDesiredFilter<$PrismaModel>
 }
 
 export type NestedEnumJobStateFilter<$PrismaModel = never> = {

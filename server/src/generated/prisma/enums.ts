@@ -50,6 +50,14 @@ export const ReplicaState = {
 export type ReplicaState = (typeof ReplicaState)[keyof typeof ReplicaState]
 
 
+export const ReplicaDesired = {
+  RUN: 'RUN',
+  STOP: 'STOP'
+} as const
+
+export type ReplicaDesired = (typeof ReplicaDesired)[keyof typeof ReplicaDesired]
+
+
 export const JobState = {
   QUEUED: 'QUEUED',
   RUNNING: 'RUNNING',

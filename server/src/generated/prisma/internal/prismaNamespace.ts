@@ -2053,6 +2053,7 @@ export const CatalogModelScalarFieldEnum = {
   maxReplicas: 'maxReplicas',
   idleSeconds: 'idleSeconds',
   declared: 'declared',
+  awakeUntil: 'awakeUntil',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2078,8 +2079,11 @@ export const ReplicaScalarFieldEnum = {
   modelId: 'modelId',
   nodeId: 'nodeId',
   state: 'state',
+  desired: 'desired',
   message: 'message',
   endpoint: 'endpoint',
+  smokeText: 'smokeText',
+  tokensPerSecond: 'tokensPerSecond',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2458,6 +2462,20 @@ export type EnumReplicaStateFieldRefInput<$PrismaModel> = FieldRefInputType<$Pri
  * Reference to a field of type 'ReplicaState[]'
  */
 export type ListEnumReplicaStateFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ReplicaState[]'>
+    
+
+
+/**
+ * Reference to a field of type 'ReplicaDesired'
+ */
+export type EnumReplicaDesiredFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ReplicaDesired'>
+    
+
+
+/**
+ * Reference to a field of type 'ReplicaDesired[]'
+ */
+export type ListEnumReplicaDesiredFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ReplicaDesired[]'>
     
 
 

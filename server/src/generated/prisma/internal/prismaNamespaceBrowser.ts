@@ -187,6 +187,7 @@ export const CatalogModelScalarFieldEnum = {
   maxReplicas: 'maxReplicas',
   idleSeconds: 'idleSeconds',
   declared: 'declared',
+  awakeUntil: 'awakeUntil',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -212,8 +213,11 @@ export const ReplicaScalarFieldEnum = {
   modelId: 'modelId',
   nodeId: 'nodeId',
   state: 'state',
+  desired: 'desired',
   message: 'message',
   endpoint: 'endpoint',
+  smokeText: 'smokeText',
+  tokensPerSecond: 'tokensPerSecond',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

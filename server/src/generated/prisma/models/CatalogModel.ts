@@ -53,6 +53,7 @@ export type CatalogModelMinAggregateOutputType = {
   maxReplicas: number | null
   idleSeconds: number | null
   declared: boolean | null
+  awakeUntil: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -68,6 +69,7 @@ export type CatalogModelMaxAggregateOutputType = {
   maxReplicas: number | null
   idleSeconds: number | null
   declared: boolean | null
+  awakeUntil: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -84,6 +86,7 @@ export type CatalogModelCountAggregateOutputType = {
   maxReplicas: number
   idleSeconds: number
   declared: number
+  awakeUntil: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -117,6 +120,7 @@ export type CatalogModelMinAggregateInputType = {
   maxReplicas?: true
   idleSeconds?: true
   declared?: true
+  awakeUntil?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -132,6 +136,7 @@ export type CatalogModelMaxAggregateInputType = {
   maxReplicas?: true
   idleSeconds?: true
   declared?: true
+  awakeUntil?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -148,6 +153,7 @@ export type CatalogModelCountAggregateInputType = {
   maxReplicas?: true
   idleSeconds?: true
   declared?: true
+  awakeUntil?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -251,6 +257,7 @@ export type CatalogModelGroupByOutputType = {
   maxReplicas: number
   idleSeconds: number
   declared: boolean
+  awakeUntil: Date | null
   createdAt: Date
   updatedAt: Date
   _count: CatalogModelCountAggregateOutputType | null
@@ -290,6 +297,7 @@ export type CatalogModelWhereInput = {
   maxReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntFilter<"CatalogModel"> | number
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
+  awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -308,6 +316,7 @@ export type CatalogModelOrderByWithRelationInput = {
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
   declared?: Prisma.SortOrder
+  awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
@@ -329,6 +338,7 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   maxReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntFilter<"CatalogModel"> | number
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
+  awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -347,6 +357,7 @@ export type CatalogModelOrderByWithAggregationInput = {
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
   declared?: Prisma.SortOrder
+  awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.CatalogModelCountOrderByAggregateInput
@@ -371,6 +382,7 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   maxReplicas?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
   declared?: Prisma.BoolWithAggregatesFilter<"CatalogModel"> | boolean
+  awakeUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
 }
@@ -387,6 +399,7 @@ export type CatalogModelCreateInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -405,6 +418,7 @@ export type CatalogModelUncheckedCreateInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -423,6 +437,7 @@ export type CatalogModelUpdateInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -441,6 +456,7 @@ export type CatalogModelUncheckedUpdateInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -459,6 +475,7 @@ export type CatalogModelCreateManyInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -475,6 +492,7 @@ export type CatalogModelUpdateManyMutationInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -491,6 +509,7 @@ export type CatalogModelUncheckedUpdateManyInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -507,6 +526,7 @@ export type CatalogModelCountOrderByAggregateInput = {
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
   declared?: Prisma.SortOrder
+  awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -530,6 +550,7 @@ export type CatalogModelMaxOrderByAggregateInput = {
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
   declared?: Prisma.SortOrder
+  awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -545,6 +566,7 @@ export type CatalogModelMinOrderByAggregateInput = {
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
   declared?: Prisma.SortOrder
+  awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -618,6 +640,7 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
@@ -635,6 +658,7 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
@@ -668,6 +692,7 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
@@ -685,6 +710,7 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
@@ -702,6 +728,7 @@ export type CatalogModelCreateWithoutReplicasInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -719,6 +746,7 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   maxReplicas?: number
   idleSeconds?: number
   declared?: boolean
+  awakeUntil?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -752,6 +780,7 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -769,6 +798,7 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -826,6 +856,7 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   maxReplicas?: boolean
   idleSeconds?: boolean
   declared?: boolean
+  awakeUntil?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
@@ -845,6 +876,7 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   maxReplicas?: boolean
   idleSeconds?: boolean
   declared?: boolean
+  awakeUntil?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -861,6 +893,7 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   maxReplicas?: boolean
   idleSeconds?: boolean
   declared?: boolean
+  awakeUntil?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -877,11 +910,12 @@ export type CatalogModelSelectScalar = {
   maxReplicas?: boolean
   idleSeconds?: boolean
   declared?: boolean
+  awakeUntil?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "declared" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "declared" | "awakeUntil" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
@@ -908,6 +942,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     maxReplicas: number
     idleSeconds: number
     declared: boolean
+    awakeUntil: Date | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["catalogModel"]>
@@ -1346,6 +1381,7 @@ export interface CatalogModelFieldRefs {
   readonly maxReplicas: Prisma.FieldRef<"CatalogModel", 'Int'>
   readonly idleSeconds: Prisma.FieldRef<"CatalogModel", 'Int'>
   readonly declared: Prisma.FieldRef<"CatalogModel", 'Boolean'>
+  readonly awakeUntil: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
 }

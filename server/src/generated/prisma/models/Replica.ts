@@ -20,8 +20,18 @@ export type ReplicaModel = runtime.Types.Result.DefaultSelection<Prisma.$Replica
 
 export type AggregateReplica = {
   _count: ReplicaCountAggregateOutputType | null
+  _avg: ReplicaAvgAggregateOutputType | null
+  _sum: ReplicaSumAggregateOutputType | null
   _min: ReplicaMinAggregateOutputType | null
   _max: ReplicaMaxAggregateOutputType | null
+}
+
+export type ReplicaAvgAggregateOutputType = {
+  tokensPerSecond: number | null
+}
+
+export type ReplicaSumAggregateOutputType = {
+  tokensPerSecond: number | null
 }
 
 export type ReplicaMinAggregateOutputType = {
@@ -29,8 +39,11 @@ export type ReplicaMinAggregateOutputType = {
   modelId: string | null
   nodeId: string | null
   state: $Enums.ReplicaState | null
+  desired: $Enums.ReplicaDesired | null
   message: string | null
   endpoint: string | null
+  smokeText: string | null
+  tokensPerSecond: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -40,8 +53,11 @@ export type ReplicaMaxAggregateOutputType = {
   modelId: string | null
   nodeId: string | null
   state: $Enums.ReplicaState | null
+  desired: $Enums.ReplicaDesired | null
   message: string | null
   endpoint: string | null
+  smokeText: string | null
+  tokensPerSecond: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -51,21 +67,35 @@ export type ReplicaCountAggregateOutputType = {
   modelId: number
   nodeId: number
   state: number
+  desired: number
   message: number
   endpoint: number
+  smokeText: number
+  tokensPerSecond: number
   createdAt: number
   updatedAt: number
   _all: number
 }
 
 
+export type ReplicaAvgAggregateInputType = {
+  tokensPerSecond?: true
+}
+
+export type ReplicaSumAggregateInputType = {
+  tokensPerSecond?: true
+}
+
 export type ReplicaMinAggregateInputType = {
   id?: true
   modelId?: true
   nodeId?: true
   state?: true
+  desired?: true
   message?: true
   endpoint?: true
+  smokeText?: true
+  tokensPerSecond?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -75,8 +105,11 @@ export type ReplicaMaxAggregateInputType = {
   modelId?: true
   nodeId?: true
   state?: true
+  desired?: true
   message?: true
   endpoint?: true
+  smokeText?: true
+  tokensPerSecond?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -86,8 +119,11 @@ export type ReplicaCountAggregateInputType = {
   modelId?: true
   nodeId?: true
   state?: true
+  desired?: true
   message?: true
   endpoint?: true
+  smokeText?: true
+  tokensPerSecond?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -131,6 +167,18 @@ export type ReplicaAggregateArgs<ExtArgs extends runtime.Types.Extensions.Intern
   /**
    * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
    * 
+   * Select which fields to average
+  **/
+  _avg?: ReplicaAvgAggregateInputType
+  /**
+   * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
+   * 
+   * Select which fields to sum
+  **/
+  _sum?: ReplicaSumAggregateInputType
+  /**
+   * {@link https://www.prisma.io/docs/concepts/components/prisma-client/aggregations Aggregation Docs}
+   * 
    * Select which fields to find the minimum value
   **/
   _min?: ReplicaMinAggregateInputType
@@ -161,6 +209,8 @@ export type ReplicaGroupByArgs<ExtArgs extends runtime.Types.Extensions.Internal
   take?: number
   skip?: number
   _count?: ReplicaCountAggregateInputType | true
+  _avg?: ReplicaAvgAggregateInputType
+  _sum?: ReplicaSumAggregateInputType
   _min?: ReplicaMinAggregateInputType
   _max?: ReplicaMaxAggregateInputType
 }
@@ -170,11 +220,16 @@ export type ReplicaGroupByOutputType = {
   modelId: string
   nodeId: string | null
   state: $Enums.ReplicaState
+  desired: $Enums.ReplicaDesired
   message: string | null
   endpoint: string | null
+  smokeText: string | null
+  tokensPerSecond: number | null
   createdAt: Date
   updatedAt: Date
   _count: ReplicaCountAggregateOutputType | null
+  _avg: ReplicaAvgAggregateOutputType | null
+  _sum: ReplicaSumAggregateOutputType | null
   _min: ReplicaMinAggregateOutputType | null
   _max: ReplicaMaxAggregateOutputType | null
 }
@@ -202,8 +257,11 @@ export type ReplicaWhereInput = {
   modelId?: Prisma.UuidFilter<"Replica"> | string
   nodeId?: Prisma.UuidNullableFilter<"Replica"> | string | null
   state?: Prisma.EnumReplicaStateFilter<"Replica"> | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
+  tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -215,8 +273,11 @@ export type ReplicaOrderByWithRelationInput = {
   modelId?: Prisma.SortOrder
   nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   state?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   endpoint?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokeText?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokensPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
@@ -231,8 +292,11 @@ export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
   modelId?: Prisma.UuidFilter<"Replica"> | string
   nodeId?: Prisma.UuidNullableFilter<"Replica"> | string | null
   state?: Prisma.EnumReplicaStateFilter<"Replica"> | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
+  tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -244,13 +308,18 @@ export type ReplicaOrderByWithAggregationInput = {
   modelId?: Prisma.SortOrder
   nodeId?: Prisma.SortOrderInput | Prisma.SortOrder
   state?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   endpoint?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokeText?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokensPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.ReplicaCountOrderByAggregateInput
+  _avg?: Prisma.ReplicaAvgOrderByAggregateInput
   _max?: Prisma.ReplicaMaxOrderByAggregateInput
   _min?: Prisma.ReplicaMinOrderByAggregateInput
+  _sum?: Prisma.ReplicaSumOrderByAggregateInput
 }
 
 export type ReplicaScalarWhereWithAggregatesInput = {
@@ -261,8 +330,11 @@ export type ReplicaScalarWhereWithAggregatesInput = {
   modelId?: Prisma.UuidWithAggregatesFilter<"Replica"> | string
   nodeId?: Prisma.UuidNullableWithAggregatesFilter<"Replica"> | string | null
   state?: Prisma.EnumReplicaStateWithAggregatesFilter<"Replica"> | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredWithAggregatesFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
+  smokeText?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
+  tokensPerSecond?: Prisma.FloatNullableWithAggregatesFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
 }
@@ -270,8 +342,11 @@ export type ReplicaScalarWhereWithAggregatesInput = {
 export type ReplicaCreateInput = {
   id?: string
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -283,8 +358,11 @@ export type ReplicaUncheckedCreateInput = {
   modelId: string
   nodeId?: string | null
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -292,8 +370,11 @@ export type ReplicaUncheckedCreateInput = {
 export type ReplicaUpdateInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -305,8 +386,11 @@ export type ReplicaUncheckedUpdateInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -316,8 +400,11 @@ export type ReplicaCreateManyInput = {
   modelId: string
   nodeId?: string | null
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -325,8 +412,11 @@ export type ReplicaCreateManyInput = {
 export type ReplicaUpdateManyMutationInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -336,8 +426,11 @@ export type ReplicaUncheckedUpdateManyInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -357,10 +450,17 @@ export type ReplicaCountOrderByAggregateInput = {
   modelId?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  smokeText?: Prisma.SortOrder
+  tokensPerSecond?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
+}
+
+export type ReplicaAvgOrderByAggregateInput = {
+  tokensPerSecond?: Prisma.SortOrder
 }
 
 export type ReplicaMaxOrderByAggregateInput = {
@@ -368,8 +468,11 @@ export type ReplicaMaxOrderByAggregateInput = {
   modelId?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  smokeText?: Prisma.SortOrder
+  tokensPerSecond?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -379,10 +482,17 @@ export type ReplicaMinOrderByAggregateInput = {
   modelId?: Prisma.SortOrder
   nodeId?: Prisma.SortOrder
   state?: Prisma.SortOrder
+  desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  smokeText?: Prisma.SortOrder
+  tokensPerSecond?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
+}
+
+export type ReplicaSumOrderByAggregateInput = {
+  tokensPerSecond?: Prisma.SortOrder
 }
 
 export type ReplicaCreateNestedManyWithoutNodeInput = {
@@ -473,11 +583,18 @@ export type EnumReplicaStateFieldUpdateOperationsInput = {
   set?: $Enums.ReplicaState
 }
 
+export type EnumReplicaDesiredFieldUpdateOperationsInput = {
+  set?: $Enums.ReplicaDesired
+}
+
 export type ReplicaCreateWithoutNodeInput = {
   id?: string
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -487,8 +604,11 @@ export type ReplicaUncheckedCreateWithoutNodeInput = {
   id?: string
   modelId: string
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -527,8 +647,11 @@ export type ReplicaScalarWhereInput = {
   modelId?: Prisma.UuidFilter<"Replica"> | string
   nodeId?: Prisma.UuidNullableFilter<"Replica"> | string | null
   state?: Prisma.EnumReplicaStateFilter<"Replica"> | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
+  tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
 }
@@ -536,8 +659,11 @@ export type ReplicaScalarWhereInput = {
 export type ReplicaCreateWithoutModelInput = {
   id?: string
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
@@ -547,8 +673,11 @@ export type ReplicaUncheckedCreateWithoutModelInput = {
   id?: string
   nodeId?: string | null
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -583,8 +712,11 @@ export type ReplicaCreateManyNodeInput = {
   id?: string
   modelId: string
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -592,8 +724,11 @@ export type ReplicaCreateManyNodeInput = {
 export type ReplicaUpdateWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -603,8 +738,11 @@ export type ReplicaUncheckedUpdateWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -613,8 +751,11 @@ export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -623,8 +764,11 @@ export type ReplicaCreateManyModelInput = {
   id?: string
   nodeId?: string | null
   state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -632,8 +776,11 @@ export type ReplicaCreateManyModelInput = {
 export type ReplicaUpdateWithoutModelInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
@@ -643,8 +790,11 @@ export type ReplicaUncheckedUpdateWithoutModelInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -653,8 +803,11 @@ export type ReplicaUncheckedUpdateManyWithoutModelInput = {
   id?: Prisma.StringFieldUpdateOperationsInput | string
   nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -666,8 +819,11 @@ export type ReplicaSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   modelId?: boolean
   nodeId?: boolean
   state?: boolean
+  desired?: boolean
   message?: boolean
   endpoint?: boolean
+  smokeText?: boolean
+  tokensPerSecond?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -679,8 +835,11 @@ export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   modelId?: boolean
   nodeId?: boolean
   state?: boolean
+  desired?: boolean
   message?: boolean
   endpoint?: boolean
+  smokeText?: boolean
+  tokensPerSecond?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -692,8 +851,11 @@ export type ReplicaSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   modelId?: boolean
   nodeId?: boolean
   state?: boolean
+  desired?: boolean
   message?: boolean
   endpoint?: boolean
+  smokeText?: boolean
+  tokensPerSecond?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -705,13 +867,16 @@ export type ReplicaSelectScalar = {
   modelId?: boolean
   nodeId?: boolean
   state?: boolean
+  desired?: boolean
   message?: boolean
   endpoint?: boolean
+  smokeText?: boolean
+  tokensPerSecond?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "message" | "endpoint" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
+export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "smokeText" | "tokensPerSecond" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
 export type ReplicaInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
@@ -736,8 +901,11 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     modelId: string
     nodeId: string | null
     state: $Enums.ReplicaState
+    desired: $Enums.ReplicaDesired
     message: string | null
     endpoint: string | null
+    smokeText: string | null
+    tokensPerSecond: number | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["replica"]>
@@ -1169,8 +1337,11 @@ export interface ReplicaFieldRefs {
   readonly modelId: Prisma.FieldRef<"Replica", 'String'>
   readonly nodeId: Prisma.FieldRef<"Replica", 'String'>
   readonly state: Prisma.FieldRef<"Replica", 'ReplicaState'>
+  readonly desired: Prisma.FieldRef<"Replica", 'ReplicaDesired'>
   readonly message: Prisma.FieldRef<"Replica", 'String'>
   readonly endpoint: Prisma.FieldRef<"Replica", 'String'>
+  readonly smokeText: Prisma.FieldRef<"Replica", 'String'>
+  readonly tokensPerSecond: Prisma.FieldRef<"Replica", 'Float'>
   readonly createdAt: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Replica", 'DateTime'>
 }
