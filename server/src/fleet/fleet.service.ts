@@ -51,7 +51,6 @@ const reportReplicaInput = z.object({
 export class FleetService {
   private timer: NodeJS.Timeout | undefined;
   private placing: Promise<void> | undefined;
-  private again = false;
 
   constructor(
     private readonly db: Db,
@@ -66,25 +65,30 @@ export class FleetService {
   }
   async stopPlacement() {
     clearInterval(this.timer);
+    await this.next;
     await this.placing;
   }
 
-  /** One placement pass; concurrent calls fold into one more pass after the current. */
+  private next: Promise<void> | undefined;
+
+  /**
+   * One placement pass. A call while a pass runs gets the pass after it (which sees whatever changed), and
+   * every call made meanwhile shares that one.
+   */
   place(): Promise<void> {
-    if (this.placing) {
-      this.again = true;
+    if (!this.placing) {
+      this.placing = this.pass()
+        .catch((err) => this.log?.error('the placement pass failed', { error: err }))
+        .finally(() => {
+          this.placing = undefined;
+        });
       return this.placing;
     }
-    this.placing = this.pass()
-      .catch((err) => this.log?.error('the placement pass failed', { error: err }))
-      .finally(() => {
-        this.placing = undefined;
-        if (this.again) {
-          this.again = false;
-          void this.place();
-        }
-      });
-    return this.placing;
+    this.next ??= this.placing.then(() => {
+      this.next = undefined;
+      return this.place();
+    });
+    return this.next;
   }
 
   private async pass() {
