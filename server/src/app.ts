@@ -18,6 +18,7 @@ import { MirrorService } from './mirror/mirror.service.js';
 import { serveMirror, uploadToMirror } from './mirror/serve.js';
 import { listen, makePubSub } from './pubsub.js';
 import { RegistryService } from './registry/registry.service.js';
+import { ServeJobService } from './serve/serve-job.service.js';
 
 export type App = {
   /** Listens on config.host:config.port (0 picks a free port); resolves with the bound URL. */
@@ -50,6 +51,7 @@ export async function createApp({
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror, log);
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
+  services.serveJobs = new ServeJobService(prisma, audit, services.registry, services.mirror, services.catalog, log);
   try {
     await services.catalog.loadDeclared();
   } catch (err) {
@@ -147,6 +149,7 @@ export async function createApp({
           listeningUrl = url;
           // Downloads left unfinished by the last run resume now, not at the first request.
           services.fleet.startPlacement();
+          services.serveJobs.start();
           services.mirror.start(db.embedded).then(() => {
             log.info('Hangar is listening', {
               url,
@@ -167,6 +170,7 @@ export async function createApp({
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
         await services.mirror.stop();
         await services.fleet.stopPlacement();
+        await services.serveJobs.stop();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();

@@ -11,6 +11,7 @@ import type { Logger } from './lib/log.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { PubSub } from './pubsub.js';
 import type { RegistryService } from './registry/registry.service.js';
+import type { ServeJobService } from './serve/serve-job.service.js';
 
 export type Services = {
   audit: AuditService;
@@ -20,6 +21,7 @@ export type Services = {
   mirror: MirrorService;
   registry: RegistryService;
   catalog: CatalogService;
+  serveJobs: ServeJobService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

@@ -12,6 +12,8 @@ export type Topics = {
   auditEvent: [id: string];
   /** "model/version": a version's files changed (state, bytes, removal). */
   mirrorVersion: [key: string];
+  /** A serve job's id: its state or a step changed. */
+  serveJob: [id: string];
 };
 export type Topic = keyof Topics;
 

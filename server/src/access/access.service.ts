@@ -46,7 +46,7 @@ export class AccessService {
   /** The caller's own tokens; an admin may ask for everyone's. */
   listTokens(viewer: Viewer, all: boolean) {
     const owner = viewer.kind === 'user' || viewer.kind === 'token' ? viewer.user.id : undefined;
-    const everyone = all && viewer.kind !== 'node' && viewer.kind !== 'anonymous' && roleAtLeast(viewer.role, 'ADMIN');
+    const everyone = all && (viewer.kind === 'user' || viewer.kind === 'token') && roleAtLeast(viewer.role, 'ADMIN');
     return this.db.apiToken.findMany({
       where: everyone ? {} : { userId: owner ?? '00000000-0000-0000-0000-000000000000' },
       orderBy: [{ revokedAt: { sort: 'desc', nulls: 'first' } }, { createdAt: 'desc' }],

@@ -7,6 +7,8 @@ export type Viewer =
   | { kind: 'user'; user: ViewerUser; role: Role; sessionId: string }
   | { kind: 'token'; user: ViewerUser; role: Role; tokenId: string; tokenName: string }
   | { kind: 'node'; node: { id: string; name: string } }
+  // Hangar acting on its own, for someone: a serve job's steps, say.
+  | { kind: 'system'; name: string }
   // Why a caller is anonymous ("the token was revoked …") is kept so the refusal can say it.
   | { kind: 'anonymous'; reason?: string };
 
@@ -29,6 +31,8 @@ export function describeActor(viewer: Viewer): string {
       return `token:${viewer.tokenName} (${viewer.user.email})`;
     case 'node':
       return `node:${viewer.node.name}`;
+    case 'system':
+      return `system:${viewer.name}`;
     default:
       return 'anonymous';
   }

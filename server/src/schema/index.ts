@@ -9,6 +9,7 @@ import '../fleet/fleet.schema.js';
 import '../mirror/mirror.schema.js';
 import '../registry/registry.schema.js';
 import '../catalog/catalog.schema.js';
+import '../serve/serve-job.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

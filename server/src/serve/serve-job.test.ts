@@ -1,0 +1,141 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FakeHub, startFakeHub } from '../../test/fixtures/fake-hub.js';
+import { modelHeader } from '../../test/fixtures/gguf-writer.js';
+import { startTestApp, type TestApp } from '../../test/harness.js';
+
+// serveFromRegistry end to end against the stand-in Hub, with a node agent played over GraphQL (the real agent
+// speaks the same operations): the job fetches, checks, adds to the catalog, waits for a replica, and reports
+// the smoke test the agent ran.
+
+let hub: FakeHub;
+let t: TestApp;
+let operator: string;
+let nodeToken: string;
+let agent: NodeJS.Timeout;
+
+const JOB = `query($id: ID!) { serveJob(id: $id) { state message steps { name state message } } }`;
+
+async function waitForJob(id: string, timeoutMs = 30_000) {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const r = await t.gql(JOB, { id }, { token: operator });
+    const job = r.data?.serveJob;
+    if (job && (job.state === 'DONE' || job.state === 'FAILED')) return job;
+    if (Date.now() > end) throw new Error(`job did not end: ${JSON.stringify(job)}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const start = async (args: string) => {
+  const r = await t.gql(
+    `mutation { serveFromRegistry(${args}) { __typename ... on ServeJob { id state steps { name state } } ... on Error { message } } }`,
+    {},
+    { token: operator },
+  );
+  return r.data?.serveFromRegistry;
+};
+
+beforeAll(async () => {
+  hub = await startFakeHub();
+  const tiny = modelHeader({ arch: 'llama', layers: 2, embd: 64, heads: 4, kvHeads: 4, ctx: 2048, tensorType: 0 });
+  hub.repos.set('acme/Tiny-GGUF', {
+    id: 'acme/Tiny-GGUF',
+    sha: 'feedbeef11111111111111111111111111111111',
+    tags: ['gguf'],
+    files: [{ path: 'Tiny-Q4_K_M.gguf', head: tiny.header, size: tiny.size, lfs: true }],
+  });
+  t = await startTestApp({ HANGAR_HUB_URL: hub.url });
+  await t.app.start();
+  operator = await t.token('OPERATOR', 'serve-ops');
+  const admin = await t.token('ADMIN', 'serve-admin');
+  nodeToken = (
+    await t.gql('mutation { createNode(name: "gpu-1") { ... on CreatedNode { token } } }', {}, { token: admin })
+  ).data?.createNode.token;
+  // The stand-in agent: reports the node, and answers every assignment as the real one would.
+  const tick = async () => {
+    await t.gql(
+      'mutation($i: NodeReportInput!) { reportNode(input: $i) { __typename } }',
+      {
+        i: {
+          gpus: [{ index: 0, name: 'RTX 4090', totalMiB: 24564, freeMiB: 20000 }],
+          engines: [{ name: 'llama.cpp', build: 6000 }],
+        },
+      },
+      { token: nodeToken },
+    );
+    const assigned =
+      (await t.gql('{ nodeAssignments { replicaId desired } }', {}, { token: nodeToken })).data?.nodeAssignments ?? [];
+    for (const a of assigned) {
+      const i =
+        a.desired === 'RUN'
+          ? { replicaId: a.replicaId, state: 'READY', smokeText: ' Hello', tokensPerSecond: 12 }
+          : { replicaId: a.replicaId, state: 'STOPPED' };
+      await t.gql(
+        'mutation($i: ReplicaReportInput!) { reportReplica(input: $i) { __typename } }',
+        { i },
+        { token: nodeToken },
+      );
+    }
+  };
+  await tick();
+  agent = setInterval(() => void tick().catch(() => {}), 300);
+});
+afterAll(async () => {
+  clearInterval(agent);
+  await t?.close();
+  await hub?.close();
+});
+
+describe('serveFromRegistry', () => {
+  it('runs every step to a smoke test', async () => {
+    const job = await start('repo: "acme/Tiny-GGUF"');
+    expect(job).toMatchObject({
+      __typename: 'ServeJob',
+      steps: [
+        { name: 'registry' },
+        { name: 'mirror' },
+        { name: 'check' },
+        { name: 'catalog' },
+        { name: 'replica' },
+        { name: 'smoke' },
+      ],
+    });
+    const done = await waitForJob(job.id);
+    expect(done.state).toBe('DONE');
+    expect(done.steps.map((s: { state: string }) => s.state)).toEqual(['DONE', 'DONE', 'DONE', 'DONE', 'DONE', 'DONE']);
+    expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
+    expect(done.steps[1].message).toBe('tiny/feedbee present and verified');
+    expect(done.steps[4].message).toBe('ready on gpu-1');
+    expect(done.message).toBe('answered " Hello" at 12.0 tokens/s');
+    const model = await t.gql('{ model(name: "tiny") { mode replicas { state smokeText } } }', {}, { token: operator });
+    expect(model.data?.model).toEqual({ mode: 'ALWAYS', replicas: [{ state: 'READY', smokeText: ' Hello' }] });
+    const audit = await t.app.db.prisma.auditEvent.findFirst({
+      where: { action: 'serveMirrorVersion' },
+      orderBy: { id: 'desc' },
+    });
+    expect(audit?.actor).toBe(`system:serve job ${job.id} for admin@example.com`);
+  });
+
+  it('names what the repository has when the quantisation is not there', async () => {
+    const job = await start('repo: "acme/Tiny-GGUF", quant: "Q8_0"');
+    const done = await waitForJob(job.id);
+    expect(done).toMatchObject({ state: 'FAILED', message: 'registry: acme/Tiny-GGUF has no Q8_0 set; it has Q4_K_M' });
+    expect(done.steps.slice(1).every((s: { state: string }) => s.state === 'QUEUED')).toBe(true);
+  });
+
+  it('stops early, done, for an on-demand model', async () => {
+    await t.gql('mutation { removeModel(name: "tiny") { __typename } }', {}, { token: operator });
+    const job = await start('repo: "acme/Tiny-GGUF", onDemand: true');
+    const done = await waitForJob(job.id);
+    expect(done.state).toBe('DONE');
+    expect(done.message).toBe('tiny is on demand: no replica runs until it is asked for (wakeModel)');
+    expect(done.steps.at(-1).state).toBe('QUEUED');
+  });
+
+  it('refuses a malformed repository name and starts nothing', async () => {
+    const before = await t.app.db.prisma.serveJob.count();
+    const r = await start('repo: "not a repo"');
+    expect(r).toMatchObject({ __typename: 'ValidationError' });
+    expect(await t.app.db.prisma.serveJob.count()).toBe(before);
+  });
+});
