@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { defineConfig } from '@playwright/test';
+import { hubUrl } from './fixtures/stand-in-hub.js';
 
 // The whole Hangar, as an operator gets it: the built console served by the server, on its embedded PostgreSQL
 // in a data dir of its own, driven in Debian's Chromium.
@@ -10,6 +11,8 @@ export const admin = { email: 'admin@example.com', password: 'correct-horse-batt
 
 export default defineConfig({
   testDir: 'tests',
+  // The stand-in Hub (fixtures/stand-in-hub.ts) the server's registry calls go to.
+  globalSetup: './global-setup.ts',
   outputDir: 'artifacts/results',
   timeout: 60_000,
   workers: 1,
@@ -44,6 +47,7 @@ export default defineConfig({
       HANGAR_ADMIN_EMAIL: admin.email,
       HANGAR_ADMIN_PASSWORD: admin.password,
       HANGAR_LOG_LEVEL: 'warn',
+      HANGAR_HUB_URL: hubUrl,
     },
   },
 });

@@ -146,7 +146,15 @@ async function wrap<T>(fn: () => Promise<T>): Promise<T> {
     if (e.statusCode === 404) throw new HubError('no such repository on the registry', 404);
     if (e.statusCode === 401 || e.statusCode === 403)
       throw new HubError('the registry refused: a private or gated repository needs HANGAR_HUB_TOKEN', e.statusCode);
+    if (e.statusCode) {
+      // The Hub's own words, without the request URL it appends (long, and no use to an operator).
+      const said = e.message
+        .split(/\.?\s+URL:/)[0]
+        ?.trim()
+        .slice(0, 200);
+      throw new HubError(`the registry answered HTTP ${e.statusCode}${said ? `: ${said}` : ''}`, e.statusCode);
+    }
     const cause = (e as { cause?: { code?: string } }).cause?.code;
-    throw new HubError(`the registry could not be reached: ${cause ?? e.message}`, e.statusCode);
+    throw new HubError(`the registry could not be reached: ${cause ?? e.message}`);
   }
 }

@@ -250,7 +250,11 @@ describe('the registry explorer', () => {
 
   it('says so, in its own place, when the registry fails', async () => {
     const r = await t.gql(REPO, { id: 'acme/Broken' }, { token });
-    expect(r.data?.registryRepo.__typename).toBe('UpstreamError');
+    expect(r.data?.registryRepo).toMatchObject({
+      __typename: 'UpstreamError',
+      message: expect.stringMatching(/^the registry answered HTTP 500/),
+    });
+    expect(r.data?.registryRepo.message).not.toMatch(/URL:|expand=/);
     const missing = await t.gql(REPO, { id: 'acme/Nothing-Here' }, { token });
     expect(missing.data?.registryRepo).toEqual({
       __typename: 'NotFoundError',

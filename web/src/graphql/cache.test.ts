@@ -35,6 +35,10 @@ describe('cacheConfig', () => {
     }
     expect(cacheConfig.keys?.Viewer?.({ __typename: 'Viewer' })).toBeNull();
     expect(cacheConfig.keys?.AuditEvent?.({ __typename: 'AuditEvent', id: '42' })).toBe('42');
+    // Ids the registry gives are only unique within a repository (FileSet) or one query's arguments.
+    for (const view of ['RegistrySearch', 'RegistryModel', 'RegistryRepo', 'FileSet', 'Verdict', 'MemoryEstimate']) {
+      expect(cacheConfig.keys?.[view]?.({ __typename: view, id: 'model:Q4_K_M' })).toBeNull();
+    }
     expect(cacheConfig.keys?.MirrorVersion?.({ __typename: 'MirrorVersion', id: 'qwen3-8b/Q4_K_M' })).toBe(
       'qwen3-8b/Q4_K_M',
     );

@@ -71,6 +71,12 @@ export const cacheConfig: CacheExchangeOpts = {
     MirrorVersion: byId,
     MirrorFile: byId,
     RemovedMirrorVersion: byId,
+    // The registry's answers are views, not entities: a set's id ("model:Q4_K_M") is unique only within its
+    // repository, and a repository's sets change with the `context` asked for. Each stays inside the query that
+    // read it, so nothing is merged across repositories or contexts.
+    RegistryModel: () => null,
+    RegistryRepo: () => null,
+    FileSet: () => null,
   },
   updates: {
     Mutation: {
@@ -92,6 +98,10 @@ export const cacheConfig: CacheExchangeOpts = {
       },
       fetchToMirror(parent, _args, cache) {
         const started = success(parent, 'fetchToMirror', 'FetchStarted');
+        if (started) joinMirror(cache, started.version as Data);
+      },
+      fetchRepoSet(parent, _args, cache) {
+        const started = success(parent, 'fetchRepoSet', 'FetchStarted');
         if (started) joinMirror(cache, started.version as Data);
       },
       // As the subscription's last event about it would: every view drops a removed version, even without a socket.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatDuration, formatRate, shortSha } from './format';
+import { formatBytes, formatCount, formatDuration, formatRate, shortSha } from './format';
 
 describe('formatBytes', () => {
   it('counts in binary units, the same everywhere in the console', () => {
@@ -25,4 +25,10 @@ describe('formatDuration', () => {
 
 it('shortens a sha256 to 12 hex digits', () => {
   expect(shortSha('a'.repeat(64))).toBe(`${'a'.repeat(12)}…`);
+});
+
+it('shortens a registry count, as the registry shows it', () => {
+  expect(formatCount(950)).toBe('950');
+  expect(formatCount(12_345)).toBe('12.3K');
+  expect(formatCount(4_060_000)).toBe('4.1M');
 });

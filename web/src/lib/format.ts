@@ -37,6 +37,13 @@ export function shortSha(sha256: string): string {
   return sha256.length > 12 ? `${sha256.slice(0, 12)}…` : sha256;
 }
 
+const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumFractionDigits: 1 });
+
+/** A registry count (downloads, likes) at a glance: "950", "12.3K", "4.1M"; the exact number goes in a title. */
+export function formatCount(n: number): string {
+  return compact.format(n);
+}
+
 /** GPU memory, as nvidia-smi reports it: MiB, shown in GiB. */
 export function formatMiB(mib: number): string {
   return mib >= 1024 ? `${(mib / 1024).toFixed(1)} GiB` : `${mib} MiB`;

@@ -78,6 +78,7 @@ export function fakeClient(answers: Answer[]) {
         .filter((op) => getOperationName(op.query) === getOperationName(document))
         .map((op) => op as Operation<unknown, Variables>),
     /** Delivers an event to every open subscription of this document. */
-    push: (document: TypedDocumentNode, data: Data) => events.next({ name: getOperationName(document) ?? '', data }),
+    push: <Variables extends AnyVariables>(document: TypedDocumentNode<unknown, Variables>, data: Data) =>
+      events.next({ name: getOperationName(document) ?? '', data }),
   };
 }

@@ -118,7 +118,11 @@ describe('MirrorPage', () => {
     // llama is one model in two versions: its rows are there, a heading repeating "llama" is not.
     expect(await row('llama3.1-8b/Q8_0')).toBeInTheDocument();
     expect(screen.queryByRole('heading', { name: /llama/ })).toBeNull();
-    expect(screen.getAllByRole('heading').map((h) => h.textContent)).toEqual(['Mirror', 'qwen2 models · 9.0 GiB']);
+    expect(screen.getAllByRole('heading').map((h) => h.textContent)).toEqual([
+      'Mirror',
+      'qwen2 models · 9.0 GiB',
+      'Get from the registry',
+    ]);
     // Not re-sorted: rows stay where the server put them.
     expect(screen.getAllByTestId(/^version-/).map((r) => r.dataset.testid)).toEqual([
       'version-qwen3-8b/Q4_K_M',

@@ -7,6 +7,8 @@ import { formatBytes } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
+import type { ExplorerNavigate, ExplorerSearch } from '../registry/explorer-search';
+import { RegistryExplorer } from '../registry/registry-explorer';
 import { FetchForm } from './fetch-form';
 import { BreakableUrl } from './mirror-parts';
 import { bytesOf, MirrorTable, type MirrorTable_Family, MirrorTable_FamilyFragment } from './mirror-table';
@@ -61,11 +63,16 @@ export function MirrorPage({
   canChange,
   fetchOpen,
   onFetchOpenChange,
+  registrySearch,
+  onRegistrySearchChange,
 }: {
   canChange: boolean;
   /** Whether the fetch form is open; kept in the URL by the route, so it survives a reload. */
   fetchOpen?: boolean;
   onFetchOpenChange?: (open: boolean) => void;
+  /** The registry explorer's search and open repository, kept in the URL by the route too. */
+  registrySearch?: ExplorerSearch;
+  onRegistrySearchChange?: ExplorerNavigate;
 }) {
   const [{ data, fetching, error }, refetch] = useQuery({
     query: MirrorPage_MirrorQuery,
@@ -80,6 +87,7 @@ export function MirrorPage({
   const formOpen = fetchOpen ?? localOpen;
   const setFormOpen = onFetchOpenChange ?? setLocalOpen;
   const formTitleId = useId();
+  const registryTitleId = useId();
 
   const mirror = data?.mirror;
   // A removed version's last event says `removed: true`: it leaves the view at once.
@@ -137,7 +145,7 @@ export function MirrorPage({
         <p className="empty">
           The mirror holds nothing yet.{' '}
           {canChange
-            ? 'Give a model, a version and the URLs of its files below: Hangar fetches them, checks their sha256 and serves them to the nodes.'
+            ? 'Give a model, a version and the URLs of its files below, or get a model from the registry further down: Hangar fetches the files, checks their sha256 and serves them to the nodes.'
             : 'An operator fetches model files into it.'}
         </p>
       ) : null}
@@ -149,6 +157,17 @@ export function MirrorPage({
       ) : null}
       {mirror && !empty ? <MirrorTable families={families} canChange={canChange} /> : null}
       {!mirror && fetching ? <p className="muted">Loading…</p> : null}
+      {/* A set fetched from here joins the listing above: graphcache's updater reads it again (graphql/cache.ts). */}
+      <section className="panel registry-panel" aria-labelledby={registryTitleId}>
+        <h2 id={registryTitleId} className="registry-title">
+          Get from the registry
+        </h2>
+        <p className="hint">
+          Search the model registry and open a repository: each file set is judged against the fleet (will llama.cpp
+          load it, how much memory, where it fits) before any download.
+        </p>
+        <RegistryExplorer canFetch={canChange} search={registrySearch} onSearchChange={onRegistrySearchChange} />
+      </section>
     </section>
   );
 }

@@ -1,10 +1,25 @@
 import { createFileRoute } from '@tanstack/react-router';
-import { PlaceholderPage } from '../../components/common/page';
+import { explorerSearch } from '../../components/registry/explorer-search';
+import { RegistryPage } from '../../components/registry/registry-page';
 
+// ?q=…&sort=…&repo=owner/name&ctx=…: the search and the open repository survive a reload or a shared link.
 export const Route = createFileRoute('/_app/registry')({
-  component: () => (
-    <PlaceholderPage title="Registry">
-      Search the model registry, see which file sets fit your GPUs, and fetch the right one into the mirror.
-    </PlaceholderPage>
-  ),
+  validateSearch: explorerSearch,
+  component: RegistryRoute,
 });
+
+function RegistryRoute() {
+  const { viewer } = Route.useRouteContext();
+  const search = Route.useSearch();
+  const navigate = Route.useNavigate();
+  return (
+    <RegistryPage
+      canFetch={viewer.role !== 'VIEWER'}
+      search={search}
+      // resetScroll: false, so opening a repository far down the list does not throw the page back to the top.
+      onSearchChange={(next, how) =>
+        navigate({ search: (prev) => ({ ...prev, ...next }), replace: !how?.push, resetScroll: false })
+      }
+    />
+  );
+}

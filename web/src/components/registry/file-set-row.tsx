@@ -1,0 +1,436 @@
+import { type FormEvent, useId, useState } from 'react';
+import { gql, useMutation, useQuery, useSubscription } from 'urql';
+import type { Bytes, Outcome, Refusal } from '../../graphql/types';
+import { arrivingStates, isRefusal } from '../../graphql/types';
+import { formatBytes, formatCount, shortSha } from '../../lib/format';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { stateBadge } from '../mirror/mirror-parts';
+import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
+import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
+
+export type FileSetKind = 'MODEL' | 'MMPROJ' | 'IMATRIX';
+
+export type FileSetRow_Set = {
+  __typename?: 'FileSet';
+  id: string;
+  kind: FileSetKind;
+  format: 'GGUF' | 'SAFETENSORS';
+  quant: string | null;
+  files: { path: string; size: Bytes; sha256: string | null }[];
+  shardCount: number;
+  complete: boolean;
+  totalBytes: Bytes;
+  model: string;
+  version: string;
+  headerBytesRead: Bytes;
+  headerError: string | null;
+  header: {
+    architecture: string | null;
+    contextLength: number | null;
+    layers: number | null;
+    embeddingLength: number | null;
+    heads: number | null;
+    kvHeads: number | null;
+    fileType: string | null;
+    parameterCount: number;
+  } | null;
+  verdict: Verdict;
+  memory: MemoryEstimate | null;
+  fits: Fits;
+};
+
+export const FileSetRow_SetFragment = gql<FileSetRow_Set>`
+  fragment FileSetRow_Set on FileSet {
+    id
+    kind
+    format
+    quant
+    files {
+      path
+      size
+      sha256
+    }
+    shardCount
+    complete
+    totalBytes
+    model
+    version
+    headerBytesRead
+    headerError
+    header {
+      architecture
+      contextLength
+      layers
+      embeddingLength
+      heads
+      kvHeads
+      fileType
+      parameterCount
+    }
+    verdict {
+      servable
+      reason
+      neededBuild
+    }
+    memory {
+      context
+      weightsBytes
+      kvCacheBytes
+      overheadBytes
+      totalBytes
+      basis
+    }
+    fits {
+      summary
+      disk {
+        fits
+        freeBytes
+        neededBytes
+      }
+      nodes {
+        node
+        fits
+        freeMiB
+        neededMiB
+        reason
+      }
+    }
+  }
+`;
+
+type Started = {
+  __typename: 'FetchStarted';
+  message: string;
+  started: number;
+  alreadyArriving: number;
+  alreadyPresent: number;
+  version: VersionRow_Version;
+};
+
+/**
+ * The revision is the one the verdict was made for, so a push to the repository meanwhile cannot swap the files
+ * judged. The new version joins the mirror's listing through graphcache's updater (graphql/cache.ts).
+ */
+export const FileSetRow_FetchMutation = gql<
+  { fetchRepoSet: Outcome<Started> },
+  { repo: string; revision: string; set: string; model: string; version: string; force: boolean }
+>`
+  mutation FileSetRow_Fetch(
+    $repo: String!
+    $revision: String
+    $set: String!
+    $model: String
+    $version: String
+    $force: Boolean
+  ) {
+    fetchRepoSet(repo: $repo, revision: $revision, set: $set, model: $model, version: $version, force: $force) {
+      __typename
+      ... on FetchStarted {
+        message
+        started
+        alreadyArriving
+        alreadyPresent
+        version {
+          ...VersionRow_Version
+        }
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
+/** The version as it is now: a small set can be present before its subscription opens. */
+export const FileSetRow_VersionQuery = gql<
+  { mirrorVersion: VersionRow_Version | null },
+  { model: string; version: string }
+>`
+  query FileSetRow_Version($model: String!, $version: String!) {
+    mirrorVersion(model: $model, version: $version) {
+      ...VersionRow_Version
+    }
+  }
+  ${VersionRow_VersionFragment}
+`;
+
+/** Each change of the version just started, whole: graphcache updates it by id, here and in the mirror's listing. */
+export const FileSetRow_VersionChangedSubscription = gql<
+  { mirrorVersionChanged: VersionRow_Version },
+  { model: string; version: string }
+>`
+  subscription FileSetRow_VersionChanged($model: String!, $version: String!) {
+    mirrorVersionChanged(model: $model, version: $version) {
+      ...VersionRow_Version
+    }
+  }
+  ${VersionRow_VersionFragment}
+`;
+
+const kindWords: Record<FileSetKind, string> = { MODEL: 'model', MMPROJ: 'mmproj', IMATRIX: 'imatrix' };
+
+/** What the operator scans for: the quantisation; a side file says what it is. */
+export function setLabel(set: FileSetRow_Set): string {
+  const name = set.quant ?? set.id.replace(/^[a-z]+:/, '');
+  return set.kind === 'MODEL' ? name : `${kindWords[set.kind]} ${set.quant ?? ''}`.trim();
+}
+
+function filesWord(set: FileSetRow_Set): string {
+  if (set.shardCount > 1) {
+    return set.complete ? `${set.shardCount} shards` : `${set.files.length} of ${set.shardCount} shards`;
+  }
+  return set.files.length === 1 ? '1 file' : `${set.files.length} files`;
+}
+
+/** What the header says, in one line: "qwen3 · 36 layers · 8.2B parameters · trained for 40,960 tokens". */
+function headerLine(header: NonNullable<FileSetRow_Set['header']>): string {
+  const parts = [header.architecture ?? 'no architecture'];
+  if (header.layers) parts.push(`${header.layers} layers`);
+  if (header.parameterCount) parts.push(`${formatCount(header.parameterCount)} parameters`);
+  if (header.contextLength) parts.push(`trained for ${header.contextLength.toLocaleString('en')} tokens`);
+  return parts.join(' · ');
+}
+
+/**
+ * One set of a repository: its size, verdict, memory estimate and fits, and the names it is fetched under. The
+ * server's answer stays beside the set: "started fetching…", or its refusal word for word. A set the verdict says
+ * cannot be served is refused first; only then is "Fetch anyway" offered, sending force.
+ */
+export function FileSetRow({
+  repo,
+  set,
+  canFetch,
+  columns,
+  noAccessId,
+}: {
+  repo: { id: string; revision: string; noAccess: string | null };
+  set: FileSetRow_Set;
+  canFetch: boolean;
+  /** How many columns the sets table has, for the rows that span it. */
+  columns: number;
+  /** The id of the repository's "no access" notice, which explains a disabled button. */
+  noAccessId?: string;
+}) {
+  const [filesOpen, setFilesOpen] = useState(false);
+  const [model, setModel] = useState(set.model);
+  const [version, setVersion] = useState(set.version);
+  const [{ fetching, error }, fetchSet] = useMutation(FileSetRow_FetchMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const [forceOffered, setForceOffered] = useState(false);
+  const [started, setStarted] = useState<Started>();
+  const filesId = useId();
+  const modelId = useId();
+  const versionId = useId();
+  const label = setLabel(set);
+
+  const submit = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    setRefusal(null);
+    setStarted(undefined);
+    const result = await fetchSet({
+      repo: repo.id,
+      revision: repo.revision,
+      set: set.id,
+      model: model.trim(),
+      version: version.trim(),
+      force: forceOffered,
+    });
+    const outcome = result.data?.fetchRepoSet;
+    if (isRefusal(outcome)) {
+      setRefusal(outcome);
+      // The verdict's refusal: the operator has read why and may insist. Other conflicts (the disk) force cannot fix.
+      if (outcome.__typename === 'ConflictError' && !set.verdict.servable) setForceOffered(true);
+    } else if (outcome?.__typename === 'FetchStarted') {
+      setStarted(outcome);
+      setForceOffered(false);
+    }
+  };
+  // The last answer is about the names it was sent with: once they change, it goes.
+  const edited = () => {
+    setStarted(undefined);
+    if (refusal?.__typename === 'ValidationError') setRefusal(null);
+  };
+
+  const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
+  const fieldError = (name: 'model' | 'version') => (field === name ? refusal?.message : undefined);
+  const placed = field === 'model' || field === 'version';
+  const answered = started || (refusal && !placed) || error;
+
+  return (
+    <>
+      <tr data-testid={`set-${set.id}`} className={`set${set.verdict.servable ? '' : ' not-servable'}`}>
+        <th scope="row" className="set-cell" title={set.id}>
+          <span className="set-name">{label}</span>
+          {set.format === 'SAFETENSORS' ? <span className="badge muted">safetensors</span> : null}
+          <div className="sub">
+            <button
+              type="button"
+              className="link-button"
+              aria-expanded={filesOpen}
+              aria-controls={filesId}
+              onClick={() => setFilesOpen((o) => !o)}
+            >
+              {filesWord(set)}
+            </button>
+          </div>
+          {set.header ? (
+            <div className="sub header-line" title={`judged from the first ${formatBytes(set.headerBytesRead)}`}>
+              {headerLine(set.header)}
+            </div>
+          ) : null}
+        </th>
+        <td className="set-cell num size">{formatBytes(set.totalBytes)}</td>
+        <td className="set-cell verdict-cell">
+          <VerdictText verdict={set.verdict} />
+        </td>
+        <td className="set-cell">
+          <MemoryText memory={set.memory} />
+        </td>
+        <td className="set-cell">
+          <FitsText fits={set.fits} label={label} />
+        </td>
+        {canFetch ? (
+          <td className="set-cell fetch-cell">
+            <form className="set-fetch" aria-label={`Fetch ${label}`} onSubmit={submit} noValidate>
+              <div className="field">
+                <label htmlFor={modelId}>Model</label>
+                <input
+                  id={modelId}
+                  className="set-input"
+                  value={model}
+                  autoComplete="off"
+                  spellCheck={false}
+                  aria-invalid={fieldError('model') ? true : undefined}
+                  aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
+                  onChange={(e) => {
+                    edited();
+                    setModel(e.target.value);
+                  }}
+                />
+                {fieldError('model') ? (
+                  <p id={`${modelId}-error`} role="alert" className="form-error field-error">
+                    {fieldError('model')}
+                  </p>
+                ) : null}
+              </div>
+              <div className="field">
+                <label htmlFor={versionId}>Version</label>
+                <input
+                  id={versionId}
+                  className="set-input"
+                  value={version}
+                  autoComplete="off"
+                  spellCheck={false}
+                  aria-invalid={fieldError('version') ? true : undefined}
+                  aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
+                  onChange={(e) => {
+                    edited();
+                    setVersion(e.target.value);
+                  }}
+                />
+                {fieldError('version') ? (
+                  <p id={`${versionId}-error`} role="alert" className="form-error field-error">
+                    {fieldError('version')}
+                  </p>
+                ) : null}
+              </div>
+              <button
+                type="submit"
+                className={`button small fetch-button${set.verdict.servable && !repo.noAccess ? ' primary' : ''}${forceOffered ? ' danger' : ''}`}
+                disabled={fetching || repo.noAccess != null}
+                aria-describedby={repo.noAccess ? noAccessId : undefined}
+                title={repo.noAccess ?? undefined}
+              >
+                {forceOffered ? 'Fetch anyway' : 'Fetch'}
+              </button>
+              {repo.noAccess ? <span className="sub">no access: see above</span> : null}
+            </form>
+          </td>
+        ) : null}
+      </tr>
+      {filesOpen ? (
+        <tr className="set-files" id={filesId}>
+          <td colSpan={columns}>
+            <SetFiles files={set.files} label={`Files of ${label}`} />
+          </td>
+        </tr>
+      ) : null}
+      {answered ? (
+        <tr className="set-answer">
+          <td colSpan={columns}>
+            {started ? (
+              <FetchAnswer started={started} />
+            ) : (
+              <FormError refusal={placed ? null : refusal} error={error} />
+            )}
+          </td>
+        </tr>
+      ) : null}
+    </>
+  );
+}
+
+function SetFiles({ files, label }: { files: FileSetRow_Set['files']; label: string }) {
+  return (
+    <table className="table dense files" aria-label={label}>
+      <thead>
+        <tr>
+          <th scope="col">File</th>
+          <th scope="col" className="num">
+            Size
+          </th>
+          <th scope="col">sha256</th>
+        </tr>
+      </thead>
+      <tbody>
+        {files.map((f) => (
+          <tr key={f.path}>
+            <th scope="row" className="mono">
+              {f.path}
+            </th>
+            <td className="num">{formatBytes(f.size)}</td>
+            <td>
+              {f.sha256 ? (
+                <code title={f.sha256}>{shortSha(f.sha256)}</code>
+              ) : (
+                <span className="muted" title="The registry publishes no sha256 for it: it arrives unverified">
+                  none published
+                </span>
+              )}
+            </td>
+          </tr>
+        ))}
+      </tbody>
+    </table>
+  );
+}
+
+/**
+ * The server's words ("started fetching 1 file into tiny/feedbee"), then the version as it arrives: named as
+ * started, since the bytes are still moving; the mirror's listing shows the rest.
+ */
+function FetchAnswer({ started }: { started: Started }) {
+  const vars = { model: started.version.model, version: started.version.version };
+  const [{ data }] = useQuery({ query: FileSetRow_VersionQuery, variables: vars, requestPolicy: 'cache-and-network' });
+  useSubscription({ query: FileSetRow_VersionChangedSubscription, variables: vars });
+  const version = data?.mirrorVersion ?? started.version;
+  const arriving = arrivingStates.includes(version.state);
+  return (
+    <div className="fetch-answer">
+      <p role="status" className="notice">
+        {started.message}
+      </p>
+      <p className="answer-state">
+        <span className="visually-hidden">
+          {vars.model}/{vars.version} is now{' '}
+        </span>
+        {stateBadge(version.state)}
+        {arriving && version.percent != null ? <span className="muted"> {version.percent.toFixed(1)} %</span> : null}
+        {arriving && version.percent == null && version.bytesDone > 0 ? (
+          <span className="muted"> {formatBytes(version.bytesDone)} so far</span>
+        ) : null}
+        {version.state === 'FAILED' && version.error ? <span className="form-error"> {version.error}</span> : null}
+      </p>
+    </div>
+  );
+}
