@@ -555,13 +555,17 @@ export class MirrorService {
 
   /** Takes the next file with a lease, atomically: with several replicas, exactly one works on each file. */
   private async claim(): Promise<MirrorFile | null> {
+    // Never a file this process is still working on, however late its lease: a second transfer would append to
+    // the same partial.
+    const running = [...this.transfers.keys()];
     const rows = await this.db.$queryRaw<{ id: string }[]>`
       UPDATE "MirrorFile" SET state = 'FETCHING', "leaseOwner" = ${this.owner},
         "leaseUntil" = now() + ${`${LEASE_MS} milliseconds`}::interval, attempts = attempts + 1,
         "startedAt" = coalesce("startedAt", now()), "updatedAt" = now()
       WHERE id = (
         SELECT id FROM "MirrorFile"
-        WHERE state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND "leaseUntil" < now())
+        WHERE (state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND "leaseUntil" < now()))
+          AND NOT (id = ANY(${running}::uuid[]))
         ORDER BY "createdAt", file LIMIT 1 FOR UPDATE SKIP LOCKED)
       RETURNING id`;
     const id = rows[0]?.id;
@@ -604,6 +608,19 @@ export class MirrorService {
       });
     };
 
+    // The lease is renewed on a clock too, not only as bytes arrive: a stalled upstream or a long backoff between
+    // attempts must not let it lapse while this process still holds the file, or another worker takes it over.
+    const heartbeat = setInterval(() => {
+      this.db.mirrorFile
+        .updateMany({
+          where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
+          data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
+        })
+        .then(
+          ({ count }) => count === 0 && abortLocal(),
+          (err) => this.log.warn('could not renew a mirror lease', { id: row.id, error: err }),
+        );
+    }, LEASE_MS / 3);
     const result = await transfer({
       url: row.sourceUrl,
       partialPath: partial,
@@ -619,7 +636,7 @@ export class MirrorService {
       onProgress: persist,
       freeBytes: async () => (await this.disk()).freeBytes,
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
-    });
+    }).finally(() => clearInterval(heartbeat));
     await persisting.catch(() => {});
 
     const mine = { id: row.id, leaseOwner: this.owner };
@@ -660,7 +677,7 @@ export class MirrorService {
       return;
     }
 
-    await this.db.mirrorFile.updateMany({
+    const { count: stillMine } = await this.db.mirrorFile.updateMany({
       where: { ...mine, state: 'FETCHING' },
       data: {
         state: 'VERIFYING',
@@ -670,6 +687,9 @@ export class MirrorService {
         etag: result.etag,
       },
     });
+    // Cancelled, removed or taken over meanwhile: the bytes are not this worker's to verify or to put in place,
+    // where they would replace a file another worker verified.
+    if (stillMine === 0) return;
     await notify(this.db, 'mirrorVersion', key);
     const expected = row.expectedSha256 ?? result.upstreamSha256;
     if (expected && expected !== result.sha256) {

@@ -1,0 +1,497 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { createHash, randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { type App, createApp } from '../src/app.js';
+import { loadConfig } from '../src/config.js';
+import { createLogger } from '../src/lib/log.js';
+
+// The mirror's speed as ratios against the tools an operator would otherwise use, run side by side on the same
+// machine and the same filesystem: fetching a large file from a local nginx (Hangar's fetchToMirror against
+// `curl -o`, and `curl | openssl dgst -sha256` for the cost of hashing), and serving it (Hangar's GET /mirror/…
+// against nginx with sendfile) to 1 and to 16 concurrent curl clients. Absolute numbers move with the machine;
+// the ratios say what Hangar's streaming costs on top of what the disk and the loopback allow.
+//
+// HANGAR_BENCH_MIRROR_MB sets the file's size (default 2048) and HANGAR_BENCH_MIRROR_ROUNDS how many times each
+// measurement is taken (default 3; the median is shown), for a quicker run.
+
+const MIB = 1024 * 1024;
+const SIZE_MB = Number(process.env.HANGAR_BENCH_MIRROR_MB ?? 2048);
+if (!Number.isInteger(SIZE_MB) || SIZE_MB < 1 || SIZE_MB > 65536) {
+  throw new Error(`HANGAR_BENCH_MIRROR_MB=${process.env.HANGAR_BENCH_MIRROR_MB} is not accepted: MiB from 1 to 65536`);
+}
+const SIZE = SIZE_MB * MIB;
+const ROUNDS = Number(process.env.HANGAR_BENCH_MIRROR_ROUNDS ?? 3);
+if (!Number.isInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 20) {
+  throw new Error(`HANGAR_BENCH_MIRROR_ROUNDS=${process.env.HANGAR_BENCH_MIRROR_ROUNDS} is not accepted: 1 to 20`);
+}
+const CLIENTS = 16;
+const FETCH_GOAL = 0.85;
+const SERVE_GOAL = 0.8;
+/** No single step may run longer than this, whatever goes wrong: a bench that hangs is worse than one that fails. */
+const STEP_LIMIT_MS = 10 * 60_000;
+
+const root = path.join(os.tmpdir(), `hangar-bench-mirror-${process.pid}`);
+const dirs = {
+  src: path.join(root, 'src'),
+  data: path.join(root, 'data'),
+  curl: path.join(root, 'curl'),
+  nginx: path.join(root, 'nginx'),
+};
+const FILE = 'model.bin';
+
+// ─── cleanup: every process and file this run makes, whatever way it ends ─────
+
+const children = new Set<ChildProcess>();
+let app: App | undefined;
+let cleaning: Promise<void> | undefined;
+
+/** SIGTERM first: nginx's master stops its workers then, while a SIGKILL to it would orphan them. */
+async function stopChild(c: ChildProcess) {
+  if (c.exitCode !== null || c.signalCode !== null) return;
+  const exited = new Promise((r) => c.once('exit', r));
+  c.kill('SIGTERM');
+  const timer = setTimeout(() => c.kill('SIGKILL'), 5000);
+  await exited;
+  clearTimeout(timer);
+}
+
+function cleanup() {
+  cleaning ??= (async () => {
+    await Promise.all([...children].map(stopChild));
+    await app?.stop().catch((err) => console.error('stopping Hangar failed:', err));
+    await fs.rm(root, { recursive: true, force: true });
+  })();
+  return cleaning;
+}
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    console.error(`\n${signal}: cleaning up`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+
+// ─── helpers ──────────────────────────────────────────────────────────────────
+
+type Ran = { code: number | null; stdout: string; stderr: string; ms: number };
+
+/** Runs a command, timed from spawn to exit, with its output collected; bounded by STEP_LIMIT_MS. */
+function run(cmd: string, args: string[], opts: { cwd?: string } = {}): Promise<Ran> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn(cmd, args, { cwd: opts.cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+    children.add(child);
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d) => (stdout += d));
+    child.stderr.on('data', (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill('SIGKILL'), STEP_LIMIT_MS);
+    child.once('error', reject);
+    child.once('close', (code) => {
+      clearTimeout(timer);
+      children.delete(child);
+      resolve({ code, stdout, stderr, ms: performance.now() - started });
+    });
+  });
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** Until the server answers at all (a 404 counts: the file may not be there yet). */
+async function waitForHttp(url: string, what: string) {
+  const end = Date.now() + 15_000;
+  for (;;) {
+    const ok = await fetch(url, { method: 'HEAD' }).then(
+      () => true,
+      () => false,
+    );
+    if (ok) return;
+    if (Date.now() > end) throw new Error(`${what} did not answer ${url} within 15 s`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Writes dirty pages out, so one measurement's writeback does not land in the next one's time. */
+function sync() {
+  spawnSync('sync', { stdio: 'ignore' });
+}
+
+const mbps = (bytes: number, ms: number) => bytes / 1e6 / (ms / 1000);
+
+// ─── the file ─────────────────────────────────────────────────────────────────
+
+/** SIZE bytes that no two blocks repeat (a fresh random block with its index stamped in), and their sha256. */
+async function generate(file: string): Promise<string> {
+  const block = randomBytes(8 * MIB);
+  const hash = createHash('sha256');
+  const fh = await fs.open(file, 'w', 0o644);
+  try {
+    for (let at = 0, i = 0; at < SIZE; at += block.length, i++) {
+      block.writeUInt32LE(i, 0);
+      const part = block.subarray(0, Math.min(block.length, SIZE - at));
+      hash.update(part);
+      await fh.write(part);
+    }
+  } finally {
+    await fh.close();
+  }
+  return hash.digest('hex');
+}
+
+// ─── the static server: nginx, installed when missing ────────────────────────
+
+function findNginx(): string | null {
+  const found = spawnSync('sh', ['-c', 'command -v nginx || ls /usr/sbin/nginx'], { encoding: 'utf8' });
+  return found.status === 0 ? found.stdout.trim().split('\n')[0] || null : null;
+}
+
+function installNginx(): string | null {
+  const existing = findNginx();
+  if (existing) return existing;
+  if (process.getuid?.() !== 0 || spawnSync('sh', ['-c', 'command -v apt-get']).status !== 0) return null;
+  console.log('nginx is missing: installing it with apt-get (once)…');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const install = () =>
+    spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', 'nginx'], { env, stdio: 'ignore' })
+      .status === 0;
+  if (!install()) {
+    spawnSync('apt-get', ['update', '-q'], { env, stdio: 'ignore' });
+    if (!install()) return null;
+  }
+  return findNginx();
+}
+
+type StaticServer = { url: string; name: string; fallback: boolean };
+
+async function startNginx(bin: string): Promise<StaticServer> {
+  await fs.mkdir(dirs.nginx, { recursive: true });
+  const port = await freePort();
+  const n = (p: string) => path.join(dirs.nginx, p);
+  const conf = `
+daemon off;
+worker_processes auto;
+pid ${n('nginx.pid')};
+error_log ${n('error.log')} warn;
+events { worker_connections 1024; }
+http {
+  access_log ${n('access.log')};
+  client_body_temp_path ${n('client_body')};
+  proxy_temp_path ${n('proxy')};
+  fastcgi_temp_path ${n('fastcgi')};
+  uwsgi_temp_path ${n('uwsgi')};
+  scgi_temp_path ${n('scgi')};
+  default_type application/octet-stream;
+  sendfile on;
+  tcp_nopush on;
+  keepalive_timeout 10s;
+  server {
+    listen 127.0.0.1:${port};
+    root ${dirs.src};
+  }
+}
+`;
+  await fs.writeFile(n('nginx.conf'), conf);
+  const child = spawn(bin, ['-p', dirs.nginx, '-e', n('error.log'), '-c', n('nginx.conf')], {
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  children.add(child);
+  let stderr = '';
+  child.stderr?.on('data', (d) => (stderr += d));
+  child.once('exit', () => children.delete(child));
+  const url = `http://127.0.0.1:${port}/${FILE}`;
+  await waitForHttp(url, 'nginx').catch(async (err) => {
+    const log = await fs.readFile(n('error.log'), 'utf8').catch(() => '');
+    throw new Error(`${(err as Error).message}: ${stderr}${log}`);
+  });
+  const version = spawnSync(bin, ['-v'], { encoding: 'utf8' })
+    .stderr.trim()
+    .replace(/^nginx version: /, '');
+  return { url, name: `${version} (sendfile on)`, fallback: false };
+}
+
+/** Only when nginx cannot be had: a Node file server in a process of its own, streaming without sendfile. */
+async function startNodeFallback(): Promise<StaticServer> {
+  const port = await freePort();
+  const script = `
+const http = require('node:http'), fs = require('node:fs'), path = require('node:path');
+http.createServer((req, res) => {
+  const file = path.join(${JSON.stringify(dirs.src)}, path.basename(req.url));
+  fs.stat(file, (err, s) => {
+    if (err) return res.writeHead(404).end();
+    res.writeHead(200, { 'content-length': s.size, 'content-type': 'application/octet-stream' });
+    if (req.method === 'HEAD') return res.end();
+    fs.createReadStream(file, { highWaterMark: 1 << 20 }).pipe(res);
+  });
+}).listen(${port}, '127.0.0.1');
+`;
+  const child = spawn(process.execPath, ['-e', script], { stdio: 'ignore' });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  const url = `http://127.0.0.1:${port}/${FILE}`;
+  await waitForHttp(url, 'the Node fallback file server');
+  return { url, name: 'Node fallback file server (no sendfile)', fallback: true };
+}
+
+// ─── Hangar ───────────────────────────────────────────────────────────────────
+
+async function startHangar(): Promise<{ base: string; token: string }> {
+  const password = 'correct-horse-battery';
+  const config = loadConfig({
+    HANGAR_DATA_DIR: dirs.data,
+    HANGAR_WEB_DIST: path.join(dirs.data, 'no-web-dist'),
+    PORT: '0',
+    HANGAR_LOG_LEVEL: 'warn',
+    HANGAR_ADMIN_PASSWORD: password,
+  });
+  app = await createApp({ config, log: createLogger('warn'), print: () => {} });
+  const base = await app.start();
+  // A token made the way a script gets one.
+  const signIn = await fetch(`${base}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({
+      query: `mutation { login(email: "admin@hangar.local", password: "${password}") { ... on LoginPayload { csrfToken } } }`,
+    }),
+  });
+  const cookie = signIn.headers
+    .getSetCookie()
+    .map((c) => c.split(';')[0])
+    .join('; ');
+  const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
+  const made = await fetch(`${base}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
+    body: JSON.stringify({
+      query:
+        'mutation { createApiToken(input: {name: "bench", role: OPERATOR}) { ... on CreatedApiToken { secret } } }',
+    }),
+  });
+  const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+  return { base, token };
+}
+
+async function gql<T>(base: string, token: string, query: string, variables: Record<string, unknown>): Promise<T> {
+  const res = await fetch(`${base}/graphql`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query, variables }),
+  });
+  const body = (await res.json()) as { data?: T; errors?: unknown };
+  if (!body.data) throw new Error(`GraphQL answered HTTP ${res.status}: ${JSON.stringify(body.errors)}`);
+  return body.data;
+}
+
+/** From the mutation to the version reading PRESENT, polled every 100 ms the way a script would. */
+async function hangarFetch(base: string, token: string, version: string, url: string, sha256: string) {
+  const started = performance.now();
+  const r = await gql<{ fetchToMirror: { __typename: string; message?: string } }>(
+    base,
+    token,
+    `mutation($v: String!, $s: [MirrorSourceInput!]!) { fetchToMirror(model: "bench", version: $v, sources: $s) {
+      __typename ... on Error { message } } }`,
+    { v: version, s: [{ url, file: FILE, sha256, size: SIZE }] },
+  );
+  if (r.fetchToMirror.__typename !== 'FetchStarted') throw new Error(JSON.stringify(r.fetchToMirror));
+  const end = Date.now() + STEP_LIMIT_MS;
+  for (;;) {
+    await new Promise((res) => setTimeout(res, 100));
+    type Version = { state: string; verified: boolean; error: string | null; files: { sha256: string | null }[] };
+    const v = (
+      await gql<{ mirrorVersion: Version | null }>(
+        base,
+        token,
+        'query($v: String!) { mirrorVersion(model: "bench", version: $v) { state verified error files { sha256 } } }',
+        { v: version },
+      )
+    ).mirrorVersion;
+    if (v?.state === 'PRESENT') {
+      if (!v.verified || v.files[0]?.sha256 !== sha256)
+        throw new Error(`fetched but not verified: ${JSON.stringify(v)}`);
+      return performance.now() - started;
+    }
+    if (v?.state === 'FAILED' || v?.state === 'CANCELLED') throw new Error(`the fetch failed: ${v.error}`);
+    if (Date.now() > end) throw new Error(`the fetch did not finish in ${STEP_LIMIT_MS / 1000} s`);
+  }
+}
+
+// ─── the measurements ─────────────────────────────────────────────────────────
+
+async function curlTo(url: string, out: string): Promise<number> {
+  const r = await run('curl', ['-sS', '--fail', '-o', out, '-w', '%{size_download}', url]);
+  if (r.code !== 0 || Number(r.stdout) !== SIZE) throw new Error(`curl -o failed (${r.code}): ${r.stderr}`);
+  return r.ms;
+}
+
+async function curlHash(url: string, sha256: string): Promise<number> {
+  const r = await run('bash', ['-o', 'pipefail', '-c', `curl -sS --fail '${url}' | openssl dgst -sha256`]);
+  const digest = r.stdout.trim().split(/\s+/).at(-1);
+  if (r.code !== 0 || digest !== sha256) throw new Error(`curl | openssl failed (${r.code}): ${r.stdout}${r.stderr}`);
+  return r.ms;
+}
+
+/**
+ * `clients` curl processes, each reading `bytes` from the start of the file into /dev/null (a Range request when
+ * that is less than the whole file); the bytes all of them got per second.
+ */
+async function serve(url: string, clients: number, bytes: number): Promise<number> {
+  const range = bytes < SIZE ? ['-r', `0-${bytes - 1}`] : [];
+  const expect = `${bytes < SIZE ? 206 : 200} ${bytes}`;
+  const started = performance.now();
+  const runs = await Promise.all(
+    Array.from({ length: clients }, () =>
+      run('curl', ['-sS', '--fail', ...range, '-o', '/dev/null', '-w', '%{http_code} %{size_download}', url]),
+    ),
+  );
+  const ms = performance.now() - started;
+  for (const r of runs) {
+    if (r.code !== 0 || r.stdout !== expect) throw new Error(`a client failed on ${url}: ${r.stdout} ${r.stderr}`);
+  }
+  return mbps(clients * bytes, ms);
+}
+
+/** How much of a file the page cache holds (0 to 1), or null without util-linux's fincore. */
+function resident(file: string): number | null {
+  const r = spawnSync('fincore', ['--bytes', '--noheadings', '--output', 'RES', file], { encoding: 'utf8' });
+  return r.status === 0 ? Number(r.stdout.trim()) / SIZE : null;
+}
+
+/** The median of a few runs, and their spread: one run on a shared disk says little. */
+function summary(values: number[]) {
+  const sorted = [...values].sort((a, b) => a - b);
+  const median = sorted[Math.floor(sorted.length / 2)] ?? 0;
+  const spread = sorted.length > 1 ? `${sorted[0]?.toFixed(0)}–${sorted.at(-1)?.toFixed(0)}` : '';
+  return { median, text: `${median.toFixed(0).padStart(5)} MB/s ${spread.padStart(10)}` };
+}
+
+const row = (label: string, value: string, note = '') => console.log(`  ${label.padEnd(54)} ${value}   ${note}`);
+const ratio = (x: number, base: number, goal: number) =>
+  `${(x / base).toFixed(2)}× ${x / base >= goal ? '(goal ≥ ' : '(BELOW the goal of '}${goal}×)`;
+
+async function main() {
+  for (const tool of ['curl', 'openssl']) {
+    if (spawnSync('sh', ['-c', `command -v ${tool}`]).status !== 0) throw new Error(`${tool} is needed on PATH`);
+  }
+  await fs.mkdir(root, { recursive: true, mode: 0o755 }); // nginx's workers and PostgreSQL's user read below it
+  for (const d of Object.values(dirs)) await fs.mkdir(d, { recursive: true, mode: 0o755 });
+
+  const nginxBin = installNginx();
+  const upstream = nginxBin ? await startNginx(nginxBin) : await startNodeFallback();
+  const baseline = upstream.fallback ? 'the NODE FALLBACK (not nginx!)' : 'nginx';
+  if (upstream.fallback) {
+    console.log(
+      '\n!!!!!!!! nginx could not be found or installed: the baseline below is a NODE FILE SERVER WITHOUT SENDFILE,\n' +
+        '!!!!!!!! not nginx. Every ratio against it flatters Hangar. Install nginx and run again.\n',
+    );
+  }
+
+  const t = performance.now();
+  const sha256 = await generate(path.join(dirs.src, FILE));
+  sync();
+  const generated = performance.now() - t;
+  const { base, token } = await startHangar();
+  console.log(
+    `\nMirror, a ${SIZE_MB} MiB file (made and synced in ${(generated / 1000).toFixed(1)} s) over loopback from ` +
+      `${upstream.name}, ${os.cpus().length} cores, ${ROUNDS} rounds; MB = 10^6 bytes; median and range`,
+  );
+  // Anything else running shows here first: on two cores a test run elsewhere moves every number.
+  const load = () => os.loadavg()[0]?.toFixed(1);
+  console.log(`load average ${load()} at the start`);
+
+  // (a) fetch, the three ways taking turns at going first. Each copy is deleted (its dirty pages dropped) or
+  // synced before the next starts, so no copy's writeback runs inside another's time.
+  const fetched = { curl: [] as number[], hashed: [] as number[], hangar: [] as number[] };
+  const curlOut = path.join(dirs.curl, FILE);
+  const ways = [
+    async () => {
+      fetched.curl.push(mbps(SIZE, await curlTo(upstream.url, curlOut)));
+      await fs.rm(curlOut);
+    },
+    async () => fetched.hashed.push(mbps(SIZE, await curlHash(upstream.url, sha256))),
+    async (round: number) => {
+      fetched.hangar.push(mbps(SIZE, await hangarFetch(base, token, `r${round}`, upstream.url, sha256)));
+      // The last copy stays, to be served in (b).
+      if (round < ROUNDS) {
+        await gql(
+          base,
+          token,
+          'mutation($v: String!) { removeMirrorVersion(model: "bench", version: $v) { __typename } }',
+          {
+            v: `r${round}`,
+          },
+        );
+      }
+    },
+  ];
+  for (let round = 1; round <= ROUNDS; round++) {
+    for (let i = 0; i < ways.length; i++) {
+      await ways[(i + round - 1) % ways.length]?.(round);
+      sync();
+    }
+  }
+  const curl = summary(fetched.curl);
+  const hashed = summary(fetched.hashed);
+  const hangar = summary(fetched.hangar);
+  console.log(`(a) fetch into ${os.tmpdir()} from ${baseline}`);
+  row('curl -o', curl.text, 'baseline');
+  row('curl | openssl dgst -sha256', hashed.text, `${(hashed.median / curl.median).toFixed(2)}× curl -o`);
+  row(
+    'Hangar fetchToMirror (mutation → PRESENT, verified)',
+    hangar.text,
+    ratio(hangar.median, curl.median, FETCH_GOAL),
+  );
+
+  // (b) serve: the same curl clients against the static server and against Hangar, taking turns at going first.
+  // Both files are read once first, so the comparison is between the servers, not a cached file and a cold one;
+  // whether they stayed cached is printed, since on a shared machine the page cache can be taken back.
+  const hangarUrl = `${base}/mirror/bench/r${ROUNDS}/${FILE}`;
+  const files = [path.join(dirs.src, FILE), path.join(dirs.data, 'mirror', 'files', 'bench', `r${ROUNDS}`, FILE)];
+  for (const f of files) {
+    const r = await run('dd', [`if=${f}`, 'of=/dev/null', 'bs=4M']);
+    if (r.code !== 0) throw new Error(`could not read ${f}: ${r.stderr}`);
+  }
+  const cached = () =>
+    files
+      .map(resident)
+      .map((r) => (r === null ? '?' : `${Math.floor(r * 100)} %`))
+      .join(' / ');
+  const before = cached();
+  // Every client reads the whole file alone; with 16 at once, the first part of it, to keep the run short.
+  const perClient = Math.min(SIZE, 512 * MIB);
+  console.log(`(b) serve to curl -o /dev/null clients: ${baseline} vs Hangar GET /mirror/…`);
+  for (const [clients, bytes] of [
+    [1, SIZE],
+    [CLIENTS, perClient],
+  ] as const) {
+    const served = { nginx: [] as number[], hangar: [] as number[] };
+    for (let round = 1; round <= ROUNDS; round++) {
+      if (round % 2) served.nginx.push(await serve(upstream.url, clients, bytes));
+      served.hangar.push(await serve(hangarUrl, clients, bytes));
+      if (!(round % 2)) served.nginx.push(await serve(upstream.url, clients, bytes));
+    }
+    const who = `${clients} × ${bytes / MIB} MiB`;
+    const n = summary(served.nginx);
+    const h = summary(served.hangar);
+    row(`${who}: ${baseline}`, n.text, 'baseline');
+    row(`${who}: Hangar`, h.text, ratio(h.median, n.median, SERVE_GOAL));
+  }
+  console.log(`  page cache held (nginx's file / Hangar's): ${before} before, ${cached()} after`);
+  console.log(`load average ${load()} at the end`);
+  if (upstream.fallback) console.log('\n!!!!!!!! Again: the baseline was a Node fallback server, NOT nginx.');
+}
+
+try {
+  await main();
+} finally {
+  await cleanup();
+}
