@@ -163,14 +163,16 @@ export async function createApp({
     stop: () => {
       stopped ??= (async () => {
         draining = true;
+        // Jobs first: a job step must not start on a server that is going away.
+        const jobsStopped = services.serveJobs.stop();
         const closed = new Promise<void>((r) => server.close(() => r()));
         server.closeIdleConnections();
         const deadline = Date.now() + config.shutdownGraceMs;
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
+        await jobsStopped;
         await services.mirror.stop();
         await services.fleet.stopPlacement();
-        await services.serveJobs.stop();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();

@@ -38,6 +38,8 @@ const input = z.object({
 
 class StepFailed extends Error {}
 class StopEarly extends Error {}
+/** The server is stopping: the job is left for the next start (or another replica) to pick up. */
+class Interrupted extends Error {}
 
 type Detail = { set?: string; revision?: string; model?: string; version?: string; name?: string };
 
@@ -148,12 +150,14 @@ export class ServeJobService {
         if (s.detail && typeof s.detail === 'object') detail = { ...detail, ...(s.detail as Detail) };
       for (const s of steps) {
         if (s.state === 'DONE') continue;
+        if (!this.running) throw new Interrupted();
         await this.setStep(job.id, s.name as Step, { state: 'RUNNING', startedAt: s.startedAt ?? new Date() });
         try {
           const { message, more } = await this.step(job, s.name as Step, detail);
           detail = { ...detail, ...more };
           await this.setStep(job.id, s.name as Step, { state: 'DONE', message, detail: more, finishedAt: new Date() });
         } catch (err) {
+          if (err instanceof Interrupted) throw err;
           if (err instanceof StopEarly) {
             await this.setStep(job.id, s.name as Step, { state: 'DONE', message: err.message, finishedAt: new Date() });
             await this.finish(job.id, 'DONE', err.message);
@@ -169,6 +173,14 @@ export class ServeJobService {
       }
       const smoke = await this.db.serveJobStep.findFirst({ where: { jobId: job.id, name: 'smoke' } });
       await this.finish(job.id, 'DONE', smoke?.message ?? 'serving');
+    } catch (err) {
+      if (!(err instanceof Interrupted)) throw err;
+      // Released rather than left to expire: the next start takes it up at once, at the step it was on.
+      await this.db.serveJob.updateMany({
+        where: { id: job.id, leaseOwner: this.owner },
+        data: { leaseOwner: null, leaseUntil: null },
+      });
+      this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
     } finally {
       clearInterval(renew);
     }
@@ -221,7 +233,7 @@ export class ServeJobService {
           if (v.state === 'FAILED' || v.state === 'CANCELLED')
             throw new StepFailed(v.files.find((f) => f.error)?.error ?? `the fetch ended ${v.state.toLowerCase()}`);
           await this.progress(job.id, 'mirror', `${v.progress.bytesDone} of ${v.progress.bytesTotal ?? '?'} bytes`);
-          await sleep(this.pollMs);
+          await this.pause();
         }
       }
       case 'check': {
@@ -287,7 +299,7 @@ export class ServeJobService {
               : 'waiting for placement',
           );
           if (Date.now() > deadline) throw new StepFailed('no replica became ready in 15 minutes');
-          await sleep(this.pollMs);
+          await this.pause();
         }
       }
       case 'smoke': {
@@ -304,6 +316,11 @@ export class ServeJobService {
         };
       }
     }
+  }
+
+  private async pause() {
+    await sleep(this.pollMs);
+    if (!this.running) throw new Interrupted();
   }
 
   /** The job's own changes (the fetch, the catalog entry) are audited as the job's, naming who started it. */

@@ -132,6 +132,32 @@ describe('serveFromRegistry', () => {
     expect(done.steps.at(-1).state).toBe('QUEUED');
   });
 
+  it('survives a server restart mid-job, resuming at the step it was on', async () => {
+    // A slow registry (every call waits), so the job is still at its first steps when the server stops.
+    const tiny = hub.repos.get('acme/Tiny-GGUF')!;
+    hub.repos.set('acme/Slow-GGUF', {
+      ...tiny,
+      id: 'acme/Slow-GGUF',
+      sha: '5105105100000000000000000000000000000000',
+      delayMs: 700,
+    });
+    const job = await start('repo: "acme/Slow-GGUF"');
+    for (let i = 0; i < 100; i++) {
+      const row = await t.app.db.prisma.serveJobStep.findFirst({ where: { jobId: job.id, name: 'registry' } });
+      if (row?.state === 'RUNNING') break;
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    await t.restart();
+    const mid = await t.app.db.prisma.serveJob.findUniqueOrThrow({ where: { id: job.id } });
+    expect(mid).toMatchObject({ state: 'RUNNING', leaseOwner: null });
+    hub.repos.get('acme/Slow-GGUF')!.delayMs = 0;
+    await t.app.start();
+    const done = await waitForJob(job.id);
+    expect(done.state).toBe('DONE');
+    expect(done.message).toBe('answered " Hello" at 12.0 tokens/s');
+    expect(done.steps[1].message).toBe('slow/5105105 present and verified');
+  });
+
   it('refuses a malformed repository name and starts nothing', async () => {
     const before = await t.app.db.prisma.serveJob.count();
     const r = await start('repo: "not a repo"');
