@@ -71,6 +71,13 @@ export const cacheConfig: CacheExchangeOpts = {
     MirrorVersion: byId,
     MirrorFile: byId,
     RemovedMirrorVersion: byId,
+    // The catalog: a model, its replicas and adapters, each by id; a mutation's result updates its card in place.
+    Model: byId,
+    Replica: byId,
+    Adapter: byId,
+    // A serve job's subscription sends the whole job each time: its steps update by id.
+    ServeJob: byId,
+    ServeJobStep: byId,
     // The registry's answers are views, not entities: a set's id ("model:Q4_K_M") is unique only within its
     // repository, and a repository's sets change with the `context` asked for. Each stays inside the query that
     // read it, so nothing is merged across repositories or contexts.
@@ -109,6 +116,31 @@ export const cacheConfig: CacheExchangeOpts = {
         const removed = success(parent, 'removeMirrorVersion', 'RemovedMirrorVersion');
         if (removed)
           cache.writeFragment(removedVersion, { __typename: 'MirrorVersion', id: removed.id, removed: true });
+      },
+      // A new catalog model joins the Models page's list; the version's "used by" is read again from the server.
+      serveMirrorVersion(parent, args, cache) {
+        const placed = success(parent, 'serveMirrorVersion', 'ServePlaced');
+        if (!placed) return;
+        addToLists(cache, 'models', placed.model as Data, 'end');
+        cache.invalidate({ __typename: 'MirrorVersion', id: `${args.model}/${args.version}` }, 'usedBy');
+      },
+      // The answer names the model, not its id: it leaves every cached list by name. The mirror's "used by" changes.
+      removeModel(parent, _args, cache) {
+        const removed = success(parent, 'removeModel', 'RemovedModel');
+        if (!removed) return;
+        for (const f of cache.inspectFields('Query')) {
+          if (f.fieldName !== 'models') continue;
+          const list = cache.resolve('Query', f.fieldKey);
+          if (!Array.isArray(list)) continue;
+          const keys = list as unknown as string[];
+          cache.link(
+            'Query',
+            f.fieldName,
+            f.arguments,
+            keys.filter((k) => cache.resolve(k, 'name') !== removed.name),
+          );
+        }
+        cache.invalidate('Query', 'mirror');
       },
     },
     Subscription: {

@@ -65,8 +65,13 @@ export function MirrorPage({
   onFetchOpenChange,
   registrySearch,
   onRegistrySearchChange,
+  serve: serveControlled,
+  onServeChange,
 }: {
   canChange: boolean;
+  /** The version ("model/version") whose serve form is open; kept in the URL by the route. */
+  serve?: string;
+  onServeChange?: (serve: string | undefined) => void;
   /** Whether the fetch form is open; kept in the URL by the route, so it survives a reload. */
   fetchOpen?: boolean;
   onFetchOpenChange?: (open: boolean) => void;
@@ -84,6 +89,9 @@ export function MirrorPage({
   useEffect(() => live.onReconnect(() => refetch({ requestPolicy: 'network-only' })), [refetch]);
 
   const [localOpen, setLocalOpen] = useState(false);
+  const [localServe, setLocalServe] = useState<string>();
+  const serve = onServeChange ? serveControlled : localServe;
+  const setServe = onServeChange ?? setLocalServe;
   const formOpen = fetchOpen ?? localOpen;
   const setFormOpen = onFetchOpenChange ?? setLocalOpen;
   const formTitleId = useId();
@@ -155,7 +163,9 @@ export function MirrorPage({
           <FetchForm titleId={formTitleId} />
         </section>
       ) : null}
-      {mirror && !empty ? <MirrorTable families={families} canChange={canChange} /> : null}
+      {mirror && !empty ? (
+        <MirrorTable families={families} canChange={canChange} serve={serve} onServeChange={setServe} />
+      ) : null}
       {!mirror && fetching ? <p className="muted">Loading…</p> : null}
       {/* A set fetched from here joins the listing above: graphcache's updater reads it again (graphql/cache.ts). */}
       <section className="panel registry-panel" aria-labelledby={registryTitleId}>

@@ -26,7 +26,18 @@ export const MirrorTable_FamilyFragment = gql<MirrorTable_Family>`
  * never re-sorted here, so rows stay put while bytes tick. A family of one model gets no heading: it would only
  * repeat the row under it.
  */
-export function MirrorTable({ families, canChange }: { families: MirrorTable_Family[]; canChange: boolean }) {
+export function MirrorTable({
+  families,
+  canChange,
+  serve,
+  onServeChange,
+}: {
+  families: MirrorTable_Family[];
+  canChange: boolean;
+  /** The version ("model/version") whose serve form is open. */
+  serve?: string;
+  onServeChange?: (serve: string | undefined) => void;
+}) {
   return (
     <div className="table-wrap">
       <table className="table mirror">
@@ -56,7 +67,15 @@ export function MirrorTable({ families, canChange }: { families: MirrorTable_Fam
               </tr>
             ) : null}
             {family.versions.map((v) => (
-              <VersionRow key={v.id} version={v} canChange={canChange} />
+              <VersionRow
+                key={v.id}
+                version={v}
+                canChange={canChange}
+                serving={serve === `${v.model}/${v.version}`}
+                onServingChange={
+                  onServeChange && ((open) => onServeChange(open ? `${v.model}/${v.version}` : undefined))
+                }
+              />
             ))}
           </tbody>
         ))}

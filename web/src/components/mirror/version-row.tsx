@@ -5,9 +5,11 @@ import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatDuration, formatRate } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { BreakableUrl, modeWords, stateBadge } from './mirror-parts';
 import { RemoveVersion } from './remove-version';
+import { ServeForm } from './serve-form';
 import { VersionFiles, type VersionFiles_File, VersionFiles_FileFragment } from './version-files';
 
 export type VersionRow_Version = {
@@ -97,7 +99,18 @@ export const VersionRow_RetryMutation = gql<
 
 export const COLUMNS = 5;
 
-export function VersionRow({ version, canChange }: { version: VersionRow_Version; canChange: boolean }) {
+export function VersionRow({
+  version,
+  canChange,
+  serving = false,
+  onServingChange,
+}: {
+  version: VersionRow_Version;
+  canChange: boolean;
+  /** Whether the serve form is open beneath the row (the route keeps it in the URL). */
+  serving?: boolean;
+  onServingChange?: (open: boolean) => void;
+}) {
   const [open, setOpen] = useState(false);
   const [confirming, setConfirming] = useState(false);
   const [cancelState, cancel] = useMutation(VersionRow_CancelMutation);
@@ -159,7 +172,9 @@ export function VersionRow({ version, canChange }: { version: VersionRow_Version
                   className="chip"
                   title={`at least ${u.replicas} replica${u.replicas === 1 ? '' : 's'}${u.declared ? '; declared in hangar.yaml' : ''}`}
                 >
-                  used by {u.name} ({modeWords[u.mode]})
+                  <PageLink to="/models">
+                    used by {u.name} ({modeWords[u.mode]})
+                  </PageLink>
                 </li>
               ))}
             </ul>
@@ -201,6 +216,16 @@ export function VersionRow({ version, canChange }: { version: VersionRow_Version
                   Cancel
                 </button>
               ) : null}
+              {version.state === 'PRESENT' && onServingChange ? (
+                <button
+                  type="button"
+                  className={`button small${serving ? '' : ' primary'}`}
+                  aria-expanded={serving}
+                  onClick={() => onServingChange(!serving)}
+                >
+                  Serve
+                </button>
+              ) : null}
               {retryable ? (
                 <button type="button" className="button small" disabled={retryState.fetching} onClick={onRetry}>
                   Retry
@@ -227,6 +252,13 @@ export function VersionRow({ version, canChange }: { version: VersionRow_Version
         <tr className="confirm-row">
           <td colSpan={COLUMNS}>
             <RemoveVersion version={version} onClose={() => setConfirming(false)} />
+          </td>
+        </tr>
+      ) : null}
+      {serving && canChange && version.state === 'PRESENT' ? (
+        <tr className="serve-row">
+          <td colSpan={COLUMNS}>
+            <ServeForm model={version.model} version={version.version} onClose={() => onServingChange?.(false)} />
           </td>
         </tr>
       ) : null}

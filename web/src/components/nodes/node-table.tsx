@@ -2,6 +2,7 @@ import { gql } from 'urql';
 import type { Bytes } from '../../graphql/types';
 import { formatBytes, formatMiB } from '../../lib/format';
 import { TimeAgo } from '../common/time-ago';
+import { type ReplicaState, replicaClass } from '../models/model-card';
 
 export type NodeTable_Node = {
   __typename?: 'Node';
@@ -13,6 +14,12 @@ export type NodeTable_Node = {
   diskFreeBytes: Bytes | null;
   gpus: { index: number; name: string; totalMiB: number; freeMiB: number }[];
   engines: { name: string; version: string | null; build: number | null }[];
+  replicas: {
+    id: string;
+    state: ReplicaState;
+    message: string | null;
+    model: { id: string; name: string };
+  }[];
 };
 
 export const NodeTable_NodeFragment = gql<NodeTable_Node>`
@@ -34,6 +41,15 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
       version
       build
     }
+    replicas {
+      id
+      state
+      message
+      model {
+        id
+        name
+      }
+    }
   }
 `;
 
@@ -49,6 +65,7 @@ export function NodeTable({ nodes }: { nodes: NodeTable_Node[] }) {
             <th scope="col">Last seen</th>
             <th scope="col">GPUs</th>
             <th scope="col">Engines</th>
+            <th scope="col">Replicas</th>
             <th scope="col" className="num">
               Disk free
             </th>
@@ -100,6 +117,20 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
                 {e.name}
                 {e.version ? ` ${e.version}` : ''}
                 {e.build != null ? <span className="muted"> (build {e.build})</span> : null}
+              </li>
+            ))}
+          </ul>
+        )}
+      </td>
+      <td>
+        {node.replicas.length === 0 ? (
+          <span className="muted">none</span>
+        ) : (
+          <ul className="chips" aria-label={`Replicas on ${node.name}`}>
+            {node.replicas.map((r) => (
+              <li key={r.id} className={`chip replica ${replicaClass[r.state]}`}>
+                {r.model.name} {r.state}
+                {r.message ? `: ${r.message}` : ''}
               </li>
             ))}
           </ul>

@@ -16,6 +16,15 @@ const gpuNode = {
   diskFreeBytes: 512_000_000_000,
   gpus: [{ __typename: 'Gpu', index: 0, name: 'NVIDIA H200', totalMiB: 143_771, freeMiB: 100_000 }],
   engines: [{ __typename: 'EngineInfo', name: 'llama.cpp', version: 'b4567', build: 4567 }],
+  replicas: [
+    {
+      __typename: 'Replica',
+      id: 'r1',
+      state: 'FAILED',
+      message: 'llama-server exited with code 1',
+      model: { __typename: 'Model', id: 'm1', name: 'qwen3-8b' },
+    },
+  ],
 };
 
 describe('NodesPage', () => {
@@ -34,6 +43,9 @@ describe('NodesPage', () => {
     expect(within(row).getByText(/97\.7 GiB free/)).toBeInTheDocument();
     expect(within(row).getByText(/llama\.cpp b4567/)).toBeInTheDocument();
     expect(within(row).getByText('477 GiB')).toBeInTheDocument();
+    expect(within(row).getByRole('list', { name: 'Replicas on gpu-01' })).toHaveTextContent(
+      'qwen3-8b FAILED: llama-server exited with code 1',
+    );
     expect(screen.queryByRole('button', { name: 'Add node' })).toBeNull();
   });
 
@@ -44,7 +56,16 @@ describe('NodesPage', () => {
         createNode: {
           __typename: 'CreatedNode',
           token: 'hgn_node_token_once',
-          node: { ...gpuNode, id: 'n2', name: v.name, online: false, lastSeenAt: null, gpus: [], engines: [] },
+          node: {
+            ...gpuNode,
+            id: 'n2',
+            name: v.name,
+            online: false,
+            lastSeenAt: null,
+            gpus: [],
+            engines: [],
+            replicas: [],
+          },
         },
       })),
     ]);

@@ -7,6 +7,7 @@ import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { stateBadge } from '../mirror/mirror-parts';
 import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
 import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
+import { type ServeJob_Job, ServeJob_JobFragment } from './serve-job';
 
 export type FileSetKind = 'MODEL' | 'MMPROJ' | 'IMATRIX';
 
@@ -167,6 +168,25 @@ export const FileSetRow_VersionChangedSubscription = gql<
   ${VersionRow_VersionFragment}
 `;
 
+/**
+ * Serving the set in one step: the server fetches it into the mirror, checks it, puts it in the catalog, places a
+ * replica and smoke-tests it, as a job. The job is then watched live (serve-job.tsx).
+ */
+export const FileSetRow_ServeMutation = gql<
+  { serveFromRegistry: Outcome<{ __typename: 'ServeJob' } & ServeJob_Job> },
+  { repo: string; quant: string | null; file: string | null; onDemand: boolean }
+>`
+  mutation FileSetRow_Serve($repo: String!, $quant: String, $file: String, $onDemand: Boolean) {
+    serveFromRegistry(repo: $repo, quant: $quant, file: $file, onDemand: $onDemand) {
+      __typename
+      ...ServeJob_Job
+      ...FormError_Refusal
+    }
+  }
+  ${ServeJob_JobFragment}
+  ${FormError_RefusalFragment}
+`;
+
 const kindWords: Record<FileSetKind, string> = { MODEL: 'model', MMPROJ: 'mmproj', IMATRIX: 'imatrix' };
 
 /** What the operator scans for: the quantisation; a side file says what it is. */
@@ -202,6 +222,7 @@ export function FileSetRow({
   canFetch,
   columns,
   noAccessId,
+  onServe,
 }: {
   repo: { id: string; revision: string; noAccess: string | null };
   set: FileSetRow_Set;
@@ -210,6 +231,8 @@ export function FileSetRow({
   columns: number;
   /** The id of the repository's "no access" notice, which explains a disabled button. */
   noAccessId?: string;
+  /** Called with the id of a serve job started from this set. */
+  onServe?: (job: string) => void;
 }) {
   const [filesOpen, setFilesOpen] = useState(false);
   const [model, setModel] = useState(set.model);
@@ -254,7 +277,23 @@ export function FileSetRow({
   const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
   const fieldError = (name: 'model' | 'version') => (field === name ? refusal?.message : undefined);
   const placed = field === 'model' || field === 'version';
-  const answered = started || (refusal && !placed) || error;
+  const [serveState, serveSet] = useMutation(FileSetRow_ServeMutation);
+  const [onDemand, setOnDemand] = useState(false);
+  const [serveRefusal, setServeRefusal] = useState<Refusal | null>(null);
+  const servable = set.kind === 'MODEL' && set.format === 'GGUF' && onServe != null;
+  const serve = async () => {
+    setServeRefusal(null);
+    const result = await serveSet({
+      repo: repo.id,
+      quant: set.quant,
+      file: set.quant ? null : (set.files[0]?.path ?? null),
+      onDemand,
+    });
+    const outcome = result.data?.serveFromRegistry;
+    if (isRefusal(outcome)) setServeRefusal(outcome);
+    else if (outcome?.__typename === 'ServeJob') onServe?.(outcome.id);
+  };
+  const answered = started || (refusal && !placed) || error || serveRefusal || serveState.error;
 
   return (
     <>
@@ -345,6 +384,22 @@ export function FileSetRow({
               </button>
               {repo.noAccess ? <span className="sub">no access: see above</span> : null}
             </form>
+            {servable ? (
+              <div className="set-serve">
+                <button
+                  type="button"
+                  className="button small"
+                  disabled={serveState.fetching || repo.noAccess != null}
+                  title="Fetch, check, put in the catalog, start a replica and smoke-test it, in one job"
+                  onClick={serve}
+                >
+                  Serve
+                </button>
+                <label className="checkbox">
+                  <input type="checkbox" checked={onDemand} onChange={(e) => setOnDemand(e.target.checked)} /> on demand
+                </label>
+              </div>
+            ) : null}
           </td>
         ) : null}
       </tr>
@@ -363,6 +418,7 @@ export function FileSetRow({
             ) : (
               <FormError refusal={placed ? null : refusal} error={error} />
             )}
+            <FormError refusal={serveRefusal} error={serveState.error} />
           </td>
         </tr>
       ) : null}

@@ -9,12 +9,14 @@ import { AppLayout_ViewerQuery } from '../layout/app-layout';
 import { MirrorPage_MirrorQuery } from '../mirror/mirror-page';
 import {
   FileSetRow_FetchMutation,
+  FileSetRow_ServeMutation,
   FileSetRow_VersionChangedSubscription,
   FileSetRow_VersionQuery,
 } from './file-set-row';
 import { RegistryExplorer } from './registry-explorer';
 import { RegistryResults_SearchQuery } from './registry-results';
 import { RepoDetail_RepoQuery } from './repo-detail';
+import { ServeJob_ChangedSubscription, ServeJob_JobQuery } from './serve-job';
 
 const GiB = 1024 ** 3;
 const MiB = 1024 ** 2;
@@ -597,5 +599,100 @@ describe('the explorer in the console', () => {
     await user.click(screen.getByRole('button', { name: 'Fetch by URL' }));
     await vi.waitFor(() => expect(router.state.location.search).toEqual({ q: 'acme', repo: 'acme/Qwen3-8B-GGUF' }));
     expect(screen.getByRole('region', { name: 'acme/Qwen3-8B-GGUF' })).toBeVisible();
+  });
+
+  describe('serving a set in one step', () => {
+    const stepNames = ['registry', 'mirror', 'check', 'catalog', 'replica', 'smoke'];
+    /** A serve job as the server sends it: the first `done` steps finished, the next running. */
+    function job(done: number, over: Record<string, unknown> = {}) {
+      return {
+        __typename: 'ServeJob',
+        id: 'job-1',
+        repo: 'acme/Qwen3-8B-GGUF',
+        quant: 'Q4_K_M',
+        file: null,
+        onDemand: true,
+        state: done === stepNames.length ? 'DONE' : 'RUNNING',
+        message: null,
+        createdBy: 'user:ana',
+        createdAt: new Date().toISOString(),
+        finishedAt: null,
+        steps: stepNames.map((name, i) => ({
+          __typename: 'ServeJobStep',
+          id: `job-1:${name}`,
+          name,
+          state: i < done ? 'DONE' : i === done ? 'RUNNING' : 'QUEUED',
+          message: i < done ? `${name} done` : null,
+          startedAt: null,
+          finishedAt: null,
+        })),
+        ...over,
+      };
+    }
+
+    it('starts a serve job from a GGUF model set and follows its steps live', async () => {
+      const fake = fakeClient([
+        answer(RegistryResults_SearchQuery, () => page(['acme/Qwen3-8B-GGUF'])),
+        answer(RepoDetail_RepoQuery, ({ id }) => repo(id)),
+        answer(FileSetRow_ServeMutation, () => ({ serveFromRegistry: job(0) })),
+        answer(ServeJob_JobQuery, () => ({ serveJob: job(0) })),
+      ]);
+      renderExplorer(fake);
+      const user = await search('qwen3');
+      await user.click(await screen.findByRole('button', { name: 'acme/Qwen3-8B-GGUF' }));
+      const row = await setRow('model:Qwen3-8B-Q4_K_M');
+      // A projector is no model: it is fetched, never served.
+      expect(within(await setRow('mmproj:mmproj-Qwen3-8B-F16')).queryByRole('button', { name: 'Serve' })).toBeNull();
+
+      await user.click(within(row).getByRole('checkbox', { name: 'on demand' }));
+      await user.click(within(row).getByRole('button', { name: 'Serve' }));
+      expect(fake.sent(FileSetRow_ServeMutation).map((op) => op.variables)).toEqual([
+        { repo: 'acme/Qwen3-8B-GGUF', quant: 'Q4_K_M', file: null, onDemand: true },
+      ]);
+
+      const panel = await screen.findByTestId('job-job-1');
+      const steps = () =>
+        within(within(panel).getByRole('list', { name: 'Steps' }))
+          .getAllByRole('listitem')
+          .map((li) => li.textContent);
+      await vi.waitFor(() => expect(steps()[0]).toBe('registryrunning'));
+      expect(steps()).toHaveLength(6);
+      // The job as it is now is read once (a reload re-attaches the same way), and events follow.
+      await vi.waitFor(() => expect(fake.sent(ServeJob_JobQuery)).not.toHaveLength(0));
+      await act(() => new Promise((resolve) => setTimeout(resolve, 50)));
+      expect(fake.sent(ServeJob_ChangedSubscription)[0]?.variables).toEqual({ id: 'job-1' });
+
+      act(() => fake.push(ServeJob_ChangedSubscription, { serveJobChanged: job(3) }));
+      await vi.waitFor(() =>
+        expect(steps()).toEqual([
+          'registrydoneregistry done',
+          'mirrordonemirror done',
+          'checkdonecheck done',
+          'catalogrunning',
+          'replicaqueued',
+          'smokequeued',
+        ]),
+      );
+      act(() =>
+        fake.push(ServeJob_ChangedSubscription, {
+          serveJobChanged: job(6, {
+            message: 'answered " Hello" at 12.0 tokens/s',
+            finishedAt: new Date().toISOString(),
+          }),
+        }),
+      );
+      expect(await within(panel).findByRole('status')).toHaveTextContent('answered " Hello" at 12.0 tokens/s');
+      expect(steps()[5]).toBe('smokedonesmoke done');
+    });
+
+    it('re-attaches to the job in the URL after a reload', async () => {
+      const { fake } = renderAt('/registry?q=acme&repo=acme%2FQwen3-8B-GGUF&job=job-1', [
+        answer(ServeJob_JobQuery, () => ({ serveJob: job(4) })),
+      ]);
+      const panel = await screen.findByTestId('job-job-1');
+      expect(await within(panel).findByText('catalog done')).toBeInTheDocument();
+      expect(fake.sent(ServeJob_JobQuery)[0]?.variables).toEqual({ id: 'job-1' });
+      await vi.waitFor(() => expect(fake.sent(ServeJob_ChangedSubscription)).not.toHaveLength(0));
+    });
   });
 });

@@ -27,7 +27,7 @@ export function RegistryExplorer({
   const search = controlled ?? local;
   const navigate: ExplorerNavigate = onSearchChange ?? ((next) => setLocal(next));
   const sort = search.sort ?? 'downloads';
-  const state = { q: search.q, sort: search.sort, repo: search.repo, ctx: search.ctx };
+  const state = { q: search.q, sort: search.sort, repo: search.repo, ctx: search.ctx, job: search.job };
 
   return (
     <div className="registry-explorer">
@@ -37,7 +37,7 @@ export function RegistryExplorer({
         query={search.q}
         sort={sort}
         // A new search closes the open repository: its row is gone. The context stays: it is the operator's plan.
-        onSearch={(q) => navigate({ ...state, q, repo: undefined }, { push: true })}
+        onSearch={(q) => navigate({ ...state, q, repo: undefined, job: undefined }, { push: true })}
         onSort={(s) => navigate({ ...state, sort: s === 'downloads' ? undefined : s }, { push: true })}
       />
       <RegistryResults
@@ -47,7 +47,9 @@ export function RegistryExplorer({
         repo={search.repo}
         context={search.ctx}
         canFetch={canFetch}
-        onOpen={(repo) => navigate({ ...state, repo })}
+        job={search.job}
+        onOpen={(repo) => navigate({ ...state, repo, job: undefined })}
+        onJobChange={(job) => navigate({ ...state, job })}
         onContextChange={(ctx) => navigate({ ...state, ctx })}
       />
     </div>

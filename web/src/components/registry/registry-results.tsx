@@ -60,6 +60,8 @@ type Open = {
   canFetch: boolean;
   onToggle: (id: string, row: HTMLElement | null) => void;
   onContextChange: (context: number | undefined) => void;
+  job?: string;
+  onJobChange?: (job: string | undefined) => void;
 };
 
 /**
@@ -75,6 +77,8 @@ export function RegistryResults({
   canFetch,
   onOpen,
   onContextChange,
+  job,
+  onJobChange,
   pageSize = REGISTRY_PAGE_SIZE,
 }: {
   /** Undefined: nothing searched yet. */
@@ -85,6 +89,9 @@ export function RegistryResults({
   canFetch: boolean;
   onOpen: (repo: string | undefined) => void;
   onContextChange: (context: number | undefined) => void;
+  /** The serve job shown in the open repository (kept in the URL by the route). */
+  job?: string;
+  onJobChange?: (job: string | undefined) => void;
   pageSize?: number;
 }) {
   const [cursors, setCursors] = useState<(string | null)[]>([null]);
@@ -120,7 +127,7 @@ export function RegistryResults({
     repo !== undefined && (!searched || (settled && !cursors.some((c) => listed[c ?? '']?.includes(repo))));
   if (!searched && !pinned) return null;
 
-  const open: Open = { repo, context, canFetch, onToggle, onContextChange };
+  const open: Open = { repo, context, canFetch, onToggle, onContextChange, job, onJobChange };
   return (
     <div className="table-wrap">
       <table className="table dense registry" ref={tableRef} aria-label="Registry repositories">
@@ -269,6 +276,8 @@ function ResultRow({ id, model, open }: { id: string; model?: RegistryResults_Mo
               context={open.context}
               canFetch={open.canFetch}
               onContextChange={open.onContextChange}
+              job={open.job}
+              onJobChange={open.onJobChange}
               onClose={() => open.onToggle(id, null)}
             />
           </td>

@@ -4,6 +4,7 @@ import type { Outcome } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { FileSetRow, type FileSetRow_Set, FileSetRow_SetFragment } from './file-set-row';
+import { ServeJob } from './serve-job';
 
 export type RepoDetail_Repo = {
   __typename: 'RegistryRepo';
@@ -58,13 +59,21 @@ export function RepoDetail({
   onContextChange,
   onClose,
   canFetch,
+  job: jobControlled,
+  onJobChange,
 }: {
   id: string;
   context: number | undefined;
   onContextChange: (context: number | undefined) => void;
   onClose: () => void;
   canFetch: boolean;
+  /** The serve job started here (kept in the URL by the route, so a reload re-attaches to it). */
+  job?: string;
+  onJobChange?: (job: string | undefined) => void;
 }) {
+  const [localJob, setLocalJob] = useState<string>();
+  const job = onJobChange ? jobControlled : localJob;
+  const setJob = onJobChange ?? setLocalJob;
   const [{ data, fetching, error }] = useQuery({
     query: RepoDetail_RepoQuery,
     variables: { id, context: context ?? null },
@@ -114,6 +123,7 @@ export function RepoDetail({
           {describeError(error)}
         </p>
       ) : null}
+      {job ? <ServeJob id={job} onClose={() => setJob(undefined)} /> : null}
       {!repo && fetching ? <p className="muted">Reading {id}: its files, and the header of each set…</p> : null}
       {repo && !(refusal && !contextError) ? (
         <>
@@ -149,6 +159,7 @@ export function RepoDetail({
                       canFetch={canFetch}
                       columns={columns}
                       noAccessId={noAccessId}
+                      onServe={setJob}
                     />
                   ))}
                 </tbody>

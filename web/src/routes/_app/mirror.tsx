@@ -3,9 +3,18 @@ import { z } from 'zod';
 import { MirrorPage } from '../../components/mirror/mirror-page';
 import { explorerSearch } from '../../components/registry/explorer-search';
 
-// ?fetch=true: the fetch form is open, and stays open across a reload or a shared link. The registry explorer at
-// the bottom of the page keeps its search and open repository the same way (q, sort, repo, ctx).
-const search = explorerSearch.extend({ fetch: z.boolean().optional().catch(undefined) });
+// ?fetch=true: the fetch form is open, and stays open across a reload or a shared link; ?serve=model/version: the
+// serve form beneath that version's row is. The registry explorer at the bottom of the page keeps its search, open
+// repository and serve job the same way (q, sort, repo, ctx, job).
+const search = explorerSearch.extend({
+  fetch: z.boolean().optional().catch(undefined),
+  serve: z
+    .string()
+    .max(300)
+    .regex(/^[^/]+\/[^/]+$/)
+    .optional()
+    .catch(undefined),
+});
 
 export const Route = createFileRoute('/_app/mirror')({
   validateSearch: search,
@@ -14,7 +23,7 @@ export const Route = createFileRoute('/_app/mirror')({
 
 function MirrorRoute() {
   const { viewer } = Route.useRouteContext();
-  const { fetch: fetchOpen, ...registrySearch } = Route.useSearch();
+  const { fetch: fetchOpen, serve, ...registrySearch } = Route.useSearch();
   const navigate = Route.useNavigate();
   return (
     <MirrorPage
@@ -22,6 +31,10 @@ function MirrorRoute() {
       fetchOpen={fetchOpen ?? false}
       onFetchOpenChange={(open) =>
         navigate({ search: (prev) => ({ ...prev, fetch: open || undefined }), replace: true, resetScroll: false })
+      }
+      serve={serve}
+      onServeChange={(next) =>
+        navigate({ search: (prev) => ({ ...prev, serve: next }), replace: true, resetScroll: false })
       }
       registrySearch={registrySearch}
       // resetScroll: false: the explorer sits at the bottom of the page, and opening a repository must leave it there.

@@ -1,10 +1,11 @@
 import { createFileRoute } from '@tanstack/react-router';
-import { PlaceholderPage } from '../../components/common/page';
+import { ModelsPage } from '../../components/models/models-page';
 
 export const Route = createFileRoute('/_app/models')({
-  component: () => (
-    <PlaceholderPage title="Models">
-      The models the fleet serves, how many replicas each runs and where, and their adapters.
-    </PlaceholderPage>
-  ),
+  component: ModelsRoute,
 });
+
+function ModelsRoute() {
+  const { viewer } = Route.useRouteContext();
+  return <ModelsPage canChange={viewer.role !== 'VIEWER'} />;
+}

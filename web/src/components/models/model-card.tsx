@@ -1,0 +1,371 @@
+import { type FormEvent, useEffect, useId, useRef, useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Bytes, ModelMode, Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { formatBytes } from '../../lib/format';
+import { CopyButton } from '../common/copy-button';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { TimeAgo } from '../common/time-ago';
+import { modeWords } from '../mirror/mirror-parts';
+
+export type ReplicaState = 'PENDING' | 'LOADING' | 'READY' | 'FAILED' | 'STOPPED' | 'LOST';
+
+export type ModelCard_Replica = {
+  __typename?: 'Replica';
+  id: string;
+  state: ReplicaState;
+  desired: 'RUN' | 'STOP';
+  message: string | null;
+  smokeText: string | null;
+  tokensPerSecond: number | null;
+  updatedAt: string;
+  node: { __typename?: 'Node'; id: string; name: string } | null;
+};
+
+export type ModelCard_Model = {
+  __typename?: 'Model';
+  id: string;
+  name: string;
+  source: string;
+  engine: 'llamacpp' | 'vllm';
+  contextSize: number | null;
+  memoryBytes: Bytes | null;
+  mode: ModelMode;
+  wantedReplicas: number;
+  declared: boolean;
+  awakeUntil: string | null;
+  adapters: { __typename?: 'Adapter'; id: string; name: string; source: string; owner: string | null }[];
+  replicas: ModelCard_Replica[];
+};
+
+/** The whole model: the list, and every mutation that returns it, select it, so each updates the card by id. */
+export const ModelCard_ModelFragment = gql<ModelCard_Model>`
+  fragment ModelCard_Model on Model {
+    id
+    name
+    source
+    engine
+    contextSize
+    memoryBytes
+    mode
+    wantedReplicas
+    declared
+    awakeUntil
+    adapters {
+      id
+      name
+      source
+      owner
+    }
+    replicas {
+      id
+      state
+      desired
+      message
+      smokeText
+      tokensPerSecond
+      updatedAt
+      node {
+        id
+        name
+      }
+    }
+  }
+`;
+
+type ModelResult = { __typename: 'Model' } & ModelCard_Model;
+
+export const ModelCard_SetModeMutation = gql<
+  { setModelMode: Outcome<ModelResult> },
+  { name: string; mode: ModelMode; replicas: number | null }
+>`
+  mutation ModelCard_SetMode($name: String!, $mode: ModelMode!, $replicas: Int) {
+    setModelMode(name: $name, mode: $mode, replicas: $replicas) {
+      __typename
+      ...ModelCard_Model
+      ...FormError_Refusal
+    }
+  }
+  ${ModelCard_ModelFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export const ModelCard_WakeMutation = gql<{ wakeModel: Outcome<ModelResult> }, { name: string }>`
+  mutation ModelCard_Wake($name: String!) {
+    wakeModel(name: $name) {
+      __typename
+      ...ModelCard_Model
+      ...FormError_Refusal
+    }
+  }
+  ${ModelCard_ModelFragment}
+  ${FormError_RefusalFragment}
+`;
+
+/** graphcache's updater (graphql/cache.ts) drops the model from the list by name. */
+export const ModelCard_RemoveMutation = gql<
+  { removeModel: Outcome<{ __typename: 'RemovedModel'; name: string }> },
+  { name: string }
+>`
+  mutation ModelCard_Remove($name: String!) {
+    removeModel(name: $name) {
+      __typename
+      ... on RemovedModel {
+        name
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+export const replicaClass: Record<ReplicaState, string> = {
+  PENDING: 'arriving',
+  LOADING: 'arriving',
+  READY: 'ok',
+  FAILED: 'bad',
+  STOPPED: 'muted',
+  LOST: 'bad',
+};
+
+/**
+ * A replica in one line: "READY on gpu-1 · 41.5 tok/s", "PENDING: fits on no node: …", "LOST: node gpu-2 stopped
+ * reporting". The server's message is shown word for word; the node is named unless the message already says
+ * where (a pending replica has no node yet, a lost one's message names it).
+ */
+export function replicaText(r: ModelCard_Replica): string {
+  const explained = r.message != null && (r.state === 'PENDING' || r.state === 'LOST');
+  let text: string = r.state;
+  if (r.node && !explained) text += ` on ${r.node.name}`;
+  if (r.state === 'READY' && r.tokensPerSecond != null) text += ` · ${r.tokensPerSecond.toFixed(1)} tok/s`;
+  if (r.message) text += `: ${r.message}`;
+  return text;
+}
+
+export function ReplicaChip({ replica }: { replica: ModelCard_Replica }) {
+  const title = [
+    replica.desired === 'STOP' ? 'asked to stop' : null,
+    replica.smokeText != null ? `smoke test answered "${replica.smokeText}"` : null,
+  ]
+    .filter(Boolean)
+    .join('; ');
+  return (
+    <li className={`chip replica ${replicaClass[replica.state]}`} title={title || undefined}>
+      {replicaText(replica)}
+    </li>
+  );
+}
+
+const modes: ModelMode[] = ['ALWAYS', 'ON_DEMAND', 'STOPPED'];
+const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
+/** The server's refusal, as far as the console knows it (the server's refusal names the exact file). */
+export const declaredHint = (name: string) =>
+  `${name} is declared in the server's hangar.yaml: change it there; it is read at every start.`;
+
+/**
+ * One catalog model: what it is, how it runs and where. Its mode changes in place (applied with a button); a
+ * declared model's configuration lives in hangar.yaml, so it offers no changes and says where to make them.
+ */
+export function ModelCard({ model, canChange }: { model: ModelCard_Model; canChange: boolean }) {
+  const titleId = useId();
+  const [confirming, setConfirming] = useState(false);
+  const [wakeState, wake] = useMutation(ModelCard_WakeMutation);
+  const [wakeRefusal, setWakeRefusal] = useState<Refusal | null>(null);
+
+  const onWake = async () => {
+    setWakeRefusal(null);
+    const result = await wake({ name: model.name });
+    const outcome = result.data?.wakeModel;
+    if (isRefusal(outcome)) setWakeRefusal(outcome);
+  };
+
+  return (
+    <article className="panel model-card" aria-labelledby={titleId} data-testid={`model-${model.name}`}>
+      <header className="model-head">
+        <h2 id={titleId} className="model-name">
+          {model.name}
+        </h2>
+        <span className="badge muted">{engineWords[model.engine] ?? model.engine}</span>
+        <span className="badge">{modeWords[model.mode]}</span>
+        {model.declared ? (
+          <span className="badge warn" title={declaredHint(model.name)}>
+            declared
+          </span>
+        ) : null}
+        {model.awakeUntil ? (
+          <span className="muted">
+            awake until <TimeAgo at={model.awakeUntil} />
+          </span>
+        ) : null}
+      </header>
+      <dl className="facts model-facts">
+        <div className="grow">
+          <dt>Source</dt>
+          <dd className="url-line">
+            <code className="url">{model.source}</code>
+            <CopyButton text={model.source} label="Copy source" />
+          </dd>
+        </div>
+        <div>
+          <dt>Memory</dt>
+          <dd>{model.memoryBytes == null ? '—' : formatBytes(model.memoryBytes)}</dd>
+        </div>
+        <div>
+          <dt>Context</dt>
+          <dd>{model.contextSize == null ? "model's own" : model.contextSize.toLocaleString('en')}</dd>
+        </div>
+        <div>
+          <dt>Replicas</dt>
+          <dd>{model.mode === 'STOPPED' ? 'none wanted' : `${model.wantedReplicas} wanted`}</dd>
+        </div>
+      </dl>
+      {model.replicas.length ? (
+        <ul className="chips" aria-label={`Replicas of ${model.name}`}>
+          {model.replicas.map((r) => (
+            <ReplicaChip key={r.id} replica={r} />
+          ))}
+        </ul>
+      ) : (
+        <p className="muted">No replicas.</p>
+      )}
+      {model.adapters.length ? (
+        <ul className="chips" aria-label={`Adapters of ${model.name}`}>
+          {model.adapters.map((a) => (
+            <li key={a.id} className="chip" title={a.source}>
+              {a.name} <span className="muted">· {a.owner ?? 'everyone'}</span>
+            </li>
+          ))}
+        </ul>
+      ) : (
+        <p className="muted">No adapters.</p>
+      )}
+      {canChange ? (
+        model.declared ? (
+          <p className="hint declared-hint">{declaredHint(model.name)}</p>
+        ) : (
+          <ModeForm key={`${model.mode}:${model.wantedReplicas}`} model={model} />
+        )
+      ) : null}
+      {canChange ? (
+        <div className="model-actions">
+          {model.mode === 'ON_DEMAND' ? (
+            <button type="button" className="button small" disabled={wakeState.fetching} onClick={onWake}>
+              Wake
+            </button>
+          ) : null}
+          {!model.declared ? (
+            <button
+              type="button"
+              className="button small danger"
+              aria-haspopup="dialog"
+              onClick={() => setConfirming(true)}
+            >
+              Remove
+            </button>
+          ) : null}
+        </div>
+      ) : null}
+      <FormError refusal={wakeRefusal} error={wakeState.error} />
+      {confirming ? <RemoveModel name={model.name} onClose={() => setConfirming(false)} /> : null}
+    </article>
+  );
+}
+
+/** Mode and replicas, applied together with the button: nothing changes on a mere selection. */
+function ModeForm({ model }: { model: ModelCard_Model }) {
+  const [mode, setMode] = useState<ModelMode>(model.mode);
+  const [replicas, setReplicas] = useState(String(Math.max(1, model.wantedReplicas)));
+  const [{ fetching, error }, setModelMode] = useMutation(ModelCard_SetModeMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const modeId = useId();
+  const replicasId = useId();
+
+  const submit = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    setRefusal(null);
+    const n = Number(replicas);
+    const result = await setModelMode({
+      name: model.name,
+      mode,
+      replicas: mode === 'ALWAYS' && replicas.trim() !== '' && Number.isFinite(n) ? n : null,
+    });
+    const outcome = result.data?.setModelMode;
+    if (isRefusal(outcome)) setRefusal(outcome);
+  };
+
+  return (
+    <form className="mode-form" aria-label={`Mode of ${model.name}`} onSubmit={submit} noValidate>
+      <div className="field">
+        <label htmlFor={modeId}>Mode</label>
+        <select id={modeId} value={mode} onChange={(e) => setMode(e.target.value as ModelMode)}>
+          {modes.map((m) => (
+            <option key={m} value={m}>
+              {modeWords[m]}
+            </option>
+          ))}
+        </select>
+      </div>
+      {mode === 'ALWAYS' ? (
+        <div className="field">
+          <label htmlFor={replicasId}>Replicas</label>
+          <input
+            id={replicasId}
+            className="replicas-input"
+            type="number"
+            min={1}
+            step={1}
+            value={replicas}
+            onChange={(e) => setReplicas(e.target.value)}
+          />
+        </div>
+      ) : null}
+      <button type="submit" className="button small" disabled={fetching}>
+        Apply
+      </button>
+      <div className="mode-error">
+        <FormError refusal={refusal} error={error} />
+      </div>
+    </form>
+  );
+}
+
+function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
+  const [{ fetching, error }, remove] = useMutation(ModelCard_RemoveMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const titleId = useId();
+  const keepRef = useRef<HTMLButtonElement>(null);
+  // Focus starts on the harmless answer: Enter right after clicking Remove must not remove anything.
+  useEffect(() => keepRef.current?.focus(), []);
+
+  const confirm = async () => {
+    setRefusal(null);
+    const result = await remove({ name });
+    const outcome = result.data?.removeModel;
+    if (isRefusal(outcome)) setRefusal(outcome);
+  };
+
+  return (
+    <div
+      role="alertdialog"
+      aria-labelledby={titleId}
+      className="confirm"
+      onKeyDown={(e) => {
+        if (e.key === 'Escape') onClose();
+      }}
+    >
+      <p id={titleId} className="confirm-title">
+        Remove {name} from the catalog?
+      </p>
+      <p className="hint">Its nodes stop its replicas; its files stay in the mirror.</p>
+      <FormError refusal={refusal} error={error} />
+      <div className="confirm-actions">
+        <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
+          Remove {name}
+        </button>
+        <button type="button" className="button" ref={keepRef} onClick={onClose}>
+          Keep it
+        </button>
+      </div>
+    </div>
+  );
+}

@@ -1,0 +1,164 @@
+import { render, screen, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { Provider } from 'urql';
+import { describe, expect, it } from 'vitest';
+import { answer, fakeClient } from '../../test/fake-client';
+import { ModelCard_SetModeMutation, ModelCard_WakeMutation } from './model-card';
+import { ModelsPage, ModelsPage_ModelsQuery } from './models-page';
+
+const GiB = 1024 ** 3;
+const now = new Date().toISOString();
+
+function replica(id: string, state: string, over: Record<string, unknown> = {}) {
+  return {
+    __typename: 'Replica',
+    id,
+    state,
+    desired: 'RUN',
+    message: null,
+    smokeText: null,
+    tokensPerSecond: null,
+    updatedAt: now,
+    node: null,
+    ...over,
+  };
+}
+
+const node = (name: string) => ({ __typename: 'Node', id: `n-${name}`, name });
+
+/** A catalog model as the server sends it. */
+function model(name: string, over: Record<string, unknown> = {}) {
+  return {
+    __typename: 'Model',
+    id: `m-${name}`,
+    name,
+    source: `http://hangar.test/mirror/${name}/Q4_K_M/`,
+    engine: 'llamacpp',
+    contextSize: 8192,
+    memoryBytes: 6 * GiB,
+    mode: 'ALWAYS',
+    wantedReplicas: 2,
+    declared: false,
+    awakeUntil: null,
+    adapters: [],
+    replicas: [],
+    ...over,
+  };
+}
+
+function renderPage(fake: ReturnType<typeof fakeClient>, canChange = true) {
+  return render(
+    <Provider value={fake.client}>
+      <ModelsPage canChange={canChange} />
+    </Provider>,
+  );
+}
+
+const card = (name: string) => screen.findByTestId(`model-${name}`);
+
+describe('ModelsPage', () => {
+  it('shows each replica in one line, with the server’s reasons word for word', async () => {
+    const qwen = model('qwen3-8b', {
+      adapters: [
+        { __typename: 'Adapter', id: 'a1', name: 'support-tone', source: 'http://x/a.gguf', owner: 'user:ana' },
+      ],
+      replicas: [
+        replica('r1', 'READY', { node: node('gpu-1'), tokensPerSecond: 41.5 }),
+        replica('r2', 'PENDING', { message: 'fits on no node: needs 9.8 GiB, the most free is 7.5 GiB on gpu-2' }),
+        replica('r3', 'LOST', { node: node('gpu-2'), message: 'node gpu-2 stopped reporting' }),
+      ],
+    });
+    renderPage(fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [qwen, model('tiny')] }))]));
+
+    const qwenCard = await card('qwen3-8b');
+    const chips = within(within(qwenCard).getByRole('list', { name: 'Replicas of qwen3-8b' })).getAllByRole('listitem');
+    expect(chips.map((c) => c.textContent)).toEqual([
+      'READY on gpu-1 · 41.5 tok/s',
+      'PENDING: fits on no node: needs 9.8 GiB, the most free is 7.5 GiB on gpu-2',
+      'LOST: node gpu-2 stopped reporting',
+    ]);
+    expect(within(qwenCard).getByRole('list', { name: 'Adapters of qwen3-8b' })).toHaveTextContent(
+      'support-tone · user:ana',
+    );
+    expect(within(qwenCard).getByText('http://hangar.test/mirror/qwen3-8b/Q4_K_M/')).toHaveClass('url');
+    expect(within(qwenCard).getByText('6.0 GiB')).toBeInTheDocument();
+    expect(within(await card('tiny')).getByText('No adapters.')).toBeInTheDocument();
+    // A replica on its way: the page says it re-reads the list.
+    expect(screen.getByText(/read again every 5 s/)).toBeInTheDocument();
+  });
+
+  it('changes a model’s mode and replicas with the button, and shows the new mode', async () => {
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b', { mode: 'STOPPED', wantedReplicas: 0 })] })),
+      answer(ModelCard_SetModeMutation, (v) => ({
+        setModelMode: model(v.name, { mode: v.mode, wantedReplicas: v.replicas ?? 1 }),
+      })),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const qwen = await card('qwen3-8b');
+    const form = within(qwen).getByRole('form', { name: 'Mode of qwen3-8b' });
+
+    await user.selectOptions(within(form).getByLabelText('Mode'), 'ALWAYS');
+    // Nothing is sent on a mere selection.
+    expect(fake.sent(ModelCard_SetModeMutation)).toHaveLength(0);
+    const replicas = within(form).getByLabelText('Replicas');
+    await user.clear(replicas);
+    await user.type(replicas, '3');
+    await user.click(within(form).getByRole('button', { name: 'Apply' }));
+
+    await within(qwen).findByText('3 wanted');
+    expect(fake.sent(ModelCard_SetModeMutation).map((op) => op.variables)).toEqual([
+      { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 3 },
+    ]);
+    expect(within(qwen).getByText('always', { selector: '.badge' })).toBeInTheDocument();
+  });
+
+  it('offers no changes to a declared model and says where to make them', async () => {
+    renderPage(
+      fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [model('declared-llama', { declared: true })] }))]),
+    );
+    const llama = await card('declared-llama');
+    expect(within(llama).getByText('declared')).toHaveClass('badge');
+    expect(within(llama).queryByRole('form')).toBeNull();
+    expect(within(llama).queryByRole('combobox')).toBeNull();
+    expect(within(llama).queryByRole('button', { name: /Apply|Remove/ })).toBeNull();
+    expect(
+      within(llama).getByText(/declared-llama is declared in .*hangar\.yaml: change it there/),
+    ).toBeInTheDocument();
+  });
+
+  it('wakes an on-demand model, and shows a refusal verbatim', async () => {
+    let refuse = false;
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({ models: [model('coder', { mode: 'ON_DEMAND', wantedReplicas: 1 })] })),
+      answer(ModelCard_WakeMutation, (v) =>
+        refuse
+          ? {
+              wakeModel: {
+                __typename: 'ConflictError',
+                code: 'CONFLICT',
+                message: 'coder is stopped: nothing to wake',
+              },
+            }
+          : { wakeModel: model(v.name, { mode: 'ON_DEMAND', wantedReplicas: 1, awakeUntil: now }) },
+      ),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const coder = await card('coder');
+    await user.click(within(coder).getByRole('button', { name: 'Wake' }));
+    expect(await within(coder).findByText(/awake until/)).toBeInTheDocument();
+    expect(fake.sent(ModelCard_WakeMutation).map((op) => op.variables)).toEqual([{ name: 'coder' }]);
+
+    refuse = true;
+    await user.click(within(coder).getByRole('button', { name: 'Wake' }));
+    expect(await within(coder).findByRole('alert')).toHaveTextContent('coder is stopped: nothing to wake');
+  });
+
+  it('explains how a model gets into an empty catalog', async () => {
+    renderPage(fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [] }))]));
+    expect(await screen.findByText(/The catalog holds no model yet/)).toHaveTextContent(/served from the registry/);
+    expect(screen.getByRole('link', { name: 'Mirror' })).toHaveAttribute('href', '/mirror');
+  });
+});
