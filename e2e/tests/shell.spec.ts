@@ -23,7 +23,7 @@ test('an operator signs in, makes a token, uses it, revokes it, and finds both i
   await page.getByLabel('Token name').fill('e2e-script');
   await page.getByLabel('Role').selectOption('VIEWER');
   await page.getByRole('button', { name: 'Create token' }).click();
-  const secret = (await page.getByTestId('token-secret').innerText()).trim();
+  const secret = ((await page.getByTestId('token-secret').textContent()) ?? '').trim();
   expect(secret).toMatch(/^hgr_/);
   await snap(page, '03-token-created');
 

@@ -49,7 +49,7 @@ export async function createApp({
     fleet: new FleetService(prisma, audit, log),
     mirror: new MirrorService(prisma, audit, config, log),
   } as Services;
-  services.registry = new RegistryService(config, services.fleet, services.mirror, log);
+  services.registry = new RegistryService(config, services.fleet, services.mirror);
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
   services.serveJobs = new ServeJobService(prisma, audit, services.registry, services.mirror, services.catalog, log);
   try {
@@ -74,6 +74,7 @@ export async function createApp({
     paths: services.mirror.paths,
     auth: services.auth,
     requireToken: config.mirrorRequireToken,
+    internalToken: services.mirror.internalToken,
     log,
   });
   const mirrorUpload = uploadToMirror({

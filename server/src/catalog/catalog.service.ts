@@ -194,7 +194,9 @@ export class CatalogService {
       return fail(new ConflictError(`the catalog already has a model named ${plan.name}: choose another name`));
     }
     // Checked now, not on a node later: a file removed between the listing and this click fails here.
-    const head = await fetch(plan.source, { method: 'HEAD', signal: AbortSignal.timeout(10_000) }).catch(
+    // The server's own pass through a mirror that requires tokens (HANGAR_MIRROR_REQUIRE_TOKEN).
+    const headers = { authorization: `Bearer ${this.mirror.internalToken}` };
+    const head = await fetch(plan.source, { method: 'HEAD', headers, signal: AbortSignal.timeout(10_000) }).catch(
       (e: Error) => e,
     );
     if (head instanceof Error || !head.ok) {

@@ -125,7 +125,7 @@ describe('placement over real nodes', () => {
   });
 
   it('asks the agent to stop replicas of a stopped model', async () => {
-    const [pending] = (await t.gql(ASSIGNED, {}, { token: nodeTokens['gpu-1'] })).data?.nodeAssignments;
+    const [pending] = (await t.gql(ASSIGNED, {}, { token: nodeTokens['gpu-1'] })).data?.nodeAssignments ?? [];
     await t.gql(REPLICA, { i: { replicaId: pending.replicaId, state: 'READY' } }, { token: nodeTokens['gpu-1'] });
     await t.gql('mutation { setModelMode(name: "llama-7b", mode: STOPPED) { __typename } }', {}, { token: operator });
     await t.app.services.fleet.place();

@@ -105,3 +105,11 @@ describe('placement', () => {
     expect(a.place[0]).toMatchObject({ nodeId: null, message: expect.stringMatching(/failed to load it lately/) });
   });
 });
+
+describe('a node shutting down', () => {
+  it('is not given a new replica right after its agent stopped one on its own', () => {
+    const stoppedByAgent = replica({ nodeId: 'gpu-1', state: 'STOPPED', desired: 'RUN', updatedAt: now });
+    const a = decide([model()], [node('gpu-1', 20), node('gpu-2', 20)], [stoppedByAgent], now);
+    expect(a.place.map((p) => p.nodeId)).toEqual(['gpu-2']);
+  });
+});

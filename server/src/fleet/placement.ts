@@ -8,7 +8,9 @@ export type PlacementModel = Pick<
   'id' | 'name' | 'engine' | 'memoryBytes' | 'minReplicas' | 'maxReplicas' | 'awakeUntil'
 >;
 export type PlacementNode = Pick<Node, 'id' | 'name' | 'gpus' | 'engines'> & { online: boolean };
-export type PlacementReplica = Pick<Replica, 'id' | 'modelId' | 'nodeId' | 'state' | 'desired' | 'createdAt'>;
+export type PlacementReplica = Pick<Replica, 'id' | 'modelId' | 'nodeId' | 'state' | 'desired' | 'createdAt'> & {
+  updatedAt?: Date;
+};
 
 export type Actions = {
   place: { modelId: string; nodeId: string | null; message: string | null; replicaId?: string }[];
@@ -68,10 +70,17 @@ export function decide(
 
     const neededMiB = Math.ceil(Number(m.memoryBytes ?? 0n) / MiB);
     const engine = engineName(m.engine);
-    // Nodes where this model failed lately are skipped: a file that does not load would fail again there.
+    // Nodes where this model failed lately are skipped: a file that does not load would fail again there. So is a
+    // node whose agent stopped a replica nobody asked to stop: it is shutting down, though still counted online.
+    const since = (r: PlacementReplica) => now.getTime() - (r.updatedAt ?? r.createdAt).getTime();
     const failedOn = new Set(
       mine
-        .filter((r) => r.state === 'FAILED' && r.nodeId && now.getTime() - r.createdAt.getTime() < 5 * 60_000)
+        .filter(
+          (r) =>
+            r.nodeId &&
+            ((r.state === 'FAILED' && since(r) < 5 * 60_000) ||
+              (r.state === 'STOPPED' && r.desired === 'RUN' && since(r) < 60_000)),
+        )
         .map((r) => r.nodeId),
     );
     const used = new Set(active.map((r) => r.nodeId).filter(Boolean));

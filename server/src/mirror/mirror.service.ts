@@ -71,6 +71,11 @@ const PERSIST_MS = 1000;
 
 export class MirrorService {
   readonly paths: MirrorPaths;
+  /**
+   * Lets the server's own checks (the HEAD before a model is served) through when HANGAR_MIRROR_REQUIRE_TOKEN is
+   * set. Random per process and never stored or shown.
+   */
+  readonly internalToken = `hgi_${randomUUID()}${randomUUID()}`;
   private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
   private readonly transfers = new Map<string, AbortController>();
   private poll: NodeJS.Timeout | undefined;

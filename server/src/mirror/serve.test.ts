@@ -141,3 +141,32 @@ describe('serving mirror files', () => {
     expect(row.error).toMatch(/no longer on disk/);
   });
 });
+
+describe('a mirror that requires a token', () => {
+  it('refuses anonymous downloads, serves tokens, and still lets the server check a source before serving it', async () => {
+    const t = await startTestApp({ HANGAR_MIRROR_REQUIRE_TOKEN: 'true' });
+    const base = await t.app.start();
+    const operator = await t.token('OPERATOR', 'private-mirror');
+    const body = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+    const put = await fetch(`${base}/mirror/priv/v1/model.gguf`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}` },
+      body: new Uint8Array(body),
+    });
+    expect(put.status).toBe(201);
+    const anonymous = await fetch(`${base}/mirror/priv/v1/model.gguf`, { method: 'HEAD' });
+    expect(anonymous.status).toBe(401);
+    const withToken = await fetch(`${base}/mirror/priv/v1/model.gguf`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${operator}` },
+    });
+    expect(withToken.status).toBe(200);
+    const served = await t.gql(
+      'mutation { serveMirrorVersion(model: "priv", version: "v1") { __typename ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    expect(served.data?.serveMirrorVersion.__typename).toBe('ServePlaced');
+    await t.close();
+  });
+});

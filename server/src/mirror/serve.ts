@@ -13,7 +13,14 @@ import type { MirrorPaths } from './paths.js';
 // were verified; a single Range (RFC 9110 §14); ETag = the file's sha256, so a node can check what it got
 // against what the mirror verified; streamed from disk with backpressure.
 
-type Deps = { db: Db; paths: MirrorPaths; auth: AuthService; requireToken: boolean; log: Logger };
+type Deps = {
+  db: Db;
+  paths: MirrorPaths;
+  auth: AuthService;
+  requireToken: boolean;
+  internalToken: string;
+  log: Logger;
+};
 
 export type ByteRange = { start: number; end: number };
 
@@ -45,13 +52,13 @@ export function parseRange(
   return { start, end };
 }
 
-export function serveMirror({ db, paths, auth, requireToken, log }: Deps) {
+export function serveMirror({ db, paths, auth, requireToken, internalToken, log }: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
     }
-    if (requireToken) {
+    if (requireToken && req.headers.authorization !== `Bearer ${internalToken}`) {
       const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'GET' });
       if (viewer.kind === 'anonymous') {
         res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
@@ -78,7 +85,7 @@ export function serveMirror({ db, paths, auth, requireToken, log }: Deps) {
     if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.'))
       return notFound('no such file in the mirror');
     const row = await db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
-    if (!row || row.state !== 'PRESENT' || !row.actualSha256) {
+    if (row?.state !== 'PRESENT' || !row.actualSha256) {
       return notFound(
         row ? `${model}/${version}/${file} is ${row.state.toLowerCase()}, not present` : 'no such file in the mirror',
       );

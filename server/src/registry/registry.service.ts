@@ -18,7 +18,6 @@ import {
   UpstreamError,
   ValidationError,
 } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import type { FetchStarted, MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
@@ -74,7 +73,6 @@ export class RegistryService {
     private readonly config: Config,
     private readonly fleet: FleetService,
     private readonly mirror: MirrorService,
-    private readonly log: Logger,
   ) {
     this.hub = new Hub({ hubUrl: config.hubUrl, token: config.hubToken, timeoutMs: config.hubTimeoutMs });
   }

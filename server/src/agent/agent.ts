@@ -1,0 +1,118 @@
+import { readFileSync } from 'node:fs';
+import fs from 'node:fs/promises';
+import type { Logger } from '../lib/log.js';
+import type { AgentConfig } from './config.js';
+import { type ControlPlane, GraphqlControlPlane, type NodeReport } from './control-plane.js';
+import { diskFree, type EngineReport, llamaCppEngine, readGpus, vllmCommand, vllmEngine } from './inventory.js';
+import { LlamaRuntime } from './llama-runtime.js';
+import { ModelCache } from './model-cache.js';
+import { Runner } from './runner.js';
+
+// `hangar agent`: the heartbeat (this node's inventory, every few seconds) and the runner (its replicas). Built
+// here and started by main.ts, so a test can build one against a stand-in control plane and stop it cleanly.
+
+export type Agent = {
+  start(): Promise<void>;
+  /** Stops the replicas, reports them STOPPED, and ends llama.cpp. */
+  stop(): Promise<void>;
+  /** One heartbeat now (tests; start() runs them on a timer). */
+  heartbeat(): Promise<void>;
+  runner: Runner;
+};
+
+/** The agent's version is the server package's: they ship together. */
+export const AGENT_VERSION = (() => {
+  try {
+    return String(JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')).version);
+  } catch {
+    return 'unknown';
+  }
+})();
+
+export function createAgent(
+  config: AgentConfig,
+  o: { log: Logger; controlPlane?: ControlPlane; runtime?: () => Promise<LlamaRuntime> },
+): Agent {
+  const { log } = o;
+  const controlPlane = o.controlPlane ?? new GraphqlControlPlane(config.url, config.nodeToken);
+
+  // llama.cpp starts once, on first need (the inventory asks at start-up). If it cannot run here, the node
+  // still reports and runs vLLM, and each llama.cpp replica fails with the reason.
+  let runtime: Promise<LlamaRuntime> | undefined;
+  const getRuntime =
+    o.runtime ??
+    (() => {
+      runtime ??= LlamaRuntime.create({ threads: config.threads, log });
+      return runtime;
+    });
+
+  const cache = new ModelCache(config.dir, { auth: { origin: new URL(config.url).origin, token: config.nodeToken } });
+  const runner = new Runner({
+    controlPlane,
+    cache,
+    runtime: getRuntime,
+    vllmCommand: () => vllmCommand(config.vllmCommand, config.searchPath),
+    baseUrl: config.url,
+    log,
+    pollMs: config.pollMs,
+  });
+
+  let llamaEngine: EngineReport | null = null;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  let lastError: string | undefined;
+
+  const inventory = async (): Promise<NodeReport> => {
+    const { gpus } = await readGpus(config.gpus, { warn: log.warn });
+    const vllm = await vllmEngine(config.vllmCommand, config.searchPath);
+    return {
+      gpus,
+      engines: [llamaEngine, vllm].filter((e): e is EngineReport => e !== null),
+      diskFreeBytes: await diskFree(config.dir).catch(() => null),
+      agentVersion: AGENT_VERSION,
+    };
+  };
+
+  const heartbeat = async () => {
+    try {
+      await controlPlane.reportNode(await inventory());
+      if (lastError !== '') log.info('reporting to the control plane', { url: config.url });
+      lastError = '';
+    } catch (err) {
+      const msg = (err as Error).message;
+      // Keep going: a control plane restart or a network blip must not take the node's replicas down.
+      if (msg !== lastError) log.warn('the heartbeat did not get through; trying again', { error: msg });
+      lastError = msg;
+    }
+    // Assignments right after a heartbeat: the placement may have changed with what this node just reported.
+    if (!stopped) await runner.poll();
+  };
+
+  return {
+    runner,
+    heartbeat,
+    async start() {
+      await fs.mkdir(config.dir, { recursive: true });
+      try {
+        const rt = await getRuntime();
+        llamaEngine = llamaCppEngine(rt.release, config.llamaCppBuild);
+        log.info('llama.cpp is ready on CPU', { release: rt.release, build: llamaEngine.build });
+      } catch (err) {
+        log.error('llama.cpp cannot run on this node; its replicas will fail', { error: (err as Error).message });
+      }
+      const loop = async () => {
+        if (stopped) return;
+        await heartbeat();
+        if (!stopped) timer = setTimeout(loop, config.heartbeatMs);
+      };
+      await loop();
+      runner.start();
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await runner.stopAll();
+      if (runtime) await (await runtime.catch(() => undefined))?.dispose();
+    },
+  };
+}

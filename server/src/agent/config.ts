@@ -1,0 +1,122 @@
+import path from 'node:path';
+import { z } from 'zod';
+
+// The node agent's settings. The agent is a separate process on each GPU node with settings of its own, so it
+// has its own reader: src/config.ts stays the only reader of process.env for the server process, and this file
+// is the only one for the agent. A bad value stops start-up with a message naming the variable.
+
+const gpu = z.object({
+  index: z.number().int().min(0).optional(),
+  name: z.string().min(1, 'a GPU name such as "RTX 4090"').max(200),
+  totalMiB: z.number().int().min(0, 'MiB, 0 or more'),
+  freeMiB: z.number().int().min(0, 'MiB, 0 or more'),
+});
+
+const gpuList = z
+  .string()
+  .transform((s, ctx) => {
+    try {
+      return JSON.parse(s) as unknown;
+    } catch {
+      ctx.addIssue({ code: 'custom', message: 'JSON such as [{"name":"RTX 4090","totalMiB":24564,"freeMiB":20000}]' });
+      return z.NEVER;
+    }
+  })
+  .pipe(z.array(gpu, { error: 'a JSON array of {"name","totalMiB","freeMiB"}' }).max(64, 'at most 64 GPUs'));
+
+const schema = z.object({
+  HANGAR_URL: z
+    .string({ error: "the control plane's URL, such as http://127.0.0.1:4000" })
+    .url("the control plane's URL, such as http://127.0.0.1:4000")
+    .refine((u) => /^https?:\/\//.test(u), 'an http:// or https:// URL'),
+  HANGAR_NODE_TOKEN: z
+    .string({ error: "this node's token (hgn_…), as the createNode mutation returned it" })
+    .regex(/^hgn_\S+$/, "a node token starting hgn_, as the createNode mutation returned it (hgr_ is an API token's)"),
+  HANGAR_AGENT_DIR: z.string().min(1, 'a directory path').default('./agent-data'),
+  HANGAR_AGENT_GPUS: gpuList.optional(),
+  HANGAR_AGENT_HEARTBEAT_MS: z.coerce
+    .number({ error: 'milliseconds between heartbeats' })
+    .int('a whole number of milliseconds')
+    .min(500, 'at least 500')
+    .max(60_000, 'at most 60000 (a node unseen for 30 s counts as offline)')
+    .default(5000),
+  HANGAR_AGENT_POLL_MS: z.coerce.number().int().min(100, 'at least 100').max(60_000, 'at most 60000').default(2000),
+  HANGAR_AGENT_VLLM_COMMAND: z.string().optional(),
+  HANGAR_AGENT_THREADS: z.coerce.number().int().min(1, 'at least 1').max(1024).optional(),
+  HANGAR_AGENT_LLAMACPP_BUILD: z.coerce.number().int().min(1, 'a llama.cpp build number such as 4748').optional(),
+  HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
+});
+
+export type AgentGpu = { index: number; name: string; totalMiB: number; freeMiB: number };
+
+export type AgentConfig = {
+  /** The control plane, without a trailing slash. */
+  url: string;
+  nodeToken: string;
+  /** Where downloaded models are cached (<dir>/models/<sha256>.gguf). */
+  dir: string;
+  /** GPUs to report when nvidia-smi is not there (a node without NVIDIA tools, or a test). */
+  gpus: AgentGpu[];
+  heartbeatMs: number;
+  pollMs: number;
+  /** The program (and arguments) that serves a vLLM replica; unset: vLLM replicas fail with a reason. */
+  vllmCommand: string[] | undefined;
+  /** CPU threads for llama.cpp; default the cores it finds useful. */
+  threads: number | undefined;
+  /** The llama.cpp build to report when the bundled one cannot say (see inventory.ts). */
+  llamaCppBuild: number | undefined;
+  logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** PATH, where vllm (or the configured command) is looked for. */
+  searchPath: string;
+};
+
+export class AgentConfigError extends Error {
+  override name = 'AgentConfigError';
+}
+
+/** Reads the agent's settings from an environment; throws AgentConfigError naming each bad variable. */
+export function loadAgentConfig(env: Record<string, string | undefined> = process.env): AgentConfig {
+  // An empty variable means unset, as for the server.
+  const present = Object.fromEntries(Object.entries(env).filter(([, v]) => v !== undefined && v !== ''));
+  const parsed = schema.safeParse(present);
+  if (!parsed.success) {
+    // One reason per variable: the first one that failed says what is accepted.
+    const seen = new Set<string>();
+    const issues = parsed.error.issues.filter((issue) => {
+      const name = String(issue.path[0] ?? '?');
+      if (seen.has(name)) return false;
+      seen.add(name);
+      return true;
+    });
+    const lines = issues.map((issue) => {
+      const name = String(issue.path[0] ?? '?');
+      const value = present[name];
+      // Never echo the token back: it is a secret, and logs travel.
+      if (value === undefined) return `${name} is not set: ${issue.message}`;
+      const shown = name === 'HANGAR_NODE_TOKEN' ? '(hidden)' : JSON.stringify(value);
+      const where = issue.path.length > 1 ? ` (at ${issue.path.slice(1).join('.')})` : '';
+      return `${name}=${shown} is not accepted${where}: ${issue.message}`;
+    });
+    throw new AgentConfigError(`the Hangar agent cannot start: ${lines.join('; ')}`);
+  }
+  const c = parsed.data;
+  const command = c.HANGAR_AGENT_VLLM_COMMAND?.trim().split(/\s+/).filter(Boolean);
+  return {
+    url: c.HANGAR_URL.replace(/\/+$/, ''),
+    nodeToken: c.HANGAR_NODE_TOKEN,
+    dir: path.resolve(c.HANGAR_AGENT_DIR),
+    gpus: (c.HANGAR_AGENT_GPUS ?? []).map((g, i) => ({
+      index: g.index ?? i,
+      name: g.name,
+      totalMiB: g.totalMiB,
+      freeMiB: g.freeMiB,
+    })),
+    heartbeatMs: c.HANGAR_AGENT_HEARTBEAT_MS,
+    pollMs: c.HANGAR_AGENT_POLL_MS,
+    vllmCommand: command?.length ? command : undefined,
+    threads: c.HANGAR_AGENT_THREADS,
+    llamaCppBuild: c.HANGAR_AGENT_LLAMACPP_BUILD,
+    logLevel: c.HANGAR_LOG_LEVEL,
+    searchPath: env.PATH ?? '',
+  };
+}

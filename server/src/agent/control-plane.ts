@@ -1,0 +1,167 @@
+import { z } from 'zod';
+import type { AgentGpu } from './config.js';
+import type { EngineReport } from './inventory.js';
+
+// How the agent talks to the control plane: GraphQL over HTTP POST to /graphql with the node token. Behind a
+// small interface, so the runner can be tested with an in-memory stand-in and no server.
+
+export type NodeReport = {
+  gpus: AgentGpu[];
+  engines: EngineReport[];
+  diskFreeBytes: number | null;
+  agentVersion: string;
+};
+
+export type Assignment = {
+  replicaId: string;
+  model: string;
+  /** "llamacpp" or "vllm"; anything else fails on this node with a reason. */
+  engine: string;
+  /** A mirror URL of the GGUF file (ETag = its sha256), or what the engine loads for vLLM. */
+  source: string;
+  contextSize: number | null;
+  desired: 'RUN' | 'STOP';
+};
+
+export type ReplicaState = 'LOADING' | 'READY' | 'FAILED' | 'STOPPED';
+
+export type ReplicaReport = {
+  replicaId: string;
+  state: ReplicaState;
+  message?: string | null;
+  smokeText?: string | null;
+  tokensPerSecond?: number | null;
+};
+
+export interface ControlPlane {
+  reportNode(report: NodeReport): Promise<void>;
+  assignments(): Promise<Assignment[]>;
+  reportReplica(report: ReplicaReport): Promise<void>;
+}
+
+/**
+ * `unreachable`: the request did not get an answer (network, a restart, a 5xx); worth trying again.
+ * `refused`: the control plane answered no (a typed error, a bad token, an operation it does not have); the same
+ * request will get the same answer.
+ */
+export class ControlPlaneError extends Error {
+  override name = 'ControlPlaneError';
+  constructor(
+    message: string,
+    readonly kind: 'unreachable' | 'refused',
+  ) {
+    super(message);
+  }
+}
+
+const assignment = z.object({
+  replicaId: z.string().min(1),
+  model: z.string(),
+  engine: z.string(),
+  source: z.string().min(1),
+  contextSize: z.number().int().nullish(),
+  desired: z.enum(['RUN', 'STOP']),
+});
+
+const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
+  reportNode(input: $input) { __typename ... on Error { message } }
+}`;
+
+const ASSIGNMENTS = `query Agent_Assignments {
+  nodeAssignments { replicaId model engine source contextSize desired }
+}`;
+
+// The input is spelled out field by field, so this document does not depend on the input type's name.
+const REPORT_REPLICA = `mutation Agent_ReportReplica(
+  $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float
+) {
+  reportReplica(input: {
+    replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond
+  }) { __typename ... on Error { message } }
+}`;
+
+/** The control plane over HTTP. */
+export class GraphqlControlPlane implements ControlPlane {
+  constructor(
+    private readonly url: string,
+    private readonly token: string,
+    private readonly timeoutMs = 15_000,
+  ) {}
+
+  async reportNode(report: NodeReport) {
+    const data = await this.request(REPORT_NODE, { input: report });
+    refusedIfError(data.reportNode, 'reportNode');
+  }
+
+  async assignments() {
+    const data = await this.request(ASSIGNMENTS, {});
+    const parsed = z.array(assignment).safeParse(data.nodeAssignments);
+    if (!parsed.success)
+      throw new ControlPlaneError(
+        `nodeAssignments answered in a shape this agent does not read: ${parsed.error.issues[0]?.message}`,
+        'refused',
+      );
+    return parsed.data.map((a) => ({ ...a, contextSize: a.contextSize ?? null }));
+  }
+
+  async reportReplica(report: ReplicaReport) {
+    const data = await this.request(REPORT_REPLICA, {
+      replicaId: report.replicaId,
+      state: report.state,
+      message: clip(report.message),
+      smokeText: clip(report.smokeText),
+      tokensPerSecond: report.tokensPerSecond ?? null,
+    });
+    refusedIfError(data.reportReplica, 'reportReplica');
+  }
+
+  private async request(query: string, variables: Record<string, unknown>): Promise<Record<string, unknown>> {
+    let res: Response;
+    try {
+      res = await fetch(`${this.url}/graphql`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/graphql-response+json, application/json',
+          authorization: `Bearer ${this.token}`,
+        },
+        body: JSON.stringify({ query, variables }),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new ControlPlaneError(
+        `${this.url} did not answer: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+        'unreachable',
+      );
+    }
+    const text = await res.text().catch(() => '');
+    let body: { data?: Record<string, unknown> | null; errors?: { message: string }[] } | undefined;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (res.status >= 500 || (!body && res.status !== 401 && res.status !== 403))
+      throw new ControlPlaneError(`${this.url} answered ${res.status}: ${text.slice(0, 200)}`, 'unreachable');
+    if (body?.errors?.length) {
+      throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), 'refused');
+    }
+    if (!body?.data) throw new ControlPlaneError(`${this.url} answered ${res.status} without data`, 'refused');
+    return body.data;
+  }
+}
+
+/**
+ * The control plane takes at most 2000 characters of a message or smoke text; a longer one (a model's stderr,
+ * a long llama.cpp error) would be refused whole, and the state with it.
+ */
+function clip(s: string | null | undefined) {
+  if (s == null) return null;
+  return s.length > 2000 ? `${s.slice(0, 1999)}…` : s;
+}
+
+function refusedIfError(result: unknown, op: string) {
+  const r = result as { __typename?: string; message?: string } | null | undefined;
+  if (r && typeof r.message === 'string') throw new ControlPlaneError(`${op}: ${r.message}`, 'refused');
+}

@@ -1,0 +1,299 @@
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+
+// The node's copy of model files, by content: <dir>/models/<sha256>.gguf. A file enters only after its bytes
+// hashed to the sha256 the mirror published for it (the mirror's ETag), so a replica never loads a file that
+// was cut short or changed on the way; bytes still arriving live in <sha256>.gguf.part and resume with Range.
+
+export class ModelCacheError extends Error {
+  override name = 'ModelCacheError';
+}
+
+export type CachedModel = { file: string; sha256: string; bytes: number; reused: boolean };
+
+export type ModelCacheOptions = {
+  /** Sent to the mirror when the source is on the control plane's own origin (the mirror may need a token). */
+  auth?: { origin: string; token: string };
+  /** Tries per file, each resuming where the last one stopped. */
+  attempts?: number;
+  /** Seconds without a byte before a transfer counts as stalled and is tried again. */
+  stallMs?: number;
+  /** The first wait between tries; it doubles, up to 10 s. */
+  backoffMs?: number;
+  onProgress?: (p: { sha256: string; bytesDone: number; bytesTotal: number | null }) => void;
+};
+
+const SHA = /^"([0-9a-f]{64})"$/;
+
+type Transfer = { sha256: string; part: string; offset: number; hash: Hash; total: number | null };
+
+export class ModelCache {
+  private readonly inFlight = new Map<string, Promise<CachedModel>>();
+
+  constructor(
+    readonly dir: string,
+    private readonly o: ModelCacheOptions = {},
+  ) {}
+
+  get modelsDir() {
+    return path.join(this.dir, 'models');
+  }
+
+  /**
+   * Brings the file at `source` into the cache, or finds it there, and returns where it is. Two replicas of one
+   * model share one download. Throws ModelCacheError with the reason an operator can act on.
+   */
+  fetch(source: string, signal?: AbortSignal): Promise<CachedModel> {
+    const running = this.inFlight.get(source);
+    if (running) return running;
+    const p = this.download(source, signal).finally(() => this.inFlight.delete(source));
+    this.inFlight.set(source, p);
+    return p;
+  }
+
+  /**
+   * The file llama.cpp should load for a source. A split model's source is its first shard
+   * (…-00001-of-00003.gguf), and llama.cpp finds the others by name beside it: every shard is fetched (each
+   * checked against its own ETag) and linked under its own name in a folder of its own, and the first returned.
+   */
+  async fetchModel(source: string, signal?: AbortSignal): Promise<CachedModel & { shards: number }> {
+    const url = new URL(source);
+    const m = url.pathname.match(/^(.*-)(\d{5})-of-(\d{5})\.gguf$/);
+    const count = Number(m?.[3] ?? 1);
+    if (!m || count <= 1) return { ...(await this.fetch(source, signal)), shards: 1 };
+    if (Number(m[2]) !== 1)
+      throw new ModelCacheError(`${source} is shard ${Number(m[2])} of ${count}: a split model loads from its first`);
+    const shards: { name: string; model: CachedModel }[] = [];
+    for (let i = 1; i <= count; i++) {
+      const shard = new URL(url);
+      shard.pathname = `${m[1]}${String(i).padStart(5, '0')}-of-${m[3]}.gguf`;
+      const name = path.basename(decodeURIComponent(shard.pathname));
+      shards.push({ name, model: await this.fetch(shard.toString(), signal) });
+    }
+    const first = shards[0]!.model;
+    const folder = path.join(this.modelsDir, `split-${first.sha256}`);
+    await fs.mkdir(folder, { recursive: true });
+    for (const s of shards) {
+      const link = path.join(folder, s.name);
+      await fs.rm(link, { force: true });
+      await fs.symlink(path.join('..', path.basename(s.model.file)), link);
+    }
+    return {
+      file: path.join(folder, shards[0]!.name),
+      sha256: first.sha256,
+      bytes: shards.reduce((n, s) => n + s.model.bytes, 0),
+      reused: shards.every((s) => s.model.reused),
+      shards: count,
+    };
+  }
+
+  private async download(source: string, signal?: AbortSignal): Promise<CachedModel> {
+    await fs.mkdir(this.modelsDir, { recursive: true });
+    const attempts = this.o.attempts ?? 6;
+    let t: Transfer | undefined;
+    let lastError = '';
+    let failures = 0;
+    while (failures < attempts) {
+      signal?.throwIfAborted();
+      const before = t?.offset ?? 0;
+      try {
+        const done = await this.attempt(source, t, signal, (next) => {
+          t = next;
+        });
+        if (done === 'again') continue;
+        return done;
+      } catch (err) {
+        if (signal?.aborted) throw signal.reason ?? err;
+        if (err instanceof ModelCacheError) throw err;
+        lastError = describe(err);
+      }
+      // A try that moved bytes starts the count again: a flaky link that drops every few GB still finishes.
+      failures = (t?.offset ?? 0) > before ? 1 : failures + 1;
+      if (failures < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (failures - 1), 10_000), signal);
+    }
+    throw new ModelCacheError(
+      `${source} could not be fetched in ${attempts} tries${t ? ` (${t.offset} bytes kept to resume)` : ''}: ${lastError}`,
+    );
+  }
+
+  /** One request: the cached model when the file is complete, 'again' to ask again at once (resuming). */
+  private async attempt(
+    source: string,
+    t: Transfer | undefined,
+    signal: AbortSignal | undefined,
+    keep: (t: Transfer) => void,
+  ): Promise<CachedModel | 'again'> {
+    const headers: Record<string, string> = {};
+    if (this.o.auth && new URL(source).origin === this.o.auth.origin)
+      headers.authorization = `Bearer ${this.o.auth.token}`;
+    if (t && t.offset > 0) {
+      headers.range = `bytes=${t.offset}-`;
+      // If the mirror's file is not the one we hold part of any more, it answers 200 with the whole new file.
+      headers['if-range'] = `"${t.sha256}"`;
+    }
+    const stall = new AbortController();
+    let timer: NodeJS.Timeout | undefined;
+    const armStall = () => {
+      clearTimeout(timer);
+      const ms = this.o.stallMs ?? 30_000;
+      timer = setTimeout(() => stall.abort(new Error(`no byte arrived for ${ms / 1000} s`)), ms);
+    };
+    try {
+      armStall();
+      const res = await fetch(source, { headers, signal: anySignal(signal, stall.signal) });
+      if (res.status === 416 && t) {
+        // We already hold at least the whole file: check what we have.
+        await res.body?.cancel();
+        const total = Number(res.headers.get('content-range')?.match(/\*\/(\d+)/)?.[1] ?? Number.NaN);
+        if (total === t.offset) return await this.finish(t);
+        await this.restart(t);
+        return 'again';
+      }
+      if (res.status !== 200 && res.status !== 206) {
+        const text = (await res.text().catch(() => '')).trim().slice(0, 200);
+        const why = `the mirror answered ${res.status}${text ? `: ${text}` : ''}`;
+        // A 4xx will not change by asking again (a removed version, a missing token); a 5xx may.
+        if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
+          throw new ModelCacheError(`${source}: ${why}`);
+        throw new Error(why);
+      }
+      const sha256 = res.headers.get('etag')?.match(SHA)?.[1];
+      if (!sha256) {
+        await res.body?.cancel();
+        throw new ModelCacheError(
+          `${source}: the server did not give the file's sha256 as its ETag (got ${res.headers.get('etag') ?? 'none'}), so the download could not be verified`,
+        );
+      }
+      if (!t || t.sha256 !== sha256) {
+        // A first answer, or the mirror's file changed under a resume: what we held of the old one is useless.
+        if (t) await fs.rm(t.part, { force: true });
+        const part = path.join(this.modelsDir, `${sha256}.gguf.part`);
+        const next: Transfer = { sha256, part, offset: 0, hash: createHash('sha256'), total: null };
+        keep(next);
+        const cached = await fs.stat(this.fileFor(sha256)).catch(() => undefined);
+        const held = await fs.stat(part).catch(() => undefined);
+        if (cached || (held && held.size > 0)) {
+          // Hashing what is on disk can take a while for a large model: let the mirror go meanwhile.
+          await res.body?.cancel();
+          clearTimeout(timer);
+          const ok = cached && (await this.verified(sha256));
+          if (ok) return ok;
+          if (held && held.size > 0) {
+            // Left by an earlier run: hash what is there and ask for the rest.
+            next.hash = await hashFile(part, signal);
+            next.offset = held.size;
+          }
+          return 'again';
+        }
+        t = next;
+      }
+      const range = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
+      const length = Number(res.headers.get('content-length') ?? Number.NaN);
+      if (res.status === 206) {
+        if (!range || Number(range[1]) !== t.offset) {
+          // Not the range we asked for: start again from zero rather than splice bytes from elsewhere.
+          await res.body?.cancel();
+          await this.restart(t);
+          return 'again';
+        }
+        t.total = range[3] === '*' ? null : Number(range[3]);
+      } else {
+        // The whole file (a 200, also when the mirror ignores Range): from zero.
+        if (t.offset > 0) await this.restart(t);
+        t.total = Number.isFinite(length) ? length : null;
+      }
+      const fh = await fs.open(t.part, t.offset > 0 ? 'a' : 'w');
+      try {
+        if (!res.body) throw new Error('the mirror answered without a body');
+        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+          armStall();
+          await fh.write(chunk);
+          t.hash.update(chunk);
+          t.offset += chunk.length;
+          this.o.onProgress?.({ sha256: t.sha256, bytesDone: t.offset, bytesTotal: t.total });
+        }
+        await fh.sync();
+      } finally {
+        await fh.close();
+      }
+      if (t.total !== null && t.offset < t.total) throw new Error(`the body ended at byte ${t.offset} of ${t.total}`);
+      return await this.finish(t);
+    } catch (err) {
+      if (stall.signal.aborted && !signal?.aborted) throw stall.signal.reason;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** The whole file is in the part: compare its hash with the mirror's and promote it, or drop it. */
+  private async finish(t: Transfer): Promise<CachedModel> {
+    const actual = t.hash.digest('hex');
+    if (actual !== t.sha256) {
+      await fs.rm(t.part, { force: true });
+      throw new ModelCacheError(
+        `the downloaded file's sha256 is ${actual}, but the mirror says ${t.sha256}: the bytes were changed on the way, so the file was not kept`,
+      );
+    }
+    const file = this.fileFor(t.sha256);
+    await fs.rename(t.part, file);
+    return { file, sha256: t.sha256, bytes: t.offset, reused: false };
+  }
+
+  private async restart(t: Transfer) {
+    await fs.rm(t.part, { force: true });
+    t.offset = 0;
+    t.hash = createHash('sha256');
+  }
+
+  /**
+   * A cached file, checked again before it is used: a file only enters the cache verified, but a disk fault
+   * or a person's hand can change it since, and a replica that loads wrong weights fails in confusing ways.
+   * A file that no longer matches is removed and fetched again.
+   */
+  private fileFor(sha256: string) {
+    return path.join(this.modelsDir, `${sha256}.gguf`);
+  }
+
+  private async verified(sha256: string): Promise<CachedModel | undefined> {
+    const file = this.fileFor(sha256);
+    const st = await fs.stat(file).catch(() => undefined);
+    if (!st?.isFile()) return undefined;
+    const actual = (await hashFile(file)).digest('hex');
+    if (actual === sha256) return { file, sha256, bytes: st.size, reused: true };
+    await fs.rm(file, { force: true });
+    return undefined;
+  }
+}
+
+async function hashFile(file: string, signal?: AbortSignal): Promise<Hash> {
+  const h = createHash('sha256');
+  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20, signal })) h.update(chunk as Buffer);
+  return h;
+}
+
+function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
+  return AbortSignal.any(signals.filter((s): s is AbortSignal => Boolean(s)));
+}
+
+function sleep(ms: number, signal?: AbortSignal) {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
+function describe(err: unknown): string {
+  const e = err as { message?: string; cause?: { code?: string; message?: string } };
+  const cause = e.cause?.code ?? e.cause?.message;
+  return cause ? `${e.message} (${cause})` : String(e.message ?? err);
+}

@@ -1,0 +1,307 @@
+import path from 'node:path';
+import type { Logger } from '../lib/log.js';
+import { type Assignment, type ControlPlane, ControlPlaneError, type ReplicaState } from './control-plane.js';
+import type { LlamaRuntime } from './llama-runtime.js';
+import type { ModelCache } from './model-cache.js';
+import { startServing } from './vllm.js';
+
+// Makes this node run what the control plane assigns to it. It asks for the node's assignments every couple of
+// seconds, starts each replica it should run (fetch, load, smoke test), stops each it should not, and reports
+// every state change. A report that does not get through is sent again at the next poll, and only the latest
+// state counts: a control plane that restarts misses nothing it needs.
+
+export type RunnerOptions = {
+  controlPlane: ControlPlane;
+  cache: ModelCache;
+  /** llama.cpp for this process, started on first use; rejects with the reason when it cannot run here. */
+  runtime: () => Promise<LlamaRuntime>;
+  /** The command that serves a vLLM replica here, or null when vLLM is not installed. */
+  vllmCommand: () => Promise<string[] | null>;
+  /** The control plane's URL, against which a relative source is resolved. */
+  baseUrl: string;
+  log: Logger;
+  pollMs?: number;
+  /** A vLLM child still running after this long is reported READY (the agent does not probe its port). */
+  vllmSettleMs?: number;
+};
+
+type Replica = {
+  assignment: Assignment;
+  state: ReplicaState;
+  message: string | null;
+  smokeText: string | null;
+  tokensPerSecond: number | null;
+  /** Bumped at each change; the report of a version is sent until the control plane has taken it. */
+  version: number;
+  reported: number;
+  sending?: Promise<void>;
+  abort: AbortController;
+  starting?: Promise<void>;
+  /** Undoes what starting made: disposes the model, or ends the child. */
+  release?: () => Promise<void>;
+  stopping?: Promise<void>;
+  /** No longer assigned: forgotten once its STOPPED has been reported. */
+  forget?: boolean;
+};
+
+/** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
+export const MAX_CONTEXT = 2048;
+const DEFAULT_CONTEXT = 512;
+
+export class Runner {
+  private readonly replicas = new Map<string, Replica>();
+  private polling: Promise<void> | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private closed = false;
+  private lastPollError: string | undefined;
+
+  constructor(private readonly o: RunnerOptions) {}
+
+  /** Polls every pollMs until stopAll(). */
+  start() {
+    const tick = () => {
+      if (this.closed) return;
+      void this.poll().finally(() => {
+        if (!this.closed) this.timer = setTimeout(tick, this.o.pollMs ?? 2000);
+      });
+    };
+    tick();
+  }
+
+  /** What the runner holds, for tests and logs. */
+  snapshot() {
+    return [...this.replicas.values()].map((r) => ({
+      replicaId: r.assignment.replicaId,
+      state: r.state,
+      message: r.message,
+      reported: r.reported === r.version,
+    }));
+  }
+
+  /** Asks for the assignments once and acts on them; overlapping calls share one poll. */
+  poll(): Promise<void> {
+    this.polling ??= (async () => {
+      try {
+        const list = await this.o.controlPlane.assignments();
+        if (this.lastPollError) this.o.log.info('the control plane answers assignments again');
+        this.lastPollError = undefined;
+        if (!this.closed) this.reconcile(list);
+      } catch (err) {
+        const msg = (err as Error).message;
+        // Once per distinct reason: a control plane that is down for an hour should not write 1800 lines.
+        if (msg !== this.lastPollError) this.o.log.warn('could not read this node’s assignments', { error: msg });
+        this.lastPollError = msg;
+      }
+      await this.flush();
+    })().finally(() => {
+      this.polling = undefined;
+    });
+    return this.polling;
+  }
+
+  private reconcile(list: Assignment[]) {
+    const assigned = new Set<string>();
+    for (const a of list) {
+      assigned.add(a.replicaId);
+      const r = this.replicas.get(a.replicaId);
+      if (a.desired === 'RUN') {
+        // A replica that failed stays failed until the control plane places it again (under a new id): retrying
+        // here would load a broken file every two seconds.
+        if (!r || (r.state === 'STOPPED' && !r.stopping)) this.launch(a);
+      } else if (!r) {
+        // Not running here (an agent restart, say): confirm it, once.
+        const stopped = this.track(a, 'STOPPED');
+        stopped.message = 'not running on this node';
+      } else if (r.state !== 'STOPPED' || r.stopping) {
+        void this.stop(r, 'stopped, as the control plane asked');
+      }
+    }
+    for (const r of this.replicas.values()) {
+      if (assigned.has(r.assignment.replicaId)) continue;
+      if (r.state === 'LOADING' || r.state === 'READY') {
+        r.forget = true;
+        void this.stop(r, 'stopped: no longer assigned to this node');
+      } else if (!r.stopping && !r.sending && r.reported === r.version) {
+        this.replicas.delete(r.assignment.replicaId);
+      } else {
+        r.forget = true;
+      }
+    }
+  }
+
+  private track(a: Assignment, state: ReplicaState): Replica {
+    const r: Replica = {
+      assignment: a,
+      state,
+      message: null,
+      smokeText: null,
+      tokensPerSecond: null,
+      version: 1,
+      reported: 0,
+      abort: new AbortController(),
+    };
+    this.replicas.set(a.replicaId, r);
+    return r;
+  }
+
+  private launch(a: Assignment) {
+    const r = this.track(a, 'LOADING');
+    r.message = a.engine === 'vllm' ? 'starting vLLM' : 'fetching the model';
+    this.o.log.info('starting a replica', { replicaId: a.replicaId, model: a.model, engine: a.engine });
+    void this.send(r);
+    r.starting = this.run(r);
+  }
+
+  private async run(r: Replica) {
+    const a = r.assignment;
+    const signal = r.abort.signal;
+    try {
+      if (a.engine === 'vllm') {
+        const command = await this.o.vllmCommand();
+        if (!command)
+          throw new Error('vLLM is not installed on this node (no vllm on PATH, no HANGAR_AGENT_VLLM_COMMAND)');
+        const child = await startServing(command, a);
+        r.release = () => child.stop();
+        void child.exited.then((e) => {
+          if (r.abort.signal.aborted || (r.state !== 'LOADING' && r.state !== 'READY')) return;
+          r.release = undefined;
+          const how = e.signal ? `was ended by ${e.signal}` : `exited with code ${e.code}`;
+          this.set(r, 'FAILED', { message: `${command[0]} ${how}${e.tail ? `: ${e.tail}` : ''}` });
+        });
+        await sleepOrExit(this.o.vllmSettleMs ?? 3000, signal, child.exited);
+        if (r.state !== 'LOADING') return;
+        this.set(r, 'READY', { message: `${command.join(' ')} is running (pid ${child.pid})` });
+        return;
+      }
+      if (a.engine !== 'llamacpp') throw new Error(`this agent runs llamacpp and vllm replicas, not "${a.engine}"`);
+      const runtime = await this.o.runtime().catch((err: Error) => {
+        throw new Error(`llama.cpp cannot run on this node: ${err.message}`);
+      });
+      const cached = await this.o.cache.fetchModel(new URL(a.source, `${this.o.baseUrl}/`).toString(), signal);
+      signal.throwIfAborted();
+      this.set(r, 'LOADING', { message: `loading ${path.basename(cached.file)}` });
+      const loaded = await runtime.load(cached.file, {
+        contextSize: Math.min(a.contextSize ?? DEFAULT_CONTEXT, MAX_CONTEXT),
+        signal,
+      });
+      r.release = () => loaded.dispose();
+      signal.throwIfAborted();
+      const smoke = await loaded.smoke();
+      signal.throwIfAborted();
+      this.set(r, 'READY', {
+        message: `loaded with a ${loaded.context.contextSize}-token context${cached.reused ? ' (from the cache)' : ''}; the smoke test made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`,
+        smokeText: smoke.text,
+        tokensPerSecond: Math.round(smoke.tokensPerSecond * 100) / 100,
+      });
+    } catch (err) {
+      if (signal.aborted) return; // stop() reports what happened
+      await r.release?.().catch(() => {});
+      r.release = undefined;
+      this.set(r, 'FAILED', { message: (err as Error).message ?? String(err) });
+    }
+  }
+
+  private stop(r: Replica, why: string): Promise<void> {
+    r.stopping ??= (async () => {
+      r.abort.abort(new Error('the replica was stopped'));
+      await r.starting?.catch(() => {});
+      try {
+        await r.release?.();
+      } catch (err) {
+        this.o.log.warn('stopping a replica did not go cleanly', {
+          replicaId: r.assignment.replicaId,
+          error: err,
+        });
+      }
+      r.release = undefined;
+      this.set(r, 'STOPPED', { message: why, smokeText: null, tokensPerSecond: null });
+      r.stopping = undefined;
+    })();
+    return r.stopping;
+  }
+
+  private set(r: Replica, state: ReplicaState, o: Partial<Pick<Replica, 'message' | 'smokeText' | 'tokensPerSecond'>>) {
+    r.state = state;
+    if (o.message !== undefined) r.message = o.message;
+    if (o.smokeText !== undefined) r.smokeText = o.smokeText;
+    if (o.tokensPerSecond !== undefined) r.tokensPerSecond = o.tokensPerSecond;
+    r.version++;
+    const fields = { replicaId: r.assignment.replicaId, model: r.assignment.model, message: r.message };
+    if (state === 'FAILED') this.o.log.warn('a replica failed', fields);
+    else this.o.log.info(`a replica is ${state.toLowerCase()}`, { ...fields, tokensPerSecond: r.tokensPerSecond });
+    void this.send(r);
+  }
+
+  /** Sends the latest state of a replica until the control plane has it; later versions win. */
+  private send(r: Replica): Promise<void> {
+    r.sending ??= (async () => {
+      while (r.reported !== r.version) {
+        const version = r.version;
+        try {
+          await this.o.controlPlane.reportReplica({
+            replicaId: r.assignment.replicaId,
+            state: r.state,
+            message: r.message,
+            smokeText: r.smokeText,
+            tokensPerSecond: r.tokensPerSecond,
+          });
+          r.reported = version;
+        } catch (err) {
+          if (err instanceof ControlPlaneError && err.kind === 'refused') {
+            // Asking again gets the same answer: log it and take it as delivered.
+            this.o.log.warn('the control plane refused a replica report', {
+              replicaId: r.assignment.replicaId,
+              state: r.state,
+              error: err.message,
+            });
+            r.reported = version;
+          } else {
+            break; // sent again at the next poll
+          }
+        }
+      }
+    })().finally(() => {
+      r.sending = undefined;
+      if (r.forget && r.state === 'STOPPED' && r.reported === r.version && !r.stopping)
+        this.replicas.delete(r.assignment.replicaId);
+    });
+    return r.sending;
+  }
+
+  private async flush() {
+    await Promise.all([...this.replicas.values()].filter((r) => r.reported !== r.version).map((r) => this.send(r)));
+  }
+
+  /**
+   * Stops every replica and reports them STOPPED, for SIGTERM: a node going down for maintenance should not
+   * leave the control plane counting replicas that are gone. Reports get `reportMs` to get through.
+   */
+  async stopAll(reportMs = 5000) {
+    this.closed = true;
+    clearTimeout(this.timer);
+    await this.polling?.catch(() => {});
+    // A failed replica keeps its FAILED and its reason: that is what the operator needs to see.
+    const active = [...this.replicas.values()].filter((r) => r.state === 'LOADING' || r.state === 'READY');
+    await Promise.all(active.map((r) => this.stop(r, 'stopped: the node agent was shut down')));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      this.flush(),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, reportMs);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+}
+
+function sleepOrExit(ms: number, signal: AbortSignal, exited: Promise<unknown>) {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    const done = () => {
+      clearTimeout(timer);
+      resolve();
+    };
+    signal.addEventListener('abort', done, { once: true });
+    void exited.then(done);
+  });
+}
