@@ -1,0 +1,103 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { mkdtemp, rm } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { expect, test } from '@playwright/test';
+import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { admin, signIn, snap } from '../fixtures/hangar.js';
+
+// The whole serving path with a real node agent: a tiny random-weight llama (the real 32000-token vocabulary)
+// in the mirror, served from the console, loaded by the agent with llama.cpp on CPU, and seen ready on the Nodes
+// and Models pages with its smoke test. The agent's GPU is declared (HANGAR_AGENT_GPUS): this machine has none.
+
+let agent: ChildProcess | undefined;
+let agentDir: string | undefined;
+
+test.afterEach(async () => {
+  if (agent && agent.exitCode === null) {
+    const exited = new Promise((r) => agent?.once('exit', r));
+    agent.kill('SIGTERM');
+    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
+    if (agent.exitCode === null) agent.kill('SIGKILL');
+  }
+  if (agentDir) await rm(agentDir, { recursive: true, force: true });
+});
+
+test('a model served from the console becomes ready on a node agent, with its smoke test', async ({
+  page,
+  request,
+  baseURL,
+}) => {
+  test.setTimeout(120_000);
+  const login = await request.post('/graphql', {
+    data: {
+      query: `mutation { login(email: "${admin.email}", password: "${admin.password}") { ... on LoginPayload { csrfToken } } }`,
+    },
+  });
+  const csrf = (await login.json()).data.login.csrfToken as string;
+  const gql = async (query: string) =>
+    (await request.post('/graphql', { headers: { 'x-hangar-csrf': csrf }, data: { query } })).json();
+  const nodeToken = (await gql('mutation { createNode(name: "e2e-cpu") { ... on CreatedNode { token } } }')).data
+    .createNode.token as string;
+  const token = (
+    await gql(
+      'mutation { createApiToken(input: { name: "e2e-serving", role: OPERATOR }) { ... on CreatedApiToken { secret } } }',
+    )
+  ).data.createApiToken.secret as string;
+  const put = await request.put('/mirror/e2e-tiny/v1/tiny-llama.gguf', {
+    headers: { authorization: `Bearer ${token}` },
+    data: tinyLlama(),
+  });
+  expect(put.status()).toBe(201);
+
+  agentDir = await mkdtemp(path.join(os.tmpdir(), 'hangar-e2e-agent-'));
+  agent = spawn(process.execPath, ['--import', 'tsx', 'src/agent/main.ts'], {
+    cwd: path.resolve('../server'),
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: {
+      ...process.env,
+      HANGAR_URL: baseURL,
+      HANGAR_NODE_TOKEN: nodeToken,
+      HANGAR_AGENT_DIR: agentDir,
+      HANGAR_AGENT_GPUS: '[{"name":"Declared GPU","totalMiB":24564,"freeMiB":20000}]',
+      HANGAR_AGENT_THREADS: '1',
+      HANGAR_AGENT_POLL_MS: '500',
+      HANGAR_AGENT_HEARTBEAT_MS: '1000',
+      HANGAR_LOG_LEVEL: 'warn',
+    },
+  });
+
+  await signIn(page);
+  const row = page.getByRole('row', { name: /e2e-tiny/ });
+  await row.getByRole('button', { name: 'Serve' }).click();
+  await expect(page.getByText('fits', { exact: false }).first()).toBeVisible();
+  await page.getByRole('button', { name: 'Put into service' }).click();
+  await expect(page.getByText('e2e-tiny is in the catalog: replicas are placed on the next pass')).toBeVisible();
+
+  await page.getByRole('navigation').getByRole('link', { name: 'Nodes' }).click();
+  const chips = page.getByRole('list', { name: 'Replicas on e2e-cpu' });
+  await expect(async () => {
+    await page.reload();
+    await expect(chips).toContainText('e2e-tiny READY', { timeout: 2000 });
+  }).toPass({ timeout: 90_000, intervals: [1000] });
+  await snap(page, '20-nodes-replica-ready');
+
+  await page.getByRole('navigation').getByRole('link', { name: 'Models' }).click();
+  await expect(page.getByText(/READY on e2e-cpu · [\d.]+ tok\/s/)).toBeVisible();
+  await snap(page, '21-models-replica-ready');
+
+  // Stopped from the console's API: the agent stops the replica and says so.
+  await gql('mutation { setModelMode(name: "e2e-tiny", mode: STOPPED) { __typename } }');
+  await expect(async () => {
+    await page.reload();
+    await expect(page.getByText(/STOPPED/).first()).toBeVisible({ timeout: 2000 });
+  }).toPass({ timeout: 30_000, intervals: [1000] });
+
+  expect((await gql('mutation { removeModel(name: "e2e-tiny") { __typename } }')).data.removeModel.__typename).toBe(
+    'RemovedModel',
+  );
+  expect(
+    (await gql('mutation { removeMirrorVersion(model: "e2e-tiny", version: "v1") { __typename } }')).data
+      .removeMirrorVersion.__typename,
+  ).toBe('RemovedMirrorVersion');
+});
