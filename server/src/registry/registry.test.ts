@@ -311,6 +311,25 @@ describe('the registry explorer', () => {
   });
 });
 
+describe('a slow registry', () => {
+  it('is given up on after HANGAR_HUB_TIMEOUT_MS, saying so', async () => {
+    hub.repos.set('acme/Slow-GGUF', { id: 'acme/Slow-GGUF', sha: 's'.repeat(40), delayMs: 3000, files: [] });
+    const slow = await startTestApp({ HANGAR_HUB_URL: hub.url, HANGAR_HUB_TIMEOUT_MS: '500' });
+    const tok = await slow.token('VIEWER');
+    // Without the timeout the answer would come (after 3 s) and be a RegistryRepo.
+    const r = await slow.gql(
+      '{ registryRepo(id: "acme/Slow-GGUF") { __typename ... on Error { message } } }',
+      {},
+      { token: tok },
+    );
+    expect(r.data?.registryRepo).toEqual({
+      __typename: 'UpstreamError',
+      message: 'the registry did not answer in time',
+    });
+    await slow.close();
+  });
+});
+
 describe('with no registry', () => {
   it('keeps everything else working', async () => {
     const off = await startTestApp({ HANGAR_HUB_URL: 'http://127.0.0.1:9', HANGAR_HUB_TIMEOUT_MS: '2000' });
