@@ -178,67 +178,33 @@ export class RegistryService {
   ): Promise<JudgedSet> {
     const base = { ...set, model: suggestedModelName(id), version: rev.slice(0, 7) };
     const disk = { fits: set.totalBytes <= freeBytes, freeBytes, neededBytes: set.totalBytes };
-    const noFit = (summary: string) => ({ disk, nodes: [], summary });
+    // A set judged without its header (not llama.cpp's, not a model, incomplete, out of reach): the reason says why.
+    const unjudged = (
+      reason: string,
+      summary: string,
+      headerError: string | null = null,
+      headerBytesRead = 0,
+    ): JudgedSet => ({
+      ...base,
+      facts: null,
+      headerError,
+      headerBytesRead,
+      verdict: { servable: false, reason, neededBuild: null },
+      memory: null,
+      fits: { disk, nodes: [], summary },
+    });
     if (set.format === 'SAFETENSORS') {
-      const verdict = {
-        servable: false,
-        reason: 'safetensors weights are served by vLLM, not llama.cpp; the nodes report no vLLM to judge against',
-        neededBuild: null,
-      };
-      return {
-        ...base,
-        facts: null,
-        headerError: null,
-        headerBytesRead: 0,
-        verdict,
-        memory: null,
-        fits: noFit('no llama.cpp estimate for safetensors'),
-      };
+      return unjudged(
+        'safetensors weights are served by vLLM, not llama.cpp; the nodes report no vLLM to judge against',
+        'no llama.cpp estimate for safetensors',
+      );
     }
-    if (set.kind === 'IMATRIX') {
-      const verdict = {
-        servable: false,
-        reason: 'an importance matrix: input to quantisation, not a model',
-        neededBuild: null,
-      };
-      return {
-        ...base,
-        facts: null,
-        headerError: null,
-        headerBytesRead: 0,
-        verdict,
-        memory: null,
-        fits: noFit('not a model'),
-      };
-    }
+    if (set.kind === 'IMATRIX')
+      return unjudged('an importance matrix: input to quantisation, not a model', 'not a model');
     if (!set.complete) {
-      const verdict = {
-        servable: false,
-        reason: `only ${set.files.length} of its ${set.shardCount} shards are in the repository`,
-        neededBuild: null,
-      };
-      return {
-        ...base,
-        facts: null,
-        headerError: null,
-        headerBytesRead: 0,
-        verdict,
-        memory: null,
-        fits: noFit('incomplete'),
-      };
+      return unjudged(`only ${set.files.length} of its ${set.shardCount} shards are in the repository`, 'incomplete');
     }
-    if (!canDownload) {
-      const verdict = { servable: false, reason: 'gated: the header cannot be read without access', neededBuild: null };
-      return {
-        ...base,
-        facts: null,
-        headerError: null,
-        headerBytesRead: 0,
-        verdict,
-        memory: null,
-        fits: noFit('no access'),
-      };
-    }
+    if (!canDownload) return unjudged('gated: the header cannot be read without access', 'no access');
     // The first shard carries the metadata; the others only their tensors.
     const first = set.files[0];
     const src = httpSource(
@@ -256,18 +222,7 @@ export class RegistryService {
           ? err.message
           : `reading the header failed: ${(err as Error).message}`;
     }
-    if (!facts) {
-      const verdict = { servable: false, reason: `the header could not be read: ${headerError}`, neededBuild: null };
-      return {
-        ...base,
-        facts,
-        headerError,
-        headerBytesRead: src.bytesRead,
-        verdict,
-        memory: null,
-        fits: noFit('unknown'),
-      };
-    }
+    if (!facts) return unjudged(`the header could not be read: ${headerError}`, 'unknown', headerError, src.bytesRead);
     let verdict = verdictFor(facts.architecture, build.build, build.source);
     if (set.kind === 'MMPROJ' && verdict.servable)
       verdict = {
