@@ -21,9 +21,15 @@ try {
   // still be running against it. Ours stops the server first and the database last.
   process.removeAllListeners('SIGINT');
   process.removeAllListeners('SIGTERM');
-  let signals = 0;
+  let firstSignalAt = 0;
   const shutdown = (signal: string) => {
-    if (++signals > 1) process.exit(1); // a second Ctrl-C means "now"
+    // A second Ctrl-C means "now". One arriving within a second is the same signal twice (a wrapper relaying
+    // what the terminal already sent to the whole process group), not an operator's second request.
+    if (firstSignalAt) {
+      if (Date.now() - firstSignalAt > 1000) process.exit(1);
+      return;
+    }
+    firstSignalAt = Date.now();
     log.info('stopping', { signal });
     app.stop().then(
       () => process.exit(0),
