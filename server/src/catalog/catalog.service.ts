@@ -253,6 +253,8 @@ export class CatalogService {
     const result = ok(
       await this.db.$transaction(async (tx) => {
         const updated = await tx.catalogModel.update({ where: { id: m.id }, data: s });
+        const key = mirrorKeyOf(m.source);
+        if (key) await notify(tx, 'mirrorVersion', key);
         await this.audit.done(tx, ctx, {
           action: 'setModelMode',
           target: m.name,
@@ -299,6 +301,8 @@ export class CatalogService {
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
     await this.db.$transaction(async (tx) => {
       await tx.catalogModel.delete({ where: { id: m.id } });
+      const key = mirrorKeyOf(m.source);
+      if (key) await notify(tx, 'mirrorVersion', key);
       await this.audit.done(tx, ctx, { action: 'removeModel', target: m.name });
     });
     return ok({ name: m.name });
@@ -339,6 +343,12 @@ export class CatalogService {
     this.log.info('read the declared models', { file, models: models.length });
     return models.length;
   }
+}
+
+/** "model/version" of the mirror version a catalog source points into, so its row's usedBy can be refreshed. */
+function mirrorKeyOf(source: string): string | null {
+  const m = source.match(/\/mirror\/([^/]+)\/([^/]+)\//);
+  return m ? `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}` : null;
 }
 
 function declaredMessage(name: string, file: string | undefined) {

@@ -6,7 +6,7 @@ import { answer, fakeClient } from '../../test/fake-client';
 import { FetchForm_FetchMutation } from './fetch-form';
 import { MirrorPage, MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery } from './mirror-page';
 import { RemoveVersion_RemoveMutation } from './remove-version';
-import { VersionRow_RetryMutation } from './version-row';
+import { VersionRow_RetryMutation, VersionRow_SetModeMutation } from './version-row';
 
 const GiB = 1024 ** 3;
 const sha = (c: string) => c.repeat(64);
@@ -339,7 +339,8 @@ describe('MirrorPage', () => {
     renderPage(fake);
     const user = userEvent.setup();
     const r = await row('qwen3-8b/abc1234');
-    expect(r).toHaveTextContent('used by plain-model (always)');
+    expect(r).toHaveTextContent('used by plain-model');
+    expect(within(r).getByRole('combobox', { name: 'Mode of plain-model' })).toHaveValue('ALWAYS');
 
     await user.click(within(r).getByRole('button', { name: 'Remove' }));
     const dialog = screen.getByRole('alertdialog', { name: 'Remove qwen3-8b/abc1234 (4.7 GiB)?' });
@@ -358,6 +359,42 @@ describe('MirrorPage', () => {
     expect(fake.sent(RemoveVersion_RemoveMutation).map((op) => op.variables)).toEqual([
       { model: 'qwen3-8b', version: 'abc1234', force: false },
       { model: 'qwen3-8b', version: 'abc1234', force: true },
+    ]);
+  });
+
+  it('changes how a model using the version runs, where the file is seen, and shows a refusal there', async () => {
+    const used = version('qwen3-8b', 'abc1234', 'PRESENT', {
+      usedBy: [
+        { __typename: 'ModelUse', name: 'plain-model', mode: 'ALWAYS', replicas: 1, declared: false },
+        { __typename: 'ModelUse', name: 'declared-model', mode: 'ON_DEMAND', replicas: 1, declared: true },
+      ],
+    });
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [used] }])),
+      answer(VersionRow_SetModeMutation, ({ mode }) =>
+        mode === 'STOPPED'
+          ? { setModelMode: { __typename: 'Model', id: 'm1', mode: 'STOPPED' } }
+          : {
+              setModelMode: {
+                __typename: 'ConflictError',
+                code: 'CONFLICT',
+                message: 'plain-model cannot do that now',
+              },
+            },
+      ),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const r = await row('qwen3-8b/abc1234');
+    // A declared model is shown, not offered for change: hangar.yaml decides how it runs.
+    expect(within(r).queryByRole('combobox', { name: 'Mode of declared-model' })).toBeNull();
+    expect(r).toHaveTextContent('used by declared-model (on demand)');
+    await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'STOPPED');
+    await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'ON_DEMAND');
+    expect(await within(r).findByRole('alert')).toHaveTextContent('plain-model cannot do that now');
+    expect(fake.sent(VersionRow_SetModeMutation).map((op) => op.variables)).toEqual([
+      { name: 'plain-model', mode: 'STOPPED' },
+      { name: 'plain-model', mode: 'ON_DEMAND' },
     ]);
   });
 

@@ -150,7 +150,7 @@ describe('ServeForm on a mirror row', () => {
       { model: 'qwen3-8b', version: 'Q4_K_M', name: 'qwen-chat', context: 8192, mode: 'ALWAYS', replicas: 2 },
     ]);
     // The version's "used by" is read again, and links to the Models page.
-    const used = await within(row).findByRole('link', { name: 'used by qwen-chat (always)' });
+    const used = await within(row).findByRole('link', { name: 'used by qwen-chat' });
     expect(used).toHaveAttribute('href', '/models');
   });
 

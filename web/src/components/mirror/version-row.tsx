@@ -12,6 +12,59 @@ import { RemoveVersion } from './remove-version';
 import { ServeForm } from './serve-form';
 import { VersionFiles, type VersionFiles_File, VersionFiles_FileFragment } from './version-files';
 
+export const VersionRow_SetModeMutation = gql<
+  { setModelMode: Outcome<{ __typename: 'Model'; id: string; mode: ModelMode }> },
+  { name: string; mode: ModelMode }
+>`
+  mutation VersionRow_SetMode($name: String!, $mode: ModelMode!) {
+    setModelMode(name: $name, mode: $mode) {
+      __typename
+      ... on Model {
+        id
+        mode
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+/**
+ * How a catalog model that uses this version runs, changeable right here: the row updates when the server
+ * publishes the version again (setModelMode notifies it).
+ */
+function UsedByMode({ name, mode }: { name: string; mode: ModelMode }) {
+  const [result, setMode] = useMutation(VersionRow_SetModeMutation);
+  const [refusal, setRefusal] = useState<string | null>(null);
+  return (
+    <>
+      <select
+        aria-label={`Mode of ${name}`}
+        value={mode}
+        disabled={result.fetching}
+        onChange={async (e) => {
+          setRefusal(null);
+          const r = await setMode({ name, mode: e.target.value as ModelMode });
+          const answer = r.data?.setModelMode;
+          if (r.error) setRefusal(describeError(r.error) ?? 'the change failed');
+          else if (isRefusal(answer)) setRefusal(answer.message);
+        }}
+      >
+        {(Object.keys(modeWords) as ModelMode[]).map((m) => (
+          <option key={m} value={m}>
+            {modeWords[m]}
+          </option>
+        ))}
+      </select>
+      {refusal ? (
+        <span role="alert" className="form-error">
+          {refusal}
+        </span>
+      ) : null}
+    </>
+  );
+}
+
 export type VersionRow_Version = {
   __typename?: 'MirrorVersion';
   id: string;
@@ -172,9 +225,8 @@ export function VersionRow({
                   className="chip"
                   title={`at least ${u.replicas} replica${u.replicas === 1 ? '' : 's'}${u.declared ? '; declared in hangar.yaml' : ''}`}
                 >
-                  <PageLink to="/models">
-                    used by {u.name} ({modeWords[u.mode]})
-                  </PageLink>
+                  <PageLink to="/models">used by {u.name}</PageLink>{' '}
+                  {canChange && !u.declared ? <UsedByMode name={u.name} mode={u.mode} /> : <>({modeWords[u.mode]})</>}
                 </li>
               ))}
             </ul>
