@@ -17,6 +17,20 @@ type Started = {
 export type MirrorSourceInput = { url: string; file?: string | null; sha256?: string | null; size?: number | null };
 
 /** A new version joins the listing through graphcache's updater (graphql/cache.ts). */
+/** The answer to any fetch into the mirror (by URL here, or a registry set): the message and the whole version. */
+export const FetchForm_StartedFragment = gql`
+  fragment FetchForm_Started on FetchStarted {
+    message
+    started
+    alreadyArriving
+    alreadyPresent
+    version {
+      ...VersionRow_Version
+    }
+  }
+  ${VersionRow_VersionFragment}
+`;
+
 export const FetchForm_FetchMutation = gql<
   { fetchToMirror: Outcome<Started> },
   { model: string; version: string; sources: MirrorSourceInput[]; force: boolean }
@@ -24,19 +38,11 @@ export const FetchForm_FetchMutation = gql<
   mutation FetchForm_Fetch($model: String!, $version: String!, $sources: [MirrorSourceInput!]!, $force: Boolean) {
     fetchToMirror(model: $model, version: $version, sources: $sources, force: $force) {
       __typename
-      ... on FetchStarted {
-        message
-        started
-        alreadyArriving
-        alreadyPresent
-        version {
-          ...VersionRow_Version
-        }
-      }
+      ...FetchForm_Started
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
+  ${FetchForm_StartedFragment}
   ${FormError_RefusalFragment}
 `;
 

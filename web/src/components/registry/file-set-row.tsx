@@ -4,6 +4,7 @@ import type { Bytes, Outcome, Refusal } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatCount, shortSha } from '../../lib/format';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { FetchForm_StartedFragment } from '../mirror/fetch-form';
 import { stateBadge } from '../mirror/mirror-parts';
 import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
 import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
@@ -126,19 +127,11 @@ export const FileSetRow_FetchMutation = gql<
   ) {
     fetchRepoSet(repo: $repo, revision: $revision, set: $set, model: $model, version: $version, force: $force) {
       __typename
-      ... on FetchStarted {
-        message
-        started
-        alreadyArriving
-        alreadyPresent
-        version {
-          ...VersionRow_Version
-        }
-      }
+      ...FetchForm_Started
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
+  ${FetchForm_StartedFragment}
   ${FormError_RefusalFragment}
 `;
 
