@@ -42,6 +42,9 @@ export type TransferDone = {
 };
 export type TransferFailed = { ok: false; reason: string; keepPartial: boolean };
 
+/** Bytes waiting for the disk, past which the download waits for it instead of memory growing. */
+const QUEUE_LIMIT = 8 << 20;
+
 class Retryable extends Error {}
 class Fatal extends Error {
   constructor(
@@ -104,6 +107,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
     const stall = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     let total: number | null = null;
+    let writing: Promise<void> | undefined;
     const arm = () => {
       clearTimeout(timer);
       timer = setTimeout(() => stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`)), o.stallMs);
@@ -174,16 +178,51 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
       if (!res.body) throw new Retryable('the upstream sent no body');
 
+      // One write in flight while the next bytes arrive, whatever came meanwhile gathered into the next write:
+      // awaiting a write per chunk held every download to the disk's latency (0.26× curl -o; 0.44× gathered, in
+      // bench/mirror.ts). The hash and the offset move only with bytes a write has put on disk, so after any
+      // error they still say exactly what the partial holds.
+      const file = fh;
+      let queue: Uint8Array[] = [];
+      let queued = 0;
+      let received = offset;
+      const drain = async () => {
+        while (queue.length) {
+          const batch = queue;
+          const bytes = queued;
+          queue = [];
+          queued = 0;
+          await file.writev(batch);
+          for (const c of batch) hash.update(c);
+          offset += bytes;
+          o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
+        }
+      };
+      let failed: unknown = null;
       for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
         arm();
-        if (o.expectedSize != null && offset + chunk.length > o.expectedSize) {
+        received += chunk.length;
+        if (o.expectedSize != null && received > o.expectedSize) {
           throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
         }
-        await fh.write(chunk);
-        hash.update(chunk);
-        offset += chunk.length;
-        o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
+        queue.push(chunk);
+        queued += chunk.length;
+        if (!writing) {
+          writing = drain()
+            .catch((err: unknown) => {
+              failed = err;
+            })
+            .finally(() => {
+              writing = undefined;
+            });
+        } else if (queued >= QUEUE_LIMIT) {
+          await writing;
+        }
+        if (failed) throw failed;
       }
+      if (writing) await writing;
+      await drain();
+      if (failed) throw failed;
       await fh.close();
       fh = undefined;
       if (total !== null && offset < total) throw new Retryable(`the connection ended at ${offset} of ${total} bytes`);
@@ -192,6 +231,8 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       return { ok: true, size: offset, sha256: hash.copy().digest('hex'), upstreamSha256, etag };
     } catch (caught) {
       clearTimeout(timer);
+      // A write still in flight finishes first: then offset and hash say what is on disk, and the file is closed.
+      if (writing) await writing;
       await fh?.close().catch(() => {});
       fh = undefined;
       const err = stall.signal.aborted && !o.signal.aborted ? stall.signal.reason : caught;
