@@ -7,6 +7,7 @@ import { ConfigError } from '../config.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
+import { freeMiB } from '../fleet/placement.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
 import { factsOf } from '../gguf/facts.js';
@@ -138,7 +139,8 @@ export class CatalogService {
     } finally {
       await src.close();
     }
-    const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild);
+    const online = await this.fleet.online();
+    const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild, online);
     const verdict = verdictFor(facts.architecture, build.build, build.source);
     const context = Math.min(
       parsed.value.context ?? facts.contextLength ?? 4096,
@@ -147,11 +149,8 @@ export class CatalogService {
     const weights = ggufs.reduce((n, f) => n + Number(f.bytesDone), 0);
     const memory = estimateMemory(facts, weights, context);
     const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
-    const fitsOn = (await this.fleet.online()).map((n) => {
-      const free = (Array.isArray(n.gpus) ? (n.gpus as { freeMiB?: number }[]) : []).reduce(
-        (s, g) => s + (g.freeMiB ?? 0),
-        0,
-      );
+    const fitsOn = online.map((n) => {
+      const free = freeMiB(n);
       return {
         node: n.name,
         fits: free >= neededMiB,

@@ -205,8 +205,8 @@ export class FleetService {
    * The llama.cpp build the fleet can be counted on for: the oldest among online nodes (a model must load on any
    * node it is placed on), or the configured default when no node reports one.
    */
-  async llamaCppBuild(fallback: number): Promise<{ build: number; source: string }> {
-    const builds = (await this.online()).flatMap((n) =>
+  async llamaCppBuild(fallback: number, online?: Node[]): Promise<{ build: number; source: string }> {
+    const builds = (online ?? (await this.online())).flatMap((n) =>
       (Array.isArray(n.engines) ? (n.engines as { name?: string; build?: number | null }[]) : [])
         .filter((e) => e.name === 'llama.cpp' && typeof e.build === 'number')
         .map((e) => ({ build: e.build as number, node: n.name })),

@@ -29,7 +29,8 @@ export function wanted(m: PlacementModel, now: Date): number {
 }
 
 const engineName = (e: PlacementModel['engine']) => (e === 'llamacpp' ? 'llama.cpp' : 'vllm');
-const freeMiB = (n: PlacementNode) =>
+/** A node's free GPU memory as its agent last reported it, summed over its GPUs (llama.cpp can split a model). */
+export const freeMiB = (n: Pick<Node, 'gpus'>) =>
   (Array.isArray(n.gpus) ? (n.gpus as { freeMiB?: number }[]) : []).reduce((s, g) => s + (g.freeMiB ?? 0), 0);
 const runs = (n: PlacementNode, engine: string) =>
   Array.isArray(n.engines) && (n.engines as { name?: string }[]).some((e) => e.name === engine);

@@ -133,7 +133,7 @@ const MirrorFamily = builder.objectRef<Family>('MirrorFamily').implement({
   }),
 });
 
-type Overview = { versions: MirrorVersionView[] };
+type Overview = { versions: MirrorVersionView[]; freeBytes: number };
 const Mirror = builder.objectRef<Overview>('Mirror').implement({
   fields: (t) => ({
     baseUrl: t.string({ resolve: (_m, _args, ctx) => ctx.services.mirror.base() }),
@@ -145,11 +145,12 @@ const Mirror = builder.objectRef<Overview>('Mirror').implement({
     failed: t.int({ resolve: (m) => m.versions.filter((v) => v.state === 'FAILED').length }),
     diskUsedBytes: t.field({
       type: 'Bytes',
-      resolve: async (_m, _a, ctx) => (await ctx.services.mirror.disk()).usedBytes,
+      description: 'What the versions hold on disk, partials included.',
+      resolve: (m) => m.versions.reduce((n, v) => n + v.progress.bytesDone, 0),
     }),
     diskFreeBytes: t.field({
       type: 'Bytes',
-      resolve: async (_m, _a, ctx) => (await ctx.services.mirror.disk()).freeBytes,
+      resolve: (m) => m.freeBytes,
     }),
     families: t.field({ type: [MirrorFamily], resolve: (m, _a, ctx) => ctx.services.mirror.families(m.versions) }),
     versions: t.field({
@@ -202,7 +203,13 @@ builder.queryFields((t) => ({
   mirror: t.field({
     type: Mirror,
     authScopes: { viewer: true },
-    resolve: async (_root, _args, ctx) => ({ versions: await ctx.services.mirror.versions() }),
+    resolve: async (_root, _args, ctx) => {
+      const [versions, freeBytes] = await Promise.all([
+        ctx.services.mirror.versions(),
+        ctx.services.mirror.freeBytes(),
+      ]);
+      return { versions, freeBytes };
+    },
   }),
   mirrorVersion: t.field({
     type: MirrorVersionRef,

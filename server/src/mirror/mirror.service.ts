@@ -157,11 +157,11 @@ export class MirrorService {
     return out;
   }
 
-  async disk() {
+  /** Free space where the mirror keeps its files. (What it uses is the sum of its versions' bytes.) */
+  async freeBytes() {
     await fs.mkdir(this.paths.root, { recursive: true });
     const s = await fs.statfs(this.paths.root);
-    const used = await this.db.mirrorFile.aggregate({ _sum: { bytesDone: true } });
-    return { freeBytes: s.bavail * s.bsize, usedBytes: Number(used._sum.bytesDone ?? 0) };
+    return s.bavail * s.bsize;
   }
 
   /** Catalog models whose source is in this version. */
@@ -220,7 +220,7 @@ export class MirrorService {
 
     // Checked before any byte moves: a download that fills the disk at 90 % wastes the hour it took.
     const needed = toStart.reduce((n, f) => n + (f.size ?? 0), 0);
-    const { freeBytes } = await this.disk();
+    const freeBytes = await this.freeBytes();
     if (needed > freeBytes) {
       return fail(
         new ConflictError(
@@ -413,7 +413,7 @@ export class MirrorService {
         ),
       );
     }
-    const { freeBytes } = await this.disk();
+    const freeBytes = await this.freeBytes();
     if (parsed.value.size && parsed.value.size > freeBytes) {
       return fail(
         new ConflictError(`not enough disk: the upload is ${parsed.value.size} bytes and ${freeBytes} are free`),
@@ -639,7 +639,7 @@ export class MirrorService {
       maxAttempts: this.config.mirrorAttempts,
       signal,
       onProgress: persist,
-      freeBytes: async () => (await this.disk()).freeBytes,
+      freeBytes: () => this.freeBytes(),
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
     }).finally(() => clearInterval(heartbeat));
     await persisting.catch(() => {});

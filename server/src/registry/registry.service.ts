@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
 import type { FleetService } from '../fleet/fleet.service.js';
+import { freeMiB } from '../fleet/placement.js';
 import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
 import { factsOf, type ModelFacts } from '../gguf/facts.js';
 import { estimateMemory, type MemoryEstimate } from '../gguf/memory.js';
@@ -138,9 +139,9 @@ export class RegistryService {
       const sets = groupSets(files);
       const probe = sets[0]?.files[0]?.path;
       const access = repo.gated && probe ? await this.hub.canDownload(id, rev, probe) : { ok: true, reason: null };
-      const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild);
       const nodes = await this.fleet.online();
-      const { freeBytes } = await this.mirror.disk();
+      const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild, nodes);
+      const freeBytes = await this.mirror.freeBytes();
       const judged = await mapLimit(sets, 4, (s) =>
         this.judge(id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
       );
@@ -240,16 +241,16 @@ export class RegistryService {
     const memory = estimateMemory(facts, set.totalBytes, ctx);
     const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
     const nodeFits: NodeFit[] = nodes.map((n) => {
-      const gpus = Array.isArray(n.gpus) ? (n.gpus as { freeMiB?: number; name?: string }[]) : [];
-      const freeMiB = gpus.reduce((s, g) => s + (g.freeMiB ?? 0), 0);
-      const fits = freeMiB >= neededMiB;
+      const gpus = Array.isArray(n.gpus) ? n.gpus : [];
+      const free = freeMiB(n);
+      const fits = free >= neededMiB;
       const reason =
         gpus.length === 0
           ? `${n.name} reports no GPU`
           : fits
-            ? `${freeMiB} MiB free of GPU memory`
-            : `needs ${neededMiB} MiB, ${freeMiB} MiB free`;
-      return { node: n.name, fits, freeMiB, neededMiB, reason };
+            ? `${free} MiB free of GPU memory`
+            : `needs ${neededMiB} MiB, ${free} MiB free`;
+      return { node: n.name, fits, freeMiB: free, neededMiB, reason };
     });
     const fitting = nodeFits.filter((f) => f.fits).length;
     const summary = !nodes.length

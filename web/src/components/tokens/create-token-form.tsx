@@ -1,9 +1,10 @@
 import { type FormEvent, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal, Role } from '../../graphql/types';
-import { isRefusal, roles } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { RoleOptions } from '../common/role-options';
 import { type TokenTable_Token, TokenTable_TokenFragment } from './token-table';
 
 type Created = { __typename: 'CreatedApiToken'; secret: string; token: TokenTable_Token };
@@ -74,11 +75,7 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         <label className="field">
           <span>Role</span>
           <select name="role" defaultValue="VIEWER">
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {r}
-              </option>
-            ))}
+            <RoleOptions />
           </select>
         </label>
         <label className="field">

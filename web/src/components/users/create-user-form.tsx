@@ -1,8 +1,9 @@
 import { type FormEvent, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal, Role } from '../../graphql/types';
-import { isRefusal, roles } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { RoleOptions } from '../common/role-options';
 import { type UserTable_User, UserTable_UserFragment } from './user-table';
 
 /** The user joins the cached `users` list through graphcache's updater (graphql/cache.ts). */
@@ -65,11 +66,7 @@ export function CreateUserForm() {
         <label className="field">
           <span>Role</span>
           <select name="role" defaultValue="VIEWER">
-            {roles.map((r) => (
-              <option key={r} value={r}>
-                {r}
-              </option>
-            ))}
+            <RoleOptions />
           </select>
         </label>
         <label className="field">

@@ -1,8 +1,9 @@
 import { useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Role } from '../../graphql/types';
-import { isRefusal, roles } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { RoleOptions } from '../common/role-options';
 import { TimeAgo } from '../common/time-ago';
 
 export type UserTable_User = {
@@ -95,11 +96,7 @@ function UserRow({ user, isYou }: { user: UserTable_User; isYou: boolean }) {
           disabled={fetching}
           onChange={(e) => change({ role: e.target.value as Role })}
         >
-          {roles.map((r) => (
-            <option key={r} value={r}>
-              {r}
-            </option>
-          ))}
+          <RoleOptions />
         </select>
       </td>
       <td>
