@@ -87,6 +87,16 @@ export function MirrorPage({
   useSubscription({ query: MirrorPage_ChangedSubscription });
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
   useEffect(() => live.onReconnect(() => refetch({ requestPolicy: 'network-only' })), [refetch]);
+  const anyArriving = (data?.mirror.families ?? []).some((f) =>
+    f.versions.some((v) => !v.removed && arrivingStates.includes(v.state)),
+  );
+  useEffect(() => {
+    if (!anyArriving) return;
+    // A listing read while a small file finishes can land after the event saying it is done, and no event follows
+    // it; while anything is arriving, the listing is read again now and then so every row ends where the server is.
+    const t = setInterval(() => refetch({ requestPolicy: 'network-only' }), 5000);
+    return () => clearInterval(t);
+  }, [anyArriving, refetch]);
 
   const [localOpen, setLocalOpen] = useState(false);
   const [localServe, setLocalServe] = useState<string>();
