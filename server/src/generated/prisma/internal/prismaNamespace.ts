@@ -2068,6 +2068,7 @@ export const AdapterScalarFieldEnum = {
   owner: 'owner',
   modelId: 'modelId',
   trainJobId: 'trainJobId',
+  artifactSha256: 'artifactSha256',
   createdAt: 'createdAt'
 } as const
 
@@ -2139,6 +2140,8 @@ export const TrainJobScalarFieldEnum = {
   params: 'params',
   gguf: 'gguf',
   dataPath: 'dataPath',
+  dataSha256: 'dataSha256',
+  dataBytes: 'dataBytes',
   pairs: 'pairs',
   state: 'state',
   step: 'step',
@@ -2148,6 +2151,7 @@ export const TrainJobScalarFieldEnum = {
   peakMiB: 'peakMiB',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
+  cancelRequestedAt: 'cancelRequestedAt',
   createdById: 'createdById',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -2190,6 +2194,7 @@ export const TrainArtifactScalarFieldEnum = {
   size: 'size',
   sha256: 'sha256',
   path: 'path',
+  files: 'files',
   createdAt: 'createdAt'
 } as const
 

@@ -202,6 +202,7 @@ export const AdapterScalarFieldEnum = {
   owner: 'owner',
   modelId: 'modelId',
   trainJobId: 'trainJobId',
+  artifactSha256: 'artifactSha256',
   createdAt: 'createdAt'
 } as const
 
@@ -273,6 +274,8 @@ export const TrainJobScalarFieldEnum = {
   params: 'params',
   gguf: 'gguf',
   dataPath: 'dataPath',
+  dataSha256: 'dataSha256',
+  dataBytes: 'dataBytes',
   pairs: 'pairs',
   state: 'state',
   step: 'step',
@@ -282,6 +285,7 @@ export const TrainJobScalarFieldEnum = {
   peakMiB: 'peakMiB',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
+  cancelRequestedAt: 'cancelRequestedAt',
   createdById: 'createdById',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -324,6 +328,7 @@ export const TrainArtifactScalarFieldEnum = {
   size: 'size',
   sha256: 'sha256',
   path: 'path',
+  files: 'files',
   createdAt: 'createdAt'
 } as const
 

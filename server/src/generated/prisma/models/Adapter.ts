@@ -31,6 +31,7 @@ export type AdapterMinAggregateOutputType = {
   owner: string | null
   modelId: string | null
   trainJobId: string | null
+  artifactSha256: string | null
   createdAt: Date | null
 }
 
@@ -41,6 +42,7 @@ export type AdapterMaxAggregateOutputType = {
   owner: string | null
   modelId: string | null
   trainJobId: string | null
+  artifactSha256: string | null
   createdAt: Date | null
 }
 
@@ -51,6 +53,7 @@ export type AdapterCountAggregateOutputType = {
   owner: number
   modelId: number
   trainJobId: number
+  artifactSha256: number
   createdAt: number
   _all: number
 }
@@ -63,6 +66,7 @@ export type AdapterMinAggregateInputType = {
   owner?: true
   modelId?: true
   trainJobId?: true
+  artifactSha256?: true
   createdAt?: true
 }
 
@@ -73,6 +77,7 @@ export type AdapterMaxAggregateInputType = {
   owner?: true
   modelId?: true
   trainJobId?: true
+  artifactSha256?: true
   createdAt?: true
 }
 
@@ -83,6 +88,7 @@ export type AdapterCountAggregateInputType = {
   owner?: true
   modelId?: true
   trainJobId?: true
+  artifactSha256?: true
   createdAt?: true
   _all?: true
 }
@@ -166,6 +172,7 @@ export type AdapterGroupByOutputType = {
   owner: string | null
   modelId: string
   trainJobId: string | null
+  artifactSha256: string | null
   createdAt: Date
   _count: AdapterCountAggregateOutputType | null
   _min: AdapterMinAggregateOutputType | null
@@ -197,6 +204,7 @@ export type AdapterWhereInput = {
   owner?: Prisma.StringNullableFilter<"Adapter"> | string | null
   modelId?: Prisma.UuidFilter<"Adapter"> | string
   trainJobId?: Prisma.UuidNullableFilter<"Adapter"> | string | null
+  artifactSha256?: Prisma.StringNullableFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
 }
@@ -208,6 +216,7 @@ export type AdapterOrderByWithRelationInput = {
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
   modelId?: Prisma.SortOrder
   trainJobId?: Prisma.SortOrderInput | Prisma.SortOrder
+  artifactSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
 }
@@ -222,6 +231,7 @@ export type AdapterWhereUniqueInput = Prisma.AtLeast<{
   owner?: Prisma.StringNullableFilter<"Adapter"> | string | null
   modelId?: Prisma.UuidFilter<"Adapter"> | string
   trainJobId?: Prisma.UuidNullableFilter<"Adapter"> | string | null
+  artifactSha256?: Prisma.StringNullableFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
 }, "id" | "name">
@@ -233,6 +243,7 @@ export type AdapterOrderByWithAggregationInput = {
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
   modelId?: Prisma.SortOrder
   trainJobId?: Prisma.SortOrderInput | Prisma.SortOrder
+  artifactSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.AdapterCountOrderByAggregateInput
   _max?: Prisma.AdapterMaxOrderByAggregateInput
@@ -249,6 +260,7 @@ export type AdapterScalarWhereWithAggregatesInput = {
   owner?: Prisma.StringNullableWithAggregatesFilter<"Adapter"> | string | null
   modelId?: Prisma.UuidWithAggregatesFilter<"Adapter"> | string
   trainJobId?: Prisma.UuidNullableWithAggregatesFilter<"Adapter"> | string | null
+  artifactSha256?: Prisma.StringNullableWithAggregatesFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Adapter"> | Date | string
 }
 
@@ -258,6 +270,7 @@ export type AdapterCreateInput = {
   source: string
   owner?: string | null
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutAdaptersInput
 }
@@ -269,6 +282,7 @@ export type AdapterUncheckedCreateInput = {
   owner?: string | null
   modelId: string
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
 }
 
@@ -278,6 +292,7 @@ export type AdapterUpdateInput = {
   source?: Prisma.StringFieldUpdateOperationsInput | string
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutAdaptersNestedInput
 }
@@ -289,6 +304,7 @@ export type AdapterUncheckedUpdateInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -299,6 +315,7 @@ export type AdapterCreateManyInput = {
   owner?: string | null
   modelId: string
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
 }
 
@@ -308,6 +325,7 @@ export type AdapterUpdateManyMutationInput = {
   source?: Prisma.StringFieldUpdateOperationsInput | string
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -318,6 +336,7 @@ export type AdapterUncheckedUpdateManyInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -338,6 +357,7 @@ export type AdapterCountOrderByAggregateInput = {
   owner?: Prisma.SortOrder
   modelId?: Prisma.SortOrder
   trainJobId?: Prisma.SortOrder
+  artifactSha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -348,6 +368,7 @@ export type AdapterMaxOrderByAggregateInput = {
   owner?: Prisma.SortOrder
   modelId?: Prisma.SortOrder
   trainJobId?: Prisma.SortOrder
+  artifactSha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -358,6 +379,7 @@ export type AdapterMinOrderByAggregateInput = {
   owner?: Prisma.SortOrder
   modelId?: Prisma.SortOrder
   trainJobId?: Prisma.SortOrder
+  artifactSha256?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -409,6 +431,7 @@ export type AdapterCreateWithoutModelInput = {
   source: string
   owner?: string | null
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
 }
 
@@ -418,6 +441,7 @@ export type AdapterUncheckedCreateWithoutModelInput = {
   source: string
   owner?: string | null
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
 }
 
@@ -457,6 +481,7 @@ export type AdapterScalarWhereInput = {
   owner?: Prisma.StringNullableFilter<"Adapter"> | string | null
   modelId?: Prisma.UuidFilter<"Adapter"> | string
   trainJobId?: Prisma.UuidNullableFilter<"Adapter"> | string | null
+  artifactSha256?: Prisma.StringNullableFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
 }
 
@@ -466,6 +491,7 @@ export type AdapterCreateManyModelInput = {
   source: string
   owner?: string | null
   trainJobId?: string | null
+  artifactSha256?: string | null
   createdAt?: Date | string
 }
 
@@ -475,6 +501,7 @@ export type AdapterUpdateWithoutModelInput = {
   source?: Prisma.StringFieldUpdateOperationsInput | string
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -484,6 +511,7 @@ export type AdapterUncheckedUpdateWithoutModelInput = {
   source?: Prisma.StringFieldUpdateOperationsInput | string
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -493,6 +521,7 @@ export type AdapterUncheckedUpdateManyWithoutModelInput = {
   source?: Prisma.StringFieldUpdateOperationsInput | string
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -505,6 +534,7 @@ export type AdapterSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   owner?: boolean
   modelId?: boolean
   trainJobId?: boolean
+  artifactSha256?: boolean
   createdAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["adapter"]>
@@ -516,6 +546,7 @@ export type AdapterSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   owner?: boolean
   modelId?: boolean
   trainJobId?: boolean
+  artifactSha256?: boolean
   createdAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["adapter"]>
@@ -527,6 +558,7 @@ export type AdapterSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   owner?: boolean
   modelId?: boolean
   trainJobId?: boolean
+  artifactSha256?: boolean
   createdAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["adapter"]>
@@ -538,10 +570,11 @@ export type AdapterSelectScalar = {
   owner?: boolean
   modelId?: boolean
   trainJobId?: boolean
+  artifactSha256?: boolean
   createdAt?: boolean
 }
 
-export type AdapterOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "owner" | "modelId" | "trainJobId" | "createdAt", ExtArgs["result"]["adapter"]>
+export type AdapterOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "owner" | "modelId" | "trainJobId" | "artifactSha256" | "createdAt", ExtArgs["result"]["adapter"]>
 export type AdapterInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
 }
@@ -564,6 +597,7 @@ export type $AdapterPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     owner: string | null
     modelId: string
     trainJobId: string | null
+    artifactSha256: string | null
     createdAt: Date
   }, ExtArgs["result"]["adapter"]>
   composites: {}
@@ -995,6 +1029,7 @@ export interface AdapterFieldRefs {
   readonly owner: Prisma.FieldRef<"Adapter", 'String'>
   readonly modelId: Prisma.FieldRef<"Adapter", 'String'>
   readonly trainJobId: Prisma.FieldRef<"Adapter", 'String'>
+  readonly artifactSha256: Prisma.FieldRef<"Adapter", 'String'>
   readonly createdAt: Prisma.FieldRef<"Adapter", 'DateTime'>
 }
     

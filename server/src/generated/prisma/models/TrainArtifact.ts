@@ -61,6 +61,7 @@ export type TrainArtifactCountAggregateOutputType = {
   size: number
   sha256: number
   path: number
+  files: number
   createdAt: number
   _all: number
 }
@@ -101,6 +102,7 @@ export type TrainArtifactCountAggregateInputType = {
   size?: true
   sha256?: true
   path?: true
+  files?: true
   createdAt?: true
   _all?: true
 }
@@ -198,6 +200,7 @@ export type TrainArtifactGroupByOutputType = {
   size: bigint
   sha256: string
   path: string
+  files: runtime.JsonValue | null
   createdAt: Date
   _count: TrainArtifactCountAggregateOutputType | null
   _avg: TrainArtifactAvgAggregateOutputType | null
@@ -231,6 +234,7 @@ export type TrainArtifactWhereInput = {
   size?: Prisma.BigIntFilter<"TrainArtifact"> | bigint | number
   sha256?: Prisma.StringFilter<"TrainArtifact"> | string
   path?: Prisma.StringFilter<"TrainArtifact"> | string
+  files?: Prisma.JsonNullableFilter<"TrainArtifact">
   createdAt?: Prisma.DateTimeFilter<"TrainArtifact"> | Date | string
   job?: Prisma.XOR<Prisma.TrainJobScalarRelationFilter, Prisma.TrainJobWhereInput>
 }
@@ -242,6 +246,7 @@ export type TrainArtifactOrderByWithRelationInput = {
   size?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   path?: Prisma.SortOrder
+  files?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   job?: Prisma.TrainJobOrderByWithRelationInput
 }
@@ -257,6 +262,7 @@ export type TrainArtifactWhereUniqueInput = Prisma.AtLeast<{
   size?: Prisma.BigIntFilter<"TrainArtifact"> | bigint | number
   sha256?: Prisma.StringFilter<"TrainArtifact"> | string
   path?: Prisma.StringFilter<"TrainArtifact"> | string
+  files?: Prisma.JsonNullableFilter<"TrainArtifact">
   createdAt?: Prisma.DateTimeFilter<"TrainArtifact"> | Date | string
   job?: Prisma.XOR<Prisma.TrainJobScalarRelationFilter, Prisma.TrainJobWhereInput>
 }, "id" | "jobId_kind">
@@ -268,6 +274,7 @@ export type TrainArtifactOrderByWithAggregationInput = {
   size?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   path?: Prisma.SortOrder
+  files?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.TrainArtifactCountOrderByAggregateInput
   _avg?: Prisma.TrainArtifactAvgOrderByAggregateInput
@@ -286,6 +293,7 @@ export type TrainArtifactScalarWhereWithAggregatesInput = {
   size?: Prisma.BigIntWithAggregatesFilter<"TrainArtifact"> | bigint | number
   sha256?: Prisma.StringWithAggregatesFilter<"TrainArtifact"> | string
   path?: Prisma.StringWithAggregatesFilter<"TrainArtifact"> | string
+  files?: Prisma.JsonNullableWithAggregatesFilter<"TrainArtifact">
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"TrainArtifact"> | Date | string
 }
 
@@ -295,6 +303,7 @@ export type TrainArtifactCreateInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
   job: Prisma.TrainJobCreateNestedOneWithoutArtifactsInput
 }
@@ -306,6 +315,7 @@ export type TrainArtifactUncheckedCreateInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -315,6 +325,7 @@ export type TrainArtifactUpdateInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   job?: Prisma.TrainJobUpdateOneRequiredWithoutArtifactsNestedInput
 }
@@ -326,6 +337,7 @@ export type TrainArtifactUncheckedUpdateInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -336,6 +348,7 @@ export type TrainArtifactCreateManyInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -345,6 +358,7 @@ export type TrainArtifactUpdateManyMutationInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -355,6 +369,7 @@ export type TrainArtifactUncheckedUpdateManyInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -380,6 +395,7 @@ export type TrainArtifactCountOrderByAggregateInput = {
   size?: Prisma.SortOrder
   sha256?: Prisma.SortOrder
   path?: Prisma.SortOrder
+  files?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -463,6 +479,7 @@ export type TrainArtifactCreateWithoutJobInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -472,6 +489,7 @@ export type TrainArtifactUncheckedCreateWithoutJobInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -511,6 +529,7 @@ export type TrainArtifactScalarWhereInput = {
   size?: Prisma.BigIntFilter<"TrainArtifact"> | bigint | number
   sha256?: Prisma.StringFilter<"TrainArtifact"> | string
   path?: Prisma.StringFilter<"TrainArtifact"> | string
+  files?: Prisma.JsonNullableFilter<"TrainArtifact">
   createdAt?: Prisma.DateTimeFilter<"TrainArtifact"> | Date | string
 }
 
@@ -520,6 +539,7 @@ export type TrainArtifactCreateManyJobInput = {
   size: bigint | number
   sha256: string
   path: string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Date | string
 }
 
@@ -529,6 +549,7 @@ export type TrainArtifactUpdateWithoutJobInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -538,6 +559,7 @@ export type TrainArtifactUncheckedUpdateWithoutJobInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -547,6 +569,7 @@ export type TrainArtifactUncheckedUpdateManyWithoutJobInput = {
   size?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   sha256?: Prisma.StringFieldUpdateOperationsInput | string
   path?: Prisma.StringFieldUpdateOperationsInput | string
+  files?: Prisma.NullableJsonNullValueInput | runtime.InputJsonValue
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -559,6 +582,7 @@ export type TrainArtifactSelect<ExtArgs extends runtime.Types.Extensions.Interna
   size?: boolean
   sha256?: boolean
   path?: boolean
+  files?: boolean
   createdAt?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainArtifact"]>
@@ -570,6 +594,7 @@ export type TrainArtifactSelectCreateManyAndReturn<ExtArgs extends runtime.Types
   size?: boolean
   sha256?: boolean
   path?: boolean
+  files?: boolean
   createdAt?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainArtifact"]>
@@ -581,6 +606,7 @@ export type TrainArtifactSelectUpdateManyAndReturn<ExtArgs extends runtime.Types
   size?: boolean
   sha256?: boolean
   path?: boolean
+  files?: boolean
   createdAt?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainArtifact"]>
@@ -592,10 +618,11 @@ export type TrainArtifactSelectScalar = {
   size?: boolean
   sha256?: boolean
   path?: boolean
+  files?: boolean
   createdAt?: boolean
 }
 
-export type TrainArtifactOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "jobId" | "kind" | "size" | "sha256" | "path" | "createdAt", ExtArgs["result"]["trainArtifact"]>
+export type TrainArtifactOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "jobId" | "kind" | "size" | "sha256" | "path" | "files" | "createdAt", ExtArgs["result"]["trainArtifact"]>
 export type TrainArtifactInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }
@@ -618,6 +645,7 @@ export type $TrainArtifactPayload<ExtArgs extends runtime.Types.Extensions.Inter
     size: bigint
     sha256: string
     path: string
+    files: runtime.JsonValue | null
     createdAt: Date
   }, ExtArgs["result"]["trainArtifact"]>
   composites: {}
@@ -1049,6 +1077,7 @@ export interface TrainArtifactFieldRefs {
   readonly size: Prisma.FieldRef<"TrainArtifact", 'BigInt'>
   readonly sha256: Prisma.FieldRef<"TrainArtifact", 'String'>
   readonly path: Prisma.FieldRef<"TrainArtifact", 'String'>
+  readonly files: Prisma.FieldRef<"TrainArtifact", 'Json'>
   readonly createdAt: Prisma.FieldRef<"TrainArtifact", 'DateTime'>
 }
     

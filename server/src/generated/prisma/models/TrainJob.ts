@@ -28,6 +28,7 @@ export type AggregateTrainJob = {
 
 export type TrainJobAvgAggregateOutputType = {
   gpuMiB: number | null
+  dataBytes: number | null
   pairs: number | null
   step: number | null
   steps: number | null
@@ -37,6 +38,7 @@ export type TrainJobAvgAggregateOutputType = {
 
 export type TrainJobSumAggregateOutputType = {
   gpuMiB: number | null
+  dataBytes: number | null
   pairs: number | null
   step: number | null
   steps: number | null
@@ -55,6 +57,8 @@ export type TrainJobMinAggregateOutputType = {
   gpuMiB: number | null
   gguf: boolean | null
   dataPath: string | null
+  dataSha256: string | null
+  dataBytes: number | null
   pairs: number | null
   state: $Enums.JobState | null
   step: number | null
@@ -64,6 +68,7 @@ export type TrainJobMinAggregateOutputType = {
   peakMiB: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  cancelRequestedAt: Date | null
   createdById: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -82,6 +87,8 @@ export type TrainJobMaxAggregateOutputType = {
   gpuMiB: number | null
   gguf: boolean | null
   dataPath: string | null
+  dataSha256: string | null
+  dataBytes: number | null
   pairs: number | null
   state: $Enums.JobState | null
   step: number | null
@@ -91,6 +98,7 @@ export type TrainJobMaxAggregateOutputType = {
   peakMiB: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  cancelRequestedAt: Date | null
   createdById: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -110,6 +118,8 @@ export type TrainJobCountAggregateOutputType = {
   params: number
   gguf: number
   dataPath: number
+  dataSha256: number
+  dataBytes: number
   pairs: number
   state: number
   step: number
@@ -119,6 +129,7 @@ export type TrainJobCountAggregateOutputType = {
   peakMiB: number
   leaseOwner: number
   leaseUntil: number
+  cancelRequestedAt: number
   createdById: number
   createdAt: number
   updatedAt: number
@@ -130,6 +141,7 @@ export type TrainJobCountAggregateOutputType = {
 
 export type TrainJobAvgAggregateInputType = {
   gpuMiB?: true
+  dataBytes?: true
   pairs?: true
   step?: true
   steps?: true
@@ -139,6 +151,7 @@ export type TrainJobAvgAggregateInputType = {
 
 export type TrainJobSumAggregateInputType = {
   gpuMiB?: true
+  dataBytes?: true
   pairs?: true
   step?: true
   steps?: true
@@ -157,6 +170,8 @@ export type TrainJobMinAggregateInputType = {
   gpuMiB?: true
   gguf?: true
   dataPath?: true
+  dataSha256?: true
+  dataBytes?: true
   pairs?: true
   state?: true
   step?: true
@@ -166,6 +181,7 @@ export type TrainJobMinAggregateInputType = {
   peakMiB?: true
   leaseOwner?: true
   leaseUntil?: true
+  cancelRequestedAt?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -184,6 +200,8 @@ export type TrainJobMaxAggregateInputType = {
   gpuMiB?: true
   gguf?: true
   dataPath?: true
+  dataSha256?: true
+  dataBytes?: true
   pairs?: true
   state?: true
   step?: true
@@ -193,6 +211,7 @@ export type TrainJobMaxAggregateInputType = {
   peakMiB?: true
   leaseOwner?: true
   leaseUntil?: true
+  cancelRequestedAt?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -212,6 +231,8 @@ export type TrainJobCountAggregateInputType = {
   params?: true
   gguf?: true
   dataPath?: true
+  dataSha256?: true
+  dataBytes?: true
   pairs?: true
   state?: true
   step?: true
@@ -221,6 +242,7 @@ export type TrainJobCountAggregateInputType = {
   peakMiB?: true
   leaseOwner?: true
   leaseUntil?: true
+  cancelRequestedAt?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -327,6 +349,8 @@ export type TrainJobGroupByOutputType = {
   params: runtime.JsonValue
   gguf: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state: $Enums.JobState
   step: number
@@ -336,6 +360,7 @@ export type TrainJobGroupByOutputType = {
   peakMiB: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  cancelRequestedAt: Date | null
   createdById: string | null
   createdAt: Date
   updatedAt: Date
@@ -378,6 +403,8 @@ export type TrainJobWhereInput = {
   params?: Prisma.JsonFilter<"TrainJob">
   gguf?: Prisma.BoolFilter<"TrainJob"> | boolean
   dataPath?: Prisma.StringFilter<"TrainJob"> | string
+  dataSha256?: Prisma.StringFilter<"TrainJob"> | string
+  dataBytes?: Prisma.IntFilter<"TrainJob"> | number
   pairs?: Prisma.IntFilter<"TrainJob"> | number
   state?: Prisma.EnumJobStateFilter<"TrainJob"> | $Enums.JobState
   step?: Prisma.IntFilter<"TrainJob"> | number
@@ -387,6 +414,7 @@ export type TrainJobWhereInput = {
   peakMiB?: Prisma.IntNullableFilter<"TrainJob"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -411,6 +439,8 @@ export type TrainJobOrderByWithRelationInput = {
   params?: Prisma.SortOrder
   gguf?: Prisma.SortOrder
   dataPath?: Prisma.SortOrder
+  dataSha256?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   state?: Prisma.SortOrder
   step?: Prisma.SortOrder
@@ -420,6 +450,7 @@ export type TrainJobOrderByWithRelationInput = {
   peakMiB?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  cancelRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdById?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -447,6 +478,8 @@ export type TrainJobWhereUniqueInput = Prisma.AtLeast<{
   params?: Prisma.JsonFilter<"TrainJob">
   gguf?: Prisma.BoolFilter<"TrainJob"> | boolean
   dataPath?: Prisma.StringFilter<"TrainJob"> | string
+  dataSha256?: Prisma.StringFilter<"TrainJob"> | string
+  dataBytes?: Prisma.IntFilter<"TrainJob"> | number
   pairs?: Prisma.IntFilter<"TrainJob"> | number
   state?: Prisma.EnumJobStateFilter<"TrainJob"> | $Enums.JobState
   step?: Prisma.IntFilter<"TrainJob"> | number
@@ -456,6 +489,7 @@ export type TrainJobWhereUniqueInput = Prisma.AtLeast<{
   peakMiB?: Prisma.IntNullableFilter<"TrainJob"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -480,6 +514,8 @@ export type TrainJobOrderByWithAggregationInput = {
   params?: Prisma.SortOrder
   gguf?: Prisma.SortOrder
   dataPath?: Prisma.SortOrder
+  dataSha256?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   state?: Prisma.SortOrder
   step?: Prisma.SortOrder
@@ -489,6 +525,7 @@ export type TrainJobOrderByWithAggregationInput = {
   peakMiB?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  cancelRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdById?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -516,6 +553,8 @@ export type TrainJobScalarWhereWithAggregatesInput = {
   params?: Prisma.JsonWithAggregatesFilter<"TrainJob">
   gguf?: Prisma.BoolWithAggregatesFilter<"TrainJob"> | boolean
   dataPath?: Prisma.StringWithAggregatesFilter<"TrainJob"> | string
+  dataSha256?: Prisma.StringWithAggregatesFilter<"TrainJob"> | string
+  dataBytes?: Prisma.IntWithAggregatesFilter<"TrainJob"> | number
   pairs?: Prisma.IntWithAggregatesFilter<"TrainJob"> | number
   state?: Prisma.EnumJobStateWithAggregatesFilter<"TrainJob"> | $Enums.JobState
   step?: Prisma.IntWithAggregatesFilter<"TrainJob"> | number
@@ -525,6 +564,7 @@ export type TrainJobScalarWhereWithAggregatesInput = {
   peakMiB?: Prisma.IntNullableWithAggregatesFilter<"TrainJob"> | number | null
   leaseOwner?: Prisma.StringNullableWithAggregatesFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"TrainJob"> | Date | string | null
+  cancelRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"TrainJob"> | Date | string | null
   createdById?: Prisma.UuidNullableWithAggregatesFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"TrainJob"> | Date | string
@@ -543,6 +583,8 @@ export type TrainJobCreateInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -552,6 +594,7 @@ export type TrainJobCreateInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -575,6 +618,8 @@ export type TrainJobUncheckedCreateInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -584,6 +629,7 @@ export type TrainJobUncheckedCreateInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -605,6 +651,8 @@ export type TrainJobUpdateInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -614,6 +662,7 @@ export type TrainJobUpdateInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -637,6 +686,8 @@ export type TrainJobUncheckedUpdateInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -646,6 +697,7 @@ export type TrainJobUncheckedUpdateInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -668,6 +720,8 @@ export type TrainJobCreateManyInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -677,6 +731,7 @@ export type TrainJobCreateManyInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -695,6 +750,8 @@ export type TrainJobUpdateManyMutationInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -704,6 +761,7 @@ export type TrainJobUpdateManyMutationInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -722,6 +780,8 @@ export type TrainJobUncheckedUpdateManyInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -731,6 +791,7 @@ export type TrainJobUncheckedUpdateManyInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -760,6 +821,8 @@ export type TrainJobCountOrderByAggregateInput = {
   params?: Prisma.SortOrder
   gguf?: Prisma.SortOrder
   dataPath?: Prisma.SortOrder
+  dataSha256?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   state?: Prisma.SortOrder
   step?: Prisma.SortOrder
@@ -769,6 +832,7 @@ export type TrainJobCountOrderByAggregateInput = {
   peakMiB?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  cancelRequestedAt?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -778,6 +842,7 @@ export type TrainJobCountOrderByAggregateInput = {
 
 export type TrainJobAvgOrderByAggregateInput = {
   gpuMiB?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   step?: Prisma.SortOrder
   steps?: Prisma.SortOrder
@@ -796,6 +861,8 @@ export type TrainJobMaxOrderByAggregateInput = {
   gpuMiB?: Prisma.SortOrder
   gguf?: Prisma.SortOrder
   dataPath?: Prisma.SortOrder
+  dataSha256?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   state?: Prisma.SortOrder
   step?: Prisma.SortOrder
@@ -805,6 +872,7 @@ export type TrainJobMaxOrderByAggregateInput = {
   peakMiB?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  cancelRequestedAt?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -823,6 +891,8 @@ export type TrainJobMinOrderByAggregateInput = {
   gpuMiB?: Prisma.SortOrder
   gguf?: Prisma.SortOrder
   dataPath?: Prisma.SortOrder
+  dataSha256?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   state?: Prisma.SortOrder
   step?: Prisma.SortOrder
@@ -832,6 +902,7 @@ export type TrainJobMinOrderByAggregateInput = {
   peakMiB?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  cancelRequestedAt?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -841,6 +912,7 @@ export type TrainJobMinOrderByAggregateInput = {
 
 export type TrainJobSumOrderByAggregateInput = {
   gpuMiB?: Prisma.SortOrder
+  dataBytes?: Prisma.SortOrder
   pairs?: Prisma.SortOrder
   step?: Prisma.SortOrder
   steps?: Prisma.SortOrder
@@ -990,6 +1062,8 @@ export type TrainJobCreateWithoutCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -999,6 +1073,7 @@ export type TrainJobCreateWithoutCreatedByInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1021,6 +1096,8 @@ export type TrainJobUncheckedCreateWithoutCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1030,6 +1107,7 @@ export type TrainJobUncheckedCreateWithoutCreatedByInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1080,6 +1158,8 @@ export type TrainJobScalarWhereInput = {
   params?: Prisma.JsonFilter<"TrainJob">
   gguf?: Prisma.BoolFilter<"TrainJob"> | boolean
   dataPath?: Prisma.StringFilter<"TrainJob"> | string
+  dataSha256?: Prisma.StringFilter<"TrainJob"> | string
+  dataBytes?: Prisma.IntFilter<"TrainJob"> | number
   pairs?: Prisma.IntFilter<"TrainJob"> | number
   state?: Prisma.EnumJobStateFilter<"TrainJob"> | $Enums.JobState
   step?: Prisma.IntFilter<"TrainJob"> | number
@@ -1089,6 +1169,7 @@ export type TrainJobScalarWhereInput = {
   peakMiB?: Prisma.IntNullableFilter<"TrainJob"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -1107,6 +1188,8 @@ export type TrainJobCreateWithoutNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1116,6 +1199,7 @@ export type TrainJobCreateWithoutNodeInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1137,6 +1221,8 @@ export type TrainJobUncheckedCreateWithoutNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1146,6 +1232,7 @@ export type TrainJobUncheckedCreateWithoutNodeInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1193,6 +1280,8 @@ export type TrainJobCreateWithoutMetricsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1202,6 +1291,7 @@ export type TrainJobCreateWithoutMetricsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1224,6 +1314,8 @@ export type TrainJobUncheckedCreateWithoutMetricsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1233,6 +1325,7 @@ export type TrainJobUncheckedCreateWithoutMetricsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1269,6 +1362,8 @@ export type TrainJobUpdateWithoutMetricsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1278,6 +1373,7 @@ export type TrainJobUpdateWithoutMetricsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1300,6 +1396,8 @@ export type TrainJobUncheckedUpdateWithoutMetricsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1309,6 +1407,7 @@ export type TrainJobUncheckedUpdateWithoutMetricsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1329,6 +1428,8 @@ export type TrainJobCreateWithoutEventsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1338,6 +1439,7 @@ export type TrainJobCreateWithoutEventsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1360,6 +1462,8 @@ export type TrainJobUncheckedCreateWithoutEventsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1369,6 +1473,7 @@ export type TrainJobUncheckedCreateWithoutEventsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1405,6 +1510,8 @@ export type TrainJobUpdateWithoutEventsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1414,6 +1521,7 @@ export type TrainJobUpdateWithoutEventsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1436,6 +1544,8 @@ export type TrainJobUncheckedUpdateWithoutEventsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1445,6 +1555,7 @@ export type TrainJobUncheckedUpdateWithoutEventsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1465,6 +1576,8 @@ export type TrainJobCreateWithoutArtifactsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1474,6 +1587,7 @@ export type TrainJobCreateWithoutArtifactsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1496,6 +1610,8 @@ export type TrainJobUncheckedCreateWithoutArtifactsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1505,6 +1621,7 @@ export type TrainJobUncheckedCreateWithoutArtifactsInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1541,6 +1658,8 @@ export type TrainJobUpdateWithoutArtifactsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1550,6 +1669,7 @@ export type TrainJobUpdateWithoutArtifactsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1572,6 +1692,8 @@ export type TrainJobUncheckedUpdateWithoutArtifactsInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1581,6 +1703,7 @@ export type TrainJobUncheckedUpdateWithoutArtifactsInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1602,6 +1725,8 @@ export type TrainJobCreateManyCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1611,6 +1736,7 @@ export type TrainJobCreateManyCreatedByInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1628,6 +1754,8 @@ export type TrainJobUpdateWithoutCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1637,6 +1765,7 @@ export type TrainJobUpdateWithoutCreatedByInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1659,6 +1788,8 @@ export type TrainJobUncheckedUpdateWithoutCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1668,6 +1799,7 @@ export type TrainJobUncheckedUpdateWithoutCreatedByInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1689,6 +1821,8 @@ export type TrainJobUncheckedUpdateManyWithoutCreatedByInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1698,6 +1832,7 @@ export type TrainJobUncheckedUpdateManyWithoutCreatedByInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1715,6 +1850,8 @@ export type TrainJobCreateManyNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: boolean
   dataPath: string
+  dataSha256: string
+  dataBytes: number
   pairs: number
   state?: $Enums.JobState
   step?: number
@@ -1724,6 +1861,7 @@ export type TrainJobCreateManyNodeInput = {
   peakMiB?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  cancelRequestedAt?: Date | string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1742,6 +1880,8 @@ export type TrainJobUpdateWithoutNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1751,6 +1891,7 @@ export type TrainJobUpdateWithoutNodeInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1772,6 +1913,8 @@ export type TrainJobUncheckedUpdateWithoutNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1781,6 +1924,7 @@ export type TrainJobUncheckedUpdateWithoutNodeInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1802,6 +1946,8 @@ export type TrainJobUncheckedUpdateManyWithoutNodeInput = {
   params?: Prisma.JsonNullValueInput | runtime.InputJsonValue
   gguf?: Prisma.BoolFieldUpdateOperationsInput | boolean
   dataPath?: Prisma.StringFieldUpdateOperationsInput | string
+  dataSha256?: Prisma.StringFieldUpdateOperationsInput | string
+  dataBytes?: Prisma.IntFieldUpdateOperationsInput | number
   pairs?: Prisma.IntFieldUpdateOperationsInput | number
   state?: Prisma.EnumJobStateFieldUpdateOperationsInput | $Enums.JobState
   step?: Prisma.IntFieldUpdateOperationsInput | number
@@ -1811,6 +1957,7 @@ export type TrainJobUncheckedUpdateManyWithoutNodeInput = {
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1879,6 +2026,8 @@ export type TrainJobSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   params?: boolean
   gguf?: boolean
   dataPath?: boolean
+  dataSha256?: boolean
+  dataBytes?: boolean
   pairs?: boolean
   state?: boolean
   step?: boolean
@@ -1888,6 +2037,7 @@ export type TrainJobSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   peakMiB?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  cancelRequestedAt?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -1913,6 +2063,8 @@ export type TrainJobSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   params?: boolean
   gguf?: boolean
   dataPath?: boolean
+  dataSha256?: boolean
+  dataBytes?: boolean
   pairs?: boolean
   state?: boolean
   step?: boolean
@@ -1922,6 +2074,7 @@ export type TrainJobSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   peakMiB?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  cancelRequestedAt?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -1943,6 +2096,8 @@ export type TrainJobSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   params?: boolean
   gguf?: boolean
   dataPath?: boolean
+  dataSha256?: boolean
+  dataBytes?: boolean
   pairs?: boolean
   state?: boolean
   step?: boolean
@@ -1952,6 +2107,7 @@ export type TrainJobSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   peakMiB?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  cancelRequestedAt?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -1973,6 +2129,8 @@ export type TrainJobSelectScalar = {
   params?: boolean
   gguf?: boolean
   dataPath?: boolean
+  dataSha256?: boolean
+  dataBytes?: boolean
   pairs?: boolean
   state?: boolean
   step?: boolean
@@ -1982,6 +2140,7 @@ export type TrainJobSelectScalar = {
   peakMiB?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  cancelRequestedAt?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -1989,7 +2148,7 @@ export type TrainJobSelectScalar = {
   finishedAt?: boolean
 }
 
-export type TrainJobOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "model" | "baseRepo" | "baseRevision" | "nodeId" | "owner" | "gpuMiB" | "params" | "gguf" | "dataPath" | "pairs" | "state" | "step" | "steps" | "loss" | "message" | "peakMiB" | "leaseOwner" | "leaseUntil" | "createdById" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["trainJob"]>
+export type TrainJobOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "model" | "baseRepo" | "baseRevision" | "nodeId" | "owner" | "gpuMiB" | "params" | "gguf" | "dataPath" | "dataSha256" | "dataBytes" | "pairs" | "state" | "step" | "steps" | "loss" | "message" | "peakMiB" | "leaseOwner" | "leaseUntil" | "cancelRequestedAt" | "createdById" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["trainJob"]>
 export type TrainJobInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.TrainJob$nodeArgs<ExtArgs>
   createdBy?: boolean | Prisma.TrainJob$createdByArgs<ExtArgs>
@@ -2028,6 +2187,8 @@ export type $TrainJobPayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     params: runtime.JsonValue
     gguf: boolean
     dataPath: string
+    dataSha256: string
+    dataBytes: number
     pairs: number
     state: $Enums.JobState
     step: number
@@ -2037,6 +2198,7 @@ export type $TrainJobPayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     peakMiB: number | null
     leaseOwner: string | null
     leaseUntil: Date | null
+    cancelRequestedAt: Date | null
     createdById: string | null
     createdAt: Date
     updatedAt: Date
@@ -2481,6 +2643,8 @@ export interface TrainJobFieldRefs {
   readonly params: Prisma.FieldRef<"TrainJob", 'Json'>
   readonly gguf: Prisma.FieldRef<"TrainJob", 'Boolean'>
   readonly dataPath: Prisma.FieldRef<"TrainJob", 'String'>
+  readonly dataSha256: Prisma.FieldRef<"TrainJob", 'String'>
+  readonly dataBytes: Prisma.FieldRef<"TrainJob", 'Int'>
   readonly pairs: Prisma.FieldRef<"TrainJob", 'Int'>
   readonly state: Prisma.FieldRef<"TrainJob", 'JobState'>
   readonly step: Prisma.FieldRef<"TrainJob", 'Int'>
@@ -2490,6 +2654,7 @@ export interface TrainJobFieldRefs {
   readonly peakMiB: Prisma.FieldRef<"TrainJob", 'Int'>
   readonly leaseOwner: Prisma.FieldRef<"TrainJob", 'String'>
   readonly leaseUntil: Prisma.FieldRef<"TrainJob", 'DateTime'>
+  readonly cancelRequestedAt: Prisma.FieldRef<"TrainJob", 'DateTime'>
   readonly createdById: Prisma.FieldRef<"TrainJob", 'String'>
   readonly createdAt: Prisma.FieldRef<"TrainJob", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"TrainJob", 'DateTime'>
