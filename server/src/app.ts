@@ -16,9 +16,13 @@ import { serveConsole } from './http/static.js';
 import type { Logger } from './lib/log.js';
 import { MirrorService } from './mirror/mirror.service.js';
 import { serveMirror, uploadToMirror } from './mirror/serve.js';
+import { OrgService } from './org/org.service.js';
 import { listen, makePubSub } from './pubsub.js';
 import { RegistryService } from './registry/registry.service.js';
 import { ServeJobService } from './serve/serve-job.service.js';
+import { TrainArtifacts } from './train/artifacts.js';
+import { trainRoutes } from './train/train.http.js';
+import { TrainService } from './train/train.service.js';
 
 export type App = {
   /** Listens on config.host:config.port (0 picks a free port); resolves with the bound URL. */
@@ -46,12 +50,24 @@ export async function createApp({
     audit,
     auth: new AuthService(prisma, config, audit, log),
     access: new AccessService(prisma, audit),
+    org: new OrgService(prisma, audit),
     fleet: new FleetService(prisma, audit, log),
     mirror: new MirrorService(prisma, audit, config, log),
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror);
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
   services.serveJobs = new ServeJobService(prisma, audit, services.registry, services.mirror, services.catalog, log);
+  services.train = new TrainService(
+    prisma,
+    audit,
+    config,
+    services.fleet,
+    services.mirror,
+    services.registry,
+    services.org,
+    log,
+  );
+  services.trainArtifacts = new TrainArtifacts(prisma, audit, services.train, services.mirror, log);
   try {
     await services.catalog.loadDeclared();
   } catch (err) {
@@ -85,6 +101,8 @@ export async function createApp({
   });
   let listeningUrl = `http://${config.host}:${config.port}`;
   services.mirror.setBaseUrl(() => listeningUrl);
+  services.train.setBaseUrl(() => listeningUrl);
+  const train = trainRoutes({ train: services.train, artifacts: services.trainArtifacts, auth: services.auth });
 
   let inFlight = 0;
   let draining = false;
@@ -100,6 +118,7 @@ export async function createApp({
       if (path.startsWith('/mirror/')) {
         return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
       }
+      if (path.startsWith('/api/train/') && (await train(req, res, path))) return;
       if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
       json(res, 405, { error: `${req.method} is not served at ${path}` });
     } catch (err) {
@@ -151,6 +170,7 @@ export async function createApp({
           // Downloads left unfinished by the last run resume now, not at the first request.
           services.fleet.startPlacement();
           services.serveJobs.start();
+          services.train.start();
           services.mirror.start(db.embedded).then(() => {
             log.info('Hangar is listening', {
               url,
@@ -166,6 +186,7 @@ export async function createApp({
         draining = true;
         // Jobs first: a job step must not start on a server that is going away.
         const jobsStopped = services.serveJobs.stop();
+        services.train.stop();
         const closed = new Promise<void>((r) => server.close(() => r()));
         server.closeIdleConnections();
         const deadline = Date.now() + config.shutdownGraceMs;

@@ -61,6 +61,7 @@ const schema = z.object({
     .max(600_000, 'at most 600000')
     .default(15_000),
   HANGAR_LLAMACPP_BUILD: z.coerce.number().int().min(1, 'a llama.cpp build number such as 4748').optional(),
+  HANGAR_TRAIN_LOST_SECONDS: z.coerce.number().int().min(5, 'at least 5').max(86_400, 'at most 86400').default(120),
   HANGAR_MAX_CONTEXT: z.coerce
     .number()
     .int()
@@ -100,6 +101,8 @@ export type Config = {
   llamaCppBuild: number | undefined;
   /** The context the memory estimate uses at most, unless asked for another. */
   maxContext: number;
+  /** Seconds without a report from a running job's node before the job is failed as lost. */
+  trainLostSeconds: number;
 };
 
 export class ConfigError extends Error {
@@ -145,5 +148,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
     llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
     maxContext: c.HANGAR_MAX_CONTEXT,
+    trainLostSeconds: c.HANGAR_TRAIN_LOST_SECONDS,
   };
 }

@@ -9,19 +9,25 @@ import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
 import type { Logger } from './lib/log.js';
 import type { MirrorService } from './mirror/mirror.service.js';
+import type { OrgService } from './org/org.service.js';
 import type { PubSub } from './pubsub.js';
 import type { RegistryService } from './registry/registry.service.js';
 import type { ServeJobService } from './serve/serve-job.service.js';
+import type { TrainArtifacts } from './train/artifacts.js';
+import type { TrainService } from './train/train.service.js';
 
 export type Services = {
   audit: AuditService;
   auth: AuthService;
   access: AccessService;
+  org: OrgService;
   fleet: FleetService;
   mirror: MirrorService;
   registry: RegistryService;
   catalog: CatalogService;
   serveJobs: ServeJobService;
+  train: TrainService;
+  trainArtifacts: TrainArtifacts;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

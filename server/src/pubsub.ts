@@ -14,6 +14,10 @@ export type Topics = {
   mirrorVersion: [key: string];
   /** A serve job's id: its state or a step changed. */
   serveJob: [id: string];
+  /** A training job's id: its state, progress, events or artifacts changed. */
+  trainJob: [id: string];
+  /** A node's id: its training work may have changed (a job queued, cancelled or ended; the node reported). */
+  trainWork: [nodeId: string];
 };
 export type Topic = keyof Topics;
 

@@ -18,8 +18,10 @@ import { Route as AppModelsRouteImport } from './routes/_app/models';
 import { Route as AppNodesRouteImport } from './routes/_app/nodes';
 import { Route as AppRegistryRouteImport } from './routes/_app/registry';
 import { Route as AppTokensRouteImport } from './routes/_app/tokens';
-import { Route as AppTrainingRouteImport } from './routes/_app/training';
 import { Route as AppUsersRouteImport } from './routes/_app/users';
+import { Route as AppTrainingIndexRouteImport } from './routes/_app/training.index';
+import { Route as AppTrainingIdRouteImport } from './routes/_app/training.$id';
+import { Route as AppTrainingNewRouteImport } from './routes/_app/training.new';
 
 const IndexRoute = IndexRouteImport.update({
   id: '/',
@@ -65,14 +67,24 @@ const AppTokensRoute = AppTokensRouteImport.update({
   path: '/tokens',
   getParentRoute: () => AppRoute,
 } as any);
-const AppTrainingRoute = AppTrainingRouteImport.update({
-  id: '/training',
-  path: '/training',
-  getParentRoute: () => AppRoute,
-} as any);
 const AppUsersRoute = AppUsersRouteImport.update({
   id: '/users',
   path: '/users',
+  getParentRoute: () => AppRoute,
+} as any);
+const AppTrainingIndexRoute = AppTrainingIndexRouteImport.update({
+  id: '/training/',
+  path: '/training/',
+  getParentRoute: () => AppRoute,
+} as any);
+const AppTrainingIdRoute = AppTrainingIdRouteImport.update({
+  id: '/training/$id',
+  path: '/training/$id',
+  getParentRoute: () => AppRoute,
+} as any);
+const AppTrainingNewRoute = AppTrainingNewRouteImport.update({
+  id: '/training/new',
+  path: '/training/new',
   getParentRoute: () => AppRoute,
 } as any);
 
@@ -85,8 +97,10 @@ export interface FileRoutesByFullPath {
   '/nodes': typeof AppNodesRoute;
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
-  '/training': typeof AppTrainingRoute;
   '/users': typeof AppUsersRoute;
+  '/training/$id': typeof AppTrainingIdRoute;
+  '/training/new': typeof AppTrainingNewRoute;
+  '/training/': typeof AppTrainingIndexRoute;
 }
 export interface FileRoutesByTo {
   '/': typeof IndexRoute;
@@ -97,8 +111,10 @@ export interface FileRoutesByTo {
   '/nodes': typeof AppNodesRoute;
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
-  '/training': typeof AppTrainingRoute;
   '/users': typeof AppUsersRoute;
+  '/training/$id': typeof AppTrainingIdRoute;
+  '/training/new': typeof AppTrainingNewRoute;
+  '/training': typeof AppTrainingIndexRoute;
 }
 export interface FileRoutesById {
   __root__: typeof rootRouteImport;
@@ -111,8 +127,10 @@ export interface FileRoutesById {
   '/_app/nodes': typeof AppNodesRoute;
   '/_app/registry': typeof AppRegistryRoute;
   '/_app/tokens': typeof AppTokensRoute;
-  '/_app/training': typeof AppTrainingRoute;
   '/_app/users': typeof AppUsersRoute;
+  '/_app/training/$id': typeof AppTrainingIdRoute;
+  '/_app/training/new': typeof AppTrainingNewRoute;
+  '/_app/training/': typeof AppTrainingIndexRoute;
 }
 export interface FileRouteTypes {
   fileRoutesByFullPath: FileRoutesByFullPath;
@@ -125,8 +143,10 @@ export interface FileRouteTypes {
     | '/nodes'
     | '/registry'
     | '/tokens'
-    | '/training'
-    | '/users';
+    | '/users'
+    | '/training/$id'
+    | '/training/new'
+    | '/training/';
   fileRoutesByTo: FileRoutesByTo;
   to:
     | '/'
@@ -137,8 +157,10 @@ export interface FileRouteTypes {
     | '/nodes'
     | '/registry'
     | '/tokens'
-    | '/training'
-    | '/users';
+    | '/users'
+    | '/training/$id'
+    | '/training/new'
+    | '/training';
   id:
     | '__root__'
     | '/'
@@ -150,8 +172,10 @@ export interface FileRouteTypes {
     | '/_app/nodes'
     | '/_app/registry'
     | '/_app/tokens'
-    | '/_app/training'
-    | '/_app/users';
+    | '/_app/users'
+    | '/_app/training/$id'
+    | '/_app/training/new'
+    | '/_app/training/';
   fileRoutesById: FileRoutesById;
 }
 export interface RootRouteChildren {
@@ -225,18 +249,32 @@ declare module '@tanstack/react-router' {
       preLoaderRoute: typeof AppTokensRouteImport;
       parentRoute: typeof AppRoute;
     };
-    '/_app/training': {
-      id: '/_app/training';
-      path: '/training';
-      fullPath: '/training';
-      preLoaderRoute: typeof AppTrainingRouteImport;
-      parentRoute: typeof AppRoute;
-    };
     '/_app/users': {
       id: '/_app/users';
       path: '/users';
       fullPath: '/users';
       preLoaderRoute: typeof AppUsersRouteImport;
+      parentRoute: typeof AppRoute;
+    };
+    '/_app/training/': {
+      id: '/_app/training/';
+      path: '/training';
+      fullPath: '/training/';
+      preLoaderRoute: typeof AppTrainingIndexRouteImport;
+      parentRoute: typeof AppRoute;
+    };
+    '/_app/training/$id': {
+      id: '/_app/training/$id';
+      path: '/training/$id';
+      fullPath: '/training/$id';
+      preLoaderRoute: typeof AppTrainingIdRouteImport;
+      parentRoute: typeof AppRoute;
+    };
+    '/_app/training/new': {
+      id: '/_app/training/new';
+      path: '/training/new';
+      fullPath: '/training/new';
+      preLoaderRoute: typeof AppTrainingNewRouteImport;
       parentRoute: typeof AppRoute;
     };
   }
@@ -249,8 +287,10 @@ interface AppRouteChildren {
   AppNodesRoute: typeof AppNodesRoute;
   AppRegistryRoute: typeof AppRegistryRoute;
   AppTokensRoute: typeof AppTokensRoute;
-  AppTrainingRoute: typeof AppTrainingRoute;
   AppUsersRoute: typeof AppUsersRoute;
+  AppTrainingIdRoute: typeof AppTrainingIdRoute;
+  AppTrainingNewRoute: typeof AppTrainingNewRoute;
+  AppTrainingIndexRoute: typeof AppTrainingIndexRoute;
 }
 
 const AppRouteChildren: AppRouteChildren = {
@@ -260,8 +300,10 @@ const AppRouteChildren: AppRouteChildren = {
   AppNodesRoute: AppNodesRoute,
   AppRegistryRoute: AppRegistryRoute,
   AppTokensRoute: AppTokensRoute,
-  AppTrainingRoute: AppTrainingRoute,
   AppUsersRoute: AppUsersRoute,
+  AppTrainingIdRoute: AppTrainingIdRoute,
+  AppTrainingNewRoute: AppTrainingNewRoute,
+  AppTrainingIndexRoute: AppTrainingIndexRoute,
 };
 
 const AppRouteWithChildren = AppRoute._addFileChildren(AppRouteChildren);

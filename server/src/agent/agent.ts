@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
+import path from 'node:path';
 import type { Logger } from '../lib/log.js';
 import type { AgentConfig } from './config.js';
 import { type ControlPlane, GraphqlControlPlane, type NodeReport } from './control-plane.js';
@@ -7,17 +8,21 @@ import { diskFree, type EngineReport, llamaCppEngine, readGpus, vllmCommand, vll
 import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
 import { Runner } from './runner.js';
+import { GraphqlTrainControl, type TrainControl } from './train-control.js';
+import { TrainWorker } from './trainer.js';
 
-// `hangar agent`: the heartbeat (this node's inventory, every few seconds) and the runner (its replicas). Built
-// here and started by main.ts, so a test can build one against a stand-in control plane and stop it cleanly.
+// `hangar agent`: the heartbeat (this node's inventory, every few seconds), the runner (its replicas) and the
+// training worker (its LoRA jobs). Built here and started by main.ts, so a test can build one against a stand-in
+// control plane and stop it cleanly.
 
 export type Agent = {
   start(): Promise<void>;
-  /** Stops the replicas, reports them STOPPED, and ends llama.cpp. */
+  /** Stops the replicas (reported STOPPED) and the trainer (its job reported FAILED), and ends llama.cpp. */
   stop(): Promise<void>;
   /** One heartbeat now (tests; start() runs them on a timer). */
   heartbeat(): Promise<void>;
   runner: Runner;
+  trainer: TrainWorker;
 };
 
 /** The agent's version is the server package's: they ship together. */
@@ -31,7 +36,7 @@ export const AGENT_VERSION = (() => {
 
 export function createAgent(
   config: AgentConfig,
-  o: { log: Logger; controlPlane?: ControlPlane; runtime?: () => Promise<LlamaRuntime> },
+  o: { log: Logger; controlPlane?: ControlPlane; trainControl?: TrainControl; runtime?: () => Promise<LlamaRuntime> },
 ): Agent {
   const { log } = o;
   const controlPlane = o.controlPlane ?? new GraphqlControlPlane(config.url, config.nodeToken);
@@ -55,6 +60,14 @@ export function createAgent(
     baseUrl: config.url,
     log,
     pollMs: config.pollMs,
+  });
+
+  const trainer = new TrainWorker({
+    control: o.trainControl ?? new GraphqlTrainControl(config.url, config.nodeToken, { log }),
+    workDir: path.join(config.dir, 'train'),
+    trainer: config.trainer,
+    graceMs: config.trainerGraceMs,
+    log,
   });
 
   let llamaEngine: EngineReport | null = null;
@@ -90,6 +103,7 @@ export function createAgent(
 
   return {
     runner,
+    trainer,
     heartbeat,
     async start() {
       await fs.mkdir(config.dir, { recursive: true });
@@ -107,11 +121,12 @@ export function createAgent(
       };
       await loop();
       runner.start();
+      trainer.start();
     },
     async stop() {
       stopped = true;
       clearTimeout(timer);
-      await runner.stopAll();
+      await Promise.all([runner.stopAll(), trainer.stop()]);
       if (runtime) await (await runtime.catch(() => undefined))?.dispose();
     },
   };

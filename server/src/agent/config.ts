@@ -1,4 +1,5 @@
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
 
 // The node agent's settings. The agent is a separate process on each GPU node with settings of its own, so it
@@ -44,8 +45,27 @@ const schema = z.object({
   HANGAR_AGENT_VLLM_COMMAND: z.string().optional(),
   HANGAR_AGENT_THREADS: z.coerce.number().int().min(1, 'at least 1').max(1024).optional(),
   HANGAR_AGENT_LLAMACPP_BUILD: z.coerce.number().int().min(1, 'a llama.cpp build number such as 4748').optional(),
+  HANGAR_TRAINER: z
+    .string()
+    .trim()
+    .min(1, 'a command line such as "python3 /opt/hangar/train_lora.py"')
+    // Split on whitespace, like HANGAR_AGENT_VLLM_COMMAND: quotes would reach the program as part of its name.
+    .refine(
+      (s) => !/["']/.test(s),
+      'words split on spaces, without quotes: use a path without spaces, or a wrapper script',
+    )
+    .optional(),
+  HANGAR_TRAINER_GRACE_MS: z.coerce
+    .number({ error: 'milliseconds the trainer gets to stop after SIGTERM, before SIGKILL' })
+    .int('a whole number of milliseconds')
+    .min(100, 'at least 100')
+    .max(600_000, 'at most 600000 (10 minutes): a cancelled job holds its GPU until then')
+    .default(10_000),
   HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
+
+/** The trainer shipped with the agent: server/trainer/train_lora.py, found from this file so any cwd works. */
+export const DEFAULT_TRAINER = ['python3', fileURLToPath(new URL('../../trainer/train_lora.py', import.meta.url))];
 
 export type AgentGpu = { index: number; name: string; totalMiB: number; freeMiB: number };
 
@@ -65,6 +85,10 @@ export type AgentConfig = {
   threads: number | undefined;
   /** The llama.cpp build to report when the bundled one cannot say (see inventory.ts). */
   llamaCppBuild: number | undefined;
+  /** The LoRA trainer's command line (docs/training.md); `--job … --out …` is appended. */
+  trainer: string[];
+  /** How long a stopped trainer gets between SIGTERM and SIGKILL. */
+  trainerGraceMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** PATH, where vllm (or the configured command) is looked for. */
   searchPath: string;
@@ -101,6 +125,7 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
   }
   const c = parsed.data;
   const command = c.HANGAR_AGENT_VLLM_COMMAND?.trim().split(/\s+/).filter(Boolean);
+  const trainer = c.HANGAR_TRAINER?.trim().split(/\s+/).filter(Boolean);
   return {
     url: c.HANGAR_URL.replace(/\/+$/, ''),
     nodeToken: c.HANGAR_NODE_TOKEN,
@@ -116,6 +141,8 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
     vllmCommand: command?.length ? command : undefined,
     threads: c.HANGAR_AGENT_THREADS,
     llamaCppBuild: c.HANGAR_AGENT_LLAMACPP_BUILD,
+    trainer: trainer?.length ? trainer : DEFAULT_TRAINER,
+    trainerGraceMs: c.HANGAR_TRAINER_GRACE_MS,
     logLevel: c.HANGAR_LOG_LEVEL,
     searchPath: env.PATH ?? '',
   };

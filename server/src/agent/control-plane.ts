@@ -49,6 +49,8 @@ export class ControlPlaneError extends Error {
   constructor(
     message: string,
     readonly kind: 'unreachable' | 'refused',
+    /** The typed error's __typename (ConflictError, NotFoundError…) when the refusal was one. */
+    readonly errorType?: string,
   ) {
     super(message);
   }
@@ -115,53 +117,68 @@ export class GraphqlControlPlane implements ControlPlane {
     refusedIfError(data.reportReplica, 'reportReplica');
   }
 
-  private async request(query: string, variables: Record<string, unknown>): Promise<Record<string, unknown>> {
-    let res: Response;
-    try {
-      res = await fetch(`${this.url}/graphql`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/graphql-response+json, application/json',
-          authorization: `Bearer ${this.token}`,
-        },
-        body: JSON.stringify({ query, variables }),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
-    } catch (err) {
-      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-      throw new ControlPlaneError(
-        `${this.url} did not answer: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
-        'unreachable',
-      );
-    }
-    const text = await res.text().catch(() => '');
-    let body: { data?: Record<string, unknown> | null; errors?: { message: string }[] } | undefined;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      body = undefined;
-    }
-    if (res.status >= 500 || (!body && res.status !== 401 && res.status !== 403))
-      throw new ControlPlaneError(`${this.url} answered ${res.status}: ${text.slice(0, 200)}`, 'unreachable');
-    if (body?.errors?.length) {
-      throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), 'refused');
-    }
-    if (!body?.data) throw new ControlPlaneError(`${this.url} answered ${res.status} without data`, 'refused');
-    return body.data;
+  private request(query: string, variables: Record<string, unknown>) {
+    return graphqlRequest(this.url, this.token, query, variables, this.timeoutMs);
   }
+}
+
+/**
+ * One GraphQL operation over HTTP POST with the node token, shared by the runner's and the trainer's clients so
+ * both tell "not there" (retry) from "answered no" (final) the same way. Returns the operation's data.
+ */
+export async function graphqlRequest(
+  url: string,
+  token: string,
+  query: string,
+  variables: Record<string, unknown>,
+  timeoutMs = 15_000,
+): Promise<Record<string, unknown>> {
+  let res: Response;
+  try {
+    res = await fetch(`${url}/graphql`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'application/graphql-response+json, application/json',
+        authorization: `Bearer ${token}`,
+      },
+      body: JSON.stringify({ query, variables }),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+  } catch (err) {
+    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+    throw new ControlPlaneError(
+      `${url} did not answer: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+      'unreachable',
+    );
+  }
+  const text = await res.text().catch(() => '');
+  let body: { data?: Record<string, unknown> | null; errors?: { message: string }[] } | undefined;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
+  if (res.status >= 500 || (!body && res.status !== 401 && res.status !== 403))
+    throw new ControlPlaneError(`${url} answered ${res.status}: ${text.slice(0, 200)}`, 'unreachable');
+  if (body?.errors?.length) {
+    throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), 'refused');
+  }
+  if (!body?.data) throw new ControlPlaneError(`${url} answered ${res.status} without data`, 'refused');
+  return body.data;
 }
 
 /**
  * The control plane takes at most 2000 characters of a message or smoke text; a longer one (a model's stderr,
  * a long llama.cpp error) would be refused whole, and the state with it.
  */
-function clip(s: string | null | undefined) {
+export function clip(s: string | null | undefined) {
   if (s == null) return null;
   return s.length > 2000 ? `${s.slice(0, 1999)}…` : s;
 }
 
-function refusedIfError(result: unknown, op: string) {
+/** Throws the typed error a result union answered with (`... on Error { message }`), as a refusal. */
+export function refusedIfError(result: unknown, op: string) {
   const r = result as { __typename?: string; message?: string } | null | undefined;
-  if (r && typeof r.message === 'string') throw new ControlPlaneError(`${op}: ${r.message}`, 'refused');
+  if (r && typeof r.message === 'string') throw new ControlPlaneError(`${op}: ${r.message}`, 'refused', r.__typename);
 }

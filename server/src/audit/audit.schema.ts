@@ -18,7 +18,7 @@ const AuditEventRef = builder.prismaObject('AuditEvent', {
   }),
 });
 
-const PageInfo = builder.objectRef<{ hasNextPage: boolean; endCursor: string | null }>('PageInfo').implement({
+export const PageInfo = builder.objectRef<{ hasNextPage: boolean; endCursor: string | null }>('PageInfo').implement({
   fields: (t) => ({
     hasNextPage: t.exposeBoolean('hasNextPage'),
     endCursor: t.exposeString('endCursor', { nullable: true }),

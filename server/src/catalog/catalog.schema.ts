@@ -14,6 +14,11 @@ const AdapterRef = builder.prismaObject('Adapter', {
     name: t.exposeString('name'),
     source: t.exposeString('source'),
     owner: t.exposeString('owner', { nullable: true, description: 'scope:id; null is every caller the model allows.' }),
+    trainJobId: t.exposeID('trainJobId', { nullable: true, description: 'The training job that made it, if one did.' }),
+    artifactSha256: t.exposeString('artifactSha256', {
+      nullable: true,
+      description: 'The sha256 of what was published (the GGUF, or the PEFT tar): lineage that outlives the job.',
+    }),
   }),
 });
 

@@ -8,6 +8,7 @@ import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/erro
 import type { Logger } from '../lib/log.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
 import { decide } from './placement.js';
 
 const createNodeInput = z.object({ name: resourceName('a node name') });
@@ -260,6 +261,8 @@ export class FleetService {
         const engines = r.engines.map((e) => `${e.name}${e.build ? ` b${e.build}` : ''}`).join(', ') || 'no engine';
         await this.audit.done(tx, ctx, { action: 'reportNode', target: n.name, message: `${gpus}; ${engines}` });
       }
+      // Its free GPU memory may now fit a queued training job: the agent's work list is worked out again.
+      await notify(tx, 'trainWork', n.id);
       return n;
     });
     return ok(node);

@@ -24,7 +24,7 @@ import type { FetchStarted, MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
 import { renderCard } from './card.js';
 import { Hub, HubError, type HubModel } from './hub.js';
-import { type FileSet, groupSets, suggestedModelName } from './sets.js';
+import { type FileSet, groupSets, type RepoFile, suggestedModelName } from './sets.js';
 
 export type NodeFit = { node: string; fits: boolean; freeMiB: number; neededMiB: number; reason: string };
 export type JudgedSet = FileSet & {
@@ -91,6 +91,28 @@ export class RegistryService {
     value.catch(() => this.cache.delete(key));
     if (this.cache.size > 500) this.cache.delete(this.cache.keys().next().value as string);
     return value;
+  }
+
+  /**
+   * A repository's files at a revision (resolved to its commit), for training's base weights. `status` is the
+   * registry's HTTP status when it answered no (404: no such repository), absent when it could not be reached.
+   */
+  async listFiles(
+    id: string,
+    revision: string | null,
+  ): Promise<{ ok: true; revision: string; files: RepoFile[] } | { ok: false; status?: number; reason: string }> {
+    try {
+      const repo = await this.cached(`repo:${id}:${revision ?? ''}`, () => this.hub.repo(id, revision ?? undefined));
+      const files = await this.cached(`tree:${id}:${repo.sha}`, () => this.hub.files(id, repo.sha));
+      return { ok: true, revision: repo.sha, files };
+    } catch (err) {
+      if (err instanceof HubError) return { ok: false, status: err.status, reason: err.message };
+      return { ok: false, reason: (err as Error).message };
+    }
+  }
+
+  fileUrl(id: string, revision: string, path: string) {
+    return this.hub.resolveUrl(id, revision, path);
   }
 
   async search(input: {

@@ -10,6 +10,8 @@ import '../mirror/mirror.schema.js';
 import '../registry/registry.schema.js';
 import '../catalog/catalog.schema.js';
 import '../serve/serve-job.schema.js';
+import '../org/org.schema.js';
+import '../train/train.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

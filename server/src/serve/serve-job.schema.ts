@@ -2,7 +2,7 @@ import { filter, pipe } from 'graphql-yoga';
 import { NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 
-const JobStateEnum = builder.enumType('JobState', {
+export const JobStateEnum = builder.enumType('JobState', {
   values: ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] as const,
 });
 

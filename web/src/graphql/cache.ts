@@ -1,6 +1,8 @@
 import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
 import { gql } from 'urql';
 import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
+import type { TrainJob_Row } from '../components/training/train-progress';
+import { TrainingList_JobsQuery } from '../components/training/training-list';
 import schema from '../generated/schema.json';
 
 // Graphcache normalizes by `__typename:id`; entities that arrive by subscription or as a mutation's result update
@@ -46,6 +48,47 @@ function joinMirror(cache: Cache, version: Data) {
   if (!listed) cache.invalidate('Query', 'mirror');
 }
 
+type TrainJobEntity = TrainJob_Row & { __typename: 'TrainJob' };
+
+/** Every cached page of the training list, with the variables it was read with (null arguments are not stored). */
+function trainJobPages(cache: Cache) {
+  return cache
+    .inspectFields('Query')
+    .filter((f) => f.fieldName === 'trainJobs' && typeof f.arguments?.first === 'number')
+    .map((f) => ({
+      state: (f.arguments?.state ?? null) as TrainJob_Row['state'] | null,
+      first: f.arguments?.first as number,
+      after: (f.arguments?.after ?? null) as string | null,
+    }));
+}
+
+/**
+ * A job as it is now, in the training list's cached pages: newest first, so a job the first page does not hold
+ * (new, or just now in the state the list is filtered to) goes where its creation time puts it; a job no longer
+ * in the filtered state leaves. Later pages keep their rows: they were read by cursor and are re-read on a visit.
+ */
+function placeTrainJob(cache: Cache, job: TrainJobEntity) {
+  for (const variables of trainJobPages(cache)) {
+    if (variables.after !== null) continue;
+    cache.updateQuery({ query: TrainingList_JobsQuery, variables }, (data) => {
+      if (!data) return data;
+      const edges = data.trainJobs.edges;
+      const at = edges.findIndex((e) => e.node.id === job.id);
+      const belongs = variables.state === null || variables.state === job.state;
+      if (at >= 0 && !belongs) edges.splice(at, 1);
+      if (at >= 0 || !belongs) return data;
+      const older = edges.findIndex(
+        (e) => e.node.createdAt < job.createdAt || (e.node.createdAt === job.createdAt && e.node.id < job.id),
+      );
+      // Older than every row of a page that has more after it: it belongs on a later page.
+      if (older < 0 && data.trainJobs.pageInfo.hasNextPage) return data;
+      const edge = { __typename: 'TrainJobEdge' as const, cursor: job.id, node: job };
+      edges.splice(older < 0 ? edges.length : older, 0, edge);
+      return data;
+    });
+  }
+}
+
 const removedVersion = gql`
   fragment _ on MirrorVersion {
     id
@@ -78,6 +121,10 @@ export const cacheConfig: CacheExchangeOpts = {
     // A serve job's subscription sends the whole job each time: its steps update by id.
     ServeJob: byId,
     ServeJobStep: byId,
+    // A training job's subscription sends the whole job each time: its row and its page update by id.
+    TrainJob: byId,
+    TrainEvent: byId,
+    DeletedTrainJob: byId,
     // The registry's answers are views, not entities: a set's id ("model:Q4_K_M") is unique only within its
     // repository, and a repository's sets change with the `context` asked for. Each stays inside the query that
     // read it, so nothing is merged across repositories or contexts.
@@ -142,8 +189,36 @@ export const cacheConfig: CacheExchangeOpts = {
         }
         cache.invalidate('Query', 'mirror');
       },
+      createTrainJob(parent, _args, cache) {
+        const job = success(parent, 'createTrainJob', 'TrainJob');
+        if (job) placeTrainJob(cache, job as TrainJobEntity);
+      },
+      // The job leaves every page of the list; its own page is left as it was, for the moment before it navigates.
+      deleteTrainJob(parent, _args, cache) {
+        const deleted = success(parent, 'deleteTrainJob', 'DeletedTrainJob');
+        if (!deleted) return;
+        for (const variables of trainJobPages(cache)) {
+          cache.updateQuery({ query: TrainingList_JobsQuery, variables }, (data) => {
+            if (!data) return data;
+            data.trainJobs.edges = data.trainJobs.edges.filter((e) => e.node.id !== deleted.id);
+            return data;
+          });
+        }
+      },
+      // The answer names no job: the job's adapter (and its events) are read again, and the catalog's adapters.
+      publishTrainJob(parent, args, cache) {
+        if (!success(parent, 'publishTrainJob', 'TrainJobPublished')) return;
+        const job = { __typename: 'TrainJob', id: String(args.id) };
+        cache.invalidate(job, 'adapter');
+        cache.invalidate(job, 'events');
+        cache.invalidate('Query', 'models');
+      },
     },
     Subscription: {
+      trainJobChanged(parent, _args, cache) {
+        const job = parent.trainJobChanged as TrainJobEntity | null;
+        if (job) placeTrainJob(cache, job);
+      },
       mirrorChanged(parent, _args, cache) {
         const version = parent.mirrorChanged as Data | null;
         if (version && !version.removed) joinMirror(cache, version);

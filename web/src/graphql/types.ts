@@ -13,6 +13,10 @@ export const arrivingStates: readonly MirrorVersionState[] = ['QUEUED', 'FETCHIN
 /** How a catalog model runs: always (min replicas > 0), on demand (min 0) or stopped (max 0). */
 export type ModelMode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
 
+/** A serve job's or a training job's state, and its steps'. */
+export const jobStates = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] as const;
+export type JobState = (typeof jobStates)[number];
+
 /** DateTime: an ISO 8601 string in UTC. */
 export type DateTime = string;
 

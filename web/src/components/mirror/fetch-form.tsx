@@ -1,7 +1,8 @@
-import { type FormEvent, type InputHTMLAttributes, useId, useRef, useState } from 'react';
+import { type FormEvent, useRef, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
+import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
@@ -208,29 +209,5 @@ export function FetchForm({ titleId }: { titleId: string }) {
         </p>
       ) : null}
     </form>
-  );
-}
-
-type FieldProps = InputHTMLAttributes<HTMLInputElement> & { label: string; error?: string; className?: string };
-
-/** A labelled input with the server's refusal under it, tied to it for screen readers. */
-function Field({ label, error, className, ...input }: FieldProps) {
-  const id = useId();
-  return (
-    <div className={`field${className ? ` ${className}` : ''}`}>
-      <label htmlFor={id}>{label}</label>
-      <input
-        id={id}
-        autoComplete="off"
-        aria-invalid={error ? true : undefined}
-        aria-describedby={error ? `${id}-error` : undefined}
-        {...input}
-      />
-      {error ? (
-        <p id={`${id}-error`} role="alert" className="form-error field-error">
-          {error}
-        </p>
-      ) : null}
-    </div>
   );
 }

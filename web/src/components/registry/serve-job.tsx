@@ -1,8 +1,8 @@
 import { gql, useQuery, useSubscription } from 'urql';
+import type { JobState } from '../../graphql/types';
 import { describeError } from '../common/form-error';
+import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
-
-export type JobState = 'QUEUED' | 'RUNNING' | 'DONE' | 'FAILED' | 'CANCELLED';
 
 export type ServeJob_Job = {
   __typename?: 'ServeJob';
@@ -69,18 +69,6 @@ export const ServeJob_ChangedSubscription = gql<{ serveJobChanged: ServeJob_Job 
   }
   ${ServeJob_JobFragment}
 `;
-
-const stateClass: Record<JobState, string> = {
-  QUEUED: 'muted',
-  RUNNING: 'arriving',
-  DONE: 'ok',
-  FAILED: 'bad',
-  CANCELLED: 'muted',
-};
-
-function jobBadge(state: JobState) {
-  return <span className={`badge ${stateClass[state]}`}>{state.toLowerCase()}</span>;
-}
 
 /**
  * A serve job, live: registry → mirror → check → catalog → replica → smoke, each step with its state and the

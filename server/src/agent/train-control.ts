@@ -1,0 +1,558 @@
+import { createHash, type Hash } from 'node:crypto';
+import { createReadStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { type Client, createClient } from 'graphql-ws';
+import WebSocket from 'ws';
+import { z } from 'zod';
+import type { Logger } from '../lib/log.js';
+import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
+
+// The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
+// over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
+// weights, the adapter) over plain HTTP. Behind a small interface, so the worker is tested without a server.
+
+export type JobState = 'QUEUED' | 'RUNNING' | 'DONE' | 'FAILED' | 'CANCELLED';
+
+/** One entry of nodeTrainWork: a QUEUED job this node may claim, or a RUNNING one it holds the lease of. */
+export type TrainAssignment = {
+  id: string;
+  name: string;
+  state: JobState;
+  gpuMiB: number;
+  /** RUNNING only: stop the trainer, then finish the job CANCELLED. */
+  cancelRequested: boolean;
+};
+
+export type TrainPoint = {
+  step: number;
+  loss: number;
+  lr?: number | null;
+  peakMiB?: number | null;
+  tokensPerSecond?: number | null;
+};
+export type TrainEvent = { level: 'info' | 'warn' | 'error'; message: string };
+export type TrainProgressInput = {
+  steps?: number | null;
+  points?: TrainPoint[];
+  events?: TrainEvent[];
+  message?: string | null;
+};
+
+export type UploadResult =
+  | { accepted: true; artifacts: { kind: string; size: number; sha256: string }[] }
+  /** 422: the control plane refused the tar and has already failed the job with `reason`. */
+  | { accepted: false; reason: string };
+
+export type DownloadOptions = {
+  /** Checked once the whole file is there; a mismatch deletes it and fails (no point fetching it again). */
+  sha256?: string | null;
+  bytes?: number | null;
+  signal?: AbortSignal;
+  /** Tries, each resuming where the last stopped; a try that moved bytes starts the count again. */
+  attempts?: number;
+  backoffMs?: number;
+  /** Without a byte for this long, a transfer counts as stalled and is tried again. */
+  stallMs?: number;
+};
+
+export interface TrainControl {
+  /** Subscribes to this node's work; `onWork` gets the whole list at once and after each change. Returns unsubscribe. */
+  work(onWork: (jobs: TrainAssignment[]) => void): () => void;
+  /** Throws ControlPlaneError (refused with errorType 'ConflictError' when another runner has it), or TrainSpecError. */
+  claim(id: string): Promise<{ spec: TrainSpec }>;
+  report(id: string, input: TrainProgressInput): Promise<void>;
+  finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string): Promise<void>;
+  /** Fetches a file to `dest` (atomically: <dest>.part, then a rename), with the node token only on Hangar's own URLs. */
+  download(url: string, dest: string, opts?: DownloadOptions): Promise<{ bytes: number; sha256: string }>;
+  /** PUTs the adapter (a gzipped tar); throws ControlPlaneError for anything but 200 and 422. */
+  upload(id: string, tarGz: Readable, signal?: AbortSignal): Promise<UploadResult>;
+}
+
+// ─── the claim's spec ────────────────────────────────────────────────────────
+
+const SHA256 = /^[0-9a-f]{64}$/;
+
+/** A path inside the base directory: relative, no "..", no backslashes, so a spec cannot write outside it. */
+const relativePath = z
+  .string()
+  .min(1)
+  .max(500)
+  .refine(
+    (p) => !p.startsWith('/') && !p.includes('\\') && p.split('/').every((s) => s !== '' && s !== '.' && s !== '..'),
+    'a relative path inside the repository, without ".." or "\\"',
+  );
+
+const number = z.number().refine(Number.isFinite, 'a finite number');
+
+// Loose objects: keys this agent does not know are passed on to the trainer in job.json, so a newer control plane
+// and trainer can add a setting without waiting for every agent to learn it.
+const trainSpec = z.looseObject({
+  id: z.string().min(1),
+  name: z.string(),
+  base_repo: z.string().min(1),
+  base_revision: z.string().min(1).nullable(),
+  params: z.looseObject({
+    rank: number,
+    alpha: number,
+    dropout: number,
+    epochs: number,
+    lr: number,
+    batch: number,
+    max_len: number,
+    seed: number,
+  }),
+  data: z.object({
+    url: z.string().min(1),
+    sha256: z.string().regex(SHA256, 'a sha256 in hex'),
+    bytes: z.number().int().min(0),
+    pairs: z.number().int().min(0),
+  }),
+  base: z.object({
+    files: z
+      .array(
+        z.object({
+          path: relativePath,
+          url: z.string().min(1),
+          size: z.number().int().min(0).nullish(),
+          sha256: z.string().regex(SHA256, 'a sha256 in hex').nullish(),
+        }),
+      )
+      .min(1, 'at least one file (config.json and the weights)'),
+  }),
+  gguf: z.boolean(),
+});
+
+export type TrainSpec = z.infer<typeof trainSpec>;
+
+/** The claim succeeded (the job is this node's now) but its spec cannot be read: the job is failed with this. */
+export class TrainSpecError extends Error {
+  override name = 'TrainSpecError';
+}
+
+/** Reads a claim's spec; relative URLs (data, mirror files) are resolved against the control plane's URL. */
+export function parseTrainSpec(value: unknown, baseUrl: string): TrainSpec {
+  let raw = value;
+  if (typeof raw === 'string') {
+    try {
+      raw = JSON.parse(raw);
+    } catch {
+      throw new TrainSpecError('the claim answered a spec that is not JSON');
+    }
+  }
+  const parsed = trainSpec.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new TrainSpecError(
+      `the claim's spec is not in the shape this agent reads (docs/training.md): ${issue?.path.join('.') || 'spec'}: ${issue?.message}`,
+    );
+  }
+  const spec = parsed.data;
+  const resolve = (u: string) => {
+    try {
+      return new URL(u, `${baseUrl}/`).toString();
+    } catch {
+      throw new TrainSpecError(`the claim's spec has a URL this agent cannot read: ${u}`);
+    }
+  };
+  return {
+    ...spec,
+    data: { ...spec.data, url: resolve(spec.data.url) },
+    base: { ...spec.base, files: spec.base.files.map((f) => ({ ...f, url: resolve(f.url) })) },
+  };
+}
+
+// ─── over the wire ───────────────────────────────────────────────────────────
+
+const WORK = 'subscription { nodeTrainWork { jobs { id name state gpuMiB cancelRequested } } }';
+const CLAIM =
+  'mutation($id: ID!) { claimTrainJob(id: $id) { __typename ... on TrainClaim { spec } ... on Error { message } } }';
+const REPORT =
+  'mutation($id: ID!, $input: TrainProgressInput!) { reportTrainProgress(id: $id, input: $input) { __typename ... on Error { message } } }';
+const FINISH =
+  'mutation($id: ID!, $state: JobState!, $message: String) { finishTrainJob(id: $id, state: $state, message: $message) { __typename ... on Error { message } } }';
+
+const workList = z.object({
+  jobs: z.array(
+    z.object({
+      id: z.string().min(1),
+      name: z.string(),
+      state: z.enum(['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED']),
+      gpuMiB: z.number().int(),
+      cancelRequested: z.boolean(),
+    }),
+  ),
+});
+
+export type GraphqlTrainControlOptions = {
+  log?: Logger;
+  /** Per HTTP request (not the upload). */
+  timeoutMs?: number;
+  /** After the subscription ended with an error (the server refused it), it is asked for again after this. */
+  resubscribeMs?: number;
+  /** The longest wait between reconnection tries; they start at a tenth of it and double. */
+  reconnectMaxMs?: number;
+  /** A ping this often; no pong within half of it and the socket is taken for dead and replaced. */
+  keepAliveMs?: number;
+  uploadTimeoutMs?: number;
+};
+
+/** The control plane over graphql-ws (the work list) and HTTP (everything else), with the node token. */
+export class GraphqlTrainControl implements TrainControl {
+  private readonly origin: string;
+
+  constructor(
+    private readonly url: string,
+    private readonly token: string,
+    private readonly o: GraphqlTrainControlOptions = {},
+  ) {
+    this.origin = new URL(url).origin;
+  }
+
+  work(onWork: (jobs: TrainAssignment[]) => void): () => void {
+    const log = this.o.log;
+    const keepAlive = this.o.keepAliveMs ?? 10_000;
+    const maxWait = this.o.reconnectMaxMs ?? 10_000;
+    let closed = false;
+    let lost: string | undefined;
+    let lastError: string | undefined;
+    let pongTimer: NodeJS.Timeout | undefined;
+    let resubscribe: NodeJS.Timeout | undefined;
+    let dispose: (() => void) | undefined;
+    const client: Client = createClient({
+      url: `${this.url.replace(/^http/, 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${this.token}` },
+      // Connected from the start and for good: the work list is pushed, and a reconnect is how a restarted
+      // control plane's list reaches the node (the server sends the whole list on every subscription).
+      lazy: false,
+      retryAttempts: Number.POSITIVE_INFINITY,
+      // The default retries only on close events; a refused TCP connection (the server restarting) arrives as an
+      // error event, and giving up on it would leave the node deaf to its work until the agent restarts.
+      shouldRetry: () => true,
+      retryWait: (retries) =>
+        new Promise((r) => setTimeout(r, Math.min(maxWait, (maxWait / 10) * 2 ** retries) * (0.5 + Math.random() / 2))),
+      onNonLazyError: (err) => log?.warn('the training work connection gave up', { error: describe(err) }),
+      keepAlive,
+      on: {
+        // graphql-ws pings but does not notice a missing pong: a half-open socket (a node whose network dropped
+        // without a FIN) would wait forever. Terminating it makes the client reconnect.
+        ping: (received) => {
+          if (!received) pongTimer = setTimeout(() => client.terminate(), keepAlive / 2);
+        },
+        pong: (received) => {
+          if (received) clearTimeout(pongTimer);
+        },
+        connected: () => {
+          if (lost) log?.info('the training work subscription is connected again');
+          lost = undefined;
+        },
+        // A refused connection is an error event and then a close: the error says why, the close says it ended.
+        error: (err) => {
+          lastError = describe(err);
+        },
+        closed: (event) => {
+          clearTimeout(pongTimer);
+          if (closed) return;
+          const why = lastError ?? describe(event);
+          lastError = undefined;
+          // Once per outage: a control plane down for an hour should not write a line per retry.
+          if (lost === undefined)
+            log?.warn('the training work subscription is not connected; reconnecting', { error: why });
+          lost = why;
+        },
+      },
+    });
+    const subscribe = () => {
+      dispose = client.subscribe<{ nodeTrainWork?: unknown }>(
+        { query: WORK },
+        {
+          next: (result) => {
+            if (result.errors?.length) {
+              log?.warn('the training work list came with errors', {
+                error: result.errors.map((e) => e.message).join('; '),
+              });
+            }
+            const parsed = workList.safeParse(result.data?.nodeTrainWork);
+            if (!parsed.success) {
+              if (result.data)
+                log?.warn('nodeTrainWork answered in a shape this agent does not read', {
+                  error: parsed.error.issues[0]?.message,
+                });
+              return;
+            }
+            onWork(parsed.data.jobs);
+          },
+          // The server refused the subscription (an older control plane without it, a revoked token): ask again
+          // later rather than never, since the operator can fix either without touching the node.
+          error: (err) => {
+            if (closed) return;
+            log?.warn('the control plane refused the training work subscription; asking again later', {
+              error: describe(err),
+            });
+            resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
+          },
+          complete: () => {
+            if (!closed) resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
+          },
+        },
+      );
+    };
+    subscribe();
+    return () => {
+      closed = true;
+      clearTimeout(resubscribe);
+      clearTimeout(pongTimer);
+      dispose?.();
+      void client.dispose();
+    };
+  }
+
+  async claim(id: string) {
+    const data = await this.request(CLAIM, { id });
+    const r = data.claimTrainJob as { __typename?: string; spec?: unknown } | null;
+    refusedIfError(r, 'claimTrainJob');
+    if (r?.__typename !== 'TrainClaim')
+      throw new ControlPlaneError(`claimTrainJob answered ${r?.__typename ?? 'nothing'}, not a TrainClaim`, 'refused');
+    return { spec: parseTrainSpec(r.spec, this.url) };
+  }
+
+  async report(id: string, input: TrainProgressInput) {
+    const data = await this.request(REPORT, {
+      id,
+      input: {
+        ...(input.steps != null ? { steps: input.steps } : {}),
+        ...(input.points?.length ? { points: input.points } : {}),
+        ...(input.events?.length
+          ? { events: input.events.map((e) => ({ level: e.level, message: clip(e.message) ?? '' })) }
+          : {}),
+        ...(input.message ? { message: clip(input.message) } : {}),
+      },
+    });
+    refusedIfError(data.reportTrainProgress, 'reportTrainProgress');
+  }
+
+  async finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
+    const data = await this.request(FINISH, { id, state, message: clip(message) });
+    refusedIfError(data.finishTrainJob, 'finishTrainJob');
+  }
+
+  download(url: string, dest: string, opts: DownloadOptions = {}) {
+    return downloadFile(url, dest, { ...opts, auth: { origin: this.origin, token: this.token } });
+  }
+
+  async upload(id: string, tarGz: Readable, signal?: AbortSignal): Promise<UploadResult> {
+    const target = `${this.url}/api/train/jobs/${encodeURIComponent(id)}/artifacts/peft`;
+    // A tar that could not be made (a file vanished) is this node's fault, not the network's: kept apart so it is
+    // not retried as if the control plane were away.
+    let packError: Error | undefined;
+    tarGz.once('error', (err) => {
+      packError = err;
+    });
+    let res: Response;
+    try {
+      res = await fetch(target, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/gzip' },
+        body: tarGz as unknown as BodyInit,
+        duplex: 'half',
+        signal: anySignal(signal, AbortSignal.timeout(this.o.uploadTimeoutMs ?? 30 * 60_000)),
+      } as RequestInit);
+    } catch (err) {
+      if (packError) throw new Error(`the adapter could not be packed: ${packError.message}`);
+      if (signal?.aborted) throw signal.reason ?? err;
+      throw new ControlPlaneError(`${target} did not take the upload: ${describe(err)}`, 'unreachable');
+    } finally {
+      if (!tarGz.destroyed && !tarGz.readableEnded) tarGz.destroy();
+    }
+    const text = await res.text().catch(() => '');
+    let body: { error?: unknown; artifacts?: unknown } | undefined;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (res.status === 200) {
+      const artifacts = z
+        .array(z.object({ kind: z.string(), size: z.number(), sha256: z.string() }))
+        .safeParse(body?.artifacts);
+      return { accepted: true, artifacts: artifacts.success ? artifacts.data : [] };
+    }
+    if (res.status === 422)
+      return { accepted: false, reason: typeof body?.error === 'string' ? body.error : text.slice(0, 500) };
+    const why = `${target} answered ${res.status}: ${typeof body?.error === 'string' ? body.error : text.slice(0, 200)}`;
+    throw new ControlPlaneError(
+      why,
+      res.status >= 500 || res.status === 408 || res.status === 429 ? 'unreachable' : 'refused',
+    );
+  }
+
+  private request(query: string, variables: Record<string, unknown>) {
+    return graphqlRequest(this.url, this.token, query, variables, this.o.timeoutMs);
+  }
+}
+
+// ─── files ───────────────────────────────────────────────────────────────────
+
+/** A download that asking again will not fix: a 4xx, or bytes that are not the ones the spec names. */
+export class DownloadError extends Error {
+  override name = 'DownloadError';
+}
+
+/**
+ * Fetches `url` to `dest` through `<dest>.part`, resuming a part left by an earlier try (or an earlier run) with
+ * Range, and checks the size and sha256 the spec gives before the file takes its name. The node token goes only
+ * to `auth.origin`: base weights from the registry must not carry Hangar's credentials to another host.
+ */
+export async function downloadFile(
+  url: string,
+  dest: string,
+  o: DownloadOptions & { auth?: { origin: string; token: string } } = {},
+): Promise<{ bytes: number; sha256: string }> {
+  await fs.mkdir(path.dirname(dest), { recursive: true });
+  const part = `${dest}.part`;
+  const attempts = o.attempts ?? 5;
+  let failures = 0;
+  let lastError = '';
+  while (failures < attempts) {
+    o.signal?.throwIfAborted();
+    const before = await sizeOf(part);
+    try {
+      return await attemptDownload(url, dest, part, o);
+    } catch (err) {
+      if (o.signal?.aborted) throw o.signal.reason ?? err;
+      if (err instanceof DownloadError) throw err;
+      lastError = describe(err);
+    }
+    failures = (await sizeOf(part)) > before ? 1 : failures + 1;
+    if (failures < attempts) await sleep(Math.min((o.backoffMs ?? 1000) * 2 ** (failures - 1), 10_000), o.signal);
+  }
+  throw new DownloadError(`${url} could not be fetched in ${attempts} tries: ${lastError}`);
+}
+
+async function attemptDownload(
+  url: string,
+  dest: string,
+  part: string,
+  o: DownloadOptions & { auth?: { origin: string; token: string } },
+): Promise<{ bytes: number; sha256: string }> {
+  const held = await sizeOf(part);
+  const headers: Record<string, string> = {};
+  if (o.auth && new URL(url).origin === o.auth.origin) headers.authorization = `Bearer ${o.auth.token}`;
+  if (held > 0) headers.range = `bytes=${held}-`;
+  const stall = new AbortController();
+  const stallMs = o.stallMs ?? 30_000;
+  let timer: NodeJS.Timeout | undefined;
+  const arm = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => stall.abort(new Error(`no byte arrived for ${stallMs / 1000} s`)), stallMs);
+  };
+  try {
+    arm();
+    const res = await fetch(url, { headers, signal: anySignal(o.signal, stall.signal) });
+    if (res.status === 416 && held > 0) {
+      // What we hold is not a prefix of this file (it is as long or longer): start again from nothing.
+      await res.body?.cancel();
+      await fs.rm(part, { force: true });
+      throw new Error('the server refused the resume range; starting again from the first byte');
+    }
+    if (res.status !== 200 && res.status !== 206) {
+      const text = (await res.text().catch(() => '')).trim().slice(0, 200);
+      const why = `${url} answered ${res.status}${text ? `: ${text}` : ''}`;
+      // A 4xx will not change by asking again (a missing token, a removed file); a 5xx may.
+      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
+        throw new DownloadError(why);
+      throw new Error(why);
+    }
+    const range = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
+    const resumed = res.status === 206 && held > 0 && Number(range?.[1]) === held;
+    if (res.status === 206 && !resumed) {
+      // Not the range we asked for: start again rather than splice bytes from elsewhere.
+      await res.body?.cancel();
+      await fs.rm(part, { force: true });
+      throw new Error(`the server answered a range this agent did not ask for (${range?.[0] ?? 'none'})`);
+    }
+    const length = Number(res.headers.get('content-length') ?? Number.NaN);
+    const total = resumed ? (range?.[3] === '*' ? null : Number(range?.[3])) : Number.isFinite(length) ? length : null;
+    const hash = resumed ? await hashFile(part, o.signal) : createHash('sha256');
+    let offset = resumed ? held : 0;
+    const fh = await fs.open(part, resumed ? 'a' : 'w');
+    try {
+      if (!res.body) throw new Error('the server answered without a body');
+      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+        arm();
+        await fh.write(chunk);
+        hash.update(chunk);
+        offset += chunk.length;
+      }
+      await fh.sync();
+    } finally {
+      await fh.close();
+    }
+    if (total !== null && offset < total) throw new Error(`the body ended at byte ${offset} of ${total}`);
+    const sha256 = hash.digest('hex');
+    const mismatch =
+      o.bytes != null && offset !== o.bytes
+        ? `${url} is ${offset} bytes, but the job says ${o.bytes}`
+        : o.sha256 && sha256 !== o.sha256
+          ? `${url} has sha256 ${sha256}, but the job says ${o.sha256}`
+          : undefined;
+    if (mismatch) {
+      await fs.rm(part, { force: true });
+      // A resumed file may hold the head of an older version: once more from zero before calling it wrong.
+      if (resumed) throw new Error(`${mismatch} (after a resume; fetching it whole)`);
+      throw new DownloadError(`${mismatch}: the file was not kept`);
+    }
+    await fs.rename(part, dest);
+    return { bytes: offset, sha256 };
+  } catch (err) {
+    if (stall.signal.aborted && !o.signal?.aborted) throw stall.signal.reason;
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function sizeOf(file: string) {
+  return (await fs.stat(file).catch(() => undefined))?.size ?? 0;
+}
+
+async function hashFile(file: string, signal?: AbortSignal): Promise<Hash> {
+  const h = createHash('sha256');
+  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20, signal })) h.update(chunk as Buffer);
+  return h;
+}
+
+function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
+  return AbortSignal.any(signals.filter((s): s is AbortSignal => Boolean(s)));
+}
+
+function sleep(ms: number, signal?: AbortSignal) {
+  return new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
+  });
+}
+
+function describe(err: unknown): string {
+  if (Array.isArray(err)) return err.map((e) => describe(e)).join('; ');
+  const e = err as {
+    message?: string;
+    code?: number | string;
+    reason?: string;
+    cause?: { code?: string; message?: string };
+  };
+  if (e && typeof e === 'object' && 'code' in e && 'reason' in e)
+    return `closed ${e.code}${e.reason ? `: ${e.reason}` : ''}`;
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  const msg = e?.message ?? String(err);
+  return cause ? `${msg} (${cause})` : msg;
+}

@@ -1,0 +1,924 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import readline from 'node:readline';
+import type { Logger } from '../lib/log.js';
+import { packDirectory } from '../train/peft-tar.js';
+import { ControlPlaneError } from './control-plane.js';
+import {
+  type DownloadOptions,
+  type TrainAssignment,
+  type TrainControl,
+  type TrainEvent,
+  type TrainPoint,
+  type TrainProgressInput,
+  type TrainSpec,
+  TrainSpecError,
+} from './train-control.js';
+
+// Runs this node's LoRA training jobs (docs/training.md), one at a time: claims a queued job from the work list,
+// fetches its pairs and base weights, runs the trainer, streams its progress, uploads the adapter and finishes
+// the job. The control plane may restart at any point: reports are kept and sent again, and the trainer keeps
+// running. What ends a job early is an operator's cancel, a refusal from the control plane (the job ended there),
+// or the agent stopping.
+
+export type TrainWorkerOptions = {
+  control: TrainControl;
+  /** <agent dir>/train: jobs/<id>/ while a job runs (removed after), base/<repo@revision>/ kept as a cache. */
+  workDir: string;
+  /** The trainer's command line; `--job <job.json> --out <dir>` is appended. */
+  trainer: string[];
+  log: Logger;
+  /** How long the trainer gets after SIGTERM before SIGKILL. */
+  graceMs?: number;
+  /** At most one progress report this often (the control plane's contract: 500 ms). */
+  reportMs?: number;
+  /** An empty report this often while nothing else is said, to keep the job's lease. */
+  keepaliveMs?: number;
+  /** The first wait before a claim, finish or upload that did not get through is tried again; it doubles to 30 s. */
+  retryMs?: number;
+  /** On stop(), how long reports and the FAILED get to reach the control plane after the trainer has exited. */
+  stopReportMs?: number;
+  /** Passed to each download (tests shorten the waits). */
+  download?: Pick<DownloadOptions, 'attempts' | 'backoffMs' | 'stallMs'>;
+};
+
+type Phase = 'claiming' | 'fetching' | 'training' | 'uploading' | 'finishing';
+
+type Job = {
+  id: string;
+  name: string;
+  phase: Phase;
+  abort: AbortController;
+  /** Why the job is ending early: an operator's cancel, a refusal (finish nothing), or the agent stopping. */
+  intent?: 'cancel' | 'drop' | 'stop';
+  why?: string;
+  /** Where the job was when it was told to end. */
+  intentPhase?: Phase;
+  /** How the trainer was made to stop, for the final message. */
+  stopped?: string;
+  progress?: Progress;
+};
+
+type Outcome = { state: 'DONE' | 'FAILED' | 'CANCELLED'; message?: string } | { state: 'NONE'; why: string };
+
+type TrainerRun = {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  done: boolean;
+  error?: string;
+  spawnError?: string;
+  /** The last lines the trainer wrote to stderr, for a failure message. */
+  tail: string[];
+};
+
+/** The files a PEFT adapter is made of; the control plane checks them again on upload. */
+export const ADAPTER_FILES = ['adapter_config.json', 'adapter_model.safetensors'] as const;
+const TAIL_LINES = 20;
+const MESSAGE_MAX = 2000;
+
+export class TrainWorker {
+  private current: Job | undefined;
+  private running: Promise<void> | undefined;
+  private latest: TrainAssignment[] = [];
+  /** Jobs this worker has ended: a list sent before the end landed may still show them RUNNING. */
+  private readonly ended = new Set<string>();
+  /** Claimed by another runner holding this node's token (a second agent): its to run and to finish. */
+  private readonly elsewhere = new Set<string>();
+  /** Claims refused for another reason (the job was deleted): not asked again. */
+  private readonly refused = new Set<string>();
+  /** Claims whose answer never came back: if the job then shows up RUNNING, that is why it has no trainer. */
+  private readonly lostClaims = new Set<string>();
+  private readonly finishing = new Set<Promise<void>>();
+  private unsubscribe: (() => void) | undefined;
+  private retryTimer: NodeJS.Timeout | undefined;
+  private claimFailures = 0;
+  private claimRetryAt = 0;
+  private stopped = false;
+  private stopDeadline = Number.POSITIVE_INFINITY;
+  private readonly stopping = new AbortController();
+  private readonly graceMs: number;
+
+  constructor(private readonly o: TrainWorkerOptions) {
+    if (!o.trainer.length) throw new Error('the trainer command is empty');
+    this.graceMs = o.graceMs ?? 10_000;
+  }
+
+  /** Subscribes to the node's work; jobs run as they come. */
+  start() {
+    this.unsubscribe = this.o.control.work((jobs) => this.onWork(jobs));
+  }
+
+  /** The job being worked on, for tests and logs. */
+  snapshot() {
+    const j = this.current;
+    return j ? { id: j.id, phase: j.phase, intent: j.intent ?? null } : null;
+  }
+
+  /**
+   * Stops the trainer (SIGTERM, SIGKILL after the grace time) and reports the job FAILED "the agent was stopped":
+   * failing it now is honest and immediate, where leaving it to the lease would show a dead job as running for
+   * two minutes. Takes at most the grace time plus stopReportMs.
+   */
+  async stop() {
+    if (this.stopped) return;
+    this.stopped = true;
+    this.stopDeadline = Date.now() + this.graceMs + (this.o.stopReportMs ?? 5000);
+    this.stopping.abort();
+    this.unsubscribe?.();
+    clearTimeout(this.retryTimer);
+    const job = this.current;
+    if (job) this.setIntent(job, 'stop');
+    await this.running;
+    await Promise.allSettled([...this.finishing]);
+  }
+
+  private onWork(jobs: TrainAssignment[]) {
+    if (this.stopped) return;
+    this.latest = jobs;
+    // A job gone from the list has ended for good (states only move forward): forget it, so these stay small.
+    const listed = new Set(jobs.map((j) => j.id));
+    for (const set of [this.ended, this.elsewhere, this.refused, this.lostClaims])
+      for (const id of set) if (!listed.has(id)) set.delete(id);
+    for (const j of jobs) {
+      if (j.state !== 'RUNNING') continue;
+      const job = this.current;
+      if (job?.id === j.id) {
+        if (j.cancelRequested) this.setIntent(job, 'cancel');
+        continue;
+      }
+      if (this.ended.has(j.id) || this.elsewhere.has(j.id)) continue;
+      this.ended.add(j.id);
+      this.endOrphan(j);
+    }
+    this.pick();
+  }
+
+  /** A RUNNING job leased to this node that no trainer here runs: the agent restarted, or lost the claim's answer. */
+  private endOrphan(j: TrainAssignment) {
+    const [state, message]: ['FAILED' | 'CANCELLED', string] = j.cancelRequested
+      ? ['CANCELLED', 'cancelled; no trainer was running it on this node (the agent had restarted)']
+      : this.lostClaims.has(j.id)
+        ? [
+            'FAILED',
+            "this node's claim went through but its answer was lost on the way, so the trainer never started; run it again",
+          ]
+        : ['FAILED', 'the agent restarted (or lost the trainer) while the job was running; run it again'];
+    this.o.log.warn('a running job has no trainer on this node; ending it', { jobId: j.id, name: j.name, state });
+    const p = this.finishReliably(j.id, state, message).finally(() => this.finishing.delete(p));
+    this.finishing.add(p);
+  }
+
+  /** When idle, claims the first queued job of the latest list. */
+  private pick() {
+    if (this.stopped || this.current) return;
+    clearTimeout(this.retryTimer);
+    const next = this.latest.find(
+      (j) => j.state === 'QUEUED' && !this.ended.has(j.id) && !this.elsewhere.has(j.id) && !this.refused.has(j.id),
+    );
+    if (!next) return;
+    const wait = this.claimRetryAt - Date.now();
+    if (wait > 0) {
+      this.retryTimer = setTimeout(() => this.pick(), wait);
+      return;
+    }
+    const job: Job = { id: next.id, name: next.name, phase: 'claiming', abort: new AbortController() };
+    this.current = job;
+    this.running = this.run(job)
+      .catch((err: unknown) =>
+        this.o.log.error('the training worker failed unexpectedly', { jobId: job.id, error: err }),
+      )
+      .finally(() => {
+        this.current = undefined;
+        this.running = undefined;
+        this.pick();
+      });
+  }
+
+  private async run(job: Job) {
+    const { control, log } = this.o;
+    let spec: TrainSpec;
+    try {
+      spec = (await control.claim(job.id)).spec;
+      this.claimFailures = 0;
+      this.lostClaims.delete(job.id);
+    } catch (err) {
+      if (err instanceof TrainSpecError) {
+        // The claim went through, so the job is this node's: end it with the reason rather than leave it leased.
+        this.ended.add(job.id);
+        log.error('claimed a job whose spec this agent cannot read', { jobId: job.id, error: err.message });
+        await this.finishReliably(job.id, 'FAILED', err.message);
+        return;
+      }
+      if (err instanceof ControlPlaneError && err.kind === 'refused') {
+        this.claimFailures = 0;
+        if (err.errorType === 'ConflictError') {
+          // Another runner has it (or the control plane failed it while claiming): not this node's to touch.
+          this.elsewhere.add(job.id);
+          log.info('the job was not claimed here', { jobId: job.id, reason: err.message });
+        } else {
+          this.refused.add(job.id);
+          log.warn('the control plane refused the claim', { jobId: job.id, error: err.message });
+        }
+        return;
+      }
+      this.claimFailures++;
+      this.lostClaims.add(job.id);
+      this.claimRetryAt = Date.now() + this.backoff(this.claimFailures);
+      log.warn('the claim did not get through; asking again', { jobId: job.id, error: (err as Error).message });
+      return;
+    }
+
+    log.info('claimed a training job', { jobId: job.id, name: job.name, base: spec.base_repo });
+    const dir = path.join(this.o.workDir, 'jobs', safeName(job.id));
+    const progress = new Progress({
+      send: (input) => control.report(job.id, input),
+      onRefused: (err) => this.setIntent(job, 'drop', err.message),
+      intervalMs: this.o.reportMs ?? 500,
+      keepaliveMs: this.o.keepaliveMs ?? 10_000,
+      log,
+      jobId: job.id,
+    });
+    job.progress = progress;
+    let outcome: Outcome;
+    try {
+      outcome = await this.train(job, spec, dir, progress);
+    } catch (err) {
+      outcome = { state: 'FAILED', message: messageOf(err) };
+    }
+    const intent = job.intent;
+    job.phase = 'finishing';
+    if (intent === 'cancel') outcome = { state: 'CANCELLED', message: `cancelled: ${howItStopped(job)}` };
+    if (intent === 'stop')
+      outcome = { state: 'FAILED', message: `the agent was stopped: ${howItStopped(job)}; run it again` };
+    if (intent === 'drop') outcome = { state: 'NONE', why: `the control plane refused a report: ${job.why}` };
+
+    if (outcome.state !== 'NONE') {
+      // Every point and line before the end: once the job has ended, the control plane takes no more reports.
+      await this.flushReports(progress);
+      if (job.intent !== 'drop') await this.finishReliably(job.id, outcome.state, outcome.message);
+      else outcome = { state: 'NONE', why: `the control plane refused a report: ${job.why}` };
+    }
+    progress.close();
+    if (outcome.state === 'NONE')
+      log.warn('the job ended on the control plane; stopped working on it here', {
+        jobId: job.id,
+        reason: outcome.why,
+      });
+    this.ended.add(job.id);
+    await fs.rm(dir, { recursive: true, force: true }).catch((err: unknown) => {
+      log.warn("the job's work directory could not be removed", { jobId: job.id, dir, error: err });
+    });
+  }
+
+  private async train(job: Job, spec: TrainSpec, dir: string, progress: Progress): Promise<Outcome> {
+    const signal = job.abort.signal;
+    signal.throwIfAborted();
+    await fs.rm(dir, { recursive: true, force: true });
+    const out = path.join(dir, 'out');
+    await fs.mkdir(out, { recursive: true });
+
+    job.phase = 'fetching';
+    progress.setMessage(`fetching the training data (${spec.data.pairs} pairs)`);
+    const dataPath = path.join(dir, 'data.ndjson');
+    try {
+      await this.o.control.download(spec.data.url, dataPath, {
+        ...this.o.download,
+        sha256: spec.data.sha256,
+        bytes: spec.data.bytes,
+        signal,
+      });
+    } catch (err) {
+      signal.throwIfAborted();
+      throw new Error(`the training data could not be fetched: ${messageOf(err)}`);
+    }
+    const baseDir = await this.fetchBase(spec, progress, signal);
+    signal.throwIfAborted();
+
+    const jobFile = path.join(dir, 'job.json');
+    await fs.writeFile(
+      jobFile,
+      `${JSON.stringify({ ...spec, data_path: dataPath, base_dir: baseDir, out_dir: out }, null, 2)}\n`,
+    );
+    job.phase = 'training';
+    progress.setMessage('the trainer is starting (loading the base weights)');
+    const run = await this.runTrainer(job, jobFile, out, progress);
+    if (job.intent) return { state: 'FAILED', message: 'stopped' }; // run() words the end from the intent
+
+    const failure = trainerFailure(run, this.o.trainer);
+    if (failure) return { state: 'FAILED', message: failure };
+    const missing = await missingFiles(out, ADAPTER_FILES);
+    if (missing.length)
+      return {
+        state: 'FAILED',
+        message: `the trainer said done, but its output directory lacks ${missing.join(' and ')}`,
+      };
+
+    job.phase = 'uploading';
+    progress.setMessage('uploading the adapter');
+    await this.flushReports(progress);
+    return await this.upload(job, out, progress);
+  }
+
+  /**
+   * The base weights into <workDir>/base/<repo@revision>/, reusing each file already there with the size (and
+   * sha256, when the spec gives one) the spec names: a second job on the same base fetches nothing.
+   */
+  private async fetchBase(spec: TrainSpec, progress: Progress, signal: AbortSignal): Promise<string> {
+    const dir = path.join(this.o.workDir, 'base', safeName(`${spec.base_repo}@${spec.base_revision ?? 'default'}`));
+    await fs.mkdir(dir, { recursive: true });
+    const manifestFile = path.join(dir, MANIFEST);
+    const manifest = await readManifest(manifestFile);
+    const files = spec.base.files;
+    let fetched = 0;
+    for (const [i, f] of files.entries()) {
+      const dest = path.resolve(dir, f.path);
+      if (!dest.startsWith(`${dir}${path.sep}`)) throw new Error(`the base file ${f.path} would land outside ${dir}`);
+      const had = manifest[f.path];
+      const st = await fs.stat(dest).catch(() => undefined);
+      const reusable =
+        had &&
+        st?.isFile() &&
+        st.size === had.bytes &&
+        (f.size == null || f.size === had.bytes) &&
+        (f.sha256 == null || f.sha256 === had.sha256);
+      if (reusable) continue;
+      progress.setMessage(`fetching base weights ${i + 1}/${files.length}: ${f.path}`);
+      try {
+        const got = await this.o.control.download(f.url, dest, {
+          ...this.o.download,
+          sha256: f.sha256,
+          bytes: f.size,
+          signal,
+        });
+        manifest[f.path] = got;
+      } catch (err) {
+        signal.throwIfAborted();
+        throw new Error(`the base weights could not be fetched (${f.path}): ${messageOf(err)}`);
+      }
+      // Written after each file: a run cut short keeps what it verified.
+      await writeManifest(manifestFile, manifest);
+      fetched++;
+    }
+    // Files of an older listing of this revision ("main" moved, shards renamed) would confuse the loader.
+    const wanted = new Set(files.map((f) => f.path.split('/')[0]));
+    for (const e of await fs.readdir(dir, { withFileTypes: true })) {
+      if (e.name === MANIFEST || wanted.has(e.name) || !e.isFile()) continue;
+      await fs.rm(path.join(dir, e.name), { force: true });
+      delete manifest[e.name];
+    }
+    await writeManifest(manifestFile, manifest);
+    progress.event(
+      'info',
+      fetched
+        ? `base weights of ${spec.base_repo}: fetched ${fetched} of ${files.length} files, the rest from this node's cache`
+        : `base weights of ${spec.base_repo}: all ${files.length} files from this node's cache`,
+    );
+    return dir;
+  }
+
+  private runTrainer(job: Job, jobFile: string, out: string, progress: Progress): Promise<TrainerRun> {
+    const [command, ...args] = this.o.trainer;
+    const run: TrainerRun = { code: null, signal: null, done: false, tail: [] };
+    const log = this.o.log;
+    return new Promise((resolve) => {
+      let child: ChildProcess;
+      try {
+        // Its own process group, so a stop reaches the trainer's own children (data loader workers) too.
+        child = spawn(command!, [...args, '--job', jobFile, '--out', out], {
+          cwd: path.dirname(jobFile),
+          detached: true,
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
+      } catch (err) {
+        run.spawnError = messageOf(err);
+        resolve(run);
+        return;
+      }
+      const pid = child.pid;
+      if (pid) log.info('the trainer started', { jobId: job.id, pid });
+      let termAt: number | undefined;
+      let killTimer: NodeJS.Timeout | undefined;
+      let killed = false;
+      const terminate = () => {
+        if (termAt !== undefined || !pid || child.exitCode !== null || child.signalCode !== null) return;
+        termAt = Date.now();
+        log.info('stopping the trainer (SIGTERM)', { jobId: job.id, pid, why: job.intent });
+        signalGroup(pid, 'SIGTERM');
+        killTimer = setTimeout(() => {
+          killed = true;
+          log.warn('the trainer did not stop in its grace time; killing it', { jobId: job.id, pid });
+          signalGroup(pid, 'SIGKILL');
+        }, this.graceMs);
+      };
+      const signal = job.abort.signal;
+      signal.addEventListener('abort', terminate, { once: true });
+      if (signal.aborted) terminate();
+
+      readline
+        .createInterface({ input: child.stdout!, crlfDelay: Number.POSITIVE_INFINITY })
+        .on('line', (line) => onStdout(line, run, progress));
+      readline
+        .createInterface({ input: child.stderr!, crlfDelay: Number.POSITIVE_INFINITY })
+        .on('line', (line) => onStderr(line, run, progress));
+
+      let closeTimer: NodeJS.Timeout | undefined;
+      child.once('error', (err) => {
+        run.spawnError = err.message;
+      });
+      child.once('exit', (code, sig) => {
+        run.code = code;
+        run.signal = sig;
+        clearTimeout(killTimer);
+        // Whatever of its group outlived the trainer (an orphaned worker) would hold GPU memory and the pipes.
+        if (pid) signalGroup(pid, 'SIGKILL');
+        // A grandchild that left the group may still hold the pipes: stop waiting for them after a moment.
+        closeTimer = setTimeout(() => {
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+        }, 2000);
+      });
+      child.once('close', async () => {
+        clearTimeout(closeTimer);
+        clearTimeout(killTimer);
+        signal.removeEventListener('abort', terminate);
+        if (termAt !== undefined && pid) {
+          const freed = (await groupGone(pid))
+            ? 'its GPU memory is free'
+            : 'its process group was sent SIGKILL but has not gone yet';
+          job.stopped = killed
+            ? `the trainer was killed (SIGKILL) after the ${duration(this.graceMs)} grace time; ${freed}`
+            : `the trainer stopped on SIGTERM after ${duration(Date.now() - termAt)}; ${freed}`;
+        }
+        log.info('the trainer exited', { jobId: job.id, code: run.code, signal: run.signal, done: run.done });
+        resolve(run);
+      });
+    });
+  }
+
+  private async upload(job: Job, out: string, progress: Progress): Promise<Outcome> {
+    const signal = job.abort.signal;
+    for (let failures = 0; ; ) {
+      signal.throwIfAborted();
+      try {
+        const r = await this.o.control.upload(job.id, packDirectory(out), signal);
+        if (!r.accepted)
+          return { state: 'NONE', why: `the control plane refused the adapter and has failed the job: ${r.reason}` };
+        progress.event(
+          'info',
+          `uploaded the adapter (${r.artifacts.map((a) => `${a.kind}: ${a.size} bytes`).join(', ')})`,
+        );
+        return { state: 'DONE' };
+      } catch (err) {
+        signal.throwIfAborted();
+        if (!(err instanceof ControlPlaneError) || err.kind === 'refused')
+          throw new Error(`the adapter could not be uploaded: ${messageOf(err)}`);
+        // The control plane is away (a restart): the adapter is worth waiting for. A control plane that stays
+        // away past the lease ends the job, and the next report, refused, stops this.
+        failures++;
+        if (failures === 1)
+          this.o.log.warn('the adapter upload did not get through; trying again', {
+            jobId: job.id,
+            error: err.message,
+          });
+        await this.pause(this.backoff(failures), signal);
+      }
+    }
+  }
+
+  /** Sends finishTrainJob until it is taken or refused; after stop(), until the stop deadline. */
+  private async finishReliably(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
+    const log = this.o.log;
+    for (let failures = 0; ; ) {
+      try {
+        await this.o.control.finish(id, state, message);
+        log.info(`finished a training job ${state}`, { jobId: id, message });
+        return;
+      } catch (err) {
+        if (!(err instanceof ControlPlaneError) || err.kind === 'refused') {
+          // Asking again gets the same answer (the job has already ended there): nothing more to do.
+          log.warn('the control plane refused to finish the job', { jobId: id, state, error: (err as Error).message });
+          return;
+        }
+        failures++;
+        if (failures === 1)
+          log.warn('finishing the job did not get through; trying again', { jobId: id, error: err.message });
+        if (this.stopped && Date.now() >= this.stopDeadline) {
+          log.warn('gave up finishing the job: the agent is stopping; its lease will end it', { jobId: id, state });
+          return;
+        }
+        await this.pause(this.backoff(failures));
+      }
+    }
+  }
+
+  private async flushReports(progress: Progress) {
+    if (!this.stopped) await Promise.race([progress.flush(), this.untilStopDeadline()]);
+    else await Promise.race([progress.flush(), sleep(Math.max(0, this.stopDeadline - Date.now()))]);
+  }
+
+  /** Resolves at the stop deadline once stop() has been called; never before. */
+  private untilStopDeadline() {
+    return new Promise<void>((resolve) => {
+      this.stopping.signal.addEventListener(
+        'abort',
+        () => void sleep(Math.max(0, this.stopDeadline - Date.now())).then(resolve),
+        { once: true },
+      );
+    });
+  }
+
+  private setIntent(job: Job, intent: 'cancel' | 'drop' | 'stop', why?: string) {
+    // A refusal wins over the rest (finishing would be refused too); otherwise the first reason stands, and a
+    // job already finishing is left to finish.
+    if (job.intent === 'drop' || (intent !== 'drop' && (job.intent || job.phase === 'finishing'))) return;
+    job.intent = intent;
+    job.intentPhase = job.phase;
+    job.why = why;
+    if (intent === 'cancel') this.o.log.info('cancel requested; stopping the job', { jobId: job.id, phase: job.phase });
+    job.abort.abort(
+      new Error(`the job was ${intent === 'cancel' ? 'cancelled' : intent === 'stop' ? 'stopped' : 'dropped'}`),
+    );
+  }
+
+  private backoff(failures: number) {
+    return Math.min((this.o.retryMs ?? 2000) * 2 ** (failures - 1), 30_000);
+  }
+
+  /** Waits `ms`; cut short to the stop deadline by stop(), and rejected by `signal`. */
+  private pause(ms: number, signal?: AbortSignal) {
+    return new Promise<void>((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const cleanup = () => {
+        clearTimeout(timer);
+        this.stopping.signal.removeEventListener('abort', onStop);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const done = () => {
+        cleanup();
+        resolve();
+      };
+      const onStop = () => {
+        clearTimeout(timer);
+        timer = setTimeout(done, Math.max(0, Math.min(ms, this.stopDeadline - Date.now())));
+      };
+      const onAbort = () => {
+        cleanup();
+        reject(signal?.reason);
+      };
+      timer = setTimeout(done, ms);
+      if (this.stopped) onStop();
+      else this.stopping.signal.addEventListener('abort', onStop, { once: true });
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+}
+
+/** What had happened to the trainer when a job was cancelled or the agent stopped, for the job's last message. */
+function howItStopped(job: Job) {
+  if (job.stopped) return job.stopped;
+  switch (job.intentPhase) {
+    case 'training':
+      return 'the trainer had already exited';
+    case 'uploading':
+      return 'the trainer had finished; the adapter was not uploaded';
+    default:
+      return 'the trainer had not started';
+  }
+}
+
+// ─── progress ────────────────────────────────────────────────────────────────
+
+/** The control plane takes at most 10000 points and 200 events per report; kept well under. */
+const POINTS_PER_REPORT = 1000;
+const EVENTS_PER_REPORT = 100;
+/** Lines kept while reports cannot get through; a chatty trainer's oldest lines go first. */
+const EVENTS_KEPT = 1000;
+
+type ProgressOptions = {
+  send: (input: TrainProgressInput) => Promise<void>;
+  onRefused: (err: ControlPlaneError) => void;
+  intervalMs: number;
+  keepaliveMs: number;
+  log: Logger;
+  jobId: string;
+};
+
+/**
+ * Coalesces a job's progress into reports: at most one in flight and one every intervalMs, each carrying every
+ * point since the last (in order), an empty one every keepaliveMs to hold the lease. A report that does not get
+ * through keeps its points for the next; one that is refused closes this and tells the worker.
+ */
+export class Progress {
+  private points: TrainPoint[] = [];
+  private events: TrainEvent[] = [];
+  private leftOut = 0;
+  private steps: number | undefined;
+  private message: string | undefined;
+  private lastAttempt = 0;
+  private lastDelivered = Date.now();
+  private failures = 0;
+  private lastError: string | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  private timerAt = 0;
+  private sending: Promise<void> | undefined;
+  private closed = false;
+  private waiters: (() => void)[] = [];
+
+  constructor(private readonly o: ProgressOptions) {
+    this.schedule();
+  }
+
+  point(p: TrainPoint) {
+    this.points.push(p);
+    this.schedule();
+  }
+
+  event(level: TrainEvent['level'], message: string) {
+    if (this.events.length >= EVENTS_KEPT) {
+      this.events.shift();
+      this.leftOut++;
+    }
+    this.events.push({
+      level,
+      message: message.length > MESSAGE_MAX ? `${message.slice(0, MESSAGE_MAX - 1)}…` : message,
+    });
+    this.schedule();
+  }
+
+  setSteps(steps: number) {
+    this.steps = steps;
+    this.schedule();
+  }
+
+  setMessage(message: string) {
+    this.message = message;
+    this.schedule();
+  }
+
+  /** Resolves once everything added so far has been delivered, or this closed (refused, or the job ended). */
+  flush(): Promise<void> {
+    if (this.closed || (!this.pending() && !this.sending)) return Promise.resolve();
+    return new Promise((resolve) => {
+      this.waiters.push(resolve);
+      this.schedule();
+    });
+  }
+
+  close() {
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  private pending() {
+    return (
+      this.points.length > 0 ||
+      this.events.length > 0 ||
+      this.leftOut > 0 ||
+      this.steps !== undefined ||
+      this.message !== undefined
+    );
+  }
+
+  private schedule() {
+    if (this.closed || this.sending) return;
+    const gap = this.failures
+      ? Math.min(this.o.intervalMs * 2 ** this.failures, this.o.keepaliveMs)
+      : this.o.intervalMs;
+    const at = this.pending()
+      ? this.lastAttempt + gap
+      : Math.max(this.lastDelivered + this.o.keepaliveMs, this.lastAttempt + gap);
+    if (this.timer && this.timerAt <= at) return;
+    clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(
+      () => {
+        this.timer = undefined;
+        this.sending = this.sendOnce().finally(() => {
+          this.sending = undefined;
+          if (!this.pending()) for (const w of this.waiters.splice(0)) w();
+          this.schedule();
+        });
+      },
+      Math.max(0, at - Date.now()),
+    );
+  }
+
+  private async sendOnce() {
+    const points = this.points.slice(0, POINTS_PER_REPORT);
+    const leftOut = this.leftOut;
+    const events = this.events.slice(0, EVENTS_PER_REPORT - (leftOut ? 1 : 0));
+    const { steps, message } = this;
+    const input: TrainProgressInput = {};
+    if (steps !== undefined) input.steps = steps;
+    if (points.length) input.points = points;
+    if (events.length || leftOut)
+      input.events = [
+        ...(leftOut
+          ? [
+              {
+                level: 'warn' as const,
+                message: `${leftOut} lines of the trainer's output were left out (too many while the control plane could not be reached)`,
+              },
+            ]
+          : []),
+        ...events,
+      ];
+    if (message !== undefined) input.message = message;
+    this.lastAttempt = Date.now();
+    try {
+      await this.o.send(input);
+    } catch (err) {
+      if (err instanceof ControlPlaneError && err.kind === 'refused') {
+        this.close();
+        this.o.onRefused(err);
+        return;
+      }
+      this.failures++;
+      const msg = (err as Error).message;
+      // Once per distinct reason: a control plane restarting for a minute should not write a line per try.
+      if (msg !== this.lastError)
+        this.o.log.warn('a progress report did not get through; keeping it to send again', {
+          jobId: this.o.jobId,
+          error: msg,
+        });
+      this.lastError = msg;
+      return;
+    }
+    // Taken: drop what was sent. New points and lines were appended behind it; the events sent are removed by
+    // identity, since a full buffer may have shifted older ones out meanwhile.
+    this.points.splice(0, points.length);
+    const sent = new Set(events);
+    this.events = this.events.filter((e) => !sent.has(e));
+    this.leftOut -= leftOut;
+    if (this.steps === steps) this.steps = undefined;
+    if (this.message === message) this.message = undefined;
+    this.failures = 0;
+    this.lastDelivered = Date.now();
+    if (this.lastError) this.o.log.info('progress reports get through again', { jobId: this.o.jobId });
+    this.lastError = undefined;
+  }
+}
+
+// ─── the trainer's output ────────────────────────────────────────────────────
+
+/** One line of the trainer's stdout: a protocol event, or a line kept as an event. */
+function onStdout(line: string, run: TrainerRun, progress: Progress) {
+  const text = visible(line);
+  if (!text) return;
+  const msg = parseLine(text);
+  switch (msg?.event) {
+    case 'start': {
+      const steps = msg.steps;
+      if (typeof steps === 'number' && Number.isInteger(steps) && steps >= 0) progress.setSteps(steps);
+      progress.setMessage('training');
+      return;
+    }
+    case 'step': {
+      const point = toPoint(msg);
+      if (point) progress.point(point);
+      else progress.event('warn', `a step line without a usable step and loss: ${text}`);
+      return;
+    }
+    case 'done':
+      run.done = true;
+      return;
+    case 'error':
+      run.error =
+        typeof msg.message === 'string' && msg.message.trim()
+          ? msg.message.trim()
+          : 'the trainer reported an error without a message';
+      return;
+  }
+  progress.event('info', text);
+}
+
+function onStderr(line: string, run: TrainerRun, progress: Progress) {
+  const text = visible(line);
+  if (!text) return;
+  run.tail.push(text);
+  if (run.tail.length > TAIL_LINES) run.tail.shift();
+  progress.event('warn', text);
+}
+
+/** What a terminal would show of a line: the part after the last carriage return (progress bars redraw). */
+function visible(line: string) {
+  const parts = line.split('\r').filter((p) => p.trim());
+  return (parts.at(-1) ?? '').trimEnd();
+}
+
+function parseLine(text: string): Record<string, unknown> | undefined {
+  if (!text.startsWith('{')) return undefined;
+  const parse = (s: string) => {
+    try {
+      const v = JSON.parse(s) as unknown;
+      return v && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>) : undefined;
+    } catch {
+      return undefined;
+    }
+  };
+  // Python's json.dumps writes NaN and Infinity, which JSON has not: a diverging loss would otherwise turn a step
+  // line into noise. Read as null, the step is reported as not usable instead.
+  return parse(text) ?? parse(text.replace(/\bNaN\b|-?\bInfinity\b/g, 'null'));
+}
+
+function toPoint(m: Record<string, unknown>): TrainPoint | undefined {
+  const finite = (v: unknown): v is number => typeof v === 'number' && Number.isFinite(v);
+  if (!finite(m.step) || !Number.isInteger(m.step) || m.step < 0 || !finite(m.loss)) return undefined;
+  return {
+    step: m.step,
+    loss: m.loss,
+    lr: finite(m.lr) ? m.lr : null,
+    peakMiB: finite(m.peak_mib) && m.peak_mib >= 0 ? Math.round(m.peak_mib) : null,
+    tokensPerSecond: finite(m.tokens_per_s) && m.tokens_per_s >= 0 ? m.tokens_per_s : null,
+  };
+}
+
+/** Why a finished trainer run failed, or undefined when it succeeded (said done and exited 0). */
+function trainerFailure(run: TrainerRun, trainer: string[]): string | undefined {
+  if (run.spawnError)
+    return `the trainer could not be started (${trainer.join(' ')}): ${run.spawnError}; set HANGAR_TRAINER to a command that runs it`;
+  if (run.error) return run.error;
+  const how = run.signal ? `was ended by ${run.signal}` : `exited with code ${run.code}`;
+  if (run.done && run.code === 0) return undefined;
+  const head = run.done ? `the trainer said done but ${how}` : `the trainer ${how} without saying done or error`;
+  if (!run.tail.length) return head;
+  // The end of stderr is what says why (the traceback's last line): cut from the front when it is long.
+  const lead = `${head}; the last lines it wrote to stderr:\n`;
+  const tail = run.tail.join('\n');
+  const room = MESSAGE_MAX - lead.length;
+  return lead + (tail.length > room ? `…${tail.slice(-(room - 1))}` : tail);
+}
+
+// ─── files and processes ─────────────────────────────────────────────────────
+
+/** Which base files the cache holds, as they were verified when fetched. */
+const MANIFEST = '.hangar-base.json';
+type Manifest = Record<string, { bytes: number; sha256: string }>;
+
+async function readManifest(file: string): Promise<Manifest> {
+  try {
+    const v = JSON.parse(await fs.readFile(file, 'utf8')) as unknown;
+    return v && typeof v === 'object' && !Array.isArray(v) ? (v as Manifest) : {};
+  } catch {
+    return {};
+  }
+}
+
+async function writeManifest(file: string, m: Manifest) {
+  await fs.writeFile(`${file}.tmp`, JSON.stringify(m, null, 2));
+  await fs.rename(`${file}.tmp`, file);
+}
+
+async function missingFiles(dir: string, names: readonly string[]) {
+  const missing: string[] = [];
+  for (const n of names) {
+    const st = await fs.stat(path.join(dir, n)).catch(() => undefined);
+    if (!st?.isFile() || st.size === 0) missing.push(n);
+  }
+  return missing;
+}
+
+/** A name for a directory from a repository and revision, or a job id: no separators, no dot-names. */
+function safeName(s: string) {
+  const name = s
+    .replace(/\//g, '--')
+    .replace(/[^A-Za-z0-9._@-]/g, '_')
+    .slice(0, 200);
+  return name.startsWith('.') ? `_${name}` : name;
+}
+
+function signalGroup(pid: number, sig: NodeJS.Signals) {
+  try {
+    process.kill(-pid, sig);
+  } catch {
+    // ESRCH: the group has already gone.
+  }
+}
+
+/** Whether no process of the group is left (waits up to a second for the kernel to reap them). */
+async function groupGone(pid: number) {
+  for (let i = 0; i < 50; i++) {
+    try {
+      process.kill(-pid, 0);
+    } catch {
+      return true;
+    }
+    await sleep(20);
+  }
+  return false;
+}
+
+function duration(ms: number) {
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${Number((ms / 1000).toFixed(1))} s`;
+}
+
+function messageOf(err: unknown) {
+  return err instanceof Error ? err.message : String(err);
+}
+
+function sleep(ms: number) {
+  return new Promise<void>((resolve) => setTimeout(resolve, ms));
+}

@@ -1,0 +1,329 @@
+import { createHash } from 'node:crypto';
+import { createReadStream, createWriteStream } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { createGunzip } from 'node:zlib';
+import tar from 'tar-stream';
+import type { AuditService } from '../audit/audit.service.js';
+import type { Context } from '../context.js';
+import type { Db } from '../db/client.js';
+import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
+import { knownTensorTypes } from '../gguf/catalog.js';
+import { factsOf } from '../gguf/facts.js';
+import { readGguf } from '../gguf/reader.js';
+import { fileSource } from '../gguf/source.js';
+import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
+import type { Logger } from '../lib/log.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
+import { notify } from '../pubsub.js';
+import { AdapterConversionError, peftToGguf } from './gguf-adapter.js';
+import { PeftTarError, readPeftTar } from './peft-tar.js';
+import type { TrainService } from './train.service.js';
+
+// What a job made: the PEFT adapter the node uploads (a gzipped tar, checked as it is read, never unpacked to
+// disk) and the llama.cpp GGUF adapter Hangar makes from it; then publishing them into the mirror and the catalog.
+
+/** The compressed upload at most (the tar reader caps the weights inside at 2 GiB: rank 128 on a 70B model). */
+export const MAX_PEFT_UPLOAD = 4 * 1024 ** 3;
+
+type Caller = Pick<Context, 'viewer' | 'requestId'>;
+
+export type UploadAnswer = { status: number; body: Record<string, unknown> };
+
+export type PublishAnswer = { adapter: string; model: string; source: string; owner: string | null; note: string };
+
+export class TrainArtifacts {
+  constructor(
+    private readonly db: Db,
+    private readonly audit: AuditService,
+    private readonly train: TrainService,
+    private readonly mirror: MirrorService,
+    private readonly log: Logger,
+  ) {}
+
+  peftName(job: Pick<TrainJob, 'name'>) {
+    return `${job.name}-peft.tar.gz`;
+  }
+  ggufName(job: Pick<TrainJob, 'name'>) {
+    return `${job.name}.gguf`;
+  }
+
+  /**
+   * PUT /api/train/jobs/<id>/artifacts/peft from the node running the job. A tar that breaks a rule fails the
+   * job with the reason (422): the trainer's output is not something Hangar will keep or hand to a node.
+   */
+  async ingestPeft(ctx: Caller, id: string, body: Readable, length: number | null): Promise<UploadAnswer> {
+    if (ctx.viewer.kind !== 'node') return { status: 401, body: { error: 'an adapter upload needs the node token' } };
+    const job = await this.train.get(id);
+    if (!job) return { status: 404, body: { error: `no training job ${id}` } };
+    if (job.state !== 'RUNNING' || job.leaseOwner !== ctx.viewer.node.id)
+      return { status: 409, body: { error: `the job is ${job.state.toLowerCase()} and not this node's to upload to` } };
+    if (length !== null && length > MAX_PEFT_UPLOAD) {
+      const reason = `the adapter upload is ${length} bytes; at most ${MAX_PEFT_UPLOAD}`;
+      await this.train.failRunning(id, `the adapter was refused: ${reason}`);
+      return { status: 422, body: { error: reason } };
+    }
+    const dir = this.train.jobDir(id);
+    await fs.mkdir(dir, { recursive: true });
+    const part = path.join(dir, `peft.${process.pid}.part`);
+    const hash = createHash('sha256');
+    let size = 0;
+    try {
+      await pipeline(
+        body,
+        async function* (source: AsyncIterable<Buffer>) {
+          for await (const chunk of source) {
+            size += chunk.length;
+            if (size > MAX_PEFT_UPLOAD) throw new PeftTarError(`the upload is over ${MAX_PEFT_UPLOAD} bytes`);
+            hash.update(chunk);
+            yield chunk;
+          }
+        },
+        createWriteStream(part),
+      );
+    } catch (err) {
+      await fs.rm(part, { force: true });
+      if (err instanceof PeftTarError) {
+        await this.train.failRunning(id, `the adapter was refused: ${err.message}`);
+        return { status: 422, body: { error: err.message } };
+      }
+      // The connection broke: the agent may try again; the job is still its to finish.
+      return { status: 400, body: { error: `the upload broke off after ${size} bytes: ${(err as Error).message}` } };
+    }
+
+    let contents: Awaited<ReturnType<typeof readPeftTar>>;
+    try {
+      contents = await readPeftTar(createReadStream(part));
+    } catch (err) {
+      await fs.rm(part, { force: true });
+      const reason = err instanceof PeftTarError ? err.message : `the tar could not be read: ${(err as Error).message}`;
+      this.log.warn('refused an adapter upload', { job: id, node: ctx.viewer.node.name, reason });
+      await this.train.failRunning(id, `the adapter was refused: ${reason}`);
+      return { status: 422, body: { error: reason } };
+    }
+    const peftPath = path.join(dir, this.peftName(job));
+    await fs.rename(part, peftPath);
+    const peftSha = hash.digest('hex');
+
+    // The GGUF adapter, for models llama.cpp serves: made here, so the node needs no llama.cpp tooling.
+    let gguf: { path: string; size: number; sha256: string } | null = null;
+    let ggufWarning: string | null = null;
+    if (job.gguf) {
+      const base = await this.baseFacts(job.model);
+      if (!base.ok) ggufWarning = `no GGUF adapter made: ${base.reason}`;
+      else {
+        try {
+          const bytes = peftToGguf({ config: contents.config, safetensors: contents.weights, base: base.value });
+          const file = path.join(dir, this.ggufName(job));
+          await fs.writeFile(`${file}.part`, bytes);
+          await fs.rename(`${file}.part`, file);
+          gguf = { path: file, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
+        } catch (err) {
+          if (!(err instanceof AdapterConversionError)) throw err;
+          // llama.cpp could not use it: the job failed at its purpose. The PEFT files stay downloadable.
+          await this.record(job, { kind: 'peft', path: peftPath, size, sha256: peftSha, files: contents.files });
+          await this.train.failRunning(id, `the adapter cannot be made into a llama.cpp GGUF: ${err.message}`);
+          return { status: 422, body: { error: err.message } };
+        }
+      }
+    }
+    const artifacts = [
+      await this.record(job, { kind: 'peft', path: peftPath, size, sha256: peftSha, files: contents.files }),
+    ];
+    if (gguf) artifacts.push(await this.record(job, { kind: 'gguf', ...gguf, files: null }));
+    await this.db.$transaction(async (tx) => {
+      await this.train.event(
+        tx,
+        id,
+        ggufWarning ? 'warn' : 'info',
+        [
+          `adapter received: ${contents.files.map((f) => f.name).join(', ')} (${size} bytes, sha256 ${peftSha})`,
+          gguf ? `GGUF adapter made: ${gguf.size} bytes, sha256 ${gguf.sha256}` : ggufWarning,
+        ]
+          .filter(Boolean)
+          .join('; '),
+      );
+      await notify(tx, 'trainJob', id);
+    });
+    return {
+      status: 200,
+      body: { artifacts: artifacts.map((a) => ({ kind: a.kind, size: Number(a.size), sha256: a.sha256 })) },
+    };
+  }
+
+  private async record(
+    job: TrainJob,
+    a: { kind: 'peft' | 'gguf'; path: string; size: number; sha256: string; files: unknown },
+  ): Promise<TrainArtifact> {
+    const data = { size: BigInt(a.size), sha256: a.sha256, path: a.path, files: a.files ?? undefined };
+    return this.db.trainArtifact.upsert({
+      where: { jobId_kind: { jobId: job.id, kind: a.kind } },
+      create: { jobId: job.id, kind: a.kind, ...data },
+      update: data,
+    });
+  }
+
+  /** The base model's architecture and head counts, from the catalog model's GGUF in the mirror. */
+  private async baseFacts(
+    modelName: string,
+  ): Promise<
+    | { ok: true; value: { architecture: string; headCount: number; headCountKv: number } }
+    | { ok: false; reason: string }
+  > {
+    const model = await this.db.catalogModel.findUnique({ where: { name: modelName } });
+    if (!model) return { ok: false, reason: `the model ${modelName} is no longer in the catalog` };
+    const local = await this.localMirrorFile(model.source);
+    if (!local) return { ok: false, reason: `${modelName}'s weights are not a GGUF in this mirror (${model.source})` };
+    const src = await fileSource(local).catch(() => null);
+    if (!src) return { ok: false, reason: `${model.source} is not on disk` };
+    try {
+      const f = factsOf(await readGguf(src, knownTensorTypes));
+      if (!f.architecture || !f.heads)
+        return { ok: false, reason: `${model.source} does not say its architecture and heads` };
+      return {
+        ok: true,
+        value: { architecture: f.architecture, headCount: f.heads, headCountKv: f.kvHeads ?? f.heads },
+      };
+    } catch (err) {
+      return { ok: false, reason: `${model.source} could not be read: ${(err as Error).message}` };
+    } finally {
+      await src.close();
+    }
+  }
+
+  private async localMirrorFile(url: string): Promise<string | null> {
+    const marker = url.indexOf('/mirror/');
+    if (marker < 0 || !url.endsWith('.gguf')) return null;
+    const [model = '', version = '', ...rest] = url
+      .slice(marker + '/mirror/'.length)
+      .split('/')
+      .map(decodeURIComponent);
+    const row = await this.db.mirrorFile.findUnique({
+      where: { model_version_file: { model, version, file: rest.join('/') } },
+    });
+    return row?.state === 'PRESENT' ? this.mirror.paths.file(model, version, row.file) : null;
+  }
+
+  async artifact(jobId: string, kind: string) {
+    if (kind !== 'peft' && kind !== 'gguf') return null;
+    const job = await this.train.get(jobId);
+    if (!job) return null;
+    const a = await this.db.trainArtifact.findUnique({ where: { jobId_kind: { jobId, kind } } });
+    return a ? { job, artifact: a, filename: kind === 'gguf' ? this.ggufName(job) : this.peftName(job) } : null;
+  }
+
+  // ─── publishing ────────────────────────────────────────────────────────────
+
+  /**
+   * Puts what a DONE job made into the mirror and makes it the model's adapter: the GGUF for a model llama.cpp
+   * serves, the PEFT files for one vLLM serves. The lineage is kept on the adapter: job and artifact sha256.
+   */
+  async publish(ctx: Context, id: string): Promise<Result<PublishAnswer>> {
+    const job = await this.train.get(id);
+    if (!job) return fail(new NotFoundError(`no training job ${id}`));
+    if (job.state !== 'DONE')
+      return fail(new ConflictError(`the job has not finished: it is ${job.state.toLowerCase()}`));
+    const model = await this.db.catalogModel.findUnique({ where: { name: job.model }, include: { adapters: true } });
+    if (!model)
+      return fail(
+        new ConflictError(`the model ${job.model} is no longer in the catalog: serve it again, then publish`),
+      );
+    if (model.adapters.some((a) => a.name === job.name))
+      return fail(new ConflictError(`${job.name} is already ${model.name}'s adapter: train under another name`));
+    const taken = await this.db.adapter.findUnique({ where: { name: job.name }, include: { model: true } });
+    if (taken)
+      return fail(
+        new ConflictError(`${job.name} is already an adapter of ${taken.model.name}: train under another name`),
+      );
+    if (await this.db.catalogModel.findUnique({ where: { name: job.name } }))
+      return fail(new ConflictError(`${job.name} is now a model's name: train under another name`));
+
+    const llama = model.engine === 'llamacpp';
+    const kind = llama ? 'gguf' : 'peft';
+    const art = await this.db.trainArtifact.findUnique({ where: { jobId_kind: { jobId: id, kind } } });
+    if (!art)
+      return fail(
+        new ConflictError(
+          llama
+            ? 'the job made no GGUF adapter, which llama.cpp needs: train again with gguf on'
+            : 'the job made no PEFT adapter',
+        ),
+      );
+
+    // Into the mirror, verified against the artifact's sha256 like any other upload.
+    const version = `job-${id.slice(0, 8)}`;
+    const system = { viewer: ctx.viewer, requestId: ctx.requestId };
+    let source: string;
+    if (llama) {
+      const file = this.ggufName(job);
+      const up = await this.mirror.upload(
+        system,
+        { model: job.name, version, file, sha256: art.sha256, size: Number(art.size) },
+        createReadStream(art.path),
+      );
+      if (!up.ok) return fail(new UpstreamError(`keeping the adapter in the mirror failed: ${up.error.message}`));
+      source = this.mirror.fileUrl({ model: job.name, version, file });
+    } else {
+      const published = await this.publishPeftFiles(system, job, version, art.path);
+      if (!published.ok) return published;
+      source = this.mirror.versionUrl(job.name, version);
+    }
+
+    await this.db.$transaction(async (tx) => {
+      await tx.adapter.create({
+        data: {
+          name: job.name,
+          source,
+          owner: job.owner,
+          modelId: model.id,
+          trainJobId: job.id,
+          artifactSha256: art.sha256,
+        },
+      });
+      await this.train.event(tx, id, 'info', `published as ${model.name}'s adapter ${job.name}: ${source}`);
+      await this.audit.done(tx, ctx, {
+        action: 'publishTrainJob',
+        target: job.name,
+        message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}`,
+      });
+      await notify(tx, 'trainJob', id);
+    });
+    const note = llama
+      ? `llama.cpp loads adapters when a replica starts: restart ${model.name}'s replicas (set its mode to stopped, then back) so they load ${job.name}, then ask for model ${job.name}`
+      : `ask for model ${job.name}; a vLLM replica loads it on the first request`;
+    return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note });
+  }
+
+  /** The PEFT tar's files, one by one into the mirror version (vLLM loads the adapter directory). */
+  private async publishPeftFiles(ctx: Caller, job: TrainJob, version: string, tarPath: string): Promise<Result<true>> {
+    const extract = tar.extract();
+    const failure: { error?: string } = {};
+    const done = new Promise<void>((resolve, reject) => {
+      extract.on('entry', (header, stream, next) => {
+        if (header.type !== 'file' || failure.error) {
+          stream.resume();
+          stream.on('end', next);
+          return;
+        }
+        const file = header.name.replace(/^\.\//, '');
+        this.mirror.upload(ctx, { model: job.name, version, file, size: header.size ?? null }, stream).then((r) => {
+          if (!r.ok) failure.error = `${file}: ${r.error.message}`;
+          stream.resume();
+          next();
+        }, reject);
+      });
+      extract.on('finish', resolve);
+      extract.on('error', reject);
+    });
+    await pipeline(createReadStream(tarPath), createGunzip(), extract).catch((err) => {
+      failure.error ??= (err as Error).message;
+    });
+    await done.catch((err) => {
+      failure.error ??= (err as Error).message;
+    });
+    if (failure.error) return fail(new UpstreamError(`keeping the adapter in the mirror failed: ${failure.error}`));
+    return ok(true);
+  }
+}

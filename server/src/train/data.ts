@@ -1,0 +1,131 @@
+import { createHash } from 'node:crypto';
+
+// A job's pairs: NDJSON of {"q": …, "a": …}, optionally with the knowledge-base "collection" they came from.
+// Checked in one pass, so the console can show the whole report before anyone submits, and createTrainJob can
+// refuse the first bad line by its number.
+
+/** A job's data at most: enough for hundreds of thousands of pairs, small enough to keep and re-send. */
+export const TRAIN_MAX_DATA_BYTES = 64 * 1024 * 1024;
+
+const SHOWN = 20;
+
+export type LengthStats = { min: number; max: number; mean: number; p50: number; p95: number };
+
+export type TrainDataReport = {
+  pairs: number;
+  bytes: number;
+  sha256: string;
+  /** Lines that are not a pair (not JSON, no q or a, an empty one), the first few. */
+  errors: { line: number; message: string }[];
+  errorCount: number;
+  /** Pairs that repeat an earlier one (same q and a): the first few. */
+  duplicates: { line: number; sameAs: number }[];
+  duplicateCount: number;
+  /** The knowledge-base collections the pairs come from (ids, in order of first appearance). */
+  collections: string[];
+  /** Lengths in characters. Token counts need the model's tokenizer, which the control plane does not load. */
+  question: LengthStats | null;
+  answer: LengthStats | null;
+};
+
+export type TrainDataLine = { line: number; q: string; a: string; collection: string | null };
+
+function stats(values: number[]): LengthStats | null {
+  if (values.length === 0) return null;
+  const sorted = [...values].sort((x, y) => x - y);
+  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0;
+  const sum = sorted.reduce((s, v) => s + v, 0);
+  return {
+    min: sorted[0] ?? 0,
+    max: sorted.at(-1) ?? 0,
+    mean: Math.round((sum / sorted.length) * 10) / 10,
+    p50: at(0.5),
+    p95: at(0.95),
+  };
+}
+
+function parseLine(
+  text: string,
+): { ok: true; q: string; a: string; collection: string | null } | { ok: false; message: string } {
+  let v: unknown;
+  try {
+    v = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, message: `not JSON (${(err as Error).message}); each line is {"q": "…", "a": "…"}` };
+  }
+  if (typeof v !== 'object' || v === null || Array.isArray(v))
+    return { ok: false, message: 'not an object; each line is {"q": "…", "a": "…"}' };
+  const o = v as Record<string, unknown>;
+  if (typeof o.q !== 'string' || typeof o.a !== 'string')
+    return { ok: false, message: 'needs "q" and "a", both strings' };
+  if (o.q.trim() === '' || o.a.trim() === '')
+    return { ok: false, message: `an empty ${o.q.trim() === '' ? 'q' : 'a'}` };
+  if (o.collection != null && (typeof o.collection !== 'string' || o.collection.trim() === ''))
+    return { ok: false, message: '"collection" is a collection id (a string) when present' };
+  return { ok: true, q: o.q, a: o.a, collection: typeof o.collection === 'string' ? o.collection.trim() : null };
+}
+
+/** Every pair in the data, in order, with its line number; stops at nothing (the report says what was wrong). */
+export function* pairsOf(data: string): Generator<TrainDataLine | { line: number; error: string }> {
+  let line = 0;
+  let start = 0;
+  while (start <= data.length) {
+    let end = data.indexOf('\n', start);
+    if (end === -1) end = data.length;
+    line++;
+    const text = data.slice(start, end).trim();
+    start = end + 1;
+    if (text === '') {
+      if (start > data.length) break;
+      continue;
+    }
+    const p = parseLine(text);
+    yield p.ok ? { line, q: p.q, a: p.a, collection: p.collection } : { line, error: p.message };
+  }
+}
+
+export function checkTrainData(data: string): TrainDataReport {
+  const bytes = Buffer.byteLength(data);
+  const report: TrainDataReport = {
+    pairs: 0,
+    bytes,
+    sha256: createHash('sha256').update(data).digest('hex'),
+    errors: [],
+    errorCount: 0,
+    duplicates: [],
+    duplicateCount: 0,
+    collections: [],
+    question: null,
+    answer: null,
+  };
+  if (bytes > TRAIN_MAX_DATA_BYTES) {
+    report.errors.push({ line: 0, message: `the data is ${bytes} bytes; at most ${TRAIN_MAX_DATA_BYTES} (64 MiB)` });
+    report.errorCount = 1;
+    return report;
+  }
+  const seen = new Map<string, number>();
+  const collections = new Set<string>();
+  const q: number[] = [];
+  const a: number[] = [];
+  for (const p of pairsOf(data)) {
+    if ('error' in p) {
+      report.errorCount++;
+      if (report.errors.length < SHOWN) report.errors.push({ line: p.line, message: p.error });
+      continue;
+    }
+    report.pairs++;
+    q.push(p.q.length);
+    a.push(p.a.length);
+    if (p.collection) collections.add(p.collection);
+    const key = createHash('sha1').update(p.q).update('\0').update(p.a).digest('base64');
+    const first = seen.get(key);
+    if (first !== undefined) {
+      report.duplicateCount++;
+      if (report.duplicates.length < SHOWN) report.duplicates.push({ line: p.line, sameAs: first });
+    } else seen.set(key, p.line);
+  }
+  report.collections = [...collections];
+  report.question = stats(q);
+  report.answer = stats(a);
+  return report;
+}

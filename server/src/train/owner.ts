@@ -1,0 +1,13 @@
+import type { OwnerScope } from '../generated/prisma/enums.js';
+import type { Result } from '../lib/errors.js';
+
+/**
+ * What training needs of the organisation (server/src/org): who an owner string names, and whether that owner
+ * may read a knowledge-base collection. An interface, so the rules live in one place and training only asks.
+ */
+export interface OwnerRules {
+  /** "org:acme", "team:acme/research", "project:acme/research/bots", "user:ana@example.com", "key:<id>" or ids. */
+  resolveOwner(owner: string): Promise<Result<{ scope: OwnerScope; id: string; label: string }>>;
+  canRead(owner: { scope: OwnerScope; id: string }, collectionId: string): Promise<boolean>;
+  collection(id: string): Promise<{ id: string; name: string; ownerScope: OwnerScope; ownerId: string } | null>;
+}

@@ -1,0 +1,447 @@
+import { filter, pipe } from 'graphql-yoga';
+import { PageInfo } from '../audit/audit.schema.js';
+import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
+import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
+import { builder } from '../schema/builder.js';
+import { JobStateEnum } from '../serve/serve-job.schema.js';
+import type { PublishAnswer } from './artifacts.js';
+import type { TrainDataReport } from './data.js';
+import { TRAIN_PARAMS } from './params.js';
+import type { TrainWorkItem } from './train.service.js';
+
+// LoRA training jobs (docs/training.md): what operators and scripts see and do, and the node agent's side
+// (claim, report, finish, its work list) behind the node token.
+
+const TrainMetricRef = builder.prismaObject('TrainMetric', {
+  fields: (t) => ({
+    step: t.exposeInt('step'),
+    loss: t.exposeFloat('loss'),
+    lr: t.exposeFloat('lr', { nullable: true }),
+    peakMiB: t.exposeInt('peakMiB', { nullable: true }),
+    tokensPerSecond: t.exposeFloat('tokensPerS', { nullable: true }),
+    at: t.expose('at', { type: 'DateTime' }),
+  }),
+});
+
+builder.prismaObject('TrainEvent', {
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    level: t.exposeString('level', { description: 'info, warn or error.' }),
+    message: t.exposeString('message'),
+    at: t.expose('at', { type: 'DateTime' }),
+  }),
+});
+
+const ArtifactFile = builder.objectRef<{ name: string; size: number; sha256: string }>('TrainArtifactFile').implement({
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    size: t.field({ type: 'Bytes', resolve: (f) => f.size }),
+    sha256: t.exposeString('sha256'),
+  }),
+});
+
+builder.prismaObject('TrainArtifact', {
+  description: 'What a job made: peft (a gzipped tar of the adapter directory) or gguf (the llama.cpp adapter).',
+  fields: (t) => ({
+    kind: t.string({ resolve: (a) => a.kind }),
+    size: t.field({ type: 'Bytes', resolve: (a) => a.size }),
+    sha256: t.exposeString('sha256'),
+    filename: t.string({
+      resolve: async (a, _args, ctx) => {
+        const job = await ctx.services.train.get(a.jobId);
+        return a.kind === 'gguf' ? `${job?.name}.gguf` : `${job?.name}-peft.tar.gz`;
+      },
+    }),
+    url: t.string({
+      description: 'Where to download it (GET, signed in or with a token).',
+      resolve: (a) => `/api/train/jobs/${a.jobId}/artifacts/${a.kind}`,
+    }),
+    files: t.field({
+      type: [ArtifactFile],
+      description: "For peft: the tar's files, as checked.",
+      resolve: (a: TrainArtifact) =>
+        Array.isArray(a.files) ? (a.files as { name: string; size: number; sha256: string }[]) : [],
+    }),
+  }),
+});
+
+export const TrainJobRef = builder.prismaObject('TrainJob', {
+  description: 'A LoRA adapter being trained on a node: its inputs, live progress, what it made.',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name', { description: "The adapter's name: what requests will ask for." }),
+    model: t.exposeString('model', { description: 'The catalog model the adapter is for.' }),
+    baseRepo: t.exposeString('baseRepo'),
+    baseRevision: t.exposeString('baseRevision', { nullable: true }),
+    node: t.relation('node', { nullable: true }),
+    owner: t.exposeString('owner', { nullable: true, description: 'scope:id; null when the adapter is public.' }),
+    ownerLabel: t.string({
+      nullable: true,
+      description: 'The owner as a person reads it: team:acme/research.',
+      resolve: (j, _args, ctx) => (j.owner ? ctx.services.org.formatOwner(j.owner) : null),
+    }),
+    gpuMiB: t.exposeInt('gpuMiB'),
+    params: t.expose('params', { type: 'JSON' }),
+    gguf: t.exposeBoolean('gguf', { description: 'Whether a llama.cpp GGUF adapter is made from the result.' }),
+    pairs: t.exposeInt('pairs'),
+    dataSha256: t.exposeString('dataSha256'),
+    dataBytes: t.field({ type: 'Bytes', resolve: (j) => j.dataBytes }),
+    state: t.field({ type: JobStateEnum, resolve: (j) => j.state }),
+    step: t.exposeInt('step'),
+    steps: t.exposeInt('steps'),
+    progress: t.float({
+      description: 'step / steps, 0 to 1 (1 once done).',
+      resolve: (j) => (j.state === 'DONE' ? 1 : j.steps > 0 ? Math.min(1, j.step / j.steps) : 0),
+    }),
+    loss: t.exposeFloat('loss', { nullable: true }),
+    peakMiB: t.exposeInt('peakMiB', { nullable: true }),
+    message: t.exposeString('message', {
+      nullable: true,
+      description: 'What it is doing, why it waits, or why it failed.',
+    }),
+    cancelRequested: t.boolean({ resolve: (j) => j.cancelRequestedAt !== null }),
+    createdBy: t.string({
+      nullable: true,
+      resolve: async (j, _args, ctx) =>
+        j.createdById
+          ? ((await ctx.prisma.user.findUnique({ where: { id: j.createdById }, select: { email: true } }))?.email ??
+            null)
+          : null,
+    }),
+    createdAt: t.expose('createdAt', { type: 'DateTime' }),
+    startedAt: t.expose('startedAt', { type: 'DateTime', nullable: true }),
+    finishedAt: t.expose('finishedAt', { type: 'DateTime', nullable: true }),
+    updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
+    metrics: t.field({
+      type: [TrainMetricRef],
+      description: 'The loss curve, in step order: the last `last` steps reported (default and at most 5000).',
+      args: { last: t.arg.int({ required: false }) },
+      // The newest N, then put back in order: a long run's chart shows where it is now.
+      resolve: async (job, args, ctx) =>
+        (
+          await ctx.prisma.trainMetric.findMany({
+            where: { jobId: job.id },
+            orderBy: { step: 'desc' },
+            take: Math.min(Math.max(args.last ?? 5000, 1), 5000),
+          })
+        ).reverse(),
+    }),
+    events: t.relation('events', { query: { orderBy: { at: 'asc' }, take: 500 } }),
+    artifacts: t.relation('artifacts', { query: { orderBy: { kind: 'asc' } } }),
+    adapter: t.field({
+      type: 'String',
+      nullable: true,
+      description: 'The catalog adapter it was published as, if it was.',
+      resolve: async (j, _args, ctx) =>
+        (await ctx.prisma.adapter.findFirst({ where: { trainJobId: j.id }, select: { name: true } }))?.name ?? null,
+    }),
+  }),
+});
+
+const TrainJobEdge = builder.objectRef<TrainJob>('TrainJobEdge').implement({
+  fields: (t) => ({
+    cursor: t.string({ resolve: (j) => j.id }),
+    node: t.field({ type: TrainJobRef, resolve: (j) => j }),
+  }),
+});
+
+const TrainJobConnection = builder
+  .objectRef<{ rows: TrainJob[]; hasNextPage: boolean }>('TrainJobConnection')
+  .implement({
+    fields: (t) => ({
+      edges: t.field({ type: [TrainJobEdge], resolve: (c) => c.rows }),
+      pageInfo: t.field({
+        type: PageInfo,
+        resolve: (c) => ({ hasNextPage: c.hasNextPage, endCursor: c.rows.at(-1)?.id ?? null }),
+      }),
+    }),
+  });
+
+const LengthStatsRef = builder.objectRef<NonNullable<TrainDataReport['question']>>('LengthStats').implement({
+  description: 'Lengths in characters.',
+  fields: (t) => ({
+    min: t.exposeInt('min'),
+    max: t.exposeInt('max'),
+    mean: t.exposeFloat('mean'),
+    p50: t.exposeInt('p50'),
+    p95: t.exposeInt('p95'),
+  }),
+});
+
+const LineProblem = builder.objectRef<{ line: number; message: string }>('TrainDataLineError').implement({
+  fields: (t) => ({ line: t.exposeInt('line'), message: t.exposeString('message') }),
+});
+const Duplicate = builder.objectRef<{ line: number; sameAs: number }>('TrainDataDuplicate').implement({
+  fields: (t) => ({ line: t.exposeInt('line'), sameAs: t.exposeInt('sameAs') }),
+});
+
+export const TrainDataReportRef = builder.objectRef<TrainDataReport>('TrainDataReport').implement({
+  description: 'The pairs as createTrainJob will read them: count, bad lines, duplicates, lengths.',
+  fields: (t) => ({
+    pairs: t.exposeInt('pairs'),
+    bytes: t.field({ type: 'Bytes', resolve: (r) => r.bytes }),
+    sha256: t.exposeString('sha256'),
+    ok: t.boolean({
+      description: 'Whether createTrainJob would take it.',
+      resolve: (r) => r.errorCount === 0 && r.pairs > 0,
+    }),
+    errors: t.field({ type: [LineProblem], description: 'The first bad lines.', resolve: (r) => r.errors }),
+    errorCount: t.exposeInt('errorCount'),
+    duplicates: t.field({ type: [Duplicate], resolve: (r) => r.duplicates }),
+    duplicateCount: t.exposeInt('duplicateCount'),
+    collections: t.exposeStringList('collections', { description: 'The knowledge-base collections the pairs name.' }),
+    question: t.field({ type: LengthStatsRef, nullable: true, resolve: (r) => r.question }),
+    answer: t.field({ type: LengthStatsRef, nullable: true, resolve: (r) => r.answer }),
+  }),
+});
+
+type ParamRow = { name: string; min: number; max: number; whole: boolean; default: number; about: string };
+const TrainParamRef = builder.objectRef<ParamRow>('TrainParam').implement({
+  description: 'One trainer setting and what it may be: the console builds its form from these.',
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    min: t.exposeFloat('min'),
+    max: t.exposeFloat('max'),
+    whole: t.exposeBoolean('whole'),
+    default: t.exposeFloat('default'),
+    about: t.exposeString('about'),
+  }),
+});
+
+builder.queryFields((t) => ({
+  trainJobs: t.field({
+    type: TrainJobConnection,
+    description: 'Newest first. `after` is the endCursor of the previous page.',
+    authScopes: { viewer: true },
+    args: {
+      state: t.arg({ type: JobStateEnum, required: false }),
+      first: t.arg.int({ required: false, defaultValue: 50, description: '1 to 200.' }),
+      after: t.arg.string({ required: false }),
+    },
+    resolve: (_root, args, ctx) => ctx.services.train.page(args),
+  }),
+  trainJob: t.prismaField({
+    type: 'TrainJob',
+    nullable: true,
+    authScopes: { viewer: true },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (query, _root, args, ctx) => {
+      const job = await ctx.services.train.get(String(args.id));
+      return job ? ctx.prisma.trainJob.findUnique({ ...query, where: { id: job.id } }) : null;
+    },
+  }),
+  checkTrainData: t.field({
+    type: TrainDataReportRef,
+    description: 'Checks pairs (NDJSON of {"q","a"}) as createTrainJob will. Over 1 MiB: POST /api/train/data.',
+    authScopes: { viewer: true },
+    args: { data: t.arg.string({ required: true }) },
+    resolve: (_root, args, ctx) => ctx.services.train.check(args.data),
+  }),
+  trainParams: t.field({
+    type: [TrainParamRef],
+    authScopes: { viewer: true },
+    resolve: () => Object.entries(TRAIN_PARAMS).map(([name, r]) => ({ name, ...r })),
+  }),
+}));
+
+const CreateTrainJobInput = builder.inputType('CreateTrainJobInput', {
+  fields: (t) => ({
+    name: t.string({ required: true, description: "The adapter's name: letters, digits, . _ -, up to 100." }),
+    model: t.string({ required: true, description: 'The catalog model it is for.' }),
+    baseRepo: t.string({ required: true, description: 'The base weights on the registry: owner/name, safetensors.' }),
+    baseRevision: t.string({ required: false }),
+    node: t.string({ required: true, description: 'The node that trains it, by name.' }),
+    gpuMiB: t.int({ required: true, description: 'The GPU memory it needs of one card, in MiB.' }),
+    owner: t.string({ required: false, description: 'org:, team:, project: (path or id), user: or key:.' }),
+    public: t.boolean({ required: false, description: 'Every caller of the model may use it (not with an owner).' }),
+    data: t.string({ required: false, description: 'The pairs inline: NDJSON of {"q","a"} (optional "collection").' }),
+    dataSha256: t.string({ required: false, description: 'Or the sha256 POST /api/train/data answered with.' }),
+    params: t.field({
+      type: 'JSON',
+      required: false,
+      description: 'rank, alpha, dropout, epochs, lr, batch, max_len, seed.',
+    }),
+    gguf: t.boolean({
+      required: false,
+      description: 'Make the llama.cpp GGUF adapter (default: when llama.cpp serves the model).',
+    }),
+  }),
+});
+
+const PublishedRef = builder.objectRef<PublishAnswer>('TrainJobPublished').implement({
+  fields: (t) => ({
+    adapter: t.exposeString('adapter'),
+    model: t.exposeString('model'),
+    source: t.exposeString('source', { description: 'Where the nodes fetch it: the mirror.' }),
+    owner: t.exposeString('owner', { nullable: true }),
+    note: t.exposeString('note', { description: 'What to do for replicas to load it.' }),
+  }),
+});
+
+const DeletedTrainJob = builder.objectRef<{ id: string; name: string }>('DeletedTrainJob').implement({
+  fields: (t) => ({ id: t.exposeID('id'), name: t.exposeString('name') }),
+});
+
+const TrainClaimRef = builder.objectRef<{ job: TrainJob; spec: unknown }>('TrainClaim').implement({
+  fields: (t) => ({
+    job: t.field({ type: TrainJobRef, resolve: (c) => c.job }),
+    spec: t.field({
+      type: 'JSON',
+      description: 'job.json for the trainer, less the local paths.',
+      resolve: (c) => c.spec,
+    }),
+  }),
+});
+
+const TrainPointInput = builder.inputType('TrainPointInput', {
+  fields: (t) => ({
+    step: t.int({ required: true }),
+    loss: t.float({ required: true }),
+    lr: t.float({ required: false }),
+    peakMiB: t.int({ required: false }),
+    tokensPerSecond: t.float({ required: false }),
+  }),
+});
+const TrainEventInput = builder.inputType('TrainEventInput', {
+  fields: (t) => ({
+    level: t.string({ required: true, description: 'info, warn or error.' }),
+    message: t.string({ required: true }),
+  }),
+});
+const TrainProgressInput = builder.inputType('TrainProgressInput', {
+  fields: (t) => ({
+    steps: t.int({ required: false }),
+    points: t.field({ type: [TrainPointInput], required: false }),
+    events: t.field({ type: [TrainEventInput], required: false }),
+    message: t.string({ required: false }),
+  }),
+});
+
+builder.mutationFields((t) => ({
+  createTrainJob: t.field({
+    type: TrainJobRef,
+    description: 'Queues a LoRA training job on a node. Watch it with trainJobChanged.',
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { input: t.arg({ type: CreateTrainJobInput, required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.create(ctx, args.input)),
+  }),
+  cancelTrainJob: t.field({
+    type: TrainJobRef,
+    description: 'A queued job ends at once; a running one once its node has stopped the trainer.',
+    authScopes: { operator: true },
+    errors: { types: [NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.cancel(ctx, String(args.id))),
+  }),
+  deleteTrainJob: t.field({
+    type: DeletedTrainJob,
+    description: 'Deletes an ended job, its metrics and its files (a published adapter stays).',
+    authScopes: { operator: true },
+    errors: { types: [NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.remove(ctx, String(args.id))),
+  }),
+  publishTrainJob: t.field({
+    type: PublishedRef,
+    description: "Puts a DONE job's adapter in the mirror and the catalog, owned as the job says.",
+    authScopes: { operator: true },
+    errors: { types: [NotFoundError, ConflictError, UpstreamError] },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.trainArtifacts.publish(ctx, String(args.id))),
+  }),
+  claimTrainJob: t.field({
+    type: TrainClaimRef,
+    description: 'A node agent takes a queued job (node token only). One runner, ever.',
+    authScopes: { node: true },
+    errors: { types: [NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.claim(ctx, String(args.id))),
+  }),
+  reportTrainProgress: t.field({
+    type: TrainJobRef,
+    description: 'A node agent reports steps, events and what it is doing; renews its lease (node token only).',
+    authScopes: { node: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), input: t.arg({ type: TrainProgressInput, required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.report(ctx, String(args.id), args.input)),
+  }),
+  finishTrainJob: t.field({
+    type: TrainJobRef,
+    description: 'A node agent ends its job: DONE (after the upload), FAILED or CANCELLED (node token only).',
+    authScopes: { node: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: {
+      id: t.arg.id({ required: true }),
+      state: t.arg({ type: JobStateEnum, required: true }),
+      message: t.arg.string({ required: false }),
+    },
+    resolve: async (_root, args, ctx) =>
+      unwrap(await ctx.services.train.finish(ctx, String(args.id), args.state, args.message)),
+  }),
+}));
+
+const TrainAssignmentRef = builder.objectRef<TrainWorkItem>('TrainAssignment').implement({
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    name: t.exposeString('name'),
+    state: t.field({ type: JobStateEnum, resolve: (w) => w.state }),
+    gpuMiB: t.exposeInt('gpuMiB'),
+    cancelRequested: t.exposeBoolean('cancelRequested'),
+  }),
+});
+const NodeTrainWorkRef = builder.objectRef<{ jobs: TrainWorkItem[] }>('NodeTrainWork').implement({
+  fields: (t) => ({ jobs: t.field({ type: [TrainAssignmentRef], resolve: (w) => w.jobs }) }),
+});
+
+builder.subscriptionFields((t) => ({
+  trainJobChanged: t.field({
+    type: TrainJobRef,
+    description: 'One job (with `id`) or every job, whole, each time it changes. A deleted job is not sent.',
+    authScopes: { viewer: true },
+    args: { id: t.arg.id({ required: false }) },
+    subscribe: (_root, args, ctx) =>
+      pipe(
+        ctx.pubsub.subscribe('trainJob'),
+        filter((id: string) => !args.id || id === String(args.id)),
+      ),
+    resolve: async (id: string, _args, ctx) => {
+      const job = await ctx.prisma.trainJob.findUnique({ where: { id } });
+      // Deleted between the event and now: GraphQL needs a value, and the client's cache drops unknown ids.
+      return job ?? Promise.reject(new NotFoundError(`training job ${id} was deleted`));
+    },
+  }),
+  nodeTrainWork: t.field({
+    type: NodeTrainWorkRef,
+    description: "The calling node's training work: sent when subscribed, then whenever it changes (node token).",
+    authScopes: { node: true },
+    subscribe: (_root, _args, ctx) => workOf(ctx),
+    resolve: (w: { jobs: TrainWorkItem[] }) => w,
+  }),
+}));
+
+/** The node's work list now, then again after every event for this node, sent only when it differs. */
+async function* workOf(ctx: {
+  viewer: { kind: string; node?: { id: string } };
+  pubsub: { subscribe: (topic: 'trainWork') => AsyncIterable<string> };
+  services: { train: { work: (nodeId: string) => Promise<TrainWorkItem[]> } };
+}) {
+  const nodeId = ctx.viewer.kind === 'node' ? ctx.viewer.node?.id : undefined;
+  if (!nodeId) return;
+  const events = ctx.pubsub.subscribe('trainWork');
+  let last = '';
+  const next = async () => {
+    const jobs = await ctx.services.train.work(nodeId);
+    const key = JSON.stringify(jobs);
+    if (key === last) return null;
+    last = key;
+    return { jobs };
+  };
+  const first = await next();
+  if (first) yield first;
+  for await (const id of events) {
+    if (id !== nodeId) continue;
+    const w = await next();
+    if (w) yield w;
+  }
+}

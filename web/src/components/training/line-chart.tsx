@@ -1,0 +1,84 @@
+import { useId } from 'react';
+import { type ChartPoint, chartPath, chartRange, project } from './chart';
+
+// The drawing box: the SVG stretches to its column (preserveAspectRatio none) and its strokes keep their width
+// (non-scaling-stroke); the labels are HTML around it, so they stay the page's size at any width.
+const W = 600;
+const H = 160;
+
+/**
+ * One series as a line, with its axes' ends labelled: the y range at the left, the first and last step under it.
+ * A reference (what the job asked for) is a dashed line, named in the legend.
+ */
+export function LineChart({
+  title,
+  points,
+  formatY,
+  zero = false,
+  reference,
+  empty,
+}: {
+  title: string;
+  points: readonly ChartPoint[];
+  formatY: (y: number) => string;
+  zero?: boolean;
+  reference?: { y: number; label: string };
+  /** Said in place of the chart while there is no point. */
+  empty: string;
+}) {
+  const titleId = useId();
+  const range = chartRange(points, { zero, include: reference ? [reference.y] : [] });
+  const last = points.at(-1);
+  return (
+    <figure className="chart" aria-labelledby={titleId}>
+      <figcaption id={titleId} className="chart-title">
+        {title}
+        {last ? (
+          <span className="chart-last">
+            {formatY(last.y)} <span className="muted">at step {last.x.toLocaleString('en')}</span>
+          </span>
+        ) : null}
+      </figcaption>
+      {range ? (
+        <>
+          <div className="chart-body">
+            <div className="chart-y" aria-hidden="true">
+              <span>{formatY(range.yMax)}</span>
+              <span>{formatY(range.yMin)}</span>
+            </div>
+            <svg
+              className="chart-plot"
+              viewBox={`0 0 ${W} ${H}`}
+              preserveAspectRatio="none"
+              role="img"
+              aria-label={`${title}: ${points.length} steps, from ${formatY(points[0]?.y ?? 0)} at step ${points[0]?.x} to ${formatY(last?.y ?? 0)} at step ${last?.x}; lowest ${formatY(Math.min(...points.map((p) => p.y)))}, highest ${formatY(Math.max(...points.map((p) => p.y)))}`}
+            >
+              {reference ? (
+                <line
+                  className="chart-reference"
+                  x1={0}
+                  x2={W}
+                  y1={project({ x: 0, y: reference.y }, range, W, H).y}
+                  y2={project({ x: 0, y: reference.y }, range, W, H).y}
+                  vectorEffect="non-scaling-stroke"
+                />
+              ) : null}
+              <path className="chart-line" d={chartPath(points, range, W, H)} vectorEffect="non-scaling-stroke" />
+            </svg>
+          </div>
+          <div className="chart-x" aria-hidden="true">
+            <span>step {range.xMin.toLocaleString('en')}</span>
+            {reference ? (
+              <span className="chart-legend">
+                <span className="chart-dash" /> {reference.label}
+              </span>
+            ) : null}
+            <span>step {range.xMax.toLocaleString('en')}</span>
+          </div>
+        </>
+      ) : (
+        <p className="chart-empty muted">{empty}</p>
+      )}
+    </figure>
+  );
+}

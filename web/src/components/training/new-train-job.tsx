@@ -1,0 +1,510 @@
+import { type FormEvent, type ReactNode, useId, useState } from 'react';
+import { gql, useMutation, useQuery } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { formatMiB } from '../../lib/format';
+import { Field } from '../common/field';
+import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
+import { PageHeader } from '../common/page';
+import { PageLink } from '../common/page-link';
+import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam } from './params';
+import { type TrainDataReport, uploadTrainData } from './train-data';
+import { DataReport } from './train-data-report';
+import { type TrainJob_Row, TrainJob_RowFragment } from './train-progress';
+
+type Gpu = { index: number; name: string; freeMiB: number; totalMiB: number };
+type NodeOption = { __typename?: 'Node'; id: string; name: string; online: boolean; gpus: Gpu[] };
+type ModelOption = { __typename?: 'Model'; id: string; name: string; engine: 'llamacpp' | 'vllm' };
+
+/** What the form offers: the catalog's models, the nodes with their GPUs' free memory, the trainer's settings. */
+export const NewTrainJob_OptionsQuery = gql<
+  { models: ModelOption[]; nodes: NodeOption[]; trainParams: TrainParam[] },
+  Record<string, never>
+>`
+  query NewTrainJob_Options {
+    models {
+      id
+      name
+      engine
+    }
+    nodes {
+      id
+      name
+      online
+      gpus {
+        index
+        name
+        freeMiB
+        totalMiB
+      }
+    }
+    trainParams {
+      name
+      about
+      min
+      max
+      default
+      whole
+    }
+  }
+`;
+
+export type CreateTrainJobInput = {
+  name: string;
+  model: string;
+  baseRepo: string;
+  baseRevision: string | null;
+  node: string;
+  gpuMiB: number;
+  owner: string | null;
+  public: boolean;
+  dataSha256: string;
+  params: Record<string, number>;
+  gguf: boolean;
+};
+
+/** The new job joins the training list through graphcache's updater (graphql/cache.ts). */
+export const NewTrainJob_CreateMutation = gql<
+  { createTrainJob: Outcome<{ __typename: 'TrainJob' } & TrainJob_Row> },
+  { input: CreateTrainJobInput }
+>`
+  mutation NewTrainJob_Create($input: CreateTrainJobInput!) {
+    createTrainJob(input: $input) {
+      __typename
+      ...TrainJob_Row
+      ...FormError_Refusal
+    }
+  }
+  ${TrainJob_RowFragment}
+  ${FormError_RefusalFragment}
+`;
+
+const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
+
+/** "GPU 0: 19.5 GiB free of 24.0 GiB, GPU 1: …", or why the node offers none. */
+export function gpusText(node: NodeOption): string {
+  const gpus = node.gpus.map((g) => `GPU ${g.index}: ${formatMiB(g.freeMiB)} free of ${formatMiB(g.totalMiB)}`);
+  return `${node.online ? '' : 'offline · '}${gpus.join(', ') || 'no GPU reported'}`;
+}
+
+export function NewTrainJobPage({ onCreated }: { onCreated: (id: string) => void }) {
+  const [{ data, fetching, error }] = useQuery({
+    query: NewTrainJob_OptionsQuery,
+    // Free GPU memory moves: read it fresh on each visit.
+    requestPolicy: 'cache-and-network',
+  });
+  return (
+    <section>
+      <p className="crumbs">
+        <PageLink to="/training">Training</PageLink> /
+      </p>
+      <PageHeader title="New training job">
+        Trains a LoRA adapter for a catalog model on one node's GPU, from question/answer pairs. The job waits in the
+        queue until the node has the GPU memory it needs; once it is done, publish it from its page.
+      </PageHeader>
+      {error ? (
+        <p role="alert" className="form-error">
+          {describeError(error)}
+        </p>
+      ) : null}
+      {!data && fetching ? <p className="muted">Loading…</p> : null}
+      {data ? (
+        <NewTrainJobForm
+          models={data.models}
+          nodes={data.nodes}
+          params={data.trainParams}
+          onCreated={onCreated}
+          // The settings arrive with the options: the form starts from their defaults once they are known.
+          key={data.trainParams.map((p) => p.name).join(',')}
+        />
+      ) : null}
+    </section>
+  );
+}
+
+type Upload =
+  | { state: 'none' }
+  | { state: 'checking'; file: string }
+  | { state: 'checked'; file: string; report: TrainDataReport }
+  | { state: 'failed'; file: string; message: string };
+
+/**
+ * The job's form. The pairs are sent to the server as soon as a file is chosen and its report shown (pairs, size,
+ * bad lines, duplicates, lengths) before anything is submitted. The trainer's settings are checked here against
+ * the ranges the server gives; everything else is checked by the server, whose refusal is shown at the field it
+ * names.
+ */
+export function NewTrainJobForm({
+  models,
+  nodes,
+  params,
+  onCreated,
+  upload = uploadTrainData,
+}: {
+  models: ModelOption[];
+  nodes: NodeOption[];
+  params: TrainParam[];
+  onCreated: (id: string) => void;
+  upload?: (file: File) => ReturnType<typeof uploadTrainData>;
+}) {
+  const [{ fetching, error }, create] = useMutation(NewTrainJob_CreateMutation);
+  const [name, setName] = useState('');
+  const [model, setModel] = useState('');
+  const [baseRepo, setBaseRepo] = useState('');
+  const [baseRevision, setBaseRevision] = useState('');
+  const [node, setNode] = useState(nodes.length === 1 ? (nodes[0]?.name ?? '') : '');
+  const [gpuMiB, setGpuMiB] = useState('');
+  const [owner, setOwner] = useState('');
+  const [isPublic, setPublic] = useState(false);
+  // Unless the operator says otherwise, the GGUF adapter is made when llama.cpp serves the model (it loads no other).
+  const [gguf, setGguf] = useState<boolean | null>(null);
+  const [values, setValues] = useState(() => defaultParamValues(params));
+  const [dataFile, setDataFile] = useState<Upload>({ state: 'none' });
+  // Errors found here before sending, by field; the server's refusal, which names its field too.
+  const [local, setLocal] = useState<Record<string, string>>({});
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const ids = { model: useId(), node: useId(), data: useId(), public: useId(), params: useId() };
+
+  const chosenModel = models.find((m) => m.name === model);
+  const chosenNode = nodes.find((n) => n.name === node);
+  const ggufOn = gguf ?? chosenModel?.engine === 'llamacpp';
+
+  const chooseFile = async (file: File | undefined) => {
+    setLocal(({ data: _, ...rest }) => rest);
+    if (!file) return setDataFile({ state: 'none' });
+    setDataFile({ state: 'checking', file: file.name });
+    const answer = await upload(file);
+    setDataFile(
+      answer.ok
+        ? { state: 'checked', file: file.name, report: answer.report }
+        : { state: 'failed', file: file.name, message: answer.message },
+    );
+  };
+
+  const submit = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    setRefusal(null);
+    const errors: Record<string, string> = {};
+    const checked = checkParams(params, values);
+    if (!checked.ok) for (const [k, v] of Object.entries(checked.errors)) errors[`params.${k}`] = v;
+    const mib = Number(gpuMiB.trim());
+    // An Int the server cannot read would fail the whole request rather than name the field: caught here.
+    if (gpuMiB.trim() === '' || !Number.isInteger(mib) || mib < 1)
+      errors.gpuMiB = `the GPU memory the job needs on one card, a whole number of MiB: ${gpuMiB.trim() ? JSON.stringify(gpuMiB.trim()) : 'nothing'} is not`;
+    if (dataFile.state === 'none') errors.data = 'choose the pairs: a .jsonl file, one {"q": "…", "a": "…"} per line';
+    else if (dataFile.state === 'checking')
+      errors.data = 'the pairs are still being checked: submit once their report is shown';
+    else if (dataFile.state === 'failed') errors.data = dataFile.message;
+    else if (!dataFile.report.ok)
+      errors.data = 'these pairs cannot be trained on (see the report): fix the file and choose it again';
+    setLocal(errors);
+    if (Object.keys(errors).length || dataFile.state !== 'checked' || !checked.ok) return;
+
+    const result = await create({
+      input: {
+        name: name.trim(),
+        model,
+        baseRepo: baseRepo.trim(),
+        baseRevision: baseRevision.trim() || null,
+        node,
+        gpuMiB: mib,
+        owner: isPublic ? null : owner.trim() || null,
+        public: isPublic,
+        dataSha256: dataFile.report.sha256,
+        params: checked.params,
+        gguf: ggufOn,
+      },
+    });
+    const outcome = result.data?.createTrainJob;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'TrainJob') onCreated(outcome.id);
+  };
+
+  // The server names its field: "name", "gpuMiB", "dataSha256", "params.rank"…; that field shows the message.
+  const refused = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
+  const placedFields = [
+    'name',
+    'model',
+    'baseRepo',
+    'baseRevision',
+    'node',
+    'gpuMiB',
+    'owner',
+    'public',
+    'data',
+    'dataSha256',
+    'params',
+    ...params.map((p) => `params.${p.name}`),
+  ];
+  const placed = refused !== undefined && placedFields.includes(refused);
+  const errorAt = (field: string) =>
+    local[field] ??
+    (refused === field || (field === 'data' && refused === 'dataSha256') ? refusal?.message : undefined);
+
+  return (
+    <form className="train-form" aria-label="New training job" onSubmit={submit} noValidate>
+      <fieldset className="panel form-section">
+        <legend>The adapter</legend>
+        <div className="form-row">
+          <Field
+            label="Name"
+            value={name}
+            onChange={(e) => setName(e.target.value)}
+            error={errorAt('name')}
+            placeholder="support-tone"
+            spellCheck={false}
+            hint="What requests ask for: letters, digits, '.', '_' and '-'."
+            required
+          />
+          <SelectField
+            id={ids.model}
+            label="Model"
+            value={model}
+            onChange={setModel}
+            error={errorAt('model')}
+            hint={
+              models.length === 0 ? (
+                <>
+                  The catalog holds no model: serve one first (<PageLink to="/models">Models</PageLink>).
+                </>
+              ) : chosenModel ? (
+                `Served by ${engineWords[chosenModel.engine] ?? chosenModel.engine}.`
+              ) : (
+                'The catalog model the adapter is for.'
+              )
+            }
+          >
+            <option value="">Choose a model</option>
+            {models.map((m) => (
+              <option key={m.id} value={m.name}>
+                {m.name}
+              </option>
+            ))}
+          </SelectField>
+        </div>
+        <div className="form-row">
+          <Field
+            label="Base weights"
+            className="wide"
+            value={baseRepo}
+            onChange={(e) => setBaseRepo(e.target.value)}
+            error={errorAt('baseRepo')}
+            placeholder="Qwen/Qwen2.5-0.5B-Instruct"
+            spellCheck={false}
+            hint="The model's safetensors repository on the registry, owner/name (not a GGUF one)."
+            required
+          />
+          <Field
+            label="Revision"
+            value={baseRevision}
+            onChange={(e) => setBaseRevision(e.target.value)}
+            error={errorAt('baseRevision')}
+            placeholder="main"
+            spellCheck={false}
+            hint="A branch, a tag or a commit; empty: main."
+          />
+        </div>
+        <label className="check">
+          <input type="checkbox" checked={ggufOn} onChange={(e) => setGguf(e.target.checked)} />
+          Make the llama.cpp GGUF adapter
+        </label>
+        <p className="hint">
+          llama.cpp loads adapters only as GGUF; vLLM loads the PEFT files every job makes.
+          {chosenModel ? ` ${chosenModel.name} is served by ${engineWords[chosenModel.engine]}.` : ''}
+        </p>
+      </fieldset>
+
+      <fieldset className="panel form-section">
+        <legend>Where it trains</legend>
+        <div className="form-row">
+          <SelectField
+            id={ids.node}
+            label="Node"
+            value={node}
+            onChange={setNode}
+            error={errorAt('node')}
+            hint={
+              nodes.length === 0 ? (
+                <>
+                  No node reports to Hangar: add one on the <PageLink to="/nodes">Nodes</PageLink> page.
+                </>
+              ) : chosenNode ? (
+                gpusText(chosenNode)
+              ) : (
+                'The node whose agent trains it.'
+              )
+            }
+          >
+            <option value="">Choose a node</option>
+            {nodes.map((n) => (
+              <option key={n.id} value={n.name}>
+                {n.name} — {gpusText(n)}
+              </option>
+            ))}
+          </SelectField>
+          <Field
+            label="GPU memory (MiB)"
+            type="number"
+            min={1}
+            step={1}
+            value={gpuMiB}
+            onChange={(e) => setGpuMiB(e.target.value)}
+            error={errorAt('gpuMiB')}
+            placeholder="8192"
+            hint="What the job needs on one card: it waits until a GPU of the node has this much free."
+            required
+          />
+        </div>
+      </fieldset>
+
+      <fieldset className="panel form-section">
+        <legend>Who may use it</legend>
+        <div className="form-row">
+          <Field
+            label="Owner"
+            className="wide"
+            value={isPublic ? '' : owner}
+            onChange={(e) => setOwner(e.target.value)}
+            error={errorAt('owner')}
+            disabled={isPublic}
+            placeholder={isPublic ? 'public: every caller of the model' : 'team:acme/research'}
+            spellCheck={false}
+            hint={
+              <>
+                <code>org:acme</code>, <code>team:acme/research</code>, <code>project:acme/research/bots</code>,{' '}
+                <code>user:&lt;email&gt;</code> or <code>key:&lt;token id&gt;</code>. Pairs from a knowledge base need
+                an owner who may read it.
+              </>
+            }
+          />
+        </div>
+        <label className="check" htmlFor={ids.public}>
+          <input
+            id={ids.public}
+            type="checkbox"
+            checked={isPublic}
+            aria-invalid={errorAt('public') ? true : undefined}
+            aria-describedby={errorAt('public') ? `${ids.public}-error` : undefined}
+            onChange={(e) => setPublic(e.target.checked)}
+          />
+          Public: every caller of the model may use it, instead of an owner
+        </label>
+        {errorAt('public') ? (
+          <p id={`${ids.public}-error`} role="alert" className="form-error field-error">
+            {errorAt('public')}
+          </p>
+        ) : null}
+      </fieldset>
+
+      <fieldset className="panel form-section">
+        <legend>The pairs</legend>
+        <div className="field">
+          <label htmlFor={ids.data}>Pairs file</label>
+          <input
+            id={ids.data}
+            type="file"
+            accept=".jsonl,.ndjson,application/x-ndjson,application/jsonl"
+            aria-invalid={errorAt('data') ? true : undefined}
+            aria-describedby={`${ids.data}-hint${errorAt('data') ? ` ${ids.data}-error` : ''}`}
+            onChange={(e) => chooseFile(e.target.files?.[0])}
+          />
+          <p id={`${ids.data}-hint`} className="hint field-hint">
+            NDJSON (.jsonl or .ndjson), one <code>{'{"q": "…", "a": "…"}'}</code> per line, up to 64 MiB; a pair may
+            name the knowledge-base <code>"collection"</code> it comes from. It is checked as soon as it is chosen.
+          </p>
+          {errorAt('data') ? (
+            <p id={`${ids.data}-error`} role="alert" className="form-error field-error">
+              {errorAt('data')}
+            </p>
+          ) : null}
+        </div>
+        {dataFile.state === 'checking' ? <p className="muted">Checking {dataFile.file}…</p> : null}
+        {dataFile.state === 'checked' ? <DataReport file={dataFile.file} report={dataFile.report} /> : null}
+      </fieldset>
+
+      <fieldset className="panel form-section" aria-describedby={`${ids.params}-hint`}>
+        <legend>Trainer settings</legend>
+        <p id={`${ids.params}-hint`} className="hint">
+          The defaults suit a first run; each is checked against what the trainer accepts.
+        </p>
+        <div className="param-grid">
+          {params.map((p) => (
+            <Field
+              key={p.name}
+              label={p.name}
+              className="param"
+              type="number"
+              min={p.min}
+              max={p.max}
+              step={paramStep(p)}
+              value={values[p.name] ?? ''}
+              onChange={(e) => setValues((v) => ({ ...v, [p.name]: e.target.value }))}
+              error={errorAt(`params.${p.name}`)}
+              hint={`${p.about}: ${paramRange(p)}`}
+            />
+          ))}
+        </div>
+        {errorAt('params') ? (
+          <p role="alert" className="form-error">
+            {errorAt('params')}
+          </p>
+        ) : null}
+      </fieldset>
+
+      <div className="form-row submit-row">
+        <button type="submit" className="button primary" disabled={fetching || dataFile.state === 'checking'}>
+          Queue the job
+        </button>
+        <PageLink to="/training" className="button">
+          Back to the jobs
+        </PageLink>
+      </div>
+      <FormError refusal={placed ? null : refusal} error={error} />
+    </form>
+  );
+}
+
+/** A labelled select with its hint and the refusal under it, as Field does for an input. */
+function SelectField({
+  id,
+  label,
+  value,
+  onChange,
+  error,
+  hint,
+  children,
+}: {
+  id: string;
+  label: string;
+  value: string;
+  onChange: (value: string) => void;
+  error?: string;
+  hint?: ReactNode;
+  children: ReactNode;
+}) {
+  const described = [hint ? `${id}-hint` : null, error ? `${id}-error` : null].filter(Boolean).join(' ');
+  return (
+    <div className="field">
+      <label htmlFor={id}>{label}</label>
+      <select
+        id={id}
+        value={value}
+        aria-invalid={error ? true : undefined}
+        aria-describedby={described || undefined}
+        onChange={(e) => onChange(e.target.value)}
+      >
+        {children}
+      </select>
+      {hint ? (
+        <p id={`${id}-hint`} className="hint field-hint">
+          {hint}
+        </p>
+      ) : null}
+      {error ? (
+        <p id={`${id}-error`} role="alert" className="form-error field-error">
+          {error}
+        </p>
+      ) : null}
+    </div>
+  );
+}

@@ -1,0 +1,198 @@
+import { useEffect, useId, useRef, useState } from 'react';
+import { type CombinedError, gql, useMutation } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { PageLink } from '../common/page-link';
+import type { TrainJobPage_Job } from './train-job-page';
+import { type TrainJob_Row, TrainJob_RowFragment } from './train-progress';
+
+type JobResult = { __typename: 'TrainJob' } & TrainJob_Row;
+
+/**
+ * The answer is the job: a queued one cancelled, or a running one marked cancelling; its row and page update by
+ * id (the event it adds comes with the job's next live update).
+ */
+export const TrainJobActions_CancelMutation = gql<{ cancelTrainJob: Outcome<JobResult> }, { id: string }>`
+  mutation TrainJobActions_Cancel($id: ID!) {
+    cancelTrainJob(id: $id) {
+      __typename
+      ...TrainJob_Row
+      ...FormError_Refusal
+    }
+  }
+  ${TrainJob_RowFragment}
+  ${FormError_RefusalFragment}
+`;
+
+/** graphcache's updater (graphql/cache.ts) takes the job out of the training list. */
+export const TrainJobActions_DeleteMutation = gql<
+  { deleteTrainJob: Outcome<{ __typename: 'DeletedTrainJob'; id: string; name: string }> },
+  { id: string }
+>`
+  mutation TrainJobActions_Delete($id: ID!) {
+    deleteTrainJob(id: $id) {
+      __typename
+      ... on DeletedTrainJob {
+        id
+        name
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+export type Published = {
+  __typename: 'TrainJobPublished';
+  adapter: string;
+  model: string;
+  source: string;
+  owner: string | null;
+  note: string;
+};
+
+/** The answer names no job: graphcache's updater reads the job's adapter and the catalog's models again. */
+export const TrainJobActions_PublishMutation = gql<{ publishTrainJob: Outcome<Published> }, { id: string }>`
+  mutation TrainJobActions_Publish($id: ID!) {
+    publishTrainJob(id: $id) {
+      __typename
+      ... on TrainJobPublished {
+        adapter
+        model
+        source
+        owner
+        note
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+/**
+ * What the operator can do with the job now: cancel it while it is queued or running (a running one stops once its
+ * node has stopped the trainer: "cancelling…" until then), publish a finished one's adapter, delete an ended one.
+ */
+export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onDeleted: () => void }) {
+  const [cancelState, cancel] = useMutation(TrainJobActions_CancelMutation);
+  const [publishState, publish] = useMutation(TrainJobActions_PublishMutation);
+  const [problem, setProblem] = useState<{ refusal?: Refusal; error?: CombinedError }>();
+  const [published, setPublished] = useState<Published>();
+  const [confirming, setConfirming] = useState(false);
+  const active = job.state === 'QUEUED' || job.state === 'RUNNING';
+
+  const report = <T extends { __typename: string }>(outcome: Outcome<T> | undefined, error?: CombinedError) => {
+    if (isRefusal(outcome)) setProblem({ refusal: outcome });
+    else if (error) setProblem({ error });
+    return !isRefusal(outcome) && !error ? outcome : undefined;
+  };
+  const onCancel = async () => {
+    setProblem(undefined);
+    const result = await cancel({ id: job.id });
+    report(result.data?.cancelTrainJob, result.error);
+  };
+  const onPublish = async () => {
+    setProblem(undefined);
+    const result = await publish({ id: job.id });
+    const answer = report(result.data?.publishTrainJob, result.error);
+    if (answer?.__typename === 'TrainJobPublished') setPublished(answer);
+  };
+
+  return (
+    <div className="train-actions">
+      <div className="model-actions">
+        {active && !job.cancelRequested ? (
+          <button
+            type="button"
+            className="button small"
+            disabled={cancelState.fetching}
+            title={job.state === 'RUNNING' ? 'The node stops the trainer; the job ends once it has exited' : undefined}
+            onClick={onCancel}
+          >
+            Cancel
+          </button>
+        ) : null}
+        {active && job.cancelRequested ? <span className="muted">cancelling…</span> : null}
+        {job.state === 'DONE' && !job.adapter && !published ? (
+          <button type="button" className="button small primary" disabled={publishState.fetching} onClick={onPublish}>
+            Publish
+          </button>
+        ) : null}
+        {!active ? (
+          <button
+            type="button"
+            className="button small danger"
+            aria-haspopup="dialog"
+            onClick={() => setConfirming(true)}
+          >
+            Delete
+          </button>
+        ) : null}
+      </div>
+      {published ? (
+        <div role="status" className="notice publish-answer">
+          <p>
+            Published as {job.model}'s adapter {published.adapter}. {published.note}
+          </p>
+          <p className="url-line">
+            <span className="muted">Nodes fetch it from</span> <code className="url">{published.source}</code>
+          </p>
+        </div>
+      ) : null}
+      {job.adapter ? (
+        <p className="notice">
+          Published as <strong>{job.adapter}</strong>:{' '}
+          <PageLink to="/models">see it under {job.model} on the Models page</PageLink>.
+        </p>
+      ) : null}
+      <FormError refusal={problem?.refusal} error={problem?.error} />
+      {confirming ? <DeleteJob job={job} onClose={() => setConfirming(false)} onDeleted={onDeleted} /> : null}
+    </div>
+  );
+}
+
+function DeleteJob({ job, onClose, onDeleted }: { job: TrainJobPage_Job; onClose: () => void; onDeleted: () => void }) {
+  const [{ fetching, error }, remove] = useMutation(TrainJobActions_DeleteMutation);
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const titleId = useId();
+  const keepRef = useRef<HTMLButtonElement>(null);
+  // Focus starts on the harmless answer: Enter right after clicking Delete must not delete anything.
+  useEffect(() => keepRef.current?.focus(), []);
+
+  const confirm = async () => {
+    setRefusal(null);
+    const result = await remove({ id: job.id });
+    const outcome = result.data?.deleteTrainJob;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'DeletedTrainJob') onDeleted();
+  };
+
+  return (
+    <div
+      role="alertdialog"
+      aria-labelledby={titleId}
+      className="confirm"
+      onKeyDown={(e) => {
+        if (e.key === 'Escape') onClose();
+      }}
+    >
+      <p id={titleId} className="confirm-title">
+        Delete the job {job.name}?
+      </p>
+      <p className="hint">
+        Its curve, events and artifacts are deleted, and its pairs unless another job uses them.
+        {job.adapter ? ` The published adapter ${job.adapter} stays in the catalog.` : ''}
+      </p>
+      <FormError refusal={refusal} error={error} />
+      <div className="confirm-actions">
+        <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
+          Delete {job.name}
+        </button>
+        <button type="button" className="button" ref={keepRef} onClick={onClose}>
+          Keep it
+        </button>
+      </div>
+    </div>
+  );
+}

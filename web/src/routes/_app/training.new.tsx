@@ -1,0 +1,12 @@
+import { createFileRoute } from '@tanstack/react-router';
+import { NewTrainJobPage } from '../../components/training/new-train-job';
+
+export const Route = createFileRoute('/_app/training/new')({
+  component: NewTrainJobRoute,
+});
+
+function NewTrainJobRoute() {
+  const navigate = Route.useNavigate();
+  // The job's page follows it from the queue to the end.
+  return <NewTrainJobPage onCreated={(id) => navigate({ to: '/training/$id', params: { id } })} />;
+}
