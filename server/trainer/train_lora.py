@@ -288,6 +288,9 @@ def seed_everything(seed: int, torch) -> None:
         set_seed(seed)
     except ImportError:
         pass
+
+
+def deterministic_kernels(torch) -> None:
     # Same seed, same losses: kernels with a non-deterministic reduction (SDPA's memory-efficient backward splits
     # keys across blocks) take their deterministic path only in strict mode. An op with no deterministic kernel
     # at all would raise; train() then falls back to warn-only mode and says so.
@@ -375,10 +378,10 @@ def collate(batch, pad_id: int, torch, device):
 
 
 def save_adapter(model, out_dir: str) -> None:
-    """Writes adapter_config.json and adapter_model.safetensors into out_dir, whole or not at all.
+    """Writes adapter_config.json and adapter_model.safetensors (and PEFT's README.md) into out_dir.
 
-    PEFT writes into a temporary directory inside out_dir and the files are moved up when complete, so a run
-    killed mid-save leaves no adapter-named file behind (the agent packs only out_dir's top-level files).
+    PEFT writes into a temporary directory inside out_dir and the files are moved up only once all are written,
+    so a run killed mid-save leaves no half-written adapter file at the top level, which is all the agent packs.
     """
     tmp = tempfile.mkdtemp(prefix=".saving-", dir=out_dir)
     try:
@@ -443,6 +446,9 @@ def train(job: dict, out_dir: str) -> None:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
     targets = find_targets(model, torch)
+    # Seeded again here: the LoRA A matrices are drawn now, and how much randomness loading the base used up
+    # depends on the library versions, not on the job.
+    seed_everything(seed, torch)
     lora = LoraConfig(
         r=params["rank"],
         lora_alpha=params["alpha"],
@@ -493,6 +499,7 @@ def train(job: dict, out_dir: str) -> None:
         pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
 
     model.train()
+    deterministic_kernels(torch)
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
     order_rng = random.Random(seed)

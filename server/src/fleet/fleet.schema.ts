@@ -74,6 +74,13 @@ export const ReplicaRef = builder.prismaObject('Replica', {
   }),
 });
 
+const AssignmentAdapter = builder.objectRef<{ name: string; source: string }>('AssignmentAdapter').implement({
+  fields: (t) => ({
+    name: t.exposeString('name', { description: 'What requests ask for.' }),
+    source: t.exposeString('source', { description: 'The mirror URL of its file (ETag = sha256).' }),
+  }),
+});
+
 type AssignmentRow = Awaited<ReturnType<Context['services']['fleet']['assignments']>>[number];
 const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
   description: 'What a node agent should run (or stop).',
@@ -87,6 +94,11 @@ const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
     }),
     contextSize: t.int({ nullable: true, resolve: (a) => a.model.contextSize }),
     desired: t.field({ type: ReplicaDesiredEnum, resolve: (a) => a.desired }),
+    adapters: t.field({
+      type: [AssignmentAdapter],
+      description: "The model's LoRA adapters (llama.cpp: GGUF files in the mirror), loaded when the replica starts.",
+      resolve: (a) => a.model.adapters,
+    }),
   }),
 });
 

@@ -145,7 +145,7 @@ export class FleetService {
           { desired: 'STOP', state: { in: ['PENDING', 'LOADING', 'READY'] } },
         ],
       },
-      include: { model: true },
+      include: { model: { include: { adapters: { orderBy: { name: 'asc' } } } } },
       orderBy: { createdAt: 'asc' },
     });
   }

@@ -1,4 +1,5 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -146,6 +147,40 @@ describe.skipIf(!python)('train_lora.py', () => {
     expect(r.events).toEqual([
       { event: 'error', message: expect.stringMatching(/torch is not installed in .*requirements\.txt/) },
     ]);
+  });
+
+  it('stops on SIGTERM while loading: exit 143, one error event, within seconds', async () => {
+    // A torch whose import takes 30 s stands in for loading a large base; the agent's cancel must not wait it out.
+    const slow = path.join(dir, 'slow');
+    await fs.mkdir(path.join(slow, 'torch'), { recursive: true });
+    await fs.writeFile(
+      path.join(slow, 'torch', '__init__.py'),
+      'import sys, time\nprint("importing torch", file=sys.stderr, flush=True)\ntime.sleep(30)\n',
+    );
+    const j = await jobDir('sigterm');
+    const child = spawn(python!, [script, '--job', j.job, '--out', j.out], {
+      env: { ...process.env, PYTHONPATH: slow },
+    });
+    let stdout = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    await new Promise<void>((resolve) => {
+      child.stderr.on('data', (d: Buffer) => {
+        if (d.toString().includes('importing torch')) resolve();
+      });
+    });
+    const sent = Date.now();
+    child.kill('SIGTERM');
+    const [code] = await once(child, 'exit');
+    expect(code).toBe(143);
+    expect(Date.now() - sent).toBeLessThan(5_000);
+    expect(
+      stdout
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l)),
+    ).toEqual([{ event: 'error', message: 'stopped by SIGTERM before training started' }]);
   });
 
   it('puts the loss on the answer tokens alone, in both prompt formats', () => {
