@@ -153,7 +153,9 @@ export async function graphqlRequest(
     );
   }
   const text = await res.text().catch(() => '');
-  let body: { data?: Record<string, unknown> | null; errors?: { message: string }[] } | undefined;
+  let body:
+    | { data?: Record<string, unknown> | null; errors?: { message: string; extensions?: { code?: string } }[] }
+    | undefined;
   try {
     body = JSON.parse(text);
   } catch {
@@ -162,7 +164,9 @@ export async function graphqlRequest(
   if (res.status >= 500 || (!body && res.status !== 401 && res.status !== 403))
     throw new ControlPlaneError(`${url} answered ${res.status}: ${text.slice(0, 200)}`, 'unreachable');
   if (body?.errors?.length) {
-    throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), 'refused');
+    // A masked unexpected error (a database blip, a bug) is the server failing, not a no: worth trying again.
+    const internal = body.errors.every((e) => e.extensions?.code === 'INTERNAL');
+    throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), internal ? 'unreachable' : 'refused');
   }
   if (!body?.data) throw new ControlPlaneError(`${url} answered ${res.status} without data`, 'refused');
   return body.data;

@@ -173,12 +173,16 @@ const REPORT =
 const FINISH =
   'mutation($id: ID!, $state: JobState!, $message: String) { finishTrainJob(id: $id, state: $state, message: $message) { __typename ... on Error { message } } }';
 
+const JOB_STATES: readonly string[] = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] satisfies JobState[];
+
+// The state is read as any string and entries in a state this agent does not know are left out: a newer control
+// plane with one more state must not make the whole list unreadable to an older agent.
 const workList = z.object({
   jobs: z.array(
     z.object({
       id: z.string().min(1),
       name: z.string(),
-      state: z.enum(['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED']),
+      state: z.string(),
       gpuMiB: z.number().int(),
       cancelRequested: z.boolean(),
     }),
@@ -282,7 +286,7 @@ export class GraphqlTrainControl implements TrainControl {
                 });
               return;
             }
-            onWork(parsed.data.jobs);
+            onWork(parsed.data.jobs.filter((j): j is TrainAssignment => JOB_STATES.includes(j.state)));
           },
           // The server refused the subscription (an older control plane without it, a revoked token): ask again
           // later rather than never, since the operator can fix either without touching the node.

@@ -1,16 +1,21 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
+import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
-import { buildSchema } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { WebSocketServer } from 'ws';
+import { type FakeHub, startFakeHub } from '../../test/fixtures/fake-hub.js';
+import { BASE_REPO, PAIRS, type TrainingWorld, trainingWorld, writeAdapterDir } from '../../test/fixtures/training.js';
+import { startTestApp, type TestApp } from '../../test/harness.js';
 import { createLogger } from '../lib/log.js';
 import { type PeftTarContents, packDirectory, readPeftTar } from '../train/peft-tar.js';
+import { createAgent } from './agent.js';
+import { AgentConfigError, loadAgentConfig } from './config.js';
 import { ControlPlaneError } from './control-plane.js';
 import {
   type DownloadOptions,
@@ -33,13 +38,16 @@ import { TrainWorker, type TrainWorkerOptions } from './trainer.js';
 
 const TOKEN = 'hgn_test-node-token';
 const sha256 = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
-const DATA = Buffer.from(
-  ['{"q":"a","a":"b"}', '{"q":"c","a":"d"}', '{"q":"e","a":"f"}'].map((l) => `${l}\n`).join(''),
-);
+const DATA = Buffer.from(['{"q":"a","a":"b"}', '{"q":"c","a":"d"}', '{"q":"e","a":"f"}'].map((l) => `${l}\n`).join(''));
 const CONFIG = Buffer.from('{"model_type":"llama","hidden_size":8}');
 const WEIGHTS = Buffer.alloc(4096, 7);
 
-type FileServer = { url: string; origin: string; requests: { path: string; auth: string | null }[]; close(): Promise<void> };
+type FileServer = {
+  url: string;
+  origin: string;
+  requests: { path: string; auth: string | null }[];
+  close(): Promise<void>;
+};
 
 /** A tiny HTTP file server; `files` answers a path with its bytes, or undefined for 404. */
 async function serveFiles(
@@ -129,8 +137,12 @@ class FakeTrainControl implements TrainControl {
 
   private running(op: string, id: string) {
     const j = this.jobs.get(id);
-    if (!j || j.a.state !== 'RUNNING')
-      throw new ControlPlaneError(`${op}: the job is ${j?.a.state.toLowerCase()}: a report for it changes nothing`, 'refused', 'ConflictError');
+    if (j?.a.state !== 'RUNNING')
+      throw new ControlPlaneError(
+        `${op}: the job is ${j?.a.state.toLowerCase() ?? 'unknown'}: a report for it changes nothing`,
+        'refused',
+        'ConflictError',
+      );
     return j;
   }
 
@@ -146,7 +158,11 @@ class FakeTrainControl implements TrainControl {
   async finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
     const j = this.running('finishTrainJob', id);
     if (state === 'DONE' && !this.uploads.some((u) => u.id === id))
-      throw new ControlPlaneError('finishTrainJob: upload the adapter before finishing DONE', 'refused', 'ConflictError');
+      throw new ControlPlaneError(
+        'finishTrainJob: upload the adapter before finishing DONE',
+        'refused',
+        'ConflictError',
+      );
     this.finishes.push({ id, state, message, trainerAlive: this.pidFile ? await alive(this.pidFile) : null });
     j.a.state = state;
     this.push();
@@ -161,7 +177,12 @@ class FakeTrainControl implements TrainControl {
     const contents = await readPeftTar(tarGz);
     this.uploads.push({ id, contents });
     if (this.uploadAnswer?.accepted === false) this.jobs.get(id)!.a.state = 'FAILED';
-    return this.uploadAnswer ?? { accepted: true, artifacts: [{ kind: 'peft', size: contents.compressedBytes, sha256: contents.sha256 }] };
+    return (
+      this.uploadAnswer ?? {
+        accepted: true,
+        artifacts: [{ kind: 'peft', size: contents.compressedBytes, sha256: contents.sha256 }],
+      }
+    );
   }
 
   /** The operator's cancelTrainJob on a running job. */
@@ -214,6 +235,7 @@ process.on('SIGTERM', () => {
 const pairs = fs.readFileSync(job.data_path, 'utf8').trim().split('\\n').length;
 const config = JSON.parse(fs.readFileSync(path.join(job.base_dir, 'config.json'), 'utf8'));
 const weights = fs.statSync(path.join(job.base_dir, 'model.safetensors')).size;
+console.log('base files: ' + fs.readdirSync(job.base_dir).sort().join(', '));
 console.log('read ' + pairs + ' pairs; base ' + config.model_type + ', ' + weights + ' bytes of weights; out ' + (out === job.out_dir));
 if (t.quietMs) await sleep(t.quietMs);
 const steps = t.steps ?? 5;
@@ -247,7 +269,8 @@ let script: string;
 
 beforeAll(async () => {
   hangar = await serveFiles(
-    (p) => (/^\/api\/train\/jobs\/[^/]+\/data$/.test(p) ? DATA : p === '/mirror/org/tiny/config.json' ? CONFIG : undefined),
+    (p) =>
+      /^\/api\/train\/jobs\/[^/]+\/data$/.test(p) ? DATA : p === '/mirror/org/tiny/config.json' ? CONFIG : undefined,
     { requireToken: TOKEN },
   );
   registry = await serveFiles((p) => (p.endsWith('/model.safetensors') ? WEIGHTS : undefined), { refuseTokens: true });
@@ -300,8 +323,18 @@ function spec(id: string, test: Record<string, unknown> = {}, over: Record<strin
     data: { url: `/api/train/jobs/${id}/data`, sha256: sha256(DATA), bytes: DATA.length, pairs: 3 },
     base: {
       files: [
-        { path: 'config.json', url: `${hangar.url}/mirror/org/tiny/config.json`, size: CONFIG.length, sha256: sha256(CONFIG) },
-        { path: 'model.safetensors', url: `${registry.url}/org/tiny/resolve/main/model.safetensors`, size: WEIGHTS.length, sha256: null },
+        {
+          path: 'config.json',
+          url: `${hangar.url}/mirror/org/tiny/config.json`,
+          size: CONFIG.length,
+          sha256: sha256(CONFIG),
+        },
+        {
+          path: 'model.safetensors',
+          url: `${registry.url}/org/tiny/resolve/main/model.safetensors`,
+          size: WEIGHTS.length,
+          sha256: null,
+        },
       ],
     },
     gguf: true,
@@ -310,7 +343,11 @@ function spec(id: string, test: Record<string, unknown> = {}, over: Record<strin
   };
 }
 
-async function until<T>(what: string, f: () => T | undefined | false | Promise<T | undefined | false>, ms = 8000): Promise<T> {
+async function until<T>(
+  what: string,
+  f: () => T | undefined | false | Promise<T | undefined | false>,
+  ms = 8000,
+): Promise<T> {
   const deadline = Date.now() + ms;
   for (;;) {
     const v = await f();
@@ -320,7 +357,8 @@ async function until<T>(what: string, f: () => T | undefined | false | Promise<T
   }
 }
 
-const finished = (cp: FakeTrainControl, id: string) => until(`${id} to finish`, () => cp.finishes.find((f) => f.id === id));
+const finished = (cp: FakeTrainControl, id: string) =>
+  until(`${id} to finish`, () => cp.finishes.find((f) => f.id === id));
 
 describe('TrainWorker', () => {
   it('claims a queued job, trains it with every point reported in order, uploads the adapter and finishes DONE', async () => {
@@ -348,11 +386,17 @@ describe('TrainWorker', () => {
     // The trainer read the pairs and the base weights the agent fetched; a NaN loss (Python's json) is a warning.
     const events = cp.events('happy').map((e) => e.message);
     expect(events).toContain(`read 3 pairs; base llama, ${WEIGHTS.length} bytes of weights; out true`);
-    expect(events.some((e) => /^a step line without a usable step and loss: .*"step": 41, "loss": NaN/.test(e))).toBe(true);
+    expect(events).toContain('base files: config.json, model.safetensors');
+    expect(events.some((e) => /^a step line without a usable step and loss: .*"step": 41, "loss": NaN/.test(e))).toBe(
+      true,
+    );
 
     // The upload is the trainer's output directory, readable by the control plane's own checker.
     expect(cp.uploads).toHaveLength(1);
-    expect(cp.uploads[0]!.contents.files.map((f) => f.name).sort()).toEqual(['adapter_config.json', 'adapter_model.safetensors']);
+    expect(cp.uploads[0]!.contents.files.map((f) => f.name).sort()).toEqual([
+      'adapter_config.json',
+      'adapter_model.safetensors',
+    ]);
     expect(cp.uploads[0]!.contents.config).toEqual({ peft_type: 'LORA', r: 8 });
 
     // The node token went to Hangar (data, mirror) and never to the registry.
@@ -372,9 +416,13 @@ describe('TrainWorker', () => {
     cp.add('second', spec('second', { quietMs: 400 }));
     expect((await finished(cp, 'second')).state).toBe('DONE');
     expect(registry.requests.length).toBe(fetched);
-    expect(cp.events('second').map((e) => e.message)).toContain("base weights of org/tiny: all 2 files from this node's cache");
+    expect(cp.events('second').map((e) => e.message)).toContain(
+      "base weights of org/tiny: all 2 files from this node's cache",
+    );
     // 400 ms without a word from the trainer: the lease was renewed by empty reports meanwhile.
-    expect(cp.reports.filter((r) => r.id === 'second' && Object.keys(r.input).length === 0).length).toBeGreaterThanOrEqual(2);
+    expect(
+      cp.reports.filter((r) => r.id === 'second' && Object.keys(r.input).length === 0).length,
+    ).toBeGreaterThanOrEqual(2);
   });
 
   it("fails the job with the trainer's error message, or with the end of its stderr when it just exits", async () => {
@@ -388,12 +436,15 @@ describe('TrainWorker', () => {
     });
     const crash = await finished(cp, 'crash');
     expect(crash.state).toBe('FAILED');
-    expect(crash.message).toMatch(/^the trainer exited with code 3 without saying done or error; the last lines it wrote to stderr:\n/);
+    expect(crash.message).toMatch(
+      /^the trainer exited with code 3 without saying done or error; the last lines it wrote to stderr:\n/,
+    );
     // The last 20 lines: 11 to 30.
     expect(crash.message).toContain('stderr line 11\n');
     expect(crash.message).toMatch(/stderr line 30$/);
     expect(crash.message).not.toContain('stderr line 10\n');
-    expect(cp.events('crash').filter((e) => e.level === 'warn')).toHaveLength(30);
+    // Every stderr line is kept as an event line too.
+    expect(cp.events('crash').filter((e) => e.message.startsWith('stderr line '))).toHaveLength(30);
     expect(cp.uploads).toEqual([]);
   });
 
@@ -403,7 +454,8 @@ describe('TrainWorker', () => {
     worker.start();
     expect(await finished(cp, 'empty')).toMatchObject({
       state: 'FAILED',
-      message: 'the trainer said done, but its output directory lacks adapter_config.json and adapter_model.safetensors',
+      message:
+        'the trainer said done, but its output directory lacks adapter_config.json and adapter_model.safetensors',
     });
   });
 
@@ -431,7 +483,9 @@ describe('TrainWorker', () => {
     const f = await finished(cp, 'stubborn');
     expect(Date.now() - asked).toBeGreaterThanOrEqual(200);
     expect(f).toMatchObject({ state: 'CANCELLED', trainerAlive: false });
-    expect(f.message).toBe('cancelled: the trainer was killed (SIGKILL) after the 200 ms grace time; its GPU memory is free');
+    expect(f.message).toBe(
+      'cancelled: the trainer was killed (SIGKILL) after the 200 ms grace time; its GPU memory is free',
+    );
   });
 
   it('ends a RUNNING job it is not running (the agent restarted): FAILED, or CANCELLED when a cancel was asked', async () => {
@@ -455,7 +509,9 @@ describe('TrainWorker', () => {
     worker.start();
     const f = await finished(cp, 'bad');
     expect(f.state).toBe('FAILED');
-    expect(f.message).toMatch(/^the training data could not be fetched: .*has sha256 [0-9a-f]{64}, but the job says [0-9a-f]{64}: the file was not kept$/);
+    expect(f.message).toMatch(
+      /^the training data could not be fetched: .*has sha256 [0-9a-f]{64}, but the job says [0-9a-f]{64}: the file was not kept$/,
+    );
     expect(await exists(pidFile)).toBe(false);
     expect(cp.uploads).toEqual([]);
   });
@@ -540,7 +596,8 @@ describe('GraphqlTrainControl', () => {
       const chunks: Buffer[] = [];
       for await (const c of req) chunks.push(c as Buffer);
       const body = Buffer.concat(chunks);
-      const json = (status: number, v: unknown) => res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(v));
+      const json = (status: number, v: unknown) =>
+        res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(v));
       if (req.method === 'PUT') {
         seen.uploads.push({ auth: req.headers.authorization, type: req.headers['content-type'], bytes: body.length });
         if (req.url?.includes('/jobs/refuse/')) return json(422, { error: 'adapter_config.json is not JSON' });
@@ -550,9 +607,12 @@ describe('GraphqlTrainControl', () => {
       const { query, variables } = JSON.parse(body.toString()) as { query: string; variables: Record<string, unknown> };
       if (query.includes('claimTrainJob')) {
         if (variables.id === 'taken')
-          return json(200, { data: { claimTrainJob: { __typename: 'ConflictError', message: 'another runner claimed the job first' } } });
+          return json(200, {
+            data: { claimTrainJob: { __typename: 'ConflictError', message: 'another runner claimed the job first' } },
+          });
         const good = spec('j1');
-        const claimed = variables.id === 'bad' ? { ...good, base: { files: [{ ...good.base.files[0], path: '../escape' }] } } : good;
+        const claimed =
+          variables.id === 'bad' ? { ...good, base: { files: [{ ...good.base.files[0], path: '../escape' }] } } : good;
         return json(200, { data: { claimTrainJob: { __typename: 'TrainClaim', spec: claimed } } });
       }
       if (query.includes('reportTrainProgress')) return json(503, { error: 'restarting' });
@@ -563,6 +623,9 @@ describe('GraphqlTrainControl', () => {
       json(400, { errors: [{ message: 'unknown operation' }] });
     });
     wss = new WebSocketServer({ server, path: '/graphql' });
+    // graphql-ws is loaded by Node, which resolves graphql to its CommonJS build; the schema must come from the
+    // same copy, or graphql refuses it as "from another module or realm".
+    const { buildSchema } = createRequire(import.meta.url)('graphql') as typeof import('graphql');
     const schema = buildSchema(`
       enum JobState { QUEUED RUNNING DONE FAILED CANCELLED }
       type TrainAssignment { id: ID! name: String! state: JobState! gpuMiB: Int! cancelRequested: Boolean! }
@@ -645,14 +708,148 @@ describe('GraphqlTrainControl', () => {
     const out = path.join(dir, 'adapter-out');
     await fs.mkdir(out, { recursive: true });
     await fs.writeFile(path.join(out, 'adapter_config.json'), '{}');
-    expect(await control.upload('ok', packDirectory(out))).toMatchObject({ accepted: true, artifacts: [{ kind: 'peft' }] });
+    expect(await control.upload('ok', packDirectory(out))).toMatchObject({
+      accepted: true,
+      artifacts: [{ kind: 'peft' }],
+    });
     expect(seen.uploads[0]).toMatchObject({ auth: `Bearer ${TOKEN}`, type: 'application/gzip' });
     expect(seen.uploads[0]!.bytes).toBeGreaterThan(0);
     expect(await control.upload('refuse', packDirectory(out))).toEqual({
       accepted: false,
       reason: 'adapter_config.json is not JSON',
     });
-    expect(await control.upload('down', packDirectory(out)).catch((e: unknown) => e)).toMatchObject({ kind: 'unreachable' });
+    expect(await control.upload('down', packDirectory(out)).catch((e: unknown) => e)).toMatchObject({
+      kind: 'unreachable',
+    });
+  });
+});
+
+describe('the agent and the real server', () => {
+  // The whole contract end to end: the real control plane and PostgreSQL, the registry stand-in for the base
+  // weights, the agent built as main.ts builds it (HANGAR_TRAINER), and a trainer that leaves a real PEFT adapter,
+  // which the control plane checks and turns into a GGUF before it takes DONE.
+  let t: TestApp;
+  let hub: FakeHub;
+  let url: string;
+  let world: TrainingWorld;
+  beforeAll(async () => {
+    hub = await startFakeHub();
+    t = await startTestApp({ HANGAR_HUB_URL: hub.url });
+    url = await t.app.start();
+    world = await trainingWorld(t, url, hub);
+  });
+  afterAll(async () => {
+    await t?.close();
+    await hub?.close();
+  });
+
+  it('claims the job it is sent, trains it, and the control plane takes the adapter and DONE', async () => {
+    const adapter = await writeAdapterDir();
+    const real = path.join(dir, 'real-trainer.mjs');
+    await fs.writeFile(
+      real,
+      `import fs from 'node:fs';
+import path from 'node:path';
+const a = process.argv.slice(2);
+const job = JSON.parse(fs.readFileSync(a[a.indexOf('--job') + 1], 'utf8'));
+console.log('base files: ' + fs.readdirSync(job.base_dir).sort().join(', '));
+console.log(JSON.stringify({ event: 'start', steps: 20 }));
+for (let i = 1; i <= 20; i++) {
+  await new Promise((r) => setTimeout(r, 5));
+  console.log(JSON.stringify({ event: 'step', step: i, loss: 3 / i, lr: 0.0001, peak_mib: 900, tokens_per_s: 12.5 }));
+}
+for (const f of fs.readdirSync(${JSON.stringify(adapter)})) fs.copyFileSync(path.join(${JSON.stringify(adapter)}, f), path.join(job.out_dir, f));
+console.log('{"event":"done"}');
+`,
+    );
+    const agentDir = path.join(dir, 'agent');
+    const config = loadAgentConfig({
+      HANGAR_URL: url,
+      HANGAR_NODE_TOKEN: world.nodeToken,
+      HANGAR_AGENT_DIR: agentDir,
+      HANGAR_AGENT_GPUS: '[{"name":"H100","totalMiB":81559,"freeMiB":20000}]',
+      HANGAR_TRAINER: `${process.execPath} ${real}`,
+    });
+    const agent = createAgent(config, {
+      log: createLogger('silent'),
+      // llama.cpp plays no part in training: the agent carries on without it, as on a node where it cannot run.
+      runtime: () => Promise.reject(new Error('not needed here')),
+    });
+    const JOB = 'id state message step steps metrics { step loss } events { level message } artifacts { kind }';
+    try {
+      await agent.start();
+      const created = await t.gql(
+        'mutation($i: CreateTrainJobInput!) { createTrainJob(input: $i) { __typename ... on TrainJob { id } ... on Error { message } } }',
+        {
+          i: {
+            name: 'agent-e2e',
+            model: 'tiny',
+            baseRepo: BASE_REPO,
+            node: 'gpu-1',
+            gpuMiB: 8000,
+            public: true,
+            data: PAIRS,
+          },
+        },
+        { token: world.operator },
+      );
+      const id = created.data?.createTrainJob.id as string;
+      expect(id, JSON.stringify(created)).toBeTruthy();
+      const job = await until(
+        'the job to end',
+        async () => {
+          const j = (await t.gql(`query($id: ID!) { trainJob(id: $id) { ${JOB} } }`, { id }, { token: world.operator }))
+            .data?.trainJob;
+          return ['DONE', 'FAILED', 'CANCELLED'].includes(j?.state) && j;
+        },
+        20_000,
+      );
+      expect(job).toMatchObject({ state: 'DONE', step: 20, steps: 20 });
+      expect(job.metrics.map((m: { step: number }) => m.step)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+      expect(job.artifacts.map((a: { kind: string }) => a.kind).sort()).toEqual(['gguf', 'peft']);
+      const events = job.events.map((e: { message: string }) => e.message);
+      expect(events).toContain('base weights of hangar-test/tiny-llama: fetched 3 files');
+      expect(events.find((e: string) => e.startsWith('base files: '))).toMatch(/config\.json.*\.safetensors/);
+      // Removed right after the finish: the base weights stay, the job's files go.
+      await until('the job dir to go', async () => !(await exists(path.join(agentDir, 'train', 'jobs', id))));
+      expect(await exists(path.join(agentDir, 'train', 'base', 'hangar-test--tiny-llama@default', 'config.json'))).toBe(
+        true,
+      );
+    } finally {
+      await agent.stop();
+    }
+  });
+});
+
+describe('agent config: the trainer', () => {
+  const good = { HANGAR_URL: 'http://127.0.0.1:4000', HANGAR_NODE_TOKEN: 'hgn_abc' };
+  it('defaults to the bundled train_lora.py, wherever the agent is started from', () => {
+    const c = loadAgentConfig(good);
+    expect(c.trainer).toEqual(['python3', path.resolve(import.meta.dirname, '../../trainer/train_lora.py')]);
+    expect(c.trainerGraceMs).toBe(10_000);
+    expect(
+      loadAgentConfig({ ...good, HANGAR_TRAINER: ' /opt/venv/bin/python  /opt/train.py --bf16 ' }).trainer,
+    ).toEqual(['/opt/venv/bin/python', '/opt/train.py', '--bf16']);
+  });
+
+  it('says what is wrong with HANGAR_TRAINER and HANGAR_TRAINER_GRACE_MS', () => {
+    const error = (env: Record<string, string>) => {
+      try {
+        loadAgentConfig({ ...good, ...env });
+      } catch (err) {
+        expect(err).toBeInstanceOf(AgentConfigError);
+        return (err as Error).message;
+      }
+      throw new Error('expected a config error');
+    };
+    expect(error({ HANGAR_TRAINER: '"/opt/my dir/train.py"' })).toMatch(
+      /HANGAR_TRAINER=.* is not accepted: words split on spaces, without quotes/,
+    );
+    expect(error({ HANGAR_TRAINER: '   ' })).toMatch(/HANGAR_TRAINER=.* is not accepted: a command line such as/);
+    expect(error({ HANGAR_TRAINER_GRACE_MS: 'soon' })).toMatch(
+      /HANGAR_TRAINER_GRACE_MS="soon" is not accepted: milliseconds the trainer gets/,
+    );
+    expect(error({ HANGAR_TRAINER_GRACE_MS: '3600000' })).toMatch(/HANGAR_TRAINER_GRACE_MS=.*at most 600000/);
   });
 });
 

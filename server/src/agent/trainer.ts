@@ -327,7 +327,8 @@ export class TrainWorker {
   private async fetchBase(spec: TrainSpec, progress: Progress, signal: AbortSignal): Promise<string> {
     const dir = path.join(this.o.workDir, 'base', safeName(`${spec.base_repo}@${spec.base_revision ?? 'default'}`));
     await fs.mkdir(dir, { recursive: true });
-    const manifestFile = path.join(dir, MANIFEST);
+    // Beside the directory, not in it: the trainer's base_dir holds the repository's files and nothing else.
+    const manifestFile = `${dir}.json`;
     const manifest = await readManifest(manifestFile);
     const files = spec.base.files;
     let fetched = 0;
@@ -363,16 +364,18 @@ export class TrainWorker {
     // Files of an older listing of this revision ("main" moved, shards renamed) would confuse the loader.
     const wanted = new Set(files.map((f) => f.path.split('/')[0]));
     for (const e of await fs.readdir(dir, { withFileTypes: true })) {
-      if (e.name === MANIFEST || wanted.has(e.name) || !e.isFile()) continue;
+      if (wanted.has(e.name) || !e.isFile()) continue;
       await fs.rm(path.join(dir, e.name), { force: true });
       delete manifest[e.name];
     }
     await writeManifest(manifestFile, manifest);
     progress.event(
       'info',
-      fetched
-        ? `base weights of ${spec.base_repo}: fetched ${fetched} of ${files.length} files, the rest from this node's cache`
-        : `base weights of ${spec.base_repo}: all ${files.length} files from this node's cache`,
+      fetched === files.length
+        ? `base weights of ${spec.base_repo}: fetched ${fetched} files`
+        : fetched
+          ? `base weights of ${spec.base_repo}: fetched ${fetched} of ${files.length} files, the rest from this node's cache`
+          : `base weights of ${spec.base_repo}: all ${files.length} files from this node's cache`,
     );
     return dir;
   }
@@ -609,7 +612,7 @@ type ProgressOptions = {
  * point since the last (in order), an empty one every keepaliveMs to hold the lease. A report that does not get
  * through keeps its points for the next; one that is refused closes this and tells the worker.
  */
-export class Progress {
+class Progress {
   private points: TrainPoint[] = [];
   private events: TrainEvent[] = [];
   private leftOut = 0;
@@ -800,7 +803,8 @@ function onStderr(line: string, run: TrainerRun, progress: Progress) {
   if (!text) return;
   run.tail.push(text);
   if (run.tail.length > TAIL_LINES) run.tail.shift();
-  progress.event('warn', text);
+  // Info, not warn: the trainer writes its notes for the operator here (and the libraries' chatter with them).
+  progress.event('info', text);
 }
 
 /** What a terminal would show of a line: the part after the last carriage return (progress bars redraw). */
@@ -854,8 +858,7 @@ function trainerFailure(run: TrainerRun, trainer: string[]): string | undefined 
 
 // ─── files and processes ─────────────────────────────────────────────────────
 
-/** Which base files the cache holds, as they were verified when fetched. */
-const MANIFEST = '.hangar-base.json';
+/** Which base files the cache holds (<base>/<repo@revision>.json), as they were verified when fetched. */
 type Manifest = Record<string, { bytes: number; sha256: string }>;
 
 async function readManifest(file: string): Promise<Manifest> {
