@@ -21,6 +21,8 @@ export type Assignment = {
   source: string;
   contextSize: number | null;
   desired: 'RUN' | 'STOP';
+  /** LoRA adapters (llama.cpp: GGUF files in the mirror), each loaded into a context of its own. */
+  adapters: { name: string; source: string }[];
 };
 
 export type ReplicaState = 'LOADING' | 'READY' | 'FAILED' | 'STOPPED';
@@ -63,6 +65,8 @@ const assignment = z.object({
   source: z.string().min(1),
   contextSize: z.number().int().nullish(),
   desired: z.enum(['RUN', 'STOP']),
+  // An older control plane sends none.
+  adapters: z.array(z.object({ name: z.string().min(1), source: z.string().min(1) })).default([]),
 });
 
 const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
@@ -70,7 +74,7 @@ const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
 }`;
 
 const ASSIGNMENTS = `query Agent_Assignments {
-  nodeAssignments { replicaId model engine source contextSize desired }
+  nodeAssignments { replicaId model engine source contextSize desired adapters { name source } }
 }`;
 
 // The input is spelled out field by field, so this document does not depend on the input type's name.

@@ -116,40 +116,60 @@ export class LlamaRuntime {
   }
 }
 
-/** A model and its context, kept loaded while the replica runs. */
+/** A model and its context, kept loaded while the replica runs; and a context per LoRA adapter. */
 export class LoadedModel {
+  /** By adapter name: llama.cpp applies an adapter to a whole context, so each gets its own over the shared weights. */
+  readonly adapters = new Map<string, LlamaContext>();
+
   constructor(
     readonly model: LlamaModel,
     readonly context: LlamaContext,
   ) {}
 
+  /** Loads a GGUF LoRA adapter into a context of its own (scale 1) and proves it generates. */
+  async addAdapter(name: string, file: string): Promise<SmokeResult> {
+    const context = await this.model.createContext({
+      contextSize: this.context.contextSize,
+      sequences: 1,
+      lora: { adapters: [{ filePath: file, scale: 1 }] },
+    });
+    this.adapters.set(name, context);
+    return smokeOn(context);
+  }
+
   /**
    * One short greedy completion, timed: proof that the weights produce tokens, and the speed an operator can
    * compare across nodes. Tokens per second counts the prompt's evaluation too, as a first request would.
    */
-  async smoke(o: { prompt?: string; maxTokens?: number } = {}): Promise<SmokeResult> {
-    const { LlamaCompletion } = await import('node-llama-cpp');
-    const sequence = this.context.getSequence();
-    try {
-      const completion = new LlamaCompletion({ contextSequence: sequence });
-      let tokens = 0;
-      const started = performance.now();
-      const text = await completion.generateCompletion(o.prompt ?? 'Hello', {
-        maxTokens: o.maxTokens ?? 8,
-        temperature: 0,
-        onToken: (t) => {
-          tokens += t.length;
-        },
-      });
-      const ms = performance.now() - started;
-      return { text, tokens, ms, tokensPerSecond: ms > 0 ? (tokens * 1000) / ms : 0 };
-    } finally {
-      sequence.dispose();
-    }
+  smoke(o: { prompt?: string; maxTokens?: number } = {}): Promise<SmokeResult> {
+    return smokeOn(this.context, o);
   }
 
   async dispose() {
+    for (const c of this.adapters.values()) await c.dispose();
+    this.adapters.clear();
     await this.context.dispose();
     await this.model.dispose();
+  }
+}
+
+async function smokeOn(context: LlamaContext, o: { prompt?: string; maxTokens?: number } = {}): Promise<SmokeResult> {
+  const { LlamaCompletion } = await import('node-llama-cpp');
+  const sequence = context.getSequence();
+  try {
+    const completion = new LlamaCompletion({ contextSequence: sequence });
+    let tokens = 0;
+    const started = performance.now();
+    const text = await completion.generateCompletion(o.prompt ?? 'Hello', {
+      maxTokens: o.maxTokens ?? 8,
+      temperature: 0,
+      onToken: (t) => {
+        tokens += t.length;
+      },
+    });
+    const ms = performance.now() - started;
+    return { text, tokens, ms, tokensPerSecond: ms > 0 ? (tokens * 1000) / ms : 0 };
+  } finally {
+    sequence.dispose();
   }
 }

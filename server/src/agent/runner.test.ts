@@ -5,7 +5,9 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeControlPlane } from '../../test/fixtures/fake-control-plane.js';
 import { bytes, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
 import { tinyLlama, tinyLlamaShards } from '../../test/fixtures/tiny-llama.js';
+import { writeAdapterDir } from '../../test/fixtures/training.js';
 import { createLogger } from '../lib/log.js';
+import { peftToGguf } from '../train/gguf-adapter.js';
 import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
 import { Runner } from './runner.js';
@@ -88,6 +90,29 @@ describe('Runner', () => {
     cp.unassign('r1');
     await runner.poll();
     expect(runner.snapshot()).toEqual([]);
+  });
+
+  it("loads the model's LoRA adapters each into a context of its own; a bad one is said and the base serves on", async () => {
+    const dirOf = await writeAdapterDir();
+    const lora = peftToGguf({
+      config: JSON.parse(await fs.readFile(path.join(dirOf, 'adapter_config.json'), 'utf8')),
+      safetensors: await fs.readFile(path.join(dirOf, 'adapter_model.safetensors')),
+      base: { architecture: 'llama', headCount: 4, headCountKv: 4 },
+    });
+    up.files.set('tiny-lora.gguf', { body: lora });
+    const { cp, runner, until } = setup();
+    cp.assign({
+      replicaId: 'with-adapters',
+      source: up.url('tiny.gguf'),
+      adapters: [
+        { name: 'tiny-lora', source: up.url('tiny-lora.gguf') },
+        { name: 'not-an-adapter', source: up.url('not-a-model.gguf') },
+      ],
+    });
+    const ready = await until('with-adapters', 'READY');
+    expect(ready.message).toMatch(/adapters: tiny-lora \(\d+ tokens\), not-an-adapter did not load: /);
+    expect(ready.smokeText).toEqual(expect.any(String));
+    await runner.stopAll(100);
   });
 
   it('runs a split model from the URL of its first shard', async () => {

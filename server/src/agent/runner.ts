@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type { Logger } from '../lib/log.js';
 import { type Assignment, type ControlPlane, ControlPlaneError, type ReplicaState } from './control-plane.js';
-import type { LlamaRuntime } from './llama-runtime.js';
+import type { LlamaRuntime, LoadedModel } from './llama-runtime.js';
 import type { ModelCache } from './model-cache.js';
 import { startServing } from './vllm.js';
 
@@ -188,8 +188,9 @@ export class Runner {
       signal.throwIfAborted();
       const smoke = await loaded.smoke();
       signal.throwIfAborted();
+      const adapters = await this.loadAdapters(a, loaded, signal);
       this.set(r, 'READY', {
-        message: `loaded with a ${loaded.context.contextSize}-token context${cached.reused ? ' (from the cache)' : ''}; the smoke test made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`,
+        message: `loaded with a ${loaded.context.contextSize}-token context${cached.reused ? ' (from the cache)' : ''}; the smoke test made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms${adapters}`,
         smokeText: smoke.text,
         tokensPerSecond: Math.round(smoke.tokensPerSecond * 100) / 100,
       });
@@ -199,6 +200,27 @@ export class Runner {
       r.release = undefined;
       this.set(r, 'FAILED', { message: (err as Error).message ?? String(err) });
     }
+  }
+
+  /**
+   * The model's LoRA adapters, each fetched like the weights (sha256 against the mirror's ETag) and smoke-tested
+   * in its own context. One that fails to load is said in the message and leaves the base model serving: a bad
+   * adapter must not take the model down for every caller who does not use it.
+   */
+  private async loadAdapters(a: Assignment, loaded: LoadedModel, signal: AbortSignal): Promise<string> {
+    const said: string[] = [];
+    for (const adapter of a.adapters ?? []) {
+      try {
+        const file = await this.o.cache.fetchModel(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal);
+        signal.throwIfAborted();
+        const smoke = await loaded.addAdapter(adapter.name, file.file);
+        said.push(`${adapter.name} (${smoke.tokens} tokens)`);
+      } catch (err) {
+        signal.throwIfAborted();
+        said.push(`${adapter.name} did not load: ${(err as Error).message}`);
+      }
+    }
+    return said.length ? `; adapters: ${said.join(', ')}` : '';
   }
 
   private stop(r: Replica, why: string): Promise<void> {

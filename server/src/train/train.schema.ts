@@ -1,4 +1,3 @@
-import { filter, pipe } from 'graphql-yoga';
 import { PageInfo } from '../audit/audit.schema.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
@@ -400,16 +399,8 @@ builder.subscriptionFields((t) => ({
     description: 'One job (with `id`) or every job, whole, each time it changes. A deleted job is not sent.',
     authScopes: { viewer: true },
     args: { id: t.arg.id({ required: false }) },
-    subscribe: (_root, args, ctx) =>
-      pipe(
-        ctx.pubsub.subscribe('trainJob'),
-        filter((id: string) => !args.id || id === String(args.id)),
-      ),
-    resolve: async (id: string, _args, ctx) => {
-      const job = await ctx.prisma.trainJob.findUnique({ where: { id } });
-      // Deleted between the event and now: GraphQL needs a value, and the client's cache drops unknown ids.
-      return job ?? Promise.reject(new NotFoundError(`training job ${id} was deleted`));
-    },
+    subscribe: (_root, args, ctx) => changedJobs(ctx, args.id ? String(args.id) : null),
+    resolve: (job: TrainJob) => job,
   }),
   nodeTrainWork: t.field({
     type: NodeTrainWorkRef,
@@ -443,5 +434,20 @@ async function* workOf(ctx: {
     if (id !== nodeId) continue;
     const w = await next();
     if (w) yield w;
+  }
+}
+
+/** Each changed job, read once it has committed; one deleted since the event is skipped. */
+async function* changedJobs(
+  ctx: {
+    pubsub: { subscribe: (topic: 'trainJob') => AsyncIterable<string> };
+    prisma: { trainJob: { findUnique: (a: { where: { id: string } }) => Promise<TrainJob | null> } };
+  },
+  only: string | null,
+) {
+  for await (const id of ctx.pubsub.subscribe('trainJob')) {
+    if (only && id !== only) continue;
+    const job = await ctx.prisma.trainJob.findUnique({ where: { id } });
+    if (job) yield job;
   }
 }

@@ -83,7 +83,7 @@ export class TrainService {
   readonly dataDir: string;
   readonly jobsDir: string;
   private timer: NodeJS.Timeout | undefined;
-  private sweeping = false;
+  private sweeping: Promise<void> = Promise.resolve();
   private baseUrl: () => string = () => 'http://127.0.0.1';
 
   constructor(
@@ -626,16 +626,28 @@ export class TrainService {
   // ─── the clock: lost nodes and why queued jobs wait ────────────────────────
 
   start(everyMs = 2000) {
-    this.timer = setInterval(() => void this.sweep(), everyMs);
+    // The timer's sweeps do not pile up behind a slow one: a tick while one runs is skipped.
+    let busy = false;
+    this.timer = setInterval(() => {
+      if (busy) return;
+      busy = true;
+      void this.sweep().finally(() => {
+        busy = false;
+      });
+    }, everyMs);
     void this.sweep();
   }
   stop() {
     clearInterval(this.timer);
   }
 
-  async sweep(now = new Date()) {
-    if (this.sweeping) return;
-    this.sweeping = true;
+  /** One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). */
+  sweep(now = new Date()): Promise<void> {
+    this.sweeping = this.sweeping.then(() => this.sweepOnce(now));
+    return this.sweeping;
+  }
+
+  private async sweepOnce(now: Date) {
     try {
       const lost = await this.db.trainJob.findMany({
         where: { state: 'RUNNING', leaseUntil: { lt: now } },
@@ -674,8 +686,6 @@ export class TrainService {
       }
     } catch (err) {
       this.log.warn('the training sweep failed; trying again', { error: err });
-    } finally {
-      this.sweeping = false;
     }
   }
 

@@ -19,6 +19,14 @@ describe('cacheConfig', () => {
         'MirrorFamily',
         'ModelUse',
         'FetchStarted',
+        'TrainJobConnection',
+        'TrainJobEdge',
+        'TrainJobPublished',
+        'TrainDataReport',
+        'TrainParam',
+        'TrainMetric',
+        'TrainArtifact',
+        'LengthStats',
       ]),
     );
     for (const keyed of [
@@ -28,6 +36,8 @@ describe('cacheConfig', () => {
       'Node',
       'MirrorVersion',
       'MirrorFile',
+      'TrainJob',
+      'TrainEvent',
       'Query',
       'Mutation',
     ]) {

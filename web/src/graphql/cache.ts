@@ -189,9 +189,11 @@ export const cacheConfig: CacheExchangeOpts = {
         }
         cache.invalidate('Query', 'mirror');
       },
+      // The answer is only the new job's id: the training list is read again where it is cached.
       createTrainJob(parent, _args, cache) {
-        const job = success(parent, 'createTrainJob', 'TrainJob');
-        if (job) placeTrainJob(cache, job as TrainJobEntity);
+        if (!success(parent, 'createTrainJob', 'TrainJob')) return;
+        for (const f of cache.inspectFields('Query'))
+          if (f.fieldName === 'trainJobs') cache.invalidate('Query', f.fieldName, f.arguments);
       },
       // The job leaves every page of the list; its own page is left as it was, for the moment before it navigates.
       deleteTrainJob(parent, _args, cache) {
@@ -205,12 +207,12 @@ export const cacheConfig: CacheExchangeOpts = {
           });
         }
       },
-      // The answer names no job: the job's adapter (and its events) are read again, and the catalog's adapters.
+      // The answer names no job: the job's adapter is read again (its new event comes with the job's next live
+      // update), and so are the catalog's models, which list it. Only a nullable field is invalidated: the page
+      // keeps showing the job while it is read.
       publishTrainJob(parent, args, cache) {
         if (!success(parent, 'publishTrainJob', 'TrainJobPublished')) return;
-        const job = { __typename: 'TrainJob', id: String(args.id) };
-        cache.invalidate(job, 'adapter');
-        cache.invalidate(job, 'events');
+        cache.invalidate({ __typename: 'TrainJob', id: String(args.id) }, 'adapter');
         cache.invalidate('Query', 'models');
       },
     },

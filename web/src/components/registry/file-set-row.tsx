@@ -8,7 +8,6 @@ import { FetchForm_StartedFragment } from '../mirror/fetch-form';
 import { stateBadge } from '../mirror/mirror-parts';
 import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
 import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
-import { type ServeJob_Job, ServeJob_JobFragment } from './serve-job';
 
 export type FileSetKind = 'MODEL' | 'MMPROJ' | 'IMATRIX';
 
@@ -165,18 +164,21 @@ export const FileSetRow_VersionChangedSubscription = gql<
  * Serving the set in one step: the server fetches it into the mirror, checks it, puts it in the catalog, places a
  * replica and smoke-tests it, as a job. The job is then watched live (serve-job.tsx).
  */
+// Only the job's id: the job view reads and follows the job itself. (Its nullable `message` could not sit beside
+// the refusal's non-null `message` in one selection anyway: GraphQL refuses fields of the same name and other types.)
 export const FileSetRow_ServeMutation = gql<
-  { serveFromRegistry: Outcome<{ __typename: 'ServeJob' } & ServeJob_Job> },
+  { serveFromRegistry: Outcome<{ __typename: 'ServeJob'; id: string }> },
   { repo: string; quant: string | null; file: string | null; onDemand: boolean }
 >`
   mutation FileSetRow_Serve($repo: String!, $quant: String, $file: String, $onDemand: Boolean) {
     serveFromRegistry(repo: $repo, quant: $quant, file: $file, onDemand: $onDemand) {
       __typename
-      ...ServeJob_Job
+      ... on ServeJob {
+        id
+      }
       ...FormError_Refusal
     }
   }
-  ${ServeJob_JobFragment}
   ${FormError_RefusalFragment}
 `;
 

@@ -2,7 +2,6 @@ import { type FormEvent, type ReactNode, useId, useState } from 'react';
 import { gql, useMutation, useQuery } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
-import { formatMiB } from '../../lib/format';
 import { Field } from '../common/field';
 import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
@@ -10,7 +9,6 @@ import { PageLink } from '../common/page-link';
 import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam } from './params';
 import { type TrainDataReport, uploadTrainData } from './train-data';
 import { DataReport } from './train-data-report';
-import { type TrainJob_Row, TrainJob_RowFragment } from './train-progress';
 
 type Gpu = { index: number; name: string; freeMiB: number; totalMiB: number };
 type NodeOption = { __typename?: 'Node'; id: string; name: string; online: boolean; gpus: Gpu[] };
@@ -63,35 +61,52 @@ export type CreateTrainJobInput = {
   gguf: boolean;
 };
 
-/** The new job joins the training list through graphcache's updater (graphql/cache.ts). */
+/**
+ * Only the new job's id: its page reads the rest. (The job's `message` may be null and a refusal's may not, and
+ * GraphQL refuses the two under one name in one answer.) The training list is read again through graphcache's
+ * updater (graphql/cache.ts).
+ */
 export const NewTrainJob_CreateMutation = gql<
-  { createTrainJob: Outcome<{ __typename: 'TrainJob' } & TrainJob_Row> },
+  { createTrainJob: Outcome<{ __typename: 'TrainJob'; id: string }> },
   { input: CreateTrainJobInput }
 >`
   mutation NewTrainJob_Create($input: CreateTrainJobInput!) {
     createTrainJob(input: $input) {
       __typename
-      ...TrainJob_Row
+      ... on TrainJob {
+        id
+      }
       ...FormError_Refusal
     }
   }
-  ${TrainJob_RowFragment}
   ${FormError_RefusalFragment}
 `;
 
 const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
 
-/** "GPU 0: 19.5 GiB free of 24.0 GiB, GPU 1: …", or why the node offers none. */
+const mib = (n: number) => `${n.toLocaleString('en')} MiB`;
+
+/**
+ * "GPU 0: 20,000 MiB free of 24,564, GPU 1: …", or why the node offers none: in MiB, the unit the job's GPU
+ * memory is asked in, so the two compare at a glance.
+ */
 export function gpusText(node: NodeOption): string {
-  const gpus = node.gpus.map((g) => `GPU ${g.index}: ${formatMiB(g.freeMiB)} free of ${formatMiB(g.totalMiB)}`);
+  const gpus = node.gpus.map((g) => `GPU ${g.index}: ${mib(g.freeMiB)} free of ${g.totalMiB.toLocaleString('en')}`);
   return `${node.online ? '' : 'offline · '}${gpus.join(', ') || 'no GPU reported'}`;
 }
 
-export function NewTrainJobPage({ onCreated }: { onCreated: (id: string) => void }) {
+export function NewTrainJobPage({
+  onCreated,
+  canChange = true,
+}: {
+  onCreated: (id: string) => void;
+  canChange?: boolean;
+}) {
   const [{ data, fetching, error }] = useQuery({
     query: NewTrainJob_OptionsQuery,
     // Free GPU memory moves: read it fresh on each visit.
     requestPolicy: 'cache-and-network',
+    pause: !canChange,
   });
   return (
     <section>
@@ -102,13 +117,19 @@ export function NewTrainJobPage({ onCreated }: { onCreated: (id: string) => void
         Trains a LoRA adapter for a catalog model on one node's GPU, from question/answer pairs. The job waits in the
         queue until the node has the GPU memory it needs; once it is done, publish it from its page.
       </PageHeader>
+      {!canChange ? (
+        <p className="empty">
+          Submitting a training job needs the OPERATOR role; your role can follow the jobs on the{' '}
+          <PageLink to="/training">Training</PageLink> page.
+        </p>
+      ) : null}
       {error ? (
         <p role="alert" className="form-error">
           {describeError(error)}
         </p>
       ) : null}
       {!data && fetching ? <p className="muted">Loading…</p> : null}
-      {data ? (
+      {data && canChange ? (
         <NewTrainJobForm
           models={data.models}
           nodes={data.nodes}
@@ -308,10 +329,7 @@ export function NewTrainJobForm({
           <input type="checkbox" checked={ggufOn} onChange={(e) => setGguf(e.target.checked)} />
           Make the llama.cpp GGUF adapter
         </label>
-        <p className="hint">
-          llama.cpp loads adapters only as GGUF; vLLM loads the PEFT files every job makes.
-          {chosenModel ? ` ${chosenModel.name} is served by ${engineWords[chosenModel.engine]}.` : ''}
-        </p>
+        <p className="hint">llama.cpp loads adapters only as GGUF; vLLM loads the PEFT files every job makes.</p>
       </fieldset>
 
       <fieldset className="panel form-section">
@@ -362,7 +380,7 @@ export function NewTrainJobForm({
         <div className="form-row">
           <Field
             label="Owner"
-            className="wide"
+            className="wide owner"
             value={isPublic ? '' : owner}
             onChange={(e) => setOwner(e.target.value)}
             error={errorAt('owner')}
@@ -398,7 +416,7 @@ export function NewTrainJobForm({
 
       <fieldset className="panel form-section">
         <legend>The pairs</legend>
-        <div className="field">
+        <div className="field pairs-field">
           <label htmlFor={ids.data}>Pairs file</label>
           <input
             id={ids.data}

@@ -13,6 +13,11 @@ export type TrainCharts_Metric = {
   tokensPerSecond: number | null;
 };
 
+/** A learning rate as it is written: 0.00014, 2e-7, 0 at the end of a cosine schedule. */
+export function formatRate(lr: number): string {
+  return String(Number(lr.toPrecision(3)));
+}
+
 /** The curve, every step reported; read again when the job's step moves (the job's events do not carry it). */
 export const TrainCharts_MetricsQuery = gql<
   { trainJob: { __typename?: 'TrainJob'; id: string; metrics: TrainCharts_Metric[] } | null },
@@ -81,7 +86,7 @@ export function TrainCharts({ id, step, gpuMiB }: { id: string; step: number; gp
         <p className="hint">
           At step {last.step.toLocaleString('en')}:{' '}
           {[
-            last.lr != null ? `learning rate ${last.lr.toPrecision(3)}` : null,
+            last.lr != null ? `learning rate ${formatRate(last.lr)}` : null,
             last.tokensPerSecond != null ? `${last.tokensPerSecond.toFixed(0)} tokens/s` : null,
           ]
             .filter(Boolean)

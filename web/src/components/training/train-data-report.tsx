@@ -10,7 +10,9 @@ export function DataReport({ file, report }: { file: string; report: TrainDataRe
   return (
     <section className={`data-report ${report.ok ? 'ok' : 'bad'}`} aria-label={`Report on ${file}`}>
       <p className="data-summary">
-        <strong>{file}</strong>: {reportSummary(report)}
+        <span>
+          <strong>{file}</strong>: {reportSummary(report)}
+        </span>
         <CopyButton text={report.sha256} label="Copy sha256" />
       </p>
       <p role="status" className={report.ok ? 'notice' : 'form-error'}>

@@ -5,23 +5,34 @@ import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import type { TrainJobPage_Job } from './train-job-page';
-import { type TrainJob_Row, TrainJob_RowFragment } from './train-progress';
+import type { TrainJob_Row } from './train-progress';
 
-type JobResult = { __typename: 'TrainJob' } & TrainJob_Row;
+type Cancelled = {
+  __typename: 'TrainJob';
+  id: string;
+  state: TrainJob_Row['state'];
+  cancelRequested: boolean;
+  jobMessage: string | null;
+};
 
 /**
  * The answer is the job: a queued one cancelled, or a running one marked cancelling; its row and page update by
- * id (the event it adds comes with the job's next live update).
+ * id. Its `message` comes aliased: it may be null where a refusal's may not, and GraphQL refuses the two under one
+ * name in one answer (graphcache stores it as the job's `message` all the same).
  */
-export const TrainJobActions_CancelMutation = gql<{ cancelTrainJob: Outcome<JobResult> }, { id: string }>`
+export const TrainJobActions_CancelMutation = gql<{ cancelTrainJob: Outcome<Cancelled> }, { id: string }>`
   mutation TrainJobActions_Cancel($id: ID!) {
     cancelTrainJob(id: $id) {
       __typename
-      ...TrainJob_Row
+      ... on TrainJob {
+        id
+        state
+        cancelRequested
+        jobMessage: message
+      }
       ...FormError_Refusal
     }
   }
-  ${TrainJob_RowFragment}
   ${FormError_RefusalFragment}
 `;
 
@@ -130,17 +141,19 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
           </button>
         ) : null}
       </div>
+      {/* The answer, with what to do next, once; after a reload the job's adapter says it was published. */}
       {published ? (
         <div role="status" className="notice publish-answer">
           <p>
-            Published as {job.model}'s adapter {published.adapter}. {published.note}
+            Published as {job.model}'s adapter <strong>{published.adapter}</strong>:{' '}
+            <PageLink to="/models">see it under {job.model} on the Models page</PageLink>.
           </p>
+          <p>{published.note}</p>
           <p className="url-line">
             <span className="muted">Nodes fetch it from</span> <code className="url">{published.source}</code>
           </p>
         </div>
-      ) : null}
-      {job.adapter ? (
+      ) : job.adapter ? (
         <p className="notice">
           Published as <strong>{job.adapter}</strong>:{' '}
           <PageLink to="/models">see it under {job.model} on the Models page</PageLink>.

@@ -208,7 +208,7 @@ function JobFacts({ job }: { job: TrainJobPage_Job }) {
         <dt>Owner</dt>
         <dd className="mono">{ownerText(job)}</dd>
       </div>
-      <div className="grow">
+      <div>
         <dt>Base weights</dt>
         <dd className="mono">
           {job.baseRepo}

@@ -118,7 +118,7 @@ export function TrainingList({
         <table className="table training">
           <thead>
             <tr>
-              <th scope="col">Adapter</th>
+              <th scope="col">Name</th>
               <th scope="col">Model</th>
               <th scope="col">Node</th>
               <th scope="col">Owner</th>

@@ -6,7 +6,13 @@ export const Route = createFileRoute('/_app/training/new')({
 });
 
 function NewTrainJobRoute() {
+  const { viewer } = Route.useRouteContext();
   const navigate = Route.useNavigate();
-  // The job's page follows it from the queue to the end.
-  return <NewTrainJobPage onCreated={(id) => navigate({ to: '/training/$id', params: { id } })} />;
+  return (
+    <NewTrainJobPage
+      canChange={viewer.role !== 'VIEWER'}
+      // The job's page follows it from the queue to the end.
+      onCreated={(id) => navigate({ to: '/training/$id', params: { id } })}
+    />
+  );
 }

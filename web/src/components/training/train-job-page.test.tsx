@@ -1,0 +1,195 @@
+import { render, screen, within } from '@testing-library/react';
+import userEvent from '@testing-library/user-event';
+import { Provider } from 'urql';
+import { describe, expect, it, vi } from 'vitest';
+import { answer, fakeClient } from '../../test/fake-client';
+import { TrainCharts_MetricsQuery } from './train-charts';
+import {
+  TrainJobActions_CancelMutation,
+  TrainJobActions_DeleteMutation,
+  TrainJobActions_PublishMutation,
+} from './train-job-actions';
+import { TrainJobPage, TrainJobPage_ChangedSubscription, TrainJobPage_JobQuery } from './train-job-page';
+
+const now = new Date().toISOString();
+
+/** The job as its page's query and subscription send it. */
+function job(over: Record<string, unknown> = {}) {
+  return {
+    __typename: 'TrainJob',
+    id: 'j1',
+    name: 'support-tone',
+    model: 'tiny-llama',
+    node: { __typename: 'Node', id: 'n1', name: 'gpu-1' },
+    owner: null,
+    ownerLabel: null,
+    state: 'RUNNING',
+    step: 2,
+    steps: 10,
+    progress: 0.2,
+    loss: 2.5,
+    peakMiB: 900,
+    message: 'training',
+    cancelRequested: false,
+    createdAt: now,
+    createdBy: 'ana@example.com',
+    baseRepo: 'hangar-test/tiny-llama',
+    baseRevision: null,
+    gpuMiB: 4096,
+    gguf: true,
+    params: { rank: 16, lr: 0.0002 },
+    pairs: 3,
+    dataSha256: 'd'.repeat(64),
+    dataBytes: 96,
+    startedAt: now,
+    finishedAt: null,
+    adapter: null,
+    events: [{ __typename: 'TrainEvent', id: 'e1', level: 'info', message: 'claimed by node gpu-1', at: now }],
+    artifacts: [],
+    ...over,
+  };
+}
+
+const metric = (step: number) => ({
+  __typename: 'TrainMetric',
+  step,
+  loss: 3 - step * 0.25,
+  lr: 0.0002,
+  peakMiB: 800 + step * 50,
+  tokensPerSecond: 1200,
+});
+
+function renderPage(state: { job: ReturnType<typeof job>; metrics: number }) {
+  const fake = fakeClient([
+    answer(TrainJobPage_JobQuery, () => ({
+      trainJob: state.job,
+      trainParams: [{ __typename: 'TrainParam', name: 'rank', about: 'the LoRA rank r' }],
+    })),
+    answer(TrainCharts_MetricsQuery, () => ({
+      trainJob: {
+        __typename: 'TrainJob',
+        id: 'j1',
+        metrics: Array.from({ length: state.metrics }, (_, i) => metric(i + 1)),
+      },
+    })),
+    answer(TrainJobActions_CancelMutation, () => ({
+      cancelTrainJob: {
+        __typename: 'TrainJob',
+        id: 'j1',
+        state: 'RUNNING',
+        cancelRequested: true,
+        jobMessage: 'cancelling: the node is stopping the trainer',
+      },
+    })),
+    answer(TrainJobActions_PublishMutation, () => ({
+      publishTrainJob: {
+        __typename: 'TrainJobPublished',
+        adapter: 'support-tone',
+        model: 'tiny-llama',
+        source: 'http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf',
+        owner: null,
+        note: 'llama.cpp loads adapters when a replica starts: restart tiny-llama’s replicas',
+      },
+    })),
+    answer(TrainJobActions_DeleteMutation, () => ({
+      deleteTrainJob: { __typename: 'DeletedTrainJob', id: 'j1', name: 'support-tone' },
+    })),
+  ]);
+  const onDeleted = vi.fn();
+  render(
+    <Provider value={fake.client}>
+      <TrainJobPage id="j1" canChange onDeleted={onDeleted} />
+    </Provider>,
+  );
+  return { fake, onDeleted };
+}
+
+describe('TrainJobPage', () => {
+  it('draws the curves and reads them again as the job’s live step moves', async () => {
+    const state = { job: job(), metrics: 2 };
+    const { fake } = renderPage(state);
+    expect(await screen.findByRole('heading', { name: 'support-tone' })).toBeInTheDocument();
+    const loss = await screen.findByRole('figure', { name: /^Loss/ });
+    expect(within(loss).getByRole('img')).toHaveAccessibleName(
+      'Loss: 2 steps, from 2.750 at step 1 to 2.500 at step 2; lowest 2.500, highest 2.750',
+    );
+    expect(loss).toHaveTextContent('step 1');
+    expect(screen.getByRole('figure', { name: /^Peak GPU memory/ })).toHaveTextContent('asked for 4.0 GiB');
+    expect(screen.getByRole('progressbar')).toHaveAttribute('aria-valuenow', '20');
+    const reads = fake.sent(TrainCharts_MetricsQuery).length;
+
+    state.metrics = 6;
+    fake.push(TrainJobPage_ChangedSubscription, { trainJobChanged: job({ step: 6, progress: 0.6, loss: 1.5 }) });
+    expect(await screen.findByText(/step 6 of 10/)).toBeInTheDocument();
+    await vi.waitFor(() =>
+      expect(within(loss).getByRole('img')).toHaveAccessibleName(/^Loss: 6 steps, .* to 1\.500 at step 6/),
+    );
+    expect(fake.sent(TrainCharts_MetricsQuery).length).toBeGreaterThan(reads);
+    expect(screen.getByRole('row', { name: /rank 16 the LoRA rank r/ })).toBeInTheDocument();
+    expect(screen.getByText('claimed by node gpu-1')).toBeInTheDocument();
+  });
+
+  it('cancels a running job and shows it as cancelling until its node has stopped', async () => {
+    const { fake } = renderPage({ job: job(), metrics: 0 });
+    const user = userEvent.setup();
+    await user.click(await screen.findByRole('button', { name: 'Cancel' }));
+    expect(await screen.findAllByText('cancelling…')).not.toHaveLength(0);
+    expect(screen.queryByRole('button', { name: 'Cancel' })).toBeNull();
+    // The aliased message is the job's own: the page shows it.
+    expect(screen.getByText('cancelling: the node is stopping the trainer')).toBeInTheDocument();
+    expect(screen.queryByRole('button', { name: 'Delete' })).toBeNull();
+    expect(fake.sent(TrainJobActions_CancelMutation).map((op) => op.variables)).toEqual([{ id: 'j1' }]);
+    expect(screen.getByText('The trainer has not reported its memory yet.')).toBeInTheDocument();
+  });
+
+  it('publishes a finished job and says what to do next, then links to the adapter', async () => {
+    const state = { job: job({ state: 'DONE', step: 10, progress: 1, message: 'trained' }), metrics: 10 };
+    const { fake } = renderPage(state);
+    const user = userEvent.setup();
+    await user.click(await screen.findByRole('button', { name: 'Publish' }));
+    const answered = (await screen.findByText(/^Published as tiny-llama's adapter/)).closest('[role="status"]');
+    expect(answered).toHaveTextContent(
+      "Published as tiny-llama's adapter support-tone: see it under tiny-llama on the Models page.",
+    );
+    expect(answered).toHaveTextContent('restart tiny-llama’s replicas');
+    expect(screen.getByText('http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf')).toBeInTheDocument();
+    expect(screen.queryByRole('button', { name: 'Publish' })).toBeNull();
+
+    fake.push(TrainJobPage_ChangedSubscription, { trainJobChanged: { ...state.job, adapter: 'support-tone' } });
+    expect(await screen.findByRole('link', { name: /see it under tiny-llama on the Models page/ })).toHaveAttribute(
+      'href',
+      '/models',
+    );
+  });
+
+  it('deletes an ended job after asking, and leaves the page', async () => {
+    const { onDeleted } = renderPage({
+      job: job({
+        state: 'FAILED',
+        message: 'gpu-1 stopped reporting for 120 s',
+        artifacts: [
+          {
+            __typename: 'TrainArtifact',
+            kind: 'peft',
+            filename: 'support-tone-peft.tar.gz',
+            size: 2048,
+            sha256: 'e'.repeat(64),
+            url: '/api/train/jobs/j1/artifacts/peft',
+            files: [
+              { __typename: 'TrainArtifactFile', name: 'adapter_config.json', size: 400, sha256: 'f'.repeat(64) },
+            ],
+          },
+        ],
+      }),
+      metrics: 0,
+    });
+    expect(await screen.findByText('gpu-1 stopped reporting for 120 s')).toHaveClass('form-error');
+    expect(screen.getByRole('link', { name: 'Download' })).toHaveAttribute('href', '/api/train/jobs/j1/artifacts/peft');
+    const user = userEvent.setup();
+    await user.click(screen.getByRole('button', { name: 'Delete' }));
+    const dialog = screen.getByRole('alertdialog', { name: 'Delete the job support-tone?' });
+    expect(within(dialog).getByRole('button', { name: 'Keep it' })).toHaveFocus();
+    await user.click(within(dialog).getByRole('button', { name: 'Delete support-tone' }));
+    await vi.waitFor(() => expect(onDeleted).toHaveBeenCalled());
+  });
+});
