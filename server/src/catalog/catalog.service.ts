@@ -195,13 +195,20 @@ export class CatalogService {
     // Checked now, not on a node later: a file removed between the listing and this click fails here.
     // The server's own pass through a mirror that requires tokens (HANGAR_MIRROR_REQUIRE_TOKEN).
     const headers = { authorization: `Bearer ${this.mirror.internalToken}` };
-    const head = await fetch(plan.source, { method: 'HEAD', headers, signal: AbortSignal.timeout(10_000) }).catch(
+    // A vLLM source is the version's directory, which is not a file to HEAD: its config.json (or first file) is.
+    let probe = plan.source;
+    if (plan.source.endsWith('/')) {
+      const v = await this.mirror.version(input.model, input.version);
+      const file = v?.files.find((f) => f.file === 'config.json') ?? v?.files[0];
+      if (file) probe = this.mirror.fileUrl(file);
+    }
+    const head = await fetch(probe, { method: 'HEAD', headers, signal: AbortSignal.timeout(10_000) }).catch(
       (e: Error) => e,
     );
     if (head instanceof Error || !head.ok) {
       return fail(
         new UpstreamError(
-          `the source ${plan.source} did not answer a HEAD request (${head instanceof Error ? head.message : `HTTP ${head.status}`})`,
+          `the source ${probe} did not answer a HEAD request (${head instanceof Error ? head.message : `HTTP ${head.status}`})`,
         ),
       );
     }

@@ -291,8 +291,8 @@ export class TrainArtifacts {
       await notify(tx, 'trainJob', id);
     });
     const note = llama
-      ? `llama.cpp loads adapters when a replica starts: restart ${model.name}'s replicas (set its mode to stopped, then back) so they load ${job.name}, then ask for model ${job.name}`
-      : `ask for model ${job.name}; a vLLM replica loads it on the first request`;
+      ? `llama.cpp loads adapters when a replica starts: restart ${model.name}'s replicas (set its mode to stopped, then back) so they load ${job.name}; each replica's message then lists the adapters it loaded`
+      : `the PEFT files are at ${source}; the agent's vLLM replicas do not load adapters yet: start vLLM with --enable-lora --lora-modules ${job.name}=<a local copy of those files>`;
     return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note });
   }
 

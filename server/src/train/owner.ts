@@ -1,3 +1,4 @@
+import type { Tx } from '../db/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import type { Result } from '../lib/errors.js';
 
@@ -7,7 +8,7 @@ import type { Result } from '../lib/errors.js';
  */
 export interface OwnerRules {
   /** "org:acme", "team:acme/research", "project:acme/research/bots", "user:ana@example.com", "key:<id>" or ids. */
-  resolveOwner(owner: string): Promise<Result<{ scope: OwnerScope; id: string; label: string }>>;
+  resolveOwner(owner: string, opts?: { db?: Tx }): Promise<Result<{ scope: OwnerScope; id: string; label: string }>>;
   canRead(owner: { scope: OwnerScope; id: string }, collectionId: string): Promise<boolean>;
   collection(id: string): Promise<{ id: string; name: string; ownerScope: OwnerScope; ownerId: string } | null>;
 }

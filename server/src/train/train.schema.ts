@@ -1,6 +1,8 @@
 import { PageInfo } from '../audit/audit.schema.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
+import { ownerLabel } from '../org/org.schema.js';
+import { parseOwnerKey } from '../org/org.service.js';
 import { builder } from '../schema/builder.js';
 import { JobStateEnum } from '../serve/serve-job.schema.js';
 import type { PublishAnswer } from './artifacts.js';
@@ -77,7 +79,10 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
     ownerLabel: t.string({
       nullable: true,
       description: 'The owner as a person reads it: team:acme/research.',
-      resolve: (j, _args, ctx) => (j.owner ? ctx.services.org.formatOwner(j.owner) : null),
+      resolve: (j, _args, ctx) => {
+        const owner = j.owner ? parseOwnerKey(j.owner) : undefined;
+        return owner ? ownerLabel(ctx, owner) : null;
+      },
     }),
     gpuMiB: t.exposeInt('gpuMiB'),
     params: t.expose('params', { type: 'JSON' }),

@@ -14,6 +14,7 @@ import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } 
 import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { lockOrgTree } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
 import { type BaseFile, baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
@@ -250,41 +251,50 @@ export class TrainService {
     const gguf = input.gguf ?? model.engine === 'llamacpp';
     await this.storeData(text);
     const createdById = ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token' ? ctx.viewer.user.id : null;
-    const job = await this.db.$transaction(async (tx) => {
-      const j = await tx.trainJob.create({
-        data: {
-          name: input.name,
-          model: model.name,
-          baseRepo: input.baseRepo,
-          baseRevision: input.baseRevision ?? null,
-          nodeId: node.id,
-          owner: owner.value,
-          gpuMiB: input.gpuMiB,
-          params: params.value,
-          gguf,
-          dataPath: this.dataFile(report.sha256),
-          dataSha256: report.sha256,
-          dataBytes: report.bytes,
-          pairs: report.pairs,
-          createdById,
-          message: await this.waitReason(tx, node, input.gpuMiB),
-        },
-      });
-      await this.event(
-        tx,
-        j.id,
-        'info',
-        `queued for node ${node.name}: ${report.pairs} pairs, data sha256 ${report.sha256}`,
-      );
-      if (base.value) await this.event(tx, j.id, 'warn', base.value);
-      await this.audit.done(tx, ctx, {
-        action: 'createTrainJob',
-        target: input.name,
-        message: `job ${j.id} on ${node.name} for ${model.name} from ${input.baseRepo}, ${report.pairs} pairs`,
-      });
-      await this.changed(tx, j);
-      return j;
-    });
+    const job = await this.db
+      .$transaction(async (tx) => {
+        // The owner was checked above; under the organisation's lock it cannot be deleted before the job names it.
+        if (owner.value) {
+          await lockOrgTree(tx);
+          const still = await this.owners.resolveOwner(owner.value, { db: tx });
+          if (!still.ok) throw new OwnerGone(still.error.message);
+        }
+        const j = await tx.trainJob.create({
+          data: {
+            name: input.name,
+            model: model.name,
+            baseRepo: input.baseRepo,
+            baseRevision: input.baseRevision ?? null,
+            nodeId: node.id,
+            owner: owner.value,
+            gpuMiB: input.gpuMiB,
+            params: params.value,
+            gguf,
+            dataPath: this.dataFile(report.sha256),
+            dataSha256: report.sha256,
+            dataBytes: report.bytes,
+            pairs: report.pairs,
+            createdById,
+            message: await this.waitReason(tx, node, input.gpuMiB),
+          },
+        });
+        await this.event(
+          tx,
+          j.id,
+          'info',
+          `queued for node ${node.name}: ${report.pairs} pairs, data sha256 ${report.sha256}`,
+        );
+        if (base.value) await this.event(tx, j.id, 'warn', base.value);
+        await this.audit.done(tx, ctx, {
+          action: 'createTrainJob',
+          target: input.name,
+          message: `job ${j.id} on ${node.name} for ${model.name} from ${input.baseRepo}, ${report.pairs} pairs`,
+        });
+        await this.changed(tx, j);
+        return j;
+      })
+      .catch((err: unknown) => (err instanceof OwnerGone ? err : Promise.reject(err)));
+    if (job instanceof OwnerGone) return fail(new ValidationError('owner', job.message));
     return ok(job);
   }
 
@@ -750,6 +760,10 @@ const progressInput = z.object({
   message: z.string().max(2000).nullish(),
 });
 
+/** The owner was deleted between the check and the insert (the insert waits on the organisation's lock). */
+class OwnerGone extends Error {}
+
+/** The most free memory on one of the node's GPUs: a job needs its memory on one card (placement sums them). */
 function freeMiB(node: Node): number {
   const gpus = Array.isArray(node.gpus) ? (node.gpus as { freeMiB?: number }[]) : [];
   return gpus.reduce((m, g) => Math.max(m, Number(g.freeMiB ?? 0)), 0);

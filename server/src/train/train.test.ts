@@ -589,6 +589,43 @@ describe('artifacts and publishing', () => {
     expect(gone.data?.publishTrainJob.message).toMatch(/the model gone is no longer in the catalog/);
   });
 
+  it('publishes the PEFT files into the mirror for a model vLLM serves', async () => {
+    for (const [file, body] of [
+      ['config.json', '{"model_type":"llama"}'],
+      ['model.safetensors', 'weights'],
+    ]) {
+      const put = await fetch(`${base}/mirror/tiny-hf/v1/${file}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${w.operator}` },
+        body,
+      });
+      expect(put.status).toBe(201);
+    }
+    const served = await t.gql(
+      'mutation { serveMirrorVersion(model: "tiny-hf", version: "v1", mode: STOPPED) { __typename ... on Error { message } } }',
+      {},
+      { token: w.operator },
+    );
+    expect(served.data?.serveMirrorVersion.__typename).toBe('ServePlaced');
+    const { job } = await running({ model: 'tiny-hf' });
+    expect(job.gguf).toBe(false);
+    expect((await upload(job.id, await tarOf(await writeAdapterDir()))).status).toBe(200);
+    await t.gql(FINISH, { id: job.id, state: 'DONE' }, { token: w.nodeToken });
+    const pub = await t.gql(
+      `mutation { publishTrainJob(id: "${job.id}") { __typename ... on TrainJobPublished { source note } ... on Error { message } } }`,
+      {},
+      { token: w.operator },
+    );
+    expect(pub.data?.publishTrainJob.__typename).toBe('TrainJobPublished');
+    expect(pub.data?.publishTrainJob.source).toBe(`${base}/mirror/${job.name}/job-${job.id.slice(0, 8)}/`);
+    expect(pub.data?.publishTrainJob.note).toMatch(/--lora-modules/);
+    const files = await t.app.db.prisma.mirrorFile.findMany({ where: { model: job.name }, orderBy: { file: 'asc' } });
+    expect(files.map((f) => [f.file, f.state])).toEqual([
+      ['adapter_config.json', 'PRESENT'],
+      ['adapter_model.safetensors', 'PRESENT'],
+    ]);
+  });
+
   it('fails the job when the upload is not a PEFT adapter, saying why', async () => {
     const { job } = await running();
     const up = await upload(job.id, Buffer.from('this is not a tar'));
