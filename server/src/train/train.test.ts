@@ -365,6 +365,30 @@ describe('the node side', () => {
     expect((await fetch(won.spec.data.url)).status).toBe(401);
   });
 
+  it('sends the base weights from the mirror once the base repository is mirrored', async () => {
+    const sha = 'b'.repeat(40);
+    const files = ['config.json', 'model.safetensors', 'tokenizer_config.json'];
+    const started = await t.gql(
+      `mutation($s: [MirrorSourceInput!]!) { fetchToMirror(model: "tiny-base", version: "hf", sources: $s, force: true) { __typename ... on Error { message } } }`,
+      { s: files.map((f) => ({ url: `${hub.url}/${BASE_REPO}/resolve/${sha}/${f}` })) },
+      { token: w.operator },
+    );
+    expect(started.data?.fetchToMirror.__typename).toBe('FetchStarted');
+    const end = Date.now() + 15_000;
+    while ((await t.app.db.prisma.mirrorFile.count({ where: { model: 'tiny-base', state: 'PRESENT' } })) < 3) {
+      if (Date.now() > end) throw new Error('the base weights did not arrive in the mirror');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const { spec } = await running();
+    expect(spec.base.files.map((f: { url: string }) => f.url).sort()).toEqual(
+      files.map((f) => `${base}/mirror/tiny-base/hf/${f}`).sort(),
+    );
+    expect(spec.base.files.every((f: { sha256: string | null }) => /^[0-9a-f]{64}$/.test(f.sha256 ?? ''))).toBe(true);
+    const events = (await t.gql(GET, { id: spec.id }, { token: w.operator })).data?.trainJob.events;
+    expect(events.map((e: { message: string }) => e.message).join('\n')).toMatch(/base weights from the mirror/);
+    await t.app.db.prisma.mirrorFile.deleteMany({ where: { model: 'tiny-base' } });
+  });
+
   it("refuses another node's claim and its reports", async () => {
     const other = await t.gql(
       'mutation { createNode(name: "gpu-2") { ... on CreatedNode { token } } }',
@@ -500,6 +524,53 @@ describe('cancel, lost nodes and delete', () => {
     );
     expect(d.data?.deleteTrainJob).toEqual({ __typename: 'DeletedTrainJob', id: job.id });
     expect((await t.gql(GET, { id: job.id }, { token: w.operator })).data?.trainJob).toBeNull();
+  });
+});
+
+describe('refusals of cancel, delete and publish', () => {
+  const op = async (name: string, id: string) =>
+    (
+      await t.gql(
+        `mutation { ${name}(id: "${id}") { __typename ... on Error { message } } }`,
+        {},
+        { token: w.operator },
+      )
+    ).data?.[name];
+  const missing = '00000000-0000-4000-8000-000000000000';
+
+  it('each changes nothing but the audit log', async () => {
+    await refusedCleanly('cancelTrainJob', () => op('cancelTrainJob', missing), 'NotFoundError', /no training job/);
+    await refusedCleanly('deleteTrainJob', () => op('deleteTrainJob', missing), 'NotFoundError', /no training job/);
+    await refusedCleanly('publishTrainJob', () => op('publishTrainJob', missing), 'NotFoundError', /no training job/);
+    const { job } = await running({ gguf: false });
+    await refusedCleanly(
+      'publishTrainJob',
+      () => op('publishTrainJob', job.id),
+      'ConflictError',
+      /has not finished: it is running/,
+    );
+    await refusedCleanly('deleteTrainJob', () => op('deleteTrainJob', job.id), 'ConflictError', /cancel it first/);
+    const up = await fetch(`${base}/api/train/jobs/${job.id}/artifacts/peft`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${w.nodeToken}` },
+      body: new Uint8Array(await tarOf(await writeAdapterDir())),
+    });
+    expect(up.status).toBe(200);
+    await t.gql(FINISH, { id: job.id, state: 'DONE' }, { token: w.nodeToken });
+    await refusedCleanly('cancelTrainJob', () => op('cancelTrainJob', job.id), 'ConflictError', /already ended/);
+    await refusedCleanly(
+      'publishTrainJob',
+      () => op('publishTrainJob', job.id),
+      'ConflictError',
+      /no GGUF adapter, which llama.cpp needs/,
+    );
+    await t.app.db.prisma.trainJob.update({ where: { id: job.id }, data: { model: 'gone' } });
+    await refusedCleanly(
+      'publishTrainJob',
+      () => op('publishTrainJob', job.id),
+      'ConflictError',
+      /the model gone is no longer in the catalog/,
+    );
   });
 });
 
@@ -652,6 +723,22 @@ describe('artifacts and publishing', () => {
     expect(up.status).toBe(409);
   });
 });
+
+/** Runs a call that must be refused: the answer's type, and nothing changed but one REFUSED audit event. */
+async function refusedCleanly(
+  action: string,
+  call: () => Promise<{ __typename: string; message?: string }>,
+  type: string,
+  message: RegExp,
+) {
+  const before = await snapshot();
+  const audits = await t.app.db.prisma.auditEvent.count({ where: { action, outcome: 'REFUSED' } });
+  const r = await call();
+  expect(r.__typename).toBe(type);
+  expect(r.message).toMatch(message);
+  expect(await snapshot()).toBe(before);
+  expect(await t.app.db.prisma.auditEvent.count({ where: { action, outcome: 'REFUSED' } })).toBe(audits + 1);
+}
 
 async function until(check: () => boolean, ms = 5000) {
   const end = Date.now() + ms;
