@@ -186,13 +186,14 @@ export async function createApp({
         draining = true;
         // Jobs first: a job step must not start on a server that is going away.
         const jobsStopped = services.serveJobs.stop();
-        services.train.stop();
+        const trainStopped = services.train.stop();
         const closed = new Promise<void>((r) => server.close(() => r()));
         server.closeIdleConnections();
         const deadline = Date.now() + config.shutdownGraceMs;
         while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
         await jobsStopped;
+        await trainStopped;
         await services.mirror.stop();
         await services.fleet.stopPlacement();
         await wsServer.dispose();

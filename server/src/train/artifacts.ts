@@ -19,6 +19,7 @@ import type { Logger } from '../lib/log.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
 import { AdapterConversionError, peftToGguf } from './gguf-adapter.js';
+import { catalogGguf } from './model-file.js';
 import { PeftTarError, readPeftTar } from './peft-tar.js';
 import type { TrainService } from './train.service.js';
 
@@ -172,38 +173,23 @@ export class TrainArtifacts {
     | { ok: true; value: { architecture: string; headCount: number; headCountKv: number } }
     | { ok: false; reason: string }
   > {
-    const model = await this.db.catalogModel.findUnique({ where: { name: modelName } });
-    if (!model) return { ok: false, reason: `the model ${modelName} is no longer in the catalog` };
-    const local = await this.localMirrorFile(model.source);
-    if (!local) return { ok: false, reason: `${modelName}'s weights are not a GGUF in this mirror (${model.source})` };
-    const src = await fileSource(local).catch(() => null);
-    if (!src) return { ok: false, reason: `${model.source} is not on disk` };
+    const local = await catalogGguf(this.db, this.mirror, modelName);
+    if (!local.ok) return local;
+    const src = await fileSource(local.file).catch(() => null);
+    if (!src) return { ok: false, reason: `${local.source} is not on disk` };
     try {
       const f = factsOf(await readGguf(src, knownTensorTypes));
       if (!f.architecture || !f.heads)
-        return { ok: false, reason: `${model.source} does not say its architecture and heads` };
+        return { ok: false, reason: `${local.source} does not say its architecture and heads` };
       return {
         ok: true,
         value: { architecture: f.architecture, headCount: f.heads, headCountKv: f.kvHeads ?? f.heads },
       };
     } catch (err) {
-      return { ok: false, reason: `${model.source} could not be read: ${(err as Error).message}` };
+      return { ok: false, reason: `${local.source} could not be read: ${(err as Error).message}` };
     } finally {
       await src.close();
     }
-  }
-
-  private async localMirrorFile(url: string): Promise<string | null> {
-    const marker = url.indexOf('/mirror/');
-    if (marker < 0 || !url.endsWith('.gguf')) return null;
-    const [model = '', version = '', ...rest] = url
-      .slice(marker + '/mirror/'.length)
-      .split('/')
-      .map(decodeURIComponent);
-    const row = await this.db.mirrorFile.findUnique({
-      where: { model_version_file: { model, version, file: rest.join('/') } },
-    });
-    return row?.state === 'PRESENT' ? this.mirror.paths.file(model, version, row.file) : null;
   }
 
   async artifact(jobId: string, kind: string) {

@@ -26,11 +26,27 @@ export type TrainDataReport = {
   /** Lengths in characters. Token counts need the model's tokenizer, which the control plane does not load. */
   question: LengthStats | null;
   answer: LengthStats | null;
+  /** Lengths in tokens, by the model's own tokenizer, when a model was named and its GGUF is in the mirror. */
+  tokens: TokenStats | null;
+  /** Why there are no token counts (no model named, not a GGUF here), when there are none. */
+  tokensNote: string | null;
+};
+
+export type TokenStats = {
+  /** The catalog model whose tokenizer counted. */
+  model: string;
+  question: LengthStats;
+  answer: LengthStats;
+  /** Question and answer together, as the trainer sees a pair (the chat template adds a few more). */
+  pair: LengthStats;
+  maxLen: number;
+  /** Pairs longer than max_len tokens: the trainer cuts their answers short, or drops them. */
+  overMaxLen: number;
 };
 
 export type TrainDataLine = { line: number; q: string; a: string; collection: string | null };
 
-function stats(values: number[]): LengthStats | null {
+export function stats(values: number[]): LengthStats | null {
   if (values.length === 0) return null;
   const sorted = [...values].sort((x, y) => x - y);
   const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))] ?? 0;
@@ -97,6 +113,8 @@ export function checkTrainData(data: string): TrainDataReport {
     collections: [],
     question: null,
     answer: null,
+    tokens: null,
+    tokensNote: 'name the model to count tokens with its tokenizer',
   };
   if (bytes > TRAIN_MAX_DATA_BYTES) {
     report.errors.push({ line: 0, message: `the data is ${bytes} bytes; at most ${TRAIN_MAX_DATA_BYTES} (64 MiB)` });

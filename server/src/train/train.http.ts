@@ -56,7 +56,13 @@ export function trainRoutes({ train, artifacts, auth }: Deps) {
         if (size > TRAIN_MAX_DATA_BYTES) return reply(res, 413, { error: 'the data is over 64 MiB' });
         chunks.push(c);
       }
-      const report = await train.storeData(Buffer.concat(chunks).toString('utf8'));
+      // ?model=<catalog model>&max_len=<n>: token counts by that model's tokenizer too.
+      const query = new URL(req.url ?? '/', 'http://hangar').searchParams;
+      const maxLen = Number(query.get('max_len'));
+      const report = await train.storeData(Buffer.concat(chunks).toString('utf8'), {
+        model: query.get('model'),
+        maxLen: Number.isInteger(maxLen) && maxLen >= 16 && maxLen <= 32768 ? maxLen : null,
+      });
       return reply(res, 200, { ...report, ok: report.errorCount === 0 && report.pairs > 0 });
     }
 

@@ -172,6 +172,20 @@ const LengthStatsRef = builder.objectRef<NonNullable<TrainDataReport['question']
   }),
 });
 
+const TokenStatsRef = builder.objectRef<NonNullable<TrainDataReport['tokens']>>('TrainDataTokens').implement({
+  description: "The pairs' lengths in tokens, by the model's own tokenizer (llama.cpp, vocabulary only).",
+  fields: (t) => ({
+    model: t.exposeString('model'),
+    question: t.field({ type: LengthStatsRef, resolve: (s) => s.question }),
+    answer: t.field({ type: LengthStatsRef, resolve: (s) => s.answer }),
+    pair: t.field({ type: LengthStatsRef, description: 'Question and answer together.', resolve: (s) => s.pair }),
+    maxLen: t.exposeInt('maxLen'),
+    overMaxLen: t.exposeInt('overMaxLen', {
+      description: 'Pairs over max_len tokens: the trainer cuts or drops them.',
+    }),
+  }),
+});
+
 const LineProblem = builder.objectRef<{ line: number; message: string }>('TrainDataLineError').implement({
   fields: (t) => ({ line: t.exposeInt('line'), message: t.exposeString('message') }),
 });
@@ -196,6 +210,13 @@ export const TrainDataReportRef = builder.objectRef<TrainDataReport>('TrainDataR
     collections: t.exposeStringList('collections', { description: 'The knowledge-base collections the pairs name.' }),
     question: t.field({ type: LengthStatsRef, nullable: true, resolve: (r) => r.question }),
     answer: t.field({ type: LengthStatsRef, nullable: true, resolve: (r) => r.answer }),
+    tokens: t.field({
+      type: TokenStatsRef,
+      nullable: true,
+      description: "Lengths in the model's own tokens, when a model was named and its GGUF is in the mirror.",
+      resolve: (r) => r.tokens,
+    }),
+    tokensNote: t.exposeString('tokensNote', { nullable: true, description: 'Why there are no token counts.' }),
   }),
 });
 
@@ -236,10 +257,15 @@ builder.queryFields((t) => ({
   }),
   checkTrainData: t.field({
     type: TrainDataReportRef,
-    description: 'Checks pairs (NDJSON of {"q","a"}) as createTrainJob will. Over 1 MiB: POST /api/train/data.',
+    description:
+      'Checks pairs (NDJSON of {"q","a"}) as createTrainJob will; with `model`, counts tokens too. Over 1 MiB: POST /api/train/data.',
     authScopes: { viewer: true },
-    args: { data: t.arg.string({ required: true }) },
-    resolve: (_root, args, ctx) => ctx.services.train.check(args.data),
+    args: {
+      data: t.arg.string({ required: true }),
+      model: t.arg.string({ required: false, description: 'A catalog model: count tokens with its tokenizer.' }),
+      maxLen: t.arg.int({ required: false, description: 'The max_len to compare with (default 1024).' }),
+    },
+    resolve: (_root, args, ctx) => ctx.services.train.check(args.data, { model: args.model, maxLen: args.maxLen }),
   }),
   trainParams: t.field({
     type: [TrainParamRef],

@@ -18,9 +18,19 @@ import { lockOrgTree } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
 import { type BaseFile, baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
-import { checkTrainData, TRAIN_MAX_DATA_BYTES, type TrainDataReport } from './data.js';
+import {
+  checkTrainData,
+  type LengthStats,
+  pairsOf,
+  stats,
+  TRAIN_MAX_DATA_BYTES,
+  type TrainDataLine,
+  type TrainDataReport,
+} from './data.js';
+import { catalogGguf } from './model-file.js';
 import type { OwnerRules } from './owner.js';
-import { parseParams, type TrainParams } from './params.js';
+import { parseParams, TRAIN_PARAMS, type TrainParams } from './params.js';
+import { Tokenizers } from './tokens.js';
 
 // Training jobs: the rules of DESIGN.md §5 "Train" and docs/training.md. Every state change is one transaction
 // that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
@@ -86,6 +96,7 @@ export class TrainService {
   private timer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> = Promise.resolve();
   private baseUrl: () => string = () => 'http://127.0.0.1';
+  private readonly tokenizers: Tokenizers;
 
   constructor(
     private readonly db: Db,
@@ -99,6 +110,7 @@ export class TrainService {
   ) {
     this.dataDir = path.join(config.dataDir, 'train', 'data');
     this.jobsDir = path.join(config.dataDir, 'train', 'jobs');
+    this.tokenizers = new Tokenizers(log);
   }
 
   setBaseUrl(get: () => string) {
@@ -145,16 +157,51 @@ export class TrainService {
 
   // ─── the pairs ─────────────────────────────────────────────────────────────
 
-  check(data: string): TrainDataReport {
-    return checkTrainData(data);
+  /**
+   * The pairs as createTrainJob will read them; with `model`, also their lengths in that model's tokens (and
+   * how many pass `maxLen`, 1024 by default as the trainer's).
+   */
+  async check(data: string, o: { model?: string | null; maxLen?: number | null } = {}): Promise<TrainDataReport> {
+    const report = checkTrainData(data);
+    if (!o.model || report.pairs === 0) return report;
+    const local = await catalogGguf(this.db, this.mirror, o.model);
+    if (!local.ok) return { ...report, tokensNote: `no token counts: ${local.reason}` };
+    const pairs = [...pairsOf(data)].filter((p): p is TrainDataLine => !('error' in p));
+    try {
+      const q = await this.tokenizers.count(
+        local.file,
+        pairs.map((p) => p.q),
+      );
+      const a = await this.tokenizers.count(
+        local.file,
+        pairs.map((p) => p.a),
+      );
+      const both = q.map((n, i) => n + (a[i] ?? 0));
+      const r = TRAIN_PARAMS.max_len;
+      const maxLen = o.maxLen && o.maxLen >= r.min && o.maxLen <= r.max ? o.maxLen : r.default;
+      return {
+        ...report,
+        tokens: {
+          model: o.model,
+          question: stats(q) as LengthStats,
+          answer: stats(a) as LengthStats,
+          pair: stats(both) as LengthStats,
+          maxLen,
+          overMaxLen: both.filter((n) => n > maxLen).length,
+        },
+        tokensNote: null,
+      };
+    } catch (err) {
+      return { ...report, tokensNote: `no token counts: the tokenizer could not be read (${(err as Error).message})` };
+    }
   }
 
   /**
    * Keeps uploaded pairs by their sha256 (the same data uploaded twice is kept once) and returns the report.
    * Kept even when the report has errors: the console shows them, and createTrainJob refuses the sha256 then.
    */
-  async storeData(data: string): Promise<TrainDataReport> {
-    const report = checkTrainData(data);
+  async storeData(data: string, o: { model?: string | null; maxLen?: number | null } = {}): Promise<TrainDataReport> {
+    const report = await this.check(data, o);
     if (report.bytes > TRAIN_MAX_DATA_BYTES) return report;
     const file = this.dataFile(report.sha256);
     await fs.mkdir(this.dataDir, { recursive: true });
@@ -647,8 +694,9 @@ export class TrainService {
     }, everyMs);
     void this.sweep();
   }
-  stop() {
+  async stop() {
     clearInterval(this.timer);
+    await this.tokenizers.dispose();
   }
 
   /** One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). */

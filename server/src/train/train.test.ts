@@ -317,6 +317,25 @@ describe('checkTrainData', () => {
     });
     expect(report.errors[0]).toMatchObject({ line: 2 });
   });
+  it("counts tokens with the model's own tokenizer when a model is named, and says why not when it cannot", async () => {
+    const long = 'word '.repeat(40);
+    const data = `{"q":"What is the capital of France?","a":"Paris."}\n{"q":"${long}","a":"${long}"}`;
+    const q = `query($d: String!, $m: String, $l: Int) { checkTrainData(data: $d, model: $m, maxLen: $l) {
+      tokens { model question { min max } answer { min max } pair { max } maxLen overMaxLen } tokensNote } }`;
+    const r = (await t.gql(q, { d: data, m: 'tiny', l: 32 }, { token: w.operator })).data?.checkTrainData;
+    expect(r.tokensNote).toBeNull();
+    expect(r.tokens).toMatchObject({ model: 'tiny', maxLen: 32, overMaxLen: 1 });
+    // LLaMA's SentencePiece vocabulary: a short question is a handful of tokens, "word " forty times about forty.
+    expect(r.tokens.question.min).toBeGreaterThanOrEqual(5);
+    expect(r.tokens.question.min).toBeLessThanOrEqual(12);
+    expect(r.tokens.question.max).toBeGreaterThanOrEqual(40);
+    expect(r.tokens.pair.max).toBe(r.tokens.question.max + r.tokens.answer.max);
+    const none = (await t.gql(q, { d: data }, { token: w.operator })).data?.checkTrainData;
+    expect(none).toEqual({ tokens: null, tokensNote: 'name the model to count tokens with its tokenizer' });
+    const missing = (await t.gql(q, { d: data, m: 'nope' }, { token: w.operator })).data?.checkTrainData;
+    expect(missing.tokensNote).toBe('no token counts: the model nope is not in the catalog');
+  });
+
   it('takes uploads over HTTP up to 64 MiB and refuses more before reading it', async () => {
     const up = await fetch(`${base}/api/train/data`, {
       method: 'POST',

@@ -119,6 +119,26 @@ describe('NewTrainJobPage', () => {
     ]);
   });
 
+  it("asks for token counts with the chosen model's tokenizer, and shows the pairs past max_len", async () => {
+    const stats = { min: 5, max: 1500, mean: 40, p50: 20, p95: 300 };
+    const fetch = vi.fn(async () =>
+      Response.json(
+        report({
+          tokens: { model: 'tiny-llama', question: stats, answer: stats, pair: stats, maxLen: 1024, overMaxLen: 2 },
+        }),
+      ),
+    );
+    vi.stubGlobal('fetch', fetch);
+    renderForm(created);
+    const user = userEvent.setup();
+    await user.selectOptions(await screen.findByLabelText('Model'), 'tiny-llama');
+    await user.upload(screen.getByLabelText('Pairs file'), pairs('{"q":"a","a":"b"}\n'));
+    const shown = await screen.findByRole('region', { name: 'Report on pairs.jsonl' });
+    expect((fetch.mock.calls[0] as unknown as [string])[0]).toBe('/api/train/data?model=tiny-llama');
+    expect(shown).toHaveTextContent("(tiny-llama's tokenizer)");
+    expect(shown).toHaveTextContent('2 of 3 pairs are longer than 1024 tokens');
+  });
+
   it('refuses bad settings and missing pairs here, naming each at its field, and sends nothing', async () => {
     const { fake } = renderForm(created);
     const user = userEvent.setup();

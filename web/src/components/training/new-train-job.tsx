@@ -1,4 +1,4 @@
-import { type FormEvent, type ReactNode, useId, useState } from 'react';
+import { type FormEvent, type ReactNode, useEffect, useId, useState } from 'react';
 import { gql, useMutation, useQuery } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
@@ -166,7 +166,11 @@ export function NewTrainJobForm({
   nodes: NodeOption[];
   params: TrainParam[];
   onCreated: (id: string) => void;
-  upload?: (file: File) => ReturnType<typeof uploadTrainData>;
+  upload?: (
+    file: File,
+    fetchImpl?: typeof fetch,
+    o?: { model?: string; maxLen?: number },
+  ) => ReturnType<typeof uploadTrainData>;
 }) {
   const [{ fetching, error }, create] = useMutation(NewTrainJob_CreateMutation);
   const [name, setName] = useState('');
@@ -190,17 +194,30 @@ export function NewTrainJobForm({
   const chosenNode = nodes.find((n) => n.name === node);
   const ggufOn = gguf ?? chosenModel?.engine === 'llamacpp';
 
+  const [pickedFile, setPickedFile] = useState<File | undefined>(undefined);
+  const maxLen = Number(values.max_len);
   const chooseFile = async (file: File | undefined) => {
     setLocal(({ data: _, ...rest }) => rest);
+    setPickedFile(file);
     if (!file) return setDataFile({ state: 'none' });
     setDataFile({ state: 'checking', file: file.name });
-    const answer = await upload(file);
+    const answer = await upload(file, undefined, {
+      model: model || undefined,
+      maxLen: Number.isInteger(maxLen) && maxLen > 0 ? maxLen : undefined,
+    });
     setDataFile(
       answer.ok
         ? { state: 'checked', file: file.name, report: answer.report }
         : { state: 'failed', file: file.name, message: answer.message },
     );
   };
+
+  // Token counts are by the chosen model's tokenizer: a file already chosen is checked again for another model.
+  // (Not on every max_len keystroke: the file can be 64 MiB. The report says which max_len it compared with.)
+  // biome-ignore lint/correctness/useExhaustiveDependencies: only a change of model should send the file again
+  useEffect(() => {
+    if (pickedFile) void chooseFile(pickedFile);
+  }, [model]);
 
   const submit = async (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault();

@@ -58,6 +58,30 @@ export function DataReport({ file, report }: { file: string; report: TrainDataRe
             <dt>Answers</dt>
             <dd>{lengthLine(report.answer)} characters</dd>
           </div>
+          {report.tokens ? (
+            <>
+              <div>
+                <dt>In tokens</dt>
+                <dd>
+                  questions {lengthLine(report.tokens.question)} · answers {lengthLine(report.tokens.answer)} (
+                  {report.tokens.model}'s tokenizer)
+                </dd>
+              </div>
+              <div>
+                <dt>Past max_len</dt>
+                <dd className={report.tokens.overMaxLen ? 'form-error' : undefined}>
+                  {report.tokens.overMaxLen
+                    ? `${report.tokens.overMaxLen} of ${report.pairs} pairs are longer than ${report.tokens.maxLen} tokens: the trainer cuts their answers short, or drops them`
+                    : `none: the longest pair is ${report.tokens.pair.max} tokens, max_len ${report.tokens.maxLen}`}
+                </dd>
+              </div>
+            </>
+          ) : report.tokensNote ? (
+            <div>
+              <dt>In tokens</dt>
+              <dd className="muted">{report.tokensNote}</dd>
+            </div>
+          ) : null}
           {report.collections.length ? (
             <div>
               <dt>From collections</dt>

@@ -21,6 +21,16 @@ export type TrainDataReport = {
   collections: string[];
   question: LengthStats | null;
   answer: LengthStats | null;
+  /** Lengths in the chosen model's tokens, when its GGUF is in the mirror; otherwise `tokensNote` says why not. */
+  tokens?: {
+    model: string;
+    question: LengthStats;
+    answer: LengthStats;
+    pair: LengthStats;
+    maxLen: number;
+    overMaxLen: number;
+  } | null;
+  tokensNote?: string | null;
 };
 
 export const TRAIN_DATA_URL = '/api/train/data';
@@ -31,10 +41,19 @@ export type UploadAnswer = { ok: true; report: TrainDataReport } | { ok: false; 
  * Sends the file as it is (the browser sets its Content-Length, which the server needs) with the session's CSRF
  * header, as the GraphQL client does. A refusal comes back in the server's words ({"error": "…"}).
  */
-export async function uploadTrainData(file: Blob, fetchImpl: typeof fetch = fetch): Promise<UploadAnswer> {
+export async function uploadTrainData(
+  file: Blob,
+  fetchImpl: typeof fetch = fetch,
+  o: { model?: string; maxLen?: number } = {},
+): Promise<UploadAnswer> {
+  // With the model, the server also counts tokens with its tokenizer (and pairs past max_len).
+  const query = new URLSearchParams();
+  if (o.model) query.set('model', o.model);
+  if (o.model && o.maxLen) query.set('max_len', String(o.maxLen));
+  const url = query.size ? `${TRAIN_DATA_URL}?${query}` : TRAIN_DATA_URL;
   let response: Response;
   try {
-    response = await fetchImpl(TRAIN_DATA_URL, {
+    response = await fetchImpl(url, {
       method: 'POST',
       credentials: 'same-origin',
       headers: { 'content-type': 'application/x-ndjson', ...csrfHeaders() },

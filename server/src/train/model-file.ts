@@ -1,0 +1,28 @@
+import type { Db } from '../db/client.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
+
+/**
+ * The local file of a catalog model served by llama.cpp: its source is a GGUF in this mirror. Training reads its
+ * header (architecture, heads) to write the GGUF adapter, and its vocabulary to count the pairs' tokens.
+ */
+export async function catalogGguf(
+  db: Db,
+  mirror: MirrorService,
+  modelName: string,
+): Promise<{ ok: true; file: string; source: string } | { ok: false; reason: string }> {
+  const model = await db.catalogModel.findUnique({ where: { name: modelName } });
+  if (!model) return { ok: false, reason: `the model ${modelName} is not in the catalog` };
+  const url = model.source;
+  const marker = url.indexOf('/mirror/');
+  if (model.engine !== 'llamacpp' || marker < 0 || !url.endsWith('.gguf'))
+    return { ok: false, reason: `${modelName}'s weights are not a GGUF in this mirror (${url})` };
+  const [name = '', version = '', ...rest] = url
+    .slice(marker + '/mirror/'.length)
+    .split('/')
+    .map(decodeURIComponent);
+  const row = await db.mirrorFile.findUnique({
+    where: { model_version_file: { model: name, version, file: rest.join('/') } },
+  });
+  if (row?.state !== 'PRESENT') return { ok: false, reason: `${url} is not present in the mirror` };
+  return { ok: true, file: mirror.paths.file(name, version, row.file), source: url };
+}
