@@ -1,4 +1,6 @@
 import fs from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -69,5 +71,63 @@ describe('one transfer', () => {
       reason: 'the upstream says the file is 5000 bytes; 4000 were expected',
       keepPartial: false,
     });
+  });
+});
+
+describe('redirects', () => {
+  /** A server that answers every path with a redirect to `to(path)`, and records what it was sent. */
+  async function redirector(to: (p: string) => string) {
+    const seen: { path: string; auth: string | null }[] = [];
+    const server = http.createServer((req, res) => {
+      seen.push({ path: req.url ?? '', auth: req.headers.authorization ?? null });
+      res.writeHead(302, { location: to(req.url ?? '/') }).end();
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+    return { url, seen, close: () => new Promise<void>((r) => server.close(() => r())) };
+  }
+
+  it("follows the Hub's redirect to its CDN, and sends the token only to the origin it was meant for", async () => {
+    const body = bytes(50_000, 11);
+    up.files.set('cdn.bin', { body });
+    const hub = await redirector(() => up.url('cdn.bin'));
+    try {
+      const r = await transfer({
+        url: `${hub.url}/acme/model/resolve/main/cdn.bin`,
+        partialPath: path.join(dir, 'cdn.part'),
+        headers: { authorization: 'Bearer hf_secret' },
+        stallMs: 1000,
+        maxAttempts: 1,
+        signal: new AbortController().signal,
+        onProgress: () => {},
+        freeBytes: async () => 1e12,
+      });
+      expect(r).toMatchObject({ ok: true, size: 50_000, sha256: sha256(body) });
+      expect(hub.seen).toEqual([{ path: '/acme/model/resolve/main/cdn.bin', auth: 'Bearer hf_secret' }]);
+      const atCdn = up.requests.filter((q) => q.name === 'cdn.bin');
+      expect(atCdn.map((q) => q.authorization ?? null)).toEqual([null]);
+    } finally {
+      await hub.close();
+    }
+  });
+
+  it('gives up on a redirect loop with the reason', async () => {
+    const loop = await redirector((p) => `${p}x`);
+    try {
+      const r = await transfer({
+        url: `${loop.url}/a`,
+        partialPath: path.join(dir, 'loop.part'),
+        stallMs: 1000,
+        maxAttempts: 1,
+        signal: new AbortController().signal,
+        onProgress: () => {},
+        freeBytes: async () => 1e12,
+      });
+      expect(r).toMatchObject({ ok: false });
+      expect((r as { reason: string }).reason).toMatch(/redirected more than 10 times/);
+      expect(loop.seen).toHaveLength(11);
+    } finally {
+      await loop.close();
+    }
   });
 });

@@ -2,6 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { type GetResponse, httpGet } from './http-get.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
 // interrupts it. The rules, each from a way downloads go wrong in practice:
@@ -108,6 +109,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
     let timer: NodeJS.Timeout | undefined;
     let total: number | null = null;
     let writing: Promise<void> | undefined;
+    let response: GetResponse | undefined;
     const arm = () => {
       clearTimeout(timer);
       timer = setTimeout(() => stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`)), o.stallMs);
@@ -123,18 +125,15 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
         // Only a strong validator may guard a byte range (RFC 9110 §13.1.5).
         if (etag && !etag.startsWith('W/')) headers['if-range'] = etag;
       }
-      const res = await fetch(o.url, {
-        headers,
-        signal: AbortSignal.any([o.signal, stall.signal]),
-        redirect: 'follow',
-      });
+      const res = await httpGet(o.url, { headers, signal: AbortSignal.any([o.signal, stall.signal]) });
+      response = res;
       const status = res.status;
       if (status === 404 || status === 410) throw new Fatal(`the upstream has no such file (HTTP ${status})`);
       if (status === 401 || status === 403) {
         throw new Fatal(`the upstream refused access (HTTP ${status}): a gated repository needs HANGAR_HUB_TOKEN`);
       }
       if (status === 416) {
-        await res.body?.cancel();
+        res.cancel();
         await startOver('the upstream refused the byte range (HTTP 416)');
         continue;
       }
@@ -149,7 +148,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       if (status === 206) {
         const m = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
         if (!m || Number(m[1]) !== offset) {
-          await res.body?.cancel();
+          res.cancel();
           await startOver(`the upstream answered a different range (${res.headers.get('content-range') ?? 'none'})`);
           continue;
         }
@@ -176,14 +175,13 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
         }
       }
       o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
-      if (!res.body) throw new Retryable('the upstream sent no body');
 
       // One write in flight while the next bytes arrive, whatever came meanwhile gathered into the next write:
       // awaiting a write per chunk held every download to the disk's latency (0.26× curl -o; 0.44× gathered, in
       // bench/mirror.ts). The hash and the offset move only with bytes a write has put on disk, so after any
       // error they still say exactly what the partial holds.
       const file = fh;
-      let queue: Uint8Array[] = [];
+      let queue: Buffer[] = [];
       let queued = 0;
       let received = offset;
       const drain = async () => {
@@ -199,7 +197,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
         }
       };
       let failed: unknown = null;
-      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
+      for await (const chunk of res.body as AsyncIterable<Buffer>) {
         arm();
         received += chunk.length;
         if (o.expectedSize != null && received > o.expectedSize) {
@@ -236,7 +234,8 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       await fh?.close().catch(() => {});
       fh = undefined;
       const err = stall.signal.aborted && !o.signal.aborted ? stall.signal.reason : caught;
-      stall.abort(); // closes a response body left half-read, so its socket is not held open
+      stall.abort();
+      response?.cancel(); // a body left half-read would hold its socket open
       if (o.signal.aborted) return { ok: false, reason: 'cancelled', keepPartial: false };
       if ((err as NodeJS.ErrnoException)?.code === 'ENOSPC') {
         return {
@@ -262,6 +261,10 @@ function describe(err: unknown, offset: number, total: number | null): string {
   if (!(err instanceof Error)) return String(err);
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
   const detail = cause?.code ?? cause?.message;
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ECONNRESET' || code === 'ERR_STREAM_PREMATURE_CLOSE' || err.message === 'aborted') {
+    return `the connection was cut at ${offset}${total === null ? '' : ` of ${total}`} bytes${code ? ` (${code})` : ''}`;
+  }
   if (err.message === 'terminated') {
     return `the connection was cut at ${offset}${total === null ? '' : ` of ${total}`} bytes${detail ? ` (${detail})` : ''}`;
   }
