@@ -68,6 +68,7 @@ export function createAgent(
     trainer: config.trainer,
     graceMs: config.trainerGraceMs,
     log,
+    gpus: async () => (await readGpus(config.gpus, { warn: log.warn })).gpus,
   });
 
   let llamaEngine: EngineReport | null = null;

@@ -228,6 +228,7 @@ const out = args[args.indexOf('--out') + 1];
 const t = job.test ?? {};
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 if (t.pidFile) fs.writeFileSync(t.pidFile, String(process.pid));
+if (t.envFile) fs.writeFileSync(t.envFile, process.env.CUDA_VISIBLE_DEVICES ?? 'unset');
 process.on('SIGTERM', () => {
   console.log(t.ignoreTerm ? 'ignoring SIGTERM' : 'stopping on SIGTERM');
   if (!t.ignoreTerm) process.exit(143);
@@ -446,6 +447,27 @@ describe('TrainWorker', () => {
     // Every stderr line is kept as an event line too.
     expect(cp.events('crash').filter((e) => e.message.startsWith('stderr line '))).toHaveLength(30);
     expect(cp.uploads).toEqual([]);
+  });
+
+  it('claims only when a GPU has the room, and trains on the GPU with the most of it, alone', async () => {
+    let gpus = [
+      { index: 0, name: 'H100', totalMiB: 81_559, freeMiB: 2_000 },
+      { index: 1, name: 'H100', totalMiB: 81_559, freeMiB: 6_000 },
+    ];
+    const { cp, worker } = setup({ gpus: async () => gpus });
+    const envFile = path.join(dir, 'gpu-env.txt');
+    cp.add('gpu', spec('gpu', { envFile }), { gpuMiB: 30_000 });
+    worker.start();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(cp.claims).toEqual([]);
+    gpus = [
+      { index: 0, name: 'H100', totalMiB: 81_559, freeMiB: 40_000 },
+      { index: 1, name: 'H100', totalMiB: 81_559, freeMiB: 70_000 },
+    ];
+    expect(await finished(cp, 'gpu')).toMatchObject({ state: 'DONE' });
+    expect(await fs.readFile(envFile, 'utf8')).toBe('1');
+    const said = cp.reports.flatMap((r) => r.input.events ?? []).map((e) => e.message);
+    expect(said).toContain('training on GPU 1 (H100): 70000 MiB free of 81559, the job asked for 30000');
   });
 
   it('fails a trainer that says done without the adapter files', async () => {

@@ -41,7 +41,18 @@ export type TrainWorkerOptions = {
   stopReportMs?: number;
   /** Passed to each download (tests shorten the waits). */
   download?: Pick<DownloadOptions, 'attempts' | 'backoffMs' | 'stallMs'>;
+  /**
+   * This node's GPUs as they are now. A job is claimed only when one has the memory it needs, and its trainer
+   * sees that one GPU alone (CUDA_VISIBLE_DEVICES): on a node with several, two jobs or a job and a replica would
+   * otherwise all land on GPU 0.
+   */
+  gpus?: () => Promise<Gpu[]>;
 };
+
+export type Gpu = { index: number; name: string; totalMiB: number; freeMiB: number };
+
+/** How long to wait before asking the GPUs again when none has room for the next job. */
+const NO_ROOM_RETRY_MS = 5000;
 
 type Phase = 'claiming' | 'fetching' | 'training' | 'uploading' | 'finishing';
 
@@ -57,6 +68,9 @@ type Job = {
   intentPhase?: Phase;
   /** How the trainer was made to stop, for the final message. */
   stopped?: string;
+  /** The GPU it trains on, when the node has any. */
+  gpu?: Gpu;
+  gpuMiB: number;
   progress?: Progress;
 };
 
@@ -182,7 +196,13 @@ export class TrainWorker {
       this.retryTimer = setTimeout(() => this.pick(), wait);
       return;
     }
-    const job: Job = { id: next.id, name: next.name, phase: 'claiming', abort: new AbortController() };
+    const job: Job = {
+      id: next.id,
+      name: next.name,
+      phase: 'claiming',
+      abort: new AbortController(),
+      gpuMiB: next.gpuMiB,
+    };
     this.current = job;
     this.running = this.run(job)
       .catch((err: unknown) =>
@@ -197,6 +217,18 @@ export class TrainWorker {
 
   private async run(job: Job) {
     const { control, log } = this.o;
+    const gpus = this.o.gpus ? await this.o.gpus().catch(() => []) : [];
+    if (gpus.length) {
+      // The one with the most room, among those with enough: the job may grow past its estimate.
+      const fits = gpus.filter((g) => g.freeMiB >= job.gpuMiB).sort((a, b) => b.freeMiB - a.freeMiB);
+      if (!fits[0]) {
+        const most = Math.max(...gpus.map((g) => g.freeMiB));
+        log.info('no GPU has room for the next job yet; not claiming it', { jobId: job.id, needs: job.gpuMiB, most });
+        this.claimRetryAt = Date.now() + NO_ROOM_RETRY_MS;
+        return;
+      }
+      job.gpu = fits[0];
+    }
     let spec: TrainSpec;
     try {
       spec = (await control.claim(job.id)).spec;
@@ -301,6 +333,11 @@ export class TrainWorker {
       `${JSON.stringify({ ...spec, data_path: dataPath, base_dir: baseDir, out_dir: out }, null, 2)}\n`,
     );
     job.phase = 'training';
+    if (job.gpu)
+      progress.event(
+        'info',
+        `training on GPU ${job.gpu.index} (${job.gpu.name}): ${job.gpu.freeMiB} MiB free of ${job.gpu.totalMiB}, the job asked for ${job.gpuMiB}`,
+      );
     progress.setMessage('the trainer is starting (loading the base weights)');
     const run = await this.runTrainer(job, jobFile, out, progress);
     if (job.intent) return { state: 'FAILED', message: 'stopped' }; // run() words the end from the intent
@@ -390,6 +427,7 @@ export class TrainWorker {
         // Its own process group, so a stop reaches the trainer's own children (data loader workers) too.
         child = spawn(command!, [...args, '--job', jobFile, '--out', out], {
           cwd: path.dirname(jobFile),
+          env: job.gpu ? { ...process.env, CUDA_VISIBLE_DEVICES: String(job.gpu.index) } : process.env,
           detached: true,
           stdio: ['ignore', 'pipe', 'pipe'],
         });
