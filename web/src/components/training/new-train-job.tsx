@@ -90,6 +90,47 @@ const mib = (n: number) => `${n.toLocaleString('en')} MiB`;
  * "GPU 0: 20,000 MiB free of 24,564, GPU 1: …", or why the node offers none: in MiB, the unit the job's GPU
  * memory is asked in, so the two compare at a glance.
  */
+/** The owners an operator picks from: every org, team and project by path, and the caller. */
+type OwnersData = {
+  viewer: { user: { email: string } | null } | null;
+  orgs: { id: string; name: string; teams: { id: string; path: string; projects: { id: string; path: string }[] }[] }[];
+};
+export const NewTrainJob_OwnersQuery = gql<OwnersData, Record<string, never>>`
+  query NewTrainJob_Owners {
+    viewer {
+      user {
+        email
+      }
+    }
+    orgs {
+      id
+      name
+      teams {
+        id
+        path
+        projects {
+          id
+          path
+        }
+      }
+    }
+  }
+`;
+
+export function ownerChoices(d: OwnersData | null | undefined): string[] {
+  if (!d) return [];
+  const out: string[] = [];
+  for (const o of d.orgs ?? []) {
+    out.push(`org:${o.name}`);
+    for (const t of o.teams) {
+      out.push(`team:${t.path}`);
+      for (const p of t.projects) out.push(`project:${p.path}`);
+    }
+  }
+  if (d.viewer?.user) out.push(`user:${d.viewer.user.email}`);
+  return out;
+}
+
 export function gpusText(node: NodeOption): string {
   const gpus = node.gpus.map((g) => `GPU ${g.index}: ${mib(g.freeMiB)} free of ${g.totalMiB.toLocaleString('en')}`);
   return `${node.online ? '' : 'offline · '}${gpus.join(', ') || 'no GPU reported'}`;
@@ -188,7 +229,10 @@ export function NewTrainJobForm({
   // Errors found here before sending, by field; the server's refusal, which names its field too.
   const [local, setLocal] = useState<Record<string, string>>({});
   const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const ids = { model: useId(), node: useId(), data: useId(), public: useId(), params: useId() };
+  const ids = { model: useId(), node: useId(), data: useId(), public: useId(), params: useId(), owners: useId() };
+  // Suggestions only: user: and key: owners other than the caller are typed (those lists are admins').
+  const [owners] = useQuery({ query: NewTrainJob_OwnersQuery });
+  const choices = ownerChoices(owners.data);
 
   const chosenModel = models.find((m) => m.name === model);
   const chosenNode = nodes.find((n) => n.name === node);
@@ -404,6 +448,7 @@ export function NewTrainJobForm({
             disabled={isPublic}
             placeholder={isPublic ? 'public: every caller of the model' : 'team:acme/research'}
             spellCheck={false}
+            list={choices.length ? ids.owners : undefined}
             hint={
               <>
                 <code>org:acme</code>, <code>team:acme/research</code>, <code>project:acme/research/bots</code>,{' '}
@@ -412,6 +457,13 @@ export function NewTrainJobForm({
               </>
             }
           />
+          {choices.length ? (
+            <datalist id={ids.owners}>
+              {choices.map((c) => (
+                <option key={c} value={c} />
+              ))}
+            </datalist>
+          ) : null}
         </div>
         <label className="check" htmlFor={ids.public}>
           <input

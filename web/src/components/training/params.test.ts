@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { ownerChoices } from './new-train-job';
 import { checkParams, defaultParamValues, paramError, paramRange, paramStep, type TrainParam } from './params';
 
 // As the server's trainParams lists them (server/src/train/params.ts).
@@ -50,5 +51,23 @@ describe('checkParams', () => {
     const checked = checkParams([rank, lr], { rank: '0', lr: '1' });
     expect(checked.ok).toBe(false);
     if (!checked.ok) expect(Object.keys(checked.errors)).toEqual(['rank', 'lr']);
+  });
+});
+
+describe('ownerChoices', () => {
+  it('lists every org, team and project by path, and the caller, in the forms the server accepts', () => {
+    expect(
+      ownerChoices({
+        viewer: { user: { email: 'ana@example.com' } },
+        orgs: [
+          {
+            id: 'o',
+            name: 'acme',
+            teams: [{ id: 't', path: 'acme/research', projects: [{ id: 'p', path: 'acme/research/bots' }] }],
+          },
+        ],
+      }),
+    ).toEqual(['org:acme', 'team:acme/research', 'project:acme/research/bots', 'user:ana@example.com']);
+    expect(ownerChoices(undefined)).toEqual([]);
   });
 });
