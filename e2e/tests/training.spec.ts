@@ -128,6 +128,9 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   await expect(report).toContainText('26 pairs');
   await expect(report).toContainText('line 26 repeats line 3');
   await expect(report).toContainText('Ready to train on. 1 pair repeats an earlier one');
+  // Counted with the model's own tokenizer (its GGUF's vocabulary, read by llama.cpp on the server).
+  await expect(report).toContainText("e2e-lora-base's tokenizer");
+  await expect(report).toContainText('none: the longest pair is');
   await snap(page, 'training-new');
 
   await page.getByRole('button', { name: 'Queue the job' }).click();
