@@ -1,5 +1,3 @@
-import { createHash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
@@ -775,15 +773,6 @@ export class TrainService {
   async changed(tx: Db | Tx, job: Pick<TrainJob, 'id' | 'nodeId'>) {
     await notify(tx, 'trainJob', job.id);
     if (job.nodeId) await notify(tx, 'trainWork', job.nodeId);
-  }
-
-  /** Streams a file (data or artifact) with its sha256 checked by the caller's knowledge: no reads into memory. */
-  openFile(file: string) {
-    return createReadStream(file);
-  }
-
-  sha256(buf: Buffer) {
-    return createHash('sha256').update(buf).digest('hex');
   }
 }
 
