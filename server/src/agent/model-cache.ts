@@ -1,7 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { anySignal, hashFile, sleep } from './io.js';
 
 // The node's copy of model files, by content: <dir>/models/<sha256>.gguf. A file enters only after its bytes
 // hashed to the sha256 the mirror published for it (the mirror's ETag), so a replica never loads a file that
@@ -266,30 +266,6 @@ export class ModelCache {
     await fs.rm(file, { force: true });
     return undefined;
   }
-}
-
-async function hashFile(file: string, signal?: AbortSignal): Promise<Hash> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20, signal })) h.update(chunk as Buffer);
-  return h;
-}
-
-function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
-  return AbortSignal.any(signals.filter((s): s is AbortSignal => Boolean(s)));
-}
-
-function sleep(ms: number, signal?: AbortSignal) {
-  return new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 }
 
 function describe(err: unknown): string {

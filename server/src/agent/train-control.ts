@@ -1,5 +1,4 @@
-import { createHash, type Hash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
@@ -8,6 +7,7 @@ import WebSocket from 'ws';
 import { z } from 'zod';
 import type { Logger } from '../lib/log.js';
 import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
+import { anySignal, hashFile, sleep } from './io.js';
 
 // The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
 // over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
@@ -520,30 +520,6 @@ async function attemptDownload(
 
 async function sizeOf(file: string) {
   return (await fs.stat(file).catch(() => undefined))?.size ?? 0;
-}
-
-async function hashFile(file: string, signal?: AbortSignal): Promise<Hash> {
-  const h = createHash('sha256');
-  for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20, signal })) h.update(chunk as Buffer);
-  return h;
-}
-
-function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal {
-  return AbortSignal.any(signals.filter((s): s is AbortSignal => Boolean(s)));
-}
-
-function sleep(ms: number, signal?: AbortSignal) {
-  return new Promise<void>((resolve, reject) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 }
 
 function describe(err: unknown): string {

@@ -1,8 +1,8 @@
-import { type FormEvent, type ReactNode, useEffect, useId, useState } from 'react';
+import { type FormEvent, useEffect, useId, useState } from 'react';
 import { gql, useMutation, useQuery } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
-import { Field } from '../common/field';
+import { Field, SelectField } from '../common/field';
 import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
@@ -548,50 +548,5 @@ export function NewTrainJobForm({
       </div>
       <FormError refusal={placed ? null : refusal} error={error} />
     </form>
-  );
-}
-
-/** A labelled select with its hint and the refusal under it, as Field does for an input. */
-function SelectField({
-  id,
-  label,
-  value,
-  onChange,
-  error,
-  hint,
-  children,
-}: {
-  id: string;
-  label: string;
-  value: string;
-  onChange: (value: string) => void;
-  error?: string;
-  hint?: ReactNode;
-  children: ReactNode;
-}) {
-  const described = [hint ? `${id}-hint` : null, error ? `${id}-error` : null].filter(Boolean).join(' ');
-  return (
-    <div className="field">
-      <label htmlFor={id}>{label}</label>
-      <select
-        id={id}
-        value={value}
-        aria-invalid={error ? true : undefined}
-        aria-describedby={described || undefined}
-        onChange={(e) => onChange(e.target.value)}
-      >
-        {children}
-      </select>
-      {hint ? (
-        <p id={`${id}-hint`} className="hint field-hint">
-          {hint}
-        </p>
-      ) : null}
-      {error ? (
-        <p id={`${id}-error`} role="alert" className="form-error field-error">
-          {error}
-        </p>
-      ) : null}
-    </div>
   );
 }
