@@ -200,8 +200,13 @@ export class TrainService {
    */
   async storeData(data: string, o: { model?: string | null; maxLen?: number | null } = {}): Promise<TrainDataReport> {
     const report = await this.check(data, o);
-    if (report.bytes > TRAIN_MAX_DATA_BYTES) return report;
-    const file = this.dataFile(report.sha256);
+    if (report.bytes <= TRAIN_MAX_DATA_BYTES) await this.keepData(data, report.sha256);
+    return report;
+  }
+
+  /** Writes the pairs under their sha256, once: whole or not at all (a rename), so a crash leaves no half file. */
+  private async keepData(data: string, sha256: string) {
+    const file = this.dataFile(sha256);
     await fs.mkdir(this.dataDir, { recursive: true });
     const exists = await fs.stat(file).then(
       () => true,
@@ -212,7 +217,6 @@ export class TrainService {
       await fs.writeFile(part, data);
       await fs.rename(part, file);
     }
-    return report;
   }
 
   // ─── submitting ────────────────────────────────────────────────────────────
@@ -294,7 +298,7 @@ export class TrainService {
     if (!base.ok) return base;
 
     const gguf = input.gguf ?? model.engine === 'llamacpp';
-    await this.storeData(text);
+    await this.keepData(text, report.sha256);
     const createdById = ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token' ? ctx.viewer.user.id : null;
     const job = await this.db
       .$transaction(async (tx) => {
