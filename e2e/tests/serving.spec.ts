@@ -1,26 +1,17 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
-import path from 'node:path';
 import { expect, test } from '@playwright/test';
 import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { admin, signIn, snap } from '../fixtures/hangar.js';
 
 // The whole serving path with a real node agent: a tiny random-weight llama (the real 32000-token vocabulary)
 // in the mirror, served from the console, loaded by the agent with llama.cpp on CPU, and seen ready on the Nodes
 // and Models pages with its smoke test. The agent's GPU is declared (HANGAR_AGENT_GPUS): this machine has none.
 
-let agent: ChildProcess | undefined;
-let agentDir: string | undefined;
+let agent: RunningAgent | undefined;
 
 test.afterEach(async () => {
-  if (agent && agent.exitCode === null) {
-    const exited = new Promise((r) => agent?.once('exit', r));
-    agent.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-    if (agent.exitCode === null) agent.kill('SIGKILL');
-  }
-  if (agentDir) await rm(agentDir, { recursive: true, force: true });
+  await agent?.stop();
+  agent = undefined;
 });
 
 test('a model served from the console becomes ready on a node agent, with its smoke test', async ({
@@ -50,22 +41,7 @@ test('a model served from the console becomes ready on a node agent, with its sm
   });
   expect(put.status()).toBe(201);
 
-  agentDir = await mkdtemp(path.join(os.tmpdir(), 'hangar-e2e-agent-'));
-  agent = spawn(process.execPath, ['--import', 'tsx', 'src/agent/main.ts'], {
-    cwd: path.resolve('../server'),
-    stdio: ['ignore', 'inherit', 'inherit'],
-    env: {
-      ...process.env,
-      HANGAR_URL: baseURL,
-      HANGAR_NODE_TOKEN: nodeToken,
-      HANGAR_AGENT_DIR: agentDir,
-      HANGAR_AGENT_GPUS: '[{"name":"Declared GPU","totalMiB":24564,"freeMiB":20000}]',
-      HANGAR_AGENT_THREADS: '1',
-      HANGAR_AGENT_POLL_MS: '500',
-      HANGAR_AGENT_HEARTBEAT_MS: '1000',
-      HANGAR_LOG_LEVEL: 'warn',
-    },
-  });
+  agent = await startAgent({ baseURL: baseURL as string, nodeToken });
 
   await signIn(page);
   const row = page.getByRole('row', { name: /e2e-tiny/ });

@@ -1,9 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdtemp, rm } from 'node:fs/promises';
-import os from 'node:os';
 import path from 'node:path';
 import { expect, type Page, test } from '@playwright/test';
 import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { adminApi, signIn, snap } from '../fixtures/hangar.js';
 import { trainBaseRepo } from '../fixtures/stand-in-hub.js';
 
@@ -17,17 +15,11 @@ const NODE = 'e2e-trainer';
 const MODEL = 'e2e-lora-base';
 const JOB = 'e2e-support-tone';
 
-let agent: ChildProcess | undefined;
-let agentDir: string | undefined;
+let agent: RunningAgent | undefined;
 
 test.afterEach(async () => {
-  if (agent && agent.exitCode === null) {
-    const exited = new Promise((r) => agent?.once('exit', r));
-    agent.kill('SIGTERM');
-    await Promise.race([exited, new Promise((r) => setTimeout(r, 10_000))]);
-    if (agent.exitCode === null) agent.kill('SIGKILL');
-  }
-  if (agentDir) await rm(agentDir, { recursive: true, force: true });
+  await agent?.stop();
+  agent = undefined;
 });
 
 /** 25 pairs, one of them repeated (the report names it): with batch 1 and 4 epochs, 104 steps of 150 ms. */
@@ -75,22 +67,12 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   );
   expect(served.data.serveMirrorVersion).toEqual({ __typename: 'ServePlaced' });
 
-  agentDir = await mkdtemp(path.join(os.tmpdir(), 'hangar-e2e-trainer-'));
-  agent = spawn(process.execPath, ['--import', 'tsx', 'src/agent/main.ts'], {
-    cwd: path.resolve('../server'),
-    stdio: ['ignore', 'inherit', 'inherit'],
+  agent = await startAgent({
+    baseURL: baseURL as string,
+    nodeToken,
     env: {
-      ...process.env,
-      HANGAR_URL: baseURL,
-      HANGAR_NODE_TOKEN: nodeToken,
-      HANGAR_AGENT_DIR: agentDir,
-      HANGAR_AGENT_GPUS: '[{"name":"Declared GPU","totalMiB":24564,"freeMiB":20000}]',
-      HANGAR_AGENT_THREADS: '1',
-      HANGAR_AGENT_POLL_MS: '500',
-      HANGAR_AGENT_HEARTBEAT_MS: '1000',
       HANGAR_TRAINER: `${process.execPath} ${path.resolve('../server/test/fixtures/stand-in-trainer.mjs')}`,
       HANGAR_STAND_IN_STEP_MS: '150',
-      HANGAR_LOG_LEVEL: 'warn',
     },
   });
 

@@ -1,7 +1,8 @@
-import { useEffect, useState, useSyncExternalStore } from 'react';
+import { useState, useSyncExternalStore } from 'react';
 import { gql, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { TimeAgo } from '../common/time-ago';
@@ -134,10 +135,7 @@ function AuditPage({
     // The first page is re-read on every visit: events may have happened while the page was closed.
     requestPolicy: after === null ? 'cache-and-network' : 'cache-first',
   });
-  useEffect(() => {
-    if (after !== null) return;
-    return live.onReconnect(() => refetch({ requestPolicy: 'network-only' }));
-  }, [after, refetch]);
+  useRefetchOnReconnect(refetch, after === null);
 
   const edges = data?.auditEvents.edges ?? [];
   const pageInfo = data?.auditEvents.pageInfo;

@@ -3,6 +3,7 @@ import { gql, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
 import { describeError } from '../common/form-error';
@@ -86,7 +87,7 @@ export function MirrorPage({
   });
   useSubscription({ query: MirrorPage_ChangedSubscription });
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
-  useEffect(() => live.onReconnect(() => refetch({ requestPolicy: 'network-only' })), [refetch]);
+  useRefetchOnReconnect(refetch);
   const anyArriving = (data?.mirror.families ?? []).some((f) =>
     f.versions.some((v) => !v.removed && arrivingStates.includes(v.state)),
   );

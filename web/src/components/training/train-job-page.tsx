@@ -1,7 +1,8 @@
-import { useEffect, useSyncExternalStore } from 'react';
+import { useSyncExternalStore } from 'react';
 import { gql, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { Bytes } from '../../graphql/types';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes, formatMiB, shortSha } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
 import { describeError } from '../common/form-error';
@@ -120,7 +121,7 @@ export function TrainJobPage({ id, canChange, onDeleted }: { id: string; canChan
   });
   useSubscription({ query: TrainJobPage_ChangedSubscription, variables: { id } });
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
-  useEffect(() => live.onReconnect(() => refetch({ requestPolicy: 'network-only' })), [refetch]);
+  useRefetchOnReconnect(refetch);
   const job = data?.trainJob;
 
   return (

@@ -1,7 +1,8 @@
-import { useEffect, useId, useState, useSyncExternalStore } from 'react';
+import { useId, useState, useSyncExternalStore } from 'react';
 import { gql, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import { type JobState, jobStates } from '../../graphql/types';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
 import { PageHeader } from '../common/page';
@@ -165,10 +166,7 @@ function JobsPage({
     // The first page is re-read on every visit: jobs moved on while the page was closed.
     requestPolicy: after === null ? 'cache-and-network' : 'cache-first',
   });
-  useEffect(() => {
-    if (after !== null) return;
-    return live.onReconnect(() => refetch({ requestPolicy: 'network-only' }));
-  }, [after, refetch]);
+  useRefetchOnReconnect(refetch, after === null);
 
   const edges = data?.trainJobs.edges ?? [];
   const pageInfo = data?.trainJobs.pageInfo;
