@@ -1,8 +1,7 @@
-import { createHash, type Hash } from 'node:crypto';
-import { createReadStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { type GetResponse, httpGet } from './http-get.js';
+import { Sha256 } from './sha256.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
 // interrupts it. The rules, each from a way downloads go wrong in practice:
@@ -43,9 +42,6 @@ export type TransferDone = {
 };
 export type TransferFailed = { ok: false; reason: string; keepPartial: boolean };
 
-/** Bytes waiting for the disk, past which the download waits for it instead of memory growing. */
-const QUEUE_LIMIT = 8 << 20;
-
 class Retryable extends Error {}
 class Fatal extends Error {
   constructor(
@@ -67,24 +63,19 @@ export function upstreamDigest(headers: Headers): string | null {
   return null;
 }
 
-async function hashFile(file: string): Promise<{ hash: Hash; size: number }> {
-  const hash = createHash('sha256');
-  let size = 0;
-  try {
-    for await (const chunk of createReadStream(file, { highWaterMark: 1 << 20 })) {
-      hash.update(chunk as Buffer);
-      size += (chunk as Buffer).length;
-    }
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
-  }
-  return { hash, size };
-}
-
 export async function transfer(o: TransferOptions): Promise<TransferDone | TransferFailed> {
   await fs.mkdir(path.dirname(o.partialPath), { recursive: true });
+  const hash = new Sha256();
+  try {
+    return await attempts(o, hash);
+  } finally {
+    await hash.close().catch(() => {});
+  }
+}
+
+async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone | TransferFailed> {
   // After a restart the hash state is gone: re-reading the partial picks it up exactly where the bytes stop.
-  let { hash, size: offset } = await hashFile(o.partialPath);
+  let offset = await hash.addFile(o.partialPath);
   let etag = o.etag ?? null;
   let startedOver = false;
   let upstreamSha256: string | null = null;
@@ -99,26 +90,35 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
     startedOver = true;
     o.log?.('starting the file over', { url: o.url, why });
     await fh?.truncate(0);
-    hash = createHash('sha256');
+    await hash.reset();
     offset = 0;
   };
 
   for (let attempt = 1; attempt <= o.maxAttempts; attempt++) {
     if (o.signal.aborted) return { ok: false, reason: 'cancelled', keepPartial: false };
     const stall = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
     let total: number | null = null;
-    let writing: Promise<void> | undefined;
     let response: GetResponse | undefined;
-    const arm = () => {
-      clearTimeout(timer);
-      timer = setTimeout(() => stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`)), o.stallMs);
-    };
+    // A stall is no bytes for stallMs, noticed by a watch that looks a few times a stallMs: resetting a timer at
+    // every read instead cost a third of the throughput (bench/mirror.ts).
+    let heard = 0;
+    let quietSince = Date.now();
+    let lastHeard = 0;
+    const watch = setInterval(
+      () => {
+        if (heard !== lastHeard) {
+          lastHeard = heard;
+          quietSince = Date.now();
+        } else if (Date.now() - quietSince >= o.stallMs) {
+          stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`));
+        }
+      },
+      Math.max(10, Math.min(1000, o.stallMs / 4)),
+    );
     try {
       const free = await o.freeBytes();
       await fh?.close(); // left open by a `continue` (416, a wrong range) that starts the next request
       fh = await fs.open(o.partialPath, 'a');
-      arm();
       const headers: Record<string, string> = { ...o.headers, 'accept-encoding': 'identity' };
       if (offset > 0) {
         headers.range = `bytes=${offset}-`;
@@ -176,61 +176,37 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       }
       o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
 
-      // One write in flight while the next bytes arrive, whatever came meanwhile gathered into the next write:
-      // awaiting a write per chunk held every download to the disk's latency (0.26× curl -o; 0.44× gathered, in
-      // bench/mirror.ts). The hash and the offset move only with bytes a write has put on disk, so after any
-      // error they still say exactly what the partial holds.
+      // Three things at once: the socket fills the next buffers, the disk takes one block after another, and
+      // the hashing thread takes each block once it is written. The hash and the offset move only with bytes on
+      // disk, so after any error they say exactly what the partial holds, and a resume goes on from there.
       const file = fh;
-      let queue: Buffer[] = [];
-      let queued = 0;
-      let received = offset;
-      const drain = async () => {
-        while (queue.length) {
-          const batch = queue;
-          const bytes = queued;
-          queue = [];
-          queued = 0;
-          await file.writev(batch);
-          for (const c of batch) hash.update(c);
-          offset += bytes;
-          o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
-        }
-      };
-      let failed: unknown = null;
-      for await (const chunk of res.body as AsyncIterable<Buffer>) {
-        arm();
-        received += chunk.length;
-        if (o.expectedSize != null && received > o.expectedSize) {
-          throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
-        }
-        queue.push(chunk);
-        queued += chunk.length;
-        if (!writing) {
-          writing = drain()
-            .catch((err: unknown) => {
-              failed = err;
-            })
-            .finally(() => {
-              writing = undefined;
+      let writes = Promise.resolve();
+      let handed = offset;
+      await res.readBody(
+        (block) => {
+          handed += block.length;
+          if (o.expectedSize != null && handed > o.expectedSize) {
+            throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
+          }
+          const written = writes.then(() => writeAll(file, block));
+          writes = written; // a failed write fails every write after it: nothing lands past a gap
+          return written
+            .then(() => hash.update(block))
+            .then(() => {
+              offset += block.length;
+              o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
             });
-        } else if (queued >= QUEUE_LIMIT) {
-          await writing;
-        }
-        if (failed) throw failed;
-      }
-      if (writing) await writing;
-      await drain();
-      if (failed) throw failed;
+        },
+        (n) => {
+          heard += n;
+        },
+      );
       await fh.close();
       fh = undefined;
       if (total !== null && offset < total) throw new Retryable(`the connection ended at ${offset} of ${total} bytes`);
       if (offset === 0) throw new Retryable('the upstream sent an empty body');
-      clearTimeout(timer);
-      return { ok: true, size: offset, sha256: hash.copy().digest('hex'), upstreamSha256, etag };
+      return { ok: true, size: offset, sha256: await hash.digest(), upstreamSha256, etag };
     } catch (caught) {
-      clearTimeout(timer);
-      // A write still in flight finishes first: then offset and hash say what is on disk, and the file is closed.
-      if (writing) await writing;
       await fh?.close().catch(() => {});
       fh = undefined;
       const err = stall.signal.aborted && !o.signal.aborted ? stall.signal.reason : caught;
@@ -251,25 +227,30 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       lastError = describe(err, offset, total);
       o.log?.('transfer interrupted; will resume', { url: o.url, attempt, at: offset, error: lastError });
       if (attempt < o.maxAttempts) await sleep(backoff(attempt), o.signal);
+    } finally {
+      clearInterval(watch);
     }
   }
   return { ok: false, reason: `gave up after ${o.maxAttempts} attempts; the last: ${lastError}`, keepPartial: true };
 }
 
-/** Words for what went wrong on the wire, instead of undici's "terminated" or "fetch failed". */
+/** Words for what went wrong on the wire: where a cut left the file, rather than a bare error code. */
 function describe(err: unknown, offset: number, total: number | null): string {
   if (!(err instanceof Error)) return String(err);
-  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-  const detail = cause?.code ?? cause?.message;
   const code = (err as NodeJS.ErrnoException).code;
-  if (code === 'ECONNRESET' || code === 'ERR_STREAM_PREMATURE_CLOSE' || err.message === 'aborted') {
-    return `the connection was cut at ${offset}${total === null ? '' : ` of ${total}`} bytes${code ? ` (${code})` : ''}`;
+  if (code === 'EPREMATURE' || code === 'ECONNRESET' || code === 'EPIPE') {
+    const at = `${offset}${total === null ? '' : ` of ${total}`}`;
+    return `the connection was cut at ${at} bytes${code === 'EPREMATURE' ? '' : ` (${code})`}`;
   }
-  if (err.message === 'terminated') {
-    return `the connection was cut at ${offset}${total === null ? '' : ` of ${total}`} bytes${detail ? ` (${detail})` : ''}`;
-  }
-  if (err.message === 'fetch failed') return `could not reach the upstream${detail ? ` (${detail})` : ''}`;
   return err.message;
+}
+
+/** A write to a file can take fewer bytes than it was given (a disk filling up): the rest goes in again. */
+async function writeAll(file: fs.FileHandle, block: Buffer) {
+  for (let at = 0; at < block.length; ) {
+    const { bytesWritten } = await file.write(block, at, block.length - at);
+    at += bytesWritten;
+  }
 }
 
 function sleep(ms: number, signal: AbortSignal) {
