@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
@@ -456,6 +455,7 @@ export class MirrorService {
       });
       throw err;
     }
+    if (this.config.mirrorFsync) await fh.datasync(); // on the disk before it can be listed, like a fetch
     await fh.close();
     const digest = hash.digest('hex');
     const expected = parsed.value.sha256 ?? null;
@@ -505,18 +505,26 @@ export class MirrorService {
       });
     }
     for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT' } })) {
-      if (!existsSync(this.paths.file(r.model, r.version, r.file))) {
-        // A file deleted by hand must not go on looking ready.
-        await this.db.mirrorFile.update({
-          where: { id: r.id },
-          data: {
-            state: 'FAILED',
-            error: 'the file is no longer on disk (removed by hand?): retry fetches it again',
-            bytesDone: 0,
-          },
-        });
-        await notify(this.db, 'mirrorVersion', versionKey(r.model, r.version));
-      }
+      // A file deleted by hand, or cut short by a crash of the machine before the disk had it all (what ext4 and
+      // XFS leave of bytes that were only in memory), must not go on looking ready.
+      const size = await fs.stat(this.paths.file(r.model, r.version, r.file)).then(
+        (st) => st.size,
+        () => null,
+      );
+      const error =
+        size === null
+          ? 'the file is no longer on disk (removed by hand?): retry fetches it again'
+          : r.bytesTotal !== null && BigInt(size) !== r.bytesTotal
+            ? `the file on disk is ${size} bytes, not the ${r.bytesTotal} verified (the machine stopped before ` +
+              'they reached the disk?): retry fetches it again'
+            : null;
+      if (!error) continue;
+      this.log.warn('a present mirror file is not what was verified', {
+        file: `${r.model}/${r.version}/${r.file}`,
+        error,
+      });
+      await this.db.mirrorFile.update({ where: { id: r.id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      await notify(this.db, 'mirrorVersion', versionKey(r.model, r.version));
     }
     this.running = true;
     // Other replicas' queues and expired leases are noticed by polling; this process's own work by kick().
@@ -637,6 +645,7 @@ export class MirrorService {
           : {},
       stallMs: this.config.mirrorStallSeconds * 1000,
       maxAttempts: this.config.mirrorAttempts,
+      fsync: this.config.mirrorFsync,
       signal,
       onProgress: persist,
       freeBytes: () => this.freeBytes(),
@@ -735,6 +744,15 @@ export class MirrorService {
     const target = this.paths.file(row.model, row.version, row.file);
     await fs.mkdir(path.dirname(target), { recursive: true });
     await fs.rename(partial, target);
+    if (!this.config.mirrorFsync) return;
+    // The rename is on the disk too, not only the bytes (transfer flushed them): then a file marked PRESENT is
+    // there after the machine restarts.
+    const dir = await fs.open(path.dirname(target), 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
   }
 }
 

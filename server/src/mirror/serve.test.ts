@@ -131,6 +131,28 @@ describe('serving mirror files', () => {
     expect((await fetch(`${base}/mirror/x/v1/a.bin`, { method: 'PUT', body: 'x' })).status).toBe(401);
   });
 
+  it('marks a present file cut short on disk (a crash before writeback) failed at the next start', async () => {
+    const put = await fetch(`${base}/mirror/served/v3/short.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}` },
+      body: new Uint8Array(body),
+    });
+    expect(put.status).toBe(201);
+    await fs.truncate(`${t.dataDir}/mirror/files/served/v3/short.bin`, 4096);
+    await t.restart();
+    base = await t.app.start();
+    operator = await t.token('OPERATOR', 'uploader-again');
+    const row = await t.app.db.prisma.mirrorFile.findFirstOrThrow({ where: { model: 'served', file: 'short.bin' } });
+    expect(row).toMatchObject({ state: 'FAILED', bytesDone: 0n });
+    expect(row.error).toBe(
+      'the file on disk is 4096 bytes, not the 1000000 verified (the machine stopped before they reached the disk?): ' +
+        'retry fetches it again',
+    );
+    expect((await fetch(`${base}/mirror/served/v3/short.bin`)).status).toBe(404);
+    // The whole file next to it is untouched.
+    expect((await get()).status).toBe(200);
+  });
+
   it('does not serve a file that was deleted by hand, and marks it failed at the next start', async () => {
     await fs.rm(`${t.dataDir}/mirror/files/served/v1/weights.gguf`);
     expect((await get()).status).toBe(404);

@@ -63,6 +63,14 @@ describe('one transfer', () => {
     expect(up.requests.filter((q) => q.name === 'big.bin')).toHaveLength(1);
   });
 
+  it('with fsync, flushes the file and still gives the right digest', async () => {
+    const body = bytes(300_000, 12);
+    up.files.set('durable.bin', { body });
+    const r = await run('durable.bin', path.join(dir, 'durable.part'), { fsync: true });
+    expect(r).toMatchObject({ ok: true, size: 300_000, sha256: sha256(body) });
+    expect(await fs.readFile(path.join(dir, 'durable.part'))).toEqual(body);
+  });
+
   it('refuses a file larger than announced', async () => {
     up.files.set('larger.bin', { body: bytes(5_000, 6) });
     const r = await run('larger.bin', path.join(dir, 'larger.part'), { expectedSize: 4_000 });

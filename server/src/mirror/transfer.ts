@@ -23,6 +23,8 @@ export type TransferOptions = {
   headers?: Record<string, string>;
   stallMs: number;
   maxAttempts: number;
+  /** Flush the file to the disk before calling it whole (HANGAR_MIRROR_FSYNC). */
+  fsync?: boolean;
   signal: AbortSignal;
   /** Called as bytes arrive; the caller decides how often to persist. */
   onProgress: (p: Progress) => void;
@@ -41,6 +43,9 @@ export type TransferDone = {
   etag: string | null;
 };
 export type TransferFailed = { ok: false; reason: string; keepPartial: boolean };
+
+/** Written bytes between flushes to the disk while a file arrives. */
+const SYNC_EVERY = 256 << 20;
 
 class Retryable extends Error {}
 class Fatal extends Error {
@@ -182,6 +187,8 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
       const file = fh;
       let writes = Promise.resolve();
       let handed = offset;
+      let unsynced = 0;
+      let syncing: Promise<unknown> = Promise.resolve();
       await res.readBody(
         (block) => {
           handed += block.length;
@@ -195,16 +202,28 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
             .then(() => {
               offset += block.length;
               o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
+              // Flushed to the disk as it goes, alongside the writes, so the flush at the end has little left.
+              unsynced += block.length;
+              if (o.fsync && unsynced >= SYNC_EVERY) {
+                unsynced = 0;
+                syncing = file.datasync().catch(() => {}); // a real failure shows in the flush at the end
+              }
             });
         },
         (n) => {
           heard += n;
         },
       );
-      await fh.close();
-      fh = undefined;
       if (total !== null && offset < total) throw new Retryable(`the connection ended at ${offset} of ${total} bytes`);
       if (offset === 0) throw new Retryable('the upstream sent an empty body');
+      // With fsync, on the disk before it is called whole: the mirror puts it in place next, and a crash of the
+      // machine after that must not leave a listed file whose last bytes were only ever in memory.
+      if (o.fsync) {
+        await syncing;
+        await fh.datasync();
+      }
+      await fh.close();
+      fh = undefined;
       return { ok: true, size: offset, sha256: await hash.digest(), upstreamSha256, etag };
     } catch (caught) {
       await fh?.close().catch(() => {});
