@@ -99,7 +99,7 @@ export type Config = {
   mirrorRequireToken: boolean;
   /**
    * Whether each file is flushed to the disk before it is marked present. Off, a fetch on a fast link runs at
-   * about 1.1× `curl -o`, on, 0.7× (bench/mirror.ts: the flush is the disk writing the whole file); the
+   * about 1× `curl -o`, on, 0.7× (bench/mirror.ts: the flush is the disk writing the whole file); the
    * start-up check that a present file still has its verified size catches what a crash of the machine leaves
    * on ext4 and XFS (files cut short) either way.
    */
