@@ -1,7 +1,9 @@
-import { createHash, type Hash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { anySignal, hashFile, sleep } from './io.js';
+import { type GetResponse, httpGet } from '../lib/download/http-get.js';
+import { bodyText, receiveInto, watchStall } from '../lib/download/receive.js';
+import { Sha256, sha256File } from '../lib/download/sha256.js';
+import { anySignal, sleep } from './io.js';
 
 // The node's copy of model files, by content: <dir>/models/<sha256>.gguf. A file enters only after its bytes
 // hashed to the sha256 the mirror published for it (the mirror's ETag), so a replica never loads a file that
@@ -27,7 +29,7 @@ export type ModelCacheOptions = {
 
 const SHA = /^"([0-9a-f]{64})"$/;
 
-type Transfer = { sha256: string; part: string; offset: number; hash: Hash; total: number | null };
+type Transfer = { sha256: string; part: string; offset: number; hash: Sha256; total: number | null };
 
 export class ModelCache {
   private readonly inFlight = new Map<string, Promise<CachedModel>>();
@@ -95,26 +97,30 @@ export class ModelCache {
     let t: Transfer | undefined;
     let lastError = '';
     let failures = 0;
-    while (failures < attempts) {
-      signal?.throwIfAborted();
-      const before = t?.offset ?? 0;
-      try {
-        const done = await this.attempt(source, t, signal, (next) => {
-          t = next;
-        });
-        if (done === 'again') continue;
-        return done;
-      } catch (err) {
-        if (signal?.aborted) throw signal.reason ?? err;
-        if (err instanceof ModelCacheError) throw err;
-        lastError = describe(err);
+    try {
+      while (failures < attempts) {
+        signal?.throwIfAborted();
+        const before = t?.offset ?? 0;
+        try {
+          const done = await this.attempt(source, t, signal, (next) => {
+            t = next;
+          });
+          if (done === 'again') continue;
+          return done;
+        } catch (err) {
+          if (signal?.aborted) throw signal.reason ?? err;
+          if (err instanceof ModelCacheError) throw err;
+          lastError = describe(err);
+        }
+        // A try that moved bytes starts the count again: a flaky link that drops every few GB still finishes.
+        failures = (t?.offset ?? 0) > before ? 1 : failures + 1;
+        if (failures < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (failures - 1), 10_000), signal);
       }
-      // A try that moved bytes starts the count again: a flaky link that drops every few GB still finishes.
-      failures = (t?.offset ?? 0) > before ? 1 : failures + 1;
-      if (failures < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (failures - 1), 10_000), signal);
+    } finally {
+      await (t as Transfer | undefined)?.hash.close().catch(() => {});
     }
     throw new ModelCacheError(
-      `${source} could not be fetched in ${attempts} tries${t ? ` (${t.offset} bytes kept to resume)` : ''}: ${lastError}`,
+      `${source} could not be fetched in ${attempts} tries${t ? ` (${(t as Transfer).offset} bytes kept to resume)` : ''}: ${lastError}`,
     );
   }
 
@@ -134,25 +140,21 @@ export class ModelCache {
       headers['if-range'] = `"${t.sha256}"`;
     }
     const stall = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const armStall = () => {
-      clearTimeout(timer);
-      const ms = this.o.stallMs ?? 30_000;
-      timer = setTimeout(() => stall.abort(new Error(`no byte arrived for ${ms / 1000} s`)), ms);
-    };
+    const ms = this.o.stallMs ?? 30_000;
+    const watch = watchStall(ms, stall, () => new Error(`no byte arrived for ${ms / 1000} s`));
+    let res: GetResponse | undefined;
     try {
-      armStall();
-      const res = await fetch(source, { headers, signal: anySignal(signal, stall.signal) });
+      res = await httpGet(source, { headers, signal: anySignal(signal, stall.signal) });
       if (res.status === 416 && t) {
         // We already hold at least the whole file: check what we have.
-        await res.body?.cancel();
+        res.cancel();
         const total = Number(res.headers.get('content-range')?.match(/\*\/(\d+)/)?.[1] ?? Number.NaN);
         if (total === t.offset) return await this.finish(t);
         await this.restart(t);
         return 'again';
       }
       if (res.status !== 200 && res.status !== 206) {
-        const text = (await res.text().catch(() => '')).trim().slice(0, 200);
+        const text = (await bodyText(res, 200)).trim();
         const why = `the mirror answered ${res.status}${text ? `: ${text}` : ''}`;
         // A 4xx will not change by asking again (a removed version, a missing token); a 5xx may.
         if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
@@ -161,30 +163,30 @@ export class ModelCache {
       }
       const sha256 = res.headers.get('etag')?.match(SHA)?.[1];
       if (!sha256) {
-        await res.body?.cancel();
+        res.cancel();
         throw new ModelCacheError(
           `${source}: the server did not give the file's sha256 as its ETag (got ${res.headers.get('etag') ?? 'none'}), so the download could not be verified`,
         );
       }
       if (!t || t.sha256 !== sha256) {
         // A first answer, or the mirror's file changed under a resume: what we held of the old one is useless.
-        if (t) await fs.rm(t.part, { force: true });
+        if (t) {
+          await fs.rm(t.part, { force: true });
+          await t.hash.close().catch(() => {});
+        }
         const part = path.join(this.modelsDir, `${sha256}.gguf.part`);
-        const next: Transfer = { sha256, part, offset: 0, hash: createHash('sha256'), total: null };
+        const next: Transfer = { sha256, part, offset: 0, hash: new Sha256(), total: null };
         keep(next);
         const cached = await fs.stat(this.fileFor(sha256)).catch(() => undefined);
         const held = await fs.stat(part).catch(() => undefined);
         if (cached || (held && held.size > 0)) {
           // Hashing what is on disk can take a while for a large model: let the mirror go meanwhile.
-          await res.body?.cancel();
-          clearTimeout(timer);
+          res.cancel();
+          watch.stop();
           const ok = cached && (await this.verified(sha256));
           if (ok) return ok;
-          if (held && held.size > 0) {
-            // Left by an earlier run: hash what is there and ask for the rest.
-            next.hash = await hashFile(part, signal);
-            next.offset = held.size;
-          }
+          // Left by an earlier run: hash what is there and ask for the rest.
+          if (held && held.size > 0) next.offset = await next.hash.addFile(part);
           return 'again';
         }
         t = next;
@@ -194,7 +196,7 @@ export class ModelCache {
       if (res.status === 206) {
         if (!range || Number(range[1]) !== t.offset) {
           // Not the range we asked for: start again from zero rather than splice bytes from elsewhere.
-          await res.body?.cancel();
+          res.cancel();
           await this.restart(t);
           return 'again';
         }
@@ -204,33 +206,32 @@ export class ModelCache {
         if (t.offset > 0) await this.restart(t);
         t.total = Number.isFinite(length) ? length : null;
       }
+      const current = t;
       const fh = await fs.open(t.part, t.offset > 0 ? 'a' : 'w');
       try {
-        if (!res.body) throw new Error('the mirror answered without a body');
-        for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-          armStall();
-          await fh.write(chunk);
-          t.hash.update(chunk);
-          t.offset += chunk.length;
-          this.o.onProgress?.({ sha256: t.sha256, bytesDone: t.offset, bytesTotal: t.total });
-        }
-        await fh.sync();
+        await receiveInto(res, fh, t.hash, t, {
+          onBytes: watch.heard,
+          onWritten: (bytesDone) =>
+            this.o.onProgress?.({ sha256: current.sha256, bytesDone, bytesTotal: current.total }),
+          fsync: true, // the cache outlives a crash of the node: a file in it must be whole
+        });
       } finally {
         await fh.close();
       }
       if (t.total !== null && t.offset < t.total) throw new Error(`the body ended at byte ${t.offset} of ${t.total}`);
       return await this.finish(t);
     } catch (err) {
+      res?.cancel();
       if (stall.signal.aborted && !signal?.aborted) throw stall.signal.reason;
       throw err;
     } finally {
-      clearTimeout(timer);
+      watch.stop();
     }
   }
 
   /** The whole file is in the part: compare its hash with the mirror's and promote it, or drop it. */
   private async finish(t: Transfer): Promise<CachedModel> {
-    const actual = t.hash.digest('hex');
+    const actual = await t.hash.digest();
     if (actual !== t.sha256) {
       await fs.rm(t.part, { force: true });
       throw new ModelCacheError(
@@ -245,7 +246,7 @@ export class ModelCache {
   private async restart(t: Transfer) {
     await fs.rm(t.part, { force: true });
     t.offset = 0;
-    t.hash = createHash('sha256');
+    await t.hash.reset();
   }
 
   /**
@@ -261,7 +262,7 @@ export class ModelCache {
     const file = this.fileFor(sha256);
     const st = await fs.stat(file).catch(() => undefined);
     if (!st?.isFile()) return undefined;
-    const actual = (await hashFile(file)).digest('hex');
+    const { sha256: actual } = await sha256File(file);
     if (actual === sha256) return { file, sha256, bytes: st.size, reused: true };
     await fs.rm(file, { force: true });
     return undefined;

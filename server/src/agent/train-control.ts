@@ -1,13 +1,15 @@
-import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { type Client, createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { z } from 'zod';
+import { type GetResponse, httpGet } from '../lib/download/http-get.js';
+import { bodyText, receiveInto, watchStall } from '../lib/download/receive.js';
+import { Sha256 } from '../lib/download/sha256.js';
 import type { Logger } from '../lib/log.js';
 import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
-import { anySignal, hashFile, sleep } from './io.js';
+import { anySignal, sleep } from './io.js';
 
 // The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
 // over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
@@ -447,22 +449,19 @@ async function attemptDownload(
   if (held > 0) headers.range = `bytes=${held}-`;
   const stall = new AbortController();
   const stallMs = o.stallMs ?? 30_000;
-  let timer: NodeJS.Timeout | undefined;
-  const arm = () => {
-    clearTimeout(timer);
-    timer = setTimeout(() => stall.abort(new Error(`no byte arrived for ${stallMs / 1000} s`)), stallMs);
-  };
+  const watch = watchStall(stallMs, stall, () => new Error(`no byte arrived for ${stallMs / 1000} s`));
+  const hash = new Sha256();
+  let res: GetResponse | undefined;
   try {
-    arm();
-    const res = await fetch(url, { headers, signal: anySignal(o.signal, stall.signal) });
+    res = await httpGet(url, { headers, signal: anySignal(o.signal, stall.signal) });
     if (res.status === 416 && held > 0) {
       // What we hold is not a prefix of this file (it is as long or longer): start again from nothing.
-      await res.body?.cancel();
+      res.cancel();
       await fs.rm(part, { force: true });
       throw new Error('the server refused the resume range; starting again from the first byte');
     }
     if (res.status !== 200 && res.status !== 206) {
-      const text = (await res.text().catch(() => '')).trim().slice(0, 200);
+      const text = (await bodyText(res, 200)).trim();
       const why = `${url} answered ${res.status}${text ? `: ${text}` : ''}`;
       // A 4xx will not change by asking again (a missing token, a removed file); a 5xx may.
       if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
@@ -473,29 +472,22 @@ async function attemptDownload(
     const resumed = res.status === 206 && held > 0 && Number(range?.[1]) === held;
     if (res.status === 206 && !resumed) {
       // Not the range we asked for: start again rather than splice bytes from elsewhere.
-      await res.body?.cancel();
+      res.cancel();
       await fs.rm(part, { force: true });
       throw new Error(`the server answered a range this agent did not ask for (${range?.[0] ?? 'none'})`);
     }
     const length = Number(res.headers.get('content-length') ?? Number.NaN);
     const total = resumed ? (range?.[3] === '*' ? null : Number(range?.[3])) : Number.isFinite(length) ? length : null;
-    const hash = resumed ? await hashFile(part, o.signal) : createHash('sha256');
-    let offset = resumed ? held : 0;
+    const at = { offset: resumed ? await hash.addFile(part) : 0 };
     const fh = await fs.open(part, resumed ? 'a' : 'w');
     try {
-      if (!res.body) throw new Error('the server answered without a body');
-      for await (const chunk of res.body as unknown as AsyncIterable<Uint8Array>) {
-        arm();
-        await fh.write(chunk);
-        hash.update(chunk);
-        offset += chunk.length;
-      }
-      await fh.sync();
+      await receiveInto(res, fh, hash, at, { onBytes: watch.heard, fsync: true });
     } finally {
       await fh.close();
     }
+    const offset = at.offset;
     if (total !== null && offset < total) throw new Error(`the body ended at byte ${offset} of ${total}`);
-    const sha256 = hash.digest('hex');
+    const sha256 = await hash.digest();
     const mismatch =
       o.bytes != null && offset !== o.bytes
         ? `${url} is ${offset} bytes, but the job says ${o.bytes}`
@@ -511,10 +503,12 @@ async function attemptDownload(
     await fs.rename(part, dest);
     return { bytes: offset, sha256 };
   } catch (err) {
+    res?.cancel();
     if (stall.signal.aborted && !o.signal?.aborted) throw stall.signal.reason;
     throw err;
   } finally {
-    clearTimeout(timer);
+    watch.stop();
+    await hash.close().catch(() => {});
   }
 }
 

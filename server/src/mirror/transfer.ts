@@ -1,7 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type GetResponse, httpGet } from './http-get.js';
-import { Sha256 } from './sha256.js';
+import { type GetResponse, httpGet } from '../lib/download/http-get.js';
+import { receiveInto, watchStall } from '../lib/download/receive.js';
+import { Sha256 } from '../lib/download/sha256.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
 // interrupts it. The rules, each from a way downloads go wrong in practice:
@@ -43,9 +44,6 @@ export type TransferDone = {
   etag: string | null;
 };
 export type TransferFailed = { ok: false; reason: string; keepPartial: boolean };
-
-/** Written bytes between flushes to the disk while a file arrives. */
-const SYNC_EVERY = 256 << 20;
 
 class Retryable extends Error {}
 class Fatal extends Error {
@@ -104,22 +102,7 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
     const stall = new AbortController();
     let total: number | null = null;
     let response: GetResponse | undefined;
-    // A stall is no bytes for stallMs, noticed by a watch that looks a few times a stallMs: resetting a timer at
-    // every read instead cost a third of the throughput (bench/mirror.ts).
-    let heard = 0;
-    let quietSince = Date.now();
-    let lastHeard = 0;
-    const watch = setInterval(
-      () => {
-        if (heard !== lastHeard) {
-          lastHeard = heard;
-          quietSince = Date.now();
-        } else if (Date.now() - quietSince >= o.stallMs) {
-          stall.abort(new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`));
-        }
-      },
-      Math.max(10, Math.min(1000, o.stallMs / 4)),
-    );
+    const watch = watchStall(o.stallMs, stall, () => new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`));
     try {
       const free = await o.freeBytes();
       await fh?.close(); // left open by a `continue` (416, a wrong range) that starts the next request
@@ -181,47 +164,24 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
       }
       o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
 
-      // Three things at once: the socket fills the next buffers, the disk takes one block after another, and
-      // the hashing thread takes each block once it is written. The hash and the offset move only with bytes on
-      // disk, so after any error they say exactly what the partial holds, and a resume goes on from there.
-      const file = fh;
-      let writes = Promise.resolve();
-      let handed = offset;
-      let unsynced = 0;
-      let syncing: Promise<unknown> = Promise.resolve();
-      await res.readBody(
-        (block) => {
-          handed += block.length;
-          if (o.expectedSize != null && handed > o.expectedSize) {
-            throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
-          }
-          const written = writes.then(() => writeAll(file, block));
-          writes = written; // a failed write fails every write after it: nothing lands past a gap
-          return written
-            .then(() => hash.update(block))
-            .then(() => {
-              offset += block.length;
-              o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
-              // Flushed to the disk as it goes, alongside the writes, so the flush at the end has little left.
-              unsynced += block.length;
-              if (o.fsync && unsynced >= SYNC_EVERY) {
-                unsynced = 0;
-                syncing = file.datasync().catch(() => {}); // a real failure shows in the flush at the end
-              }
-            });
-        },
-        (n) => {
-          heard += n;
-        },
-      );
+      const at = { offset };
+      try {
+        await receiveInto(res, fh, hash, at, {
+          check: (handed) => {
+            if (o.expectedSize != null && handed > o.expectedSize)
+              throw new Fatal(`the upstream sent more than the ${o.expectedSize} bytes the file has`);
+          },
+          onBytes: watch.heard,
+          onWritten: (bytesDone) => o.onProgress({ bytesDone, bytesTotal: total, etag }),
+          // With fsync, on the disk before it is called whole: the mirror puts it in place next, and a crash of
+          // the machine after that must not leave a listed file whose last bytes were only ever in memory.
+          fsync: o.fsync,
+        });
+      } finally {
+        offset = at.offset; // what the partial holds, whatever happened
+      }
       if (total !== null && offset < total) throw new Retryable(`the connection ended at ${offset} of ${total} bytes`);
       if (offset === 0) throw new Retryable('the upstream sent an empty body');
-      // With fsync, on the disk before it is called whole: the mirror puts it in place next, and a crash of the
-      // machine after that must not leave a listed file whose last bytes were only ever in memory.
-      if (o.fsync) {
-        await syncing;
-        await fh.datasync();
-      }
       await fh.close();
       fh = undefined;
       return { ok: true, size: offset, sha256: await hash.digest(), upstreamSha256, etag };
@@ -247,7 +207,7 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
       o.log?.('transfer interrupted; will resume', { url: o.url, attempt, at: offset, error: lastError });
       if (attempt < o.maxAttempts) await sleep(backoff(attempt), o.signal);
     } finally {
-      clearInterval(watch);
+      watch.stop();
     }
   }
   return { ok: false, reason: `gave up after ${o.maxAttempts} attempts; the last: ${lastError}`, keepPartial: true };
@@ -262,14 +222,6 @@ function describe(err: unknown, offset: number, total: number | null): string {
     return `the connection was cut at ${at} bytes${code === 'EPREMATURE' ? '' : ` (${code})`}`;
   }
   return err.message;
-}
-
-/** A write to a file can take fewer bytes than it was given (a disk filling up): the rest goes in again. */
-async function writeAll(file: fs.FileHandle, block: Buffer) {
-  for (let at = 0; at < block.length; ) {
-    const { bytesWritten } = await file.write(block, at, block.length - at);
-    at += bytesWritten;
-  }
 }
 
 function sleep(ms: number, signal: AbortSignal) {

@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { bytes, sha256 } from '../../test/fixtures/fault-upstream.js';
+import { bytes, sha256 } from '../../../test/fixtures/fault-upstream.js';
 import { Sha256 } from './sha256.js';
 
 const shared = (b: Buffer) => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { bytes } from '../../test/fixtures/fault-upstream.js';
+import { bytes } from '../../../test/fixtures/fault-upstream.js';
 import { ChunkedDecoder, MalformedChunks } from './chunked.js';
 
 /** Runs the decoder over `wire` cut into reads at the given points, the way a socket would deliver it. */

@@ -4,7 +4,7 @@ import https from 'node:https';
 import net from 'node:net';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { bytes } from '../../test/fixtures/fault-upstream.js';
+import { bytes } from '../../../test/fixtures/fault-upstream.js';
 import { type GetResponse, httpGet } from './http-get.js';
 
 // The download client against real servers on real sockets: Node's own http and https servers for the ordinary
@@ -207,7 +207,7 @@ describe('the download client', () => {
   });
 
   it('speaks TLS, checking the certificate', async () => {
-    const dir = path.join(import.meta.dirname, '../../test/fixtures/tls');
+    const dir = path.join(import.meta.dirname, '../../../test/fixtures/tls');
     const cert = fs.readFileSync(path.join(dir, 'localhost.crt'), 'utf8');
     const key = fs.readFileSync(path.join(dir, 'localhost.key'), 'utf8');
     const body = bytes(2 * 1024 * 1024, 8);

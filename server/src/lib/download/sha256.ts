@@ -86,3 +86,14 @@ export class Sha256 {
     return call({ op: 'close', id: this.id });
   }
 }
+
+/** A whole file's sha256 and size, hashed on the hashing thread (0 bytes when there is no such file). */
+export async function sha256File(file: string): Promise<{ sha256: string; size: number }> {
+  const h = new Sha256();
+  try {
+    const size = await h.addFile(file);
+    return { sha256: await h.digest(), size };
+  } finally {
+    await h.close().catch(() => {});
+  }
+}
