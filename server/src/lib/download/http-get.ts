@@ -164,8 +164,8 @@ class Exchange {
   private onHeadBytes(n: number): boolean {
     const from = Math.max(0, this.filled - 3);
     this.filled += n;
-    const end = this.cur.indexOf('\r\n\r\n', from, 'latin1');
-    if (end < 0 || end >= this.filled) {
+    const end = this.cur.subarray(0, this.filled).indexOf('\r\n\r\n', from, 'latin1');
+    if (end < 0) {
       if (this.filled > HEAD_LIMIT)
         this.fail(new HttpGetError(`the upstream's response head is over ${HEAD_LIMIT} bytes`));
       return true;
