@@ -4,6 +4,7 @@ import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
+import { LoadMoreRow } from '../common/load-more-row';
 import { PageHeader } from '../common/page';
 import { TimeAgo } from '../common/time-ago';
 
@@ -165,15 +166,12 @@ function AuditPage({
           </td>
         </tr>
       ) : null}
-      {onLoadMore && pageInfo?.hasNextPage && pageInfo.endCursor ? (
-        <tr className="table-more">
-          <td colSpan={6}>
-            <button type="button" className="button" onClick={() => onLoadMore(pageInfo.endCursor as string)}>
-              Load more
-            </button>
-          </td>
-        </tr>
-      ) : null}
+      <LoadMoreRow
+        columns={6}
+        hasNextPage={pageInfo?.hasNextPage}
+        endCursor={pageInfo?.endCursor}
+        onLoadMore={onLoadMore}
+      />
     </tbody>
   );
 }

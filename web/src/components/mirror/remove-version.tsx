@@ -1,9 +1,10 @@
-import { useEffect, useId, useRef, useState } from 'react';
+import { useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
-import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { ConfirmDialog } from '../common/confirm-dialog';
+import { FormError_RefusalFragment } from '../common/form-error';
 import { modeWords } from './mirror-parts';
 import type { VersionRow_Version } from './version-row';
 
@@ -44,12 +45,7 @@ export const RemoveVersion_RemoveMutation = gql<
 export function RemoveVersion({ version, onClose }: { version: VersionRow_Version; onClose: () => void }) {
   const [{ fetching, error }, remove] = useMutation(RemoveVersion_RemoveMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const titleId = useId();
-  const keepRef = useRef<HTMLButtonElement>(null);
   const name = `${version.model}/${version.version}`;
-
-  // Focus starts on the harmless answer: Enter right after clicking Remove must not delete anything.
-  useEffect(() => keepRef.current?.focus(), []);
 
   const confirm = async (force: boolean) => {
     setRefusal(null);
@@ -60,39 +56,22 @@ export function RemoveVersion({ version, onClose }: { version: VersionRow_Versio
 
   const inUse = refusal?.__typename === 'ConflictError';
   return (
-    <div
-      role="alertdialog"
-      aria-labelledby={titleId}
-      className="confirm"
-      onKeyDown={(e) => {
-        if (e.key === 'Escape') onClose();
-      }}
-    >
-      <p id={titleId} className="confirm-title">
-        Remove {name} ({formatBytes(version.bytesDone)})?
-      </p>
-      <p className="hint">
-        Its {version.fileCount === 1 ? 'file is' : `${version.fileCount} files are`} deleted from the mirror's disk
-        {version.state === 'PRESENT' ? '' : ', and what is still arriving stops'}.
-        {version.usedBy.length
-          ? ` It is the source of ${version.usedBy.map((u) => `${u.name} (${modeWords[u.mode]})`).join(', ')}: their replicas would fail to load.`
-          : ' No catalog model uses it.'}
-      </p>
-      <FormError refusal={refusal} error={error} />
-      <div className="confirm-actions">
-        {inUse ? (
-          <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(true)}>
-            Remove anyway
-          </button>
-        ) : (
-          <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(false)}>
-            Remove
-          </button>
-        )}
-        <button type="button" className="button" ref={keepRef} onClick={onClose}>
-          Keep it
+    <ConfirmDialog
+      title={`Remove ${name} (${formatBytes(version.bytesDone)})?`}
+      refusal={refusal}
+      error={error}
+      onClose={onClose}
+      actions={
+        <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(inUse)}>
+          {inUse ? 'Remove anyway' : 'Remove'}
         </button>
-      </div>
-    </div>
+      }
+    >
+      Its {version.fileCount === 1 ? 'file is' : `${version.fileCount} files are`} deleted from the mirror's disk
+      {version.state === 'PRESENT' ? '' : ', and what is still arriving stops'}.
+      {version.usedBy.length
+        ? ` It is the source of ${version.usedBy.map((u) => `${u.name} (${modeWords[u.mode]})`).join(', ')}: their replicas would fail to load.`
+        : ' No catalog model uses it.'}
+    </ConfirmDialog>
   );
 }

@@ -1,8 +1,9 @@
-import { type FormEvent, useEffect, useId, useRef, useState } from 'react';
+import { type FormEvent, useId, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Bytes, ModelMode, Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
+import { ConfirmDialog } from '../common/confirm-dialog';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { TimeAgo } from '../common/time-ago';
@@ -332,10 +333,6 @@ function ModeForm({ model }: { model: ModelCard_Model }) {
 function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
   const [{ fetching, error }, remove] = useMutation(ModelCard_RemoveMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const titleId = useId();
-  const keepRef = useRef<HTMLButtonElement>(null);
-  // Focus starts on the harmless answer: Enter right after clicking Remove must not remove anything.
-  useEffect(() => keepRef.current?.focus(), []);
 
   const confirm = async () => {
     setRefusal(null);
@@ -345,27 +342,18 @@ function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
   };
 
   return (
-    <div
-      role="alertdialog"
-      aria-labelledby={titleId}
-      className="confirm"
-      onKeyDown={(e) => {
-        if (e.key === 'Escape') onClose();
-      }}
-    >
-      <p id={titleId} className="confirm-title">
-        Remove {name} from the catalog?
-      </p>
-      <p className="hint">Its nodes stop its replicas; its files stay in the mirror.</p>
-      <FormError refusal={refusal} error={error} />
-      <div className="confirm-actions">
+    <ConfirmDialog
+      title={`Remove ${name} from the catalog?`}
+      refusal={refusal}
+      error={error}
+      onClose={onClose}
+      actions={
         <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
           Remove {name}
         </button>
-        <button type="button" className="button" ref={keepRef} onClick={onClose}>
-          Keep it
-        </button>
-      </div>
-    </div>
+      }
+    >
+      Its nodes stop its replicas; its files stay in the mirror.
+    </ConfirmDialog>
   );
 }

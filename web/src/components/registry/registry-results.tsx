@@ -4,6 +4,7 @@ import type { Outcome } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatCount } from '../../lib/format';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { LoadMoreRow } from '../common/load-more-row';
 import { TimeAgo } from '../common/time-ago';
 import type { RegistrySort } from './explorer-search';
 import { RepoDetail } from './repo-detail';
@@ -223,15 +224,12 @@ function ResultsPage({
           </td>
         </tr>
       ) : null}
-      {onLoadMore && page?.hasNextPage && page.endCursor ? (
-        <tr className="table-more">
-          <td colSpan={COLUMNS}>
-            <button type="button" className="button" onClick={() => onLoadMore(page.endCursor as string)}>
-              Load more
-            </button>
-          </td>
-        </tr>
-      ) : null}
+      <LoadMoreRow
+        columns={COLUMNS}
+        hasNextPage={page?.hasNextPage}
+        endCursor={page?.endCursor}
+        onLoadMore={onLoadMore}
+      />
     </tbody>
   );
 }

@@ -1,7 +1,8 @@
-import { useEffect, useId, useRef, useState } from 'react';
+import { useState } from 'react';
 import { type CombinedError, gql, useMutation } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
+import { ConfirmDialog } from '../common/confirm-dialog';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import type { TrainJobPage_Job } from './train-job-page';
@@ -168,10 +169,6 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
 function DeleteJob({ job, onClose, onDeleted }: { job: TrainJobPage_Job; onClose: () => void; onDeleted: () => void }) {
   const [{ fetching, error }, remove] = useMutation(TrainJobActions_DeleteMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const titleId = useId();
-  const keepRef = useRef<HTMLButtonElement>(null);
-  // Focus starts on the harmless answer: Enter right after clicking Delete must not delete anything.
-  useEffect(() => keepRef.current?.focus(), []);
 
   const confirm = async () => {
     setRefusal(null);
@@ -182,30 +179,19 @@ function DeleteJob({ job, onClose, onDeleted }: { job: TrainJobPage_Job; onClose
   };
 
   return (
-    <div
-      role="alertdialog"
-      aria-labelledby={titleId}
-      className="confirm"
-      onKeyDown={(e) => {
-        if (e.key === 'Escape') onClose();
-      }}
-    >
-      <p id={titleId} className="confirm-title">
-        Delete the job {job.name}?
-      </p>
-      <p className="hint">
-        Its curve, events and artifacts are deleted, and its pairs unless another job uses them.
-        {job.adapter ? ` The published adapter ${job.adapter} stays in the catalog.` : ''}
-      </p>
-      <FormError refusal={refusal} error={error} />
-      <div className="confirm-actions">
+    <ConfirmDialog
+      title={`Delete the job ${job.name}?`}
+      refusal={refusal}
+      error={error}
+      onClose={onClose}
+      actions={
         <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
           Delete {job.name}
         </button>
-        <button type="button" className="button" ref={keepRef} onClick={onClose}>
-          Keep it
-        </button>
-      </div>
-    </div>
+      }
+    >
+      Its curve, events and artifacts are deleted, and its pairs unless another job uses them.
+      {job.adapter ? ` The published adapter ${job.adapter} stays in the catalog.` : ''}
+    </ConfirmDialog>
   );
 }

@@ -5,6 +5,7 @@ import { type JobState, jobStates } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
+import { LoadMoreRow } from '../common/load-more-row';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
@@ -207,15 +208,12 @@ function JobsPage({
           </td>
         </tr>
       ) : null}
-      {onLoadMore && pageInfo?.hasNextPage && pageInfo.endCursor ? (
-        <tr className="table-more">
-          <td colSpan={COLUMNS}>
-            <button type="button" className="button" onClick={() => onLoadMore(pageInfo.endCursor as string)}>
-              Load more
-            </button>
-          </td>
-        </tr>
-      ) : null}
+      <LoadMoreRow
+        columns={COLUMNS}
+        hasNextPage={pageInfo?.hasNextPage}
+        endCursor={pageInfo?.endCursor}
+        onLoadMore={onLoadMore}
+      />
     </tbody>
   );
 }
