@@ -8,7 +8,11 @@ describe('ConfirmDialog', () => {
     render(
       <ConfirmDialog
         title="Delete the job j1?"
-        refusal={{ __typename: 'ConflictError', message: 'the job is still running: cancel it first' }}
+        refusal={{
+          __typename: 'ConflictError',
+          code: 'CONFLICT',
+          message: 'the job is still running: cancel it first',
+        }}
         onClose={onClose}
         actions={
           <button type="button" onClick={onGo}>
