@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
+import { freePort } from '../src/lib/free-port.js';
 import { createLogger } from '../src/lib/log.js';
 
 // The mirror's speed as ratios against the tools an operator would otherwise use, run side by side on the same
@@ -93,17 +93,6 @@ function run(cmd: string, args: string[], opts: { cwd?: string } = {}): Promise<
       clearTimeout(timer);
       children.delete(child);
       resolve({ code, stdout, stderr, ms: performance.now() - started });
-    });
-  });
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
     });
   });
 }

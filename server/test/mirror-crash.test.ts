@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
+import { freePort } from '../src/lib/free-port.js';
 import { bytes, sha256, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
 import { ADMIN_EMAIL, ADMIN_PASSWORD, freshDatabase } from './harness.js';
 
@@ -46,17 +46,6 @@ afterAll(async () => {
   await database?.close();
   if (dataDir) await fs.rm(dataDir, { recursive: true, force: true });
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as net.AddressInfo;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** Starts the server the way an operator does, as a process of its own; resolves once it answers /readyz. */
 async function startServer(): Promise<{ base: string; child: Child }> {

@@ -1,6 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createClient } from 'graphql-ws';
@@ -8,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { type Agent, createAgent } from '../src/agent/agent.js';
 import { loadAgentConfig } from '../src/agent/config.js';
+import { freePort } from '../src/lib/free-port.js';
 import { createLogger } from '../src/lib/log.js';
 import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
 import { BASE_REPO, type TrainingWorld, trainingWorld } from './fixtures/training.js';
@@ -196,14 +196,3 @@ describe('a job through a real agent and the stand-in trainer', () => {
     expect(steps).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
   }, 60_000);
 });
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const p = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(p));
-    });
-    s.on('error', reject);
-  });
-}
