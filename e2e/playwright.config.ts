@@ -48,6 +48,8 @@ export default defineConfig({
       HANGAR_ADMIN_PASSWORD: admin.password,
       HANGAR_LOG_LEVEL: 'warn',
       HANGAR_HUB_URL: hubUrl,
+      // The slow upstream the mirror spec fetches from listens on loopback, which is refused unless listed.
+      HANGAR_FETCH_ALLOW: '127.0.0.1',
     },
   },
 });

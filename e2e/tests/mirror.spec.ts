@@ -63,8 +63,10 @@ test('an operator fetches a file by URL, watches it arrive, gets it from the mir
   await expect(page.getByRole('table', { name: 'Files of e2e-model/v1' })).toContainText(sha256.slice(0, 12));
   await snap(page, '08-mirror-present');
 
-  // What a node gets: the same bytes, with the digest the mirror verified as its ETag.
-  const served = await request.get('/mirror/e2e-model/v1/weights.bin');
+  // What a node gets: the same bytes, with the digest the mirror verified as its ETag. The mirror asks for a
+  // credential by default: the console's session is one (page.request sends the page's cookies), none is not.
+  expect((await request.get('/mirror/e2e-model/v1/weights.bin')).status()).toBe(401);
+  const served = await page.request.get('/mirror/e2e-model/v1/weights.bin');
   expect(served.status()).toBe(200);
   expect(
     createHash('sha256')
@@ -81,7 +83,7 @@ test('an operator fetches a file by URL, watches it arrive, gets it from the mir
   await expect(row).toHaveCount(0);
   await expect(page.getByText('The mirror holds nothing yet.')).toBeVisible();
   await expect(page.getByLabel('The mirror')).toContainText('Present0');
-  expect((await request.get('/mirror/e2e-model/v1/weights.bin')).status()).toBe(404);
+  expect((await page.request.get('/mirror/e2e-model/v1/weights.bin')).status()).toBe(404);
   await snap(page, '10-mirror-removed');
 });
 

@@ -242,6 +242,7 @@ async function startHangar(): Promise<{ base: string; token: string }> {
     PORT: '0',
     HANGAR_LOG_LEVEL: 'warn',
     HANGAR_ADMIN_PASSWORD: password,
+    HANGAR_FETCH_ALLOW: '127.0.0.1', // the file servers measured are on loopback
   });
   app = await createApp({ config, log: createLogger('warn'), print: () => {} });
   const base = await app.start();
@@ -361,13 +362,15 @@ async function curlHash(url: string, sha256: string): Promise<number> {
  * `clients` curl processes, each reading `bytes` from the start of the file into /dev/null (a Range request when
  * that is less than the whole file); the bytes all of them got per second.
  */
-async function serve(url: string, clients: number, bytes: number): Promise<number> {
+async function serve(url: string, clients: number, bytes: number, token?: string): Promise<number> {
   const range = bytes < SIZE ? ['-r', `0-${bytes - 1}`] : [];
+  // The mirror asks for a credential by default (HANGAR_MIRROR_REQUIRE_TOKEN), as a node sends its token.
+  const auth = token ? ['-H', `Authorization: Bearer ${token}`] : [];
   const expect = `${bytes < SIZE ? 206 : 200} ${bytes}`;
   const started = performance.now();
   const runs = await Promise.all(
     Array.from({ length: clients }, () =>
-      run('curl', ['-sS', '--fail', ...range, '-o', '/dev/null', '-w', '%{http_code} %{size_download}', url]),
+      run('curl', ['-sS', '--fail', ...auth, ...range, '-o', '/dev/null', '-w', '%{http_code} %{size_download}', url]),
     ),
   );
   const ms = performance.now() - started;
@@ -502,10 +505,10 @@ async function main() {
   ] as const) {
     const served = { nginx: [] as number[], hangar: [] as number[] };
     await serve(upstream.url, clients, bytes); // not counted, like (a)'s first round
-    await serve(hangarUrl, clients, bytes);
+    await serve(hangarUrl, clients, bytes, token);
     for (let round = 1; round <= ROUNDS; round++) {
       if (round % 2) served.nginx.push(await serve(upstream.url, clients, bytes));
-      served.hangar.push(await serve(hangarUrl, clients, bytes));
+      served.hangar.push(await serve(hangarUrl, clients, bytes, token));
       if (!(round % 2)) served.nginx.push(await serve(upstream.url, clients, bytes));
     }
     const who = `${clients} × ${bytes / MIB} MiB`;

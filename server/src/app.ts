@@ -4,6 +4,8 @@ import { WebSocketServer } from 'ws';
 import { AccessService } from './access/access.service.js';
 import { AuditService } from './audit/audit.service.js';
 import { AuthService } from './auth/auth.service.js';
+import { LiveCallers } from './auth/live.js';
+import { LoginLimits } from './auth/login-limits.js';
 import { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
@@ -12,6 +14,7 @@ import { pendingMigrations } from './db/migrate.js';
 import { FleetService } from './fleet/fleet.service.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
+import { guardBody, isUpload, type ReadinessCheck, readiness, urlHasNul, withDeadline } from './http/edge.js';
 import { serveConsole } from './http/static.js';
 import type { Logger } from './lib/log.js';
 import { MirrorService } from './mirror/mirror.service.js';
@@ -45,10 +48,11 @@ export async function createApp({
   const db = database ?? (await openDatabase(config, log));
   const prisma = db.prisma;
   const pubsub = makePubSub();
+  const loginLimits = new LoginLimits(db.url);
   const audit = new AuditService(prisma, log);
   const services: Services = {
     audit,
-    auth: new AuthService(prisma, config, audit, log),
+    auth: new AuthService(prisma, config, audit, log, loginLimits),
     access: new AccessService(prisma, audit),
     org: new OrgService(prisma, audit),
     fleet: new FleetService(prisma, audit, log),
@@ -69,6 +73,8 @@ export async function createApp({
   );
   services.trainArtifacts = new TrainArtifacts(prisma, audit, services.train, services.mirror, log);
   try {
+    // First: a replica on storage the database's mirror is not on refuses before it changes anything.
+    await services.mirror.openStorage();
     await services.catalog.loadDeclared();
   } catch (err) {
     // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
@@ -81,14 +87,23 @@ export async function createApp({
     if (!database) await db.close();
     throw err;
   }
-  const stopListening = await listen(db.url, pubsub, log);
+  const listener = await listen(db.url, pubsub, log);
 
-  const yoga = buildYoga({ prisma, config, log, pubsub, services });
-  const consoleHandler = serveConsole(config.webDist);
+  const live = new LiveCallers({
+    auth: services.auth,
+    pubsub,
+    log,
+    limits: { perConnection: config.maxSubscriptionsPerConnection, perCaller: config.maxSubscriptionsPerCaller },
+  });
+  live.start();
+  const yoga = buildYoga({ prisma, config, log, pubsub, services, live });
+  // Model cards show the Hub's images, and an internal Hub may be plain http.
+  const consoleHandler = serveConsole(config.webDist, { imageSources: [new URL(config.hubUrl).origin] });
   const mirrorFiles = serveMirror({
     db: prisma,
     paths: services.mirror.paths,
     auth: services.auth,
+    owners: services.org,
     requireToken: config.mirrorRequireToken,
     internalToken: services.mirror.internalToken,
     log,
@@ -102,52 +117,131 @@ export async function createApp({
   let listeningUrl = `http://${config.host}:${config.port}`;
   services.mirror.setBaseUrl(() => listeningUrl);
   services.train.setBaseUrl(() => listeningUrl);
-  const train = trainRoutes({ train: services.train, artifacts: services.trainArtifacts, auth: services.auth });
+  const train = trainRoutes({
+    train: services.train,
+    artifacts: services.trainArtifacts,
+    auth: services.auth,
+    audit,
+  });
 
   let inFlight = 0;
   let draining = false;
-  const server = http.createServer(async (req, res) => {
-    inFlight++;
-    res.on('close', () => inFlight--);
-    const path = (req.url ?? '/').split('?')[0] ?? '/';
-    try {
-      if (draining) res.setHeader('connection', 'close');
-      if (path === '/graphql') return await yoga.requestListener(req, res);
-      if (path === '/healthz') return json(res, 200, { ok: true });
-      if (path === '/readyz') return await readyz(res);
-      if (path.startsWith('/mirror/')) {
-        return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
+  const server = http.createServer(
+    {
+      // No total deadline (long downloads, SSE streams, uploads of weights): bodies are guarded per route below.
+      requestTimeout: 0,
+      headersTimeout: config.headersTimeoutMs,
+      // How often Node looks for connections past headersTimeout; its default (30 s) would stretch the limit.
+      connectionsCheckingInterval: Math.min(30_000, Math.max(100, Math.floor(config.headersTimeoutMs / 4))),
+    },
+    async (req, res) => {
+      inFlight++;
+      res.on('close', () => inFlight--);
+      const path = (req.url ?? '/').split('?')[0] ?? '/';
+      try {
+        if (draining) res.setHeader('connection', 'close');
+        if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, path);
+        guardBody(req, res, isUpload(req.method, path), config, log, path);
+        if (path === '/graphql') return await yoga.requestListener(req, res);
+        if (path === '/healthz') return json(res, 200, { ok: true });
+        if (path === '/readyz') return await readyz(res);
+        if (path.startsWith('/mirror/')) {
+          return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
+        }
+        if (path.startsWith('/api/train/') && (await train(req, res, path))) return;
+        if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
+        json(res, 405, { error: `${req.method} is not served at ${path}` });
+      } catch (err) {
+        log.error('request failed', { path, error: err });
+        if (!res.headersSent) json(res, 500, { error: 'unexpected error' });
+        else res.destroy();
       }
-      if (path.startsWith('/api/train/') && (await train(req, res, path))) return;
-      if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
-      json(res, 405, { error: `${req.method} is not served at ${path}` });
-    } catch (err) {
-      log.error('request failed', { path, error: err });
-      if (!res.headersSent) json(res, 500, { error: 'unexpected error' });
-      else res.destroy();
-    }
+    },
+  );
+  // Past this many connections a new one is closed as it arrives: slow clients cannot take all the sockets.
+  server.maxConnections = config.maxConnections;
+  let lastDropLogged = 0;
+  server.on('drop', (data) => {
+    if (Date.now() - lastDropLogged < 60_000) return;
+    lastDropLogged = Date.now();
+    log.warn('refusing connections: HANGAR_MAX_CONNECTIONS reached', {
+      maxConnections: config.maxConnections,
+      remote: data?.remoteAddress,
+    });
   });
-  server.requestTimeout = 0; // long downloads and SSE streams; idle sockets are bounded by keepAliveTimeout
 
-  const readyz = async (res: http.ServerResponse) => {
-    try {
-      const pending = await pendingMigrations((sql) => prisma.$queryRawUnsafe(sql));
-      if (draining) return json(res, 503, { ready: false, reason: 'shutting down' });
-      if (pending.length)
-        return json(res, 503, { ready: false, reason: `migrations not applied: ${pending.join(', ')}` });
-      return json(res, 200, { ready: true });
-    } catch (err) {
-      return json(res, 503, { ready: false, reason: `database unreachable: ${(err as Error).message}` });
+  // A NUL in a URL is refused before any route: PostgreSQL cannot store it, and a lookup with it would fail as
+  // an unexpected error. A refused change by a caller who showed a credential is audited, as any refusal is;
+  // anonymous ones are not, or anyone could add rows without end.
+  const refuseNul = async (req: http.IncomingMessage, res: http.ServerResponse, path: string) => {
+    const error = 'a NUL byte (%00) is not accepted in a URL: no name, id or cursor in Hangar holds one';
+    if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'OPTIONS') {
+      const viewer = await services.auth.identify({
+        authorization: req.headers.authorization ?? null,
+        cookie: req.headers.cookie ?? null,
+        csrf: (req.headers['x-hangar-csrf'] as string | undefined) ?? null,
+        method: req.method ?? 'POST',
+      });
+      const action = path.startsWith('/mirror/')
+        ? 'uploadToMirror'
+        : path === '/api/train/data'
+          ? 'uploadTrainData'
+          : path.startsWith('/api/train/')
+            ? 'uploadTrainArtifact'
+            : `${req.method} ${path.split('/')[1] ?? ''}`;
+      // The path as sent, still percent-encoded: the audit log holds text, and %00 is text.
+      if (viewer.kind !== 'anonymous') {
+        await audit.refused(
+          { viewer, requestId: crypto.randomUUID() },
+          action,
+          path.replaceAll('\u0000', '%00'),
+          error,
+        );
+      }
     }
+    res.setHeader('connection', 'close');
+    return json(res, 400, { error, code: 'VALIDATION' });
+  };
+
+  // Each check says why the server is not ready, in words safe for anyone to read; the details go to the log.
+  const readinessChecks: ReadinessCheck[] = [
+    () => (draining ? 'shutting down' : undefined),
+    async () => {
+      try {
+        const pending = await withDeadline(
+          pendingMigrations((sql) => prisma.$queryRawUnsafe(sql)),
+          5000,
+          'the database',
+        );
+        return pending.length ? `migrations not applied: ${pending.join(', ')}` : undefined;
+      } catch (err) {
+        log.warn('not ready: the database is unreachable', { error: err });
+        return 'database unreachable';
+      }
+    },
+    // The loops that found the database gone and have not got through since (the check above may pass a few
+    // seconds before they try again), and live events, which go quiet while their connection is down.
+    () => {
+      const loops = [services.mirror.health, services.serveJobs.health, services.train.health, services.fleet.health];
+      const paused = loops.filter((l) => l.paused).map((l) => l.name);
+      return paused.length ? `waiting for the database: ${paused.join(', ')}` : undefined;
+    },
+    () => (listener.listening() ? undefined : 'live events: not connected to the database (reconnecting)'),
+  ];
+  const readyz = async (res: http.ServerResponse) => {
+    const answer = await readiness(readinessChecks);
+    return json(res, answer.ready ? 200 : 503, answer);
   };
 
   const wss = new WebSocketServer({ noServer: true, maxPayload: config.maxBodyBytes });
-  const wsServer = attachGraphqlWs(wss, yoga, services.auth);
+  const wsServer = attachGraphqlWs(wss, { yoga, auth: services.auth, live, trustProxy: config.trustProxy });
   server.on('upgrade', (req, socket: Duplex, head) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== '/graphql' || draining) return refuseUpgrade(socket, 404, 'Not Found');
     // A browser sends the session cookie with a WebSocket opened by any site; only our own pages may use it.
-    if (!originAllowed(req.headers.origin, req.headers.host, config.publicUrl)) {
+    // Pages of the origins HANGAR_CORS_ORIGINS lists may, as they may over HTTP.
+    const listed = Boolean(req.headers.origin && config.corsOrigins.includes(req.headers.origin));
+    if (!listed && !originAllowed(req.headers.origin, req.headers.host, config.publicUrl)) {
       log.warn('refused a WebSocket from a foreign origin', { origin: req.headers.origin });
       return refuseUpgrade(socket, 403, 'Forbidden');
     }
@@ -200,7 +294,9 @@ export async function createApp({
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();
         await closed;
-        await stopListening();
+        live.stop();
+        await listener.stop();
+        await loginLimits.close();
         if (!database) await db.close();
         log.info('Hangar stopped');
       })();

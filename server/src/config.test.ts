@@ -9,6 +9,9 @@ describe('config', () => {
     expect(c.dataDir).toMatch(/\/data$/);
     expect(c.databaseUrl).toBeUndefined();
     expect(c.hubUrl).toBe('https://huggingface.co');
+    // A mirror that serves weights to anyone who reaches the port is opted into, not the default.
+    expect(c.mirrorRequireToken).toBe(true);
+    expect(loadConfig({ HANGAR_MIRROR_REQUIRE_TOKEN: 'false' }).mirrorRequireToken).toBe(false);
   });
 
   it('treats an empty variable as unset', () => {
@@ -29,6 +32,18 @@ describe('config', () => {
     expect(() => loadConfig({ PORT: '70000' })).toThrow(/PORT="70000" is not accepted: from 0 to 65535/);
     expect(() => loadConfig({ HANGAR_ADMIN_PASSWORD: 'short' })).toThrow(
       /HANGAR_ADMIN_PASSWORD="short" is not accepted: at least 12 characters/,
+    );
+  });
+
+  it('reads HANGAR_FETCH_ALLOW as a list of names and networks, and names an entry that is neither', () => {
+    expect(loadConfig({}).fetchAllow).toEqual([]);
+    expect(loadConfig({ HANGAR_FETCH_ALLOW: ' files.internal, 10.0.0.0/8 ,fd00::/8,' }).fetchAllow).toEqual([
+      'files.internal',
+      '10.0.0.0/8',
+      'fd00::/8',
+    ]);
+    expect(() => loadConfig({ HANGAR_FETCH_ALLOW: '10.0.0.0/8,http://files.internal/' })).toThrow(
+      /HANGAR_FETCH_ALLOW="10\.0\.0\.0\/8,http:\/\/files\.internal\/" is not accepted: a comma-separated list of host names and networks: "http:\/\/files\.internal\/" is neither a host name, an address nor a network/,
     );
   });
 });

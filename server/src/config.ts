@@ -1,5 +1,6 @@
 import path from 'node:path';
 import { z } from 'zod';
+import { parseAllowEntry } from './lib/outbound.js';
 
 // The only reader of process.env. Every setting is parsed here, once, so a bad value stops start-up with a
 // message naming the variable and what it accepts, instead of surfacing later as a confusing failure.
@@ -14,6 +15,16 @@ const httpUrl = z
   .string()
   .url('an absolute URL such as https://hangar.example.com')
   .refine((u) => /^https?:\/\//.test(u), 'an http:// or https:// URL');
+
+/** An origin exactly as a browser sends it in Origin: http(s)://host[:port], nothing after. */
+function isOrigin(value: string): boolean {
+  try {
+    const u = new URL(value);
+    return (u.protocol === 'http:' || u.protocol === 'https:') && u.origin === value;
+  } catch {
+    return false;
+  }
+}
 
 const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
 
@@ -34,6 +45,22 @@ const schema = z.object({
   HANGAR_ADMIN_PASSWORD: z.string().min(12, 'at least 12 characters').optional(),
   HANGAR_HUB_URL: httpUrl.default('https://huggingface.co'),
   HANGAR_HUB_TOKEN: z.string().optional(),
+  HANGAR_FETCH_ALLOW: z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((e) => e.trim())
+        .filter(Boolean),
+    )
+    .superRefine((entries, ctx) => {
+      for (const e of entries) {
+        const parsed = parseAllowEntry(e);
+        if (typeof parsed === 'string')
+          ctx.addIssue({ code: 'custom', message: `a comma-separated list of host names and networks: ${parsed}` });
+      }
+    })
+    .default([]),
   HANGAR_CONFIG: z.string().optional(),
   HANGAR_WEB_DIST: z.string().optional(),
   HANGAR_SESSION_HOURS: z.coerce
@@ -42,18 +69,77 @@ const schema = z.object({
     .min(1, 'at least 1')
     .max(24 * 90, 'at most 2160 (90 days)')
     .default(168),
+  HANGAR_MAX_SUBSCRIPTIONS_PER_CONNECTION: z.coerce
+    .number()
+    .int('a whole number')
+    .min(1, 'at least 1')
+    .max(100_000, 'at most 100000')
+    .default(100),
+  HANGAR_MAX_SUBSCRIPTIONS_PER_CALLER: z.coerce
+    .number()
+    .int('a whole number')
+    .min(1, 'at least 1')
+    .max(1_000_000, 'at most 1000000')
+    .default(500),
+  HANGAR_TRUST_PROXY: bool.default(false),
   HANGAR_SHUTDOWN_GRACE_MS: z.coerce.number().int().min(0).max(600_000, 'at most 600000').default(10_000),
   HANGAR_MAX_BODY_BYTES: z.coerce
     .number()
     .int()
     .min(1024, 'at least 1024')
     .default(1 << 20),
+  HANGAR_CORS_ORIGINS: z
+    .string()
+    .transform((v) =>
+      v
+        .split(',')
+        .map((e) => e.trim())
+        .filter(Boolean),
+    )
+    .superRefine((origins, ctx) => {
+      for (const o of origins) {
+        if (!isOrigin(o)) {
+          ctx.addIssue({
+            code: 'custom',
+            message: `a comma-separated list of origins (scheme, host and port, no path), such as https://tools.example.com: "${o}" is not one`,
+          });
+        }
+      }
+    })
+    .default([]),
+  HANGAR_MAX_CONNECTIONS: z.coerce
+    .number()
+    .int('a whole number')
+    .min(1, 'at least 1')
+    .max(1_000_000, 'at most 1000000')
+    .default(1024),
+  HANGAR_HEADERS_TIMEOUT_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(600_000, 'at most 600000')
+    .default(20_000),
+  HANGAR_BODY_TIMEOUT_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(600_000, 'at most 600000')
+    .default(30_000),
+  HANGAR_UPLOAD_MIN_BYTES_PER_SECOND: z.coerce.number().int().min(1, 'at least 1').default(4096),
+  HANGAR_UPLOAD_RATE_WINDOW_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(3_600_000, 'at most 3600000')
+    .default(30_000),
   HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
   HANGAR_GRAPHIQL: bool.default(true),
   HANGAR_MIRROR_CONCURRENCY: z.coerce.number().int().min(1, 'at least 1').max(64, 'at most 64').default(3),
   HANGAR_MIRROR_STALL_SECONDS: z.coerce.number().int().min(1, 'at least 1').max(3600, 'at most 3600').default(30),
   HANGAR_MIRROR_ATTEMPTS: z.coerce.number().int().min(1, 'at least 1').max(100, 'at most 100').default(8),
-  HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(false),
+  // On by default: a node token or an API token is cheap to hand out, and a server on 0.0.0.0 serving weights to
+  // anyone who can reach the port is not. The console (its session), nodes and the server itself all send one.
+  HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(true),
   HANGAR_MIRROR_FSYNC: bool.default(false),
   HANGAR_HUB_TIMEOUT_MS: z.coerce
     .number()
@@ -82,12 +168,41 @@ export type Config = {
   adminPassword: string | undefined;
   hubUrl: string;
   hubToken: string | undefined;
+  /**
+   * Host names and networks the server may fetch from although they are loopback, private, link-local or
+   * unique-local (an air-gapped site's internal file servers). The Hub's own origin is always allowed.
+   */
+  fetchAllow: string[];
   configFile: string | undefined;
   webDist: string;
   sessionHours: number;
+  /** Subscriptions one WebSocket connection may hold open at once. */
+  maxSubscriptionsPerConnection: number;
+  /** Subscriptions one caller (a user, over all their tokens and sessions, or a node) may hold in one process. */
+  maxSubscriptionsPerCaller: number;
+  /**
+   * Whether a proxy in front of Hangar reports the client's address in X-Forwarded-For (the last entry, the one
+   * it added). Off, the socket's peer is the client: a header anyone can send must not pick whose sign-in
+   * attempts are counted.
+   */
+  trustProxy: boolean;
   shutdownGraceMs: number;
   maxBodyBytes: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** Origins other than the console's own whose pages may call /graphql with the browser's credentials. */
+  corsOrigins: string[];
+  /** Connections the server holds at once; more are closed as they arrive. */
+  maxConnections: number;
+  /** How long a client has to send a request's headers. */
+  headersTimeoutMs: number;
+  /** How long a client has to send a whole small body (GraphQL and the other size-capped requests). */
+  bodyTimeoutMs: number;
+  /**
+   * An upload (PUT /mirror, /api/train) may take as long as it needs, but must average at least this many
+   * bytes per second over each window of uploadRateWindowMs, or it is cut off: a trickle holds a connection.
+   */
+  uploadMinBytesPerSecond: number;
+  uploadRateWindowMs: number;
   graphiql: boolean;
   /** How many files the mirror downloads at once. */
   mirrorConcurrency: number;
@@ -95,7 +210,7 @@ export type Config = {
   mirrorStallSeconds: number;
   /** Tries per file (each resuming where the last stopped) before it is marked failed. */
   mirrorAttempts: number;
-  /** Whether GET /mirror/… needs a node or API token. */
+  /** Whether GET /mirror/… needs a credential (node or API token, or a console session); on unless set false. */
   mirrorRequireToken: boolean;
   /**
    * Whether each file is flushed to the disk before it is marked present. Off, a fetch on a fast link runs at
@@ -142,12 +257,22 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     adminPassword: c.HANGAR_ADMIN_PASSWORD,
     hubUrl: c.HANGAR_HUB_URL.replace(/\/+$/, ''),
     hubToken: c.HANGAR_HUB_TOKEN,
+    fetchAllow: c.HANGAR_FETCH_ALLOW,
     configFile: c.HANGAR_CONFIG,
     webDist: path.resolve(c.HANGAR_WEB_DIST ?? new URL('../../web/dist', import.meta.url).pathname),
     sessionHours: c.HANGAR_SESSION_HOURS,
+    maxSubscriptionsPerConnection: c.HANGAR_MAX_SUBSCRIPTIONS_PER_CONNECTION,
+    maxSubscriptionsPerCaller: c.HANGAR_MAX_SUBSCRIPTIONS_PER_CALLER,
+    trustProxy: c.HANGAR_TRUST_PROXY,
     shutdownGraceMs: c.HANGAR_SHUTDOWN_GRACE_MS,
     maxBodyBytes: c.HANGAR_MAX_BODY_BYTES,
     logLevel: c.HANGAR_LOG_LEVEL,
+    corsOrigins: c.HANGAR_CORS_ORIGINS,
+    maxConnections: c.HANGAR_MAX_CONNECTIONS,
+    headersTimeoutMs: c.HANGAR_HEADERS_TIMEOUT_MS,
+    bodyTimeoutMs: c.HANGAR_BODY_TIMEOUT_MS,
+    uploadMinBytesPerSecond: c.HANGAR_UPLOAD_MIN_BYTES_PER_SECOND,
+    uploadRateWindowMs: c.HANGAR_UPLOAD_RATE_WINDOW_MS,
     graphiql: c.HANGAR_GRAPHIQL,
     mirrorConcurrency: c.HANGAR_MIRROR_CONCURRENCY,
     mirrorStallSeconds: c.HANGAR_MIRROR_STALL_SECONDS,

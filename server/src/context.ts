@@ -2,6 +2,7 @@ import type { YogaInitialContext } from 'graphql-yoga';
 import type { AccessService } from './access/access.service.js';
 import type { AuditService } from './audit/audit.service.js';
 import type { AuthService } from './auth/auth.service.js';
+import type { LiveConnection } from './auth/live.js';
 import type { Viewer } from './auth/viewer.js';
 import type { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
@@ -43,4 +44,11 @@ export type Context = YogaInitialContext & {
   responseCookies: string[];
   /** Whether the request came over TLS (directly or as a proxy says), so cookies are marked Secure. */
   secure: boolean;
+  /** The WebSocket connection an operation came on (graphql/ws.ts); SSE requests have none. */
+  live?: LiveConnection;
+  /**
+   * The client's address: the socket's peer, or with HANGAR_TRUST_PROXY the address the proxy in front
+   * reports. What sign-in attempts are counted against; undefined for requests made in-process.
+   */
+  clientAddress?: string;
 };

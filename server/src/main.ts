@@ -2,6 +2,7 @@ import { createApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 import { MigrationError } from './db/migrate.js';
 import { createLogger } from './lib/log.js';
+import { MirrorStorageError } from './mirror/storage.js';
 
 let config: ReturnType<typeof loadConfig>;
 try {
@@ -14,6 +15,16 @@ try {
   throw err;
 }
 const log = createLogger(config.logLevel);
+
+// A safety net, not the fix: every background loop handles its own failures (the database going away above
+// all), and one rejection that slipped through must not end the downloads, jobs and live views of everyone
+// else. The state that matters is in PostgreSQL, so going on is safe; the line says it is a bug to report.
+// (A synchronous uncaught exception still ends the process, as Node does by default: its state is unknown.)
+process.on('unhandledRejection', (reason) => {
+  log.error('unhandled promise rejection (a bug in Hangar: please report it); the server goes on', {
+    error: reason,
+  });
+});
 
 try {
   const app = await createApp({ config, log });
@@ -43,10 +54,29 @@ try {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   await app.start();
 } catch (err) {
-  if (err instanceof MigrationError || err instanceof ConfigError) {
+  if (err instanceof MigrationError || err instanceof ConfigError || err instanceof MirrorStorageError) {
     process.stderr.write(`Hangar cannot start: ${err.message}\n`);
     process.exit(2);
   }
+  // Whatever the log level: a start that fails must say why, not only that it did.
+  process.stderr.write(`Hangar failed to start: ${describeFailure(err)}\n`);
   log.error('Hangar failed to start', { error: err });
   process.exit(1);
+}
+
+/** An error's message and those of its causes; something thrown that is not an Error (undefined, a string) too. */
+function describeFailure(err: unknown): string {
+  const parts: string[] = [];
+  let e: unknown = err;
+  for (let depth = 0; depth < 5 && e !== undefined && e !== null; depth++) {
+    if (e instanceof AggregateError && e.errors.length) {
+      parts.push(e.errors.map((x) => (x instanceof Error ? x.message : String(x))).join('; '));
+    } else if (e instanceof Error) {
+      parts.push(e.message || e.name);
+    } else {
+      parts.push(typeof e === 'string' ? e : (JSON.stringify(e) ?? String(e)));
+    }
+    e = e instanceof Error ? e.cause : undefined;
+  }
+  return parts.length ? parts.join(': ') : 'no reason was given (the error was empty); run with HANGAR_LOG_LEVEL=debug';
 }

@@ -1,6 +1,7 @@
 import { createPubSub } from 'graphql-yoga';
 import pg from 'pg';
 import type { Db, Tx } from './db/client.js';
+import { outageReason } from './db/outage.js';
 import type { Logger } from './lib/log.js';
 
 // Live updates go through PostgreSQL's NOTIFY. It is transactional: an event sent inside the transaction that
@@ -10,6 +11,12 @@ import type { Logger } from './lib/log.js';
 
 export type Topics = {
   auditEvent: [id: string];
+  /**
+   * "user:<id>" or "node:<id>": something that decides what that holder may do changed (a token revoked, the
+   * user disabled or given another role, a session ended). Every live connection of that holder checks its
+   * credentials again and ends if they no longer stand.
+   */
+  credentials: [holder: string];
   /** "model/version": a version's files changed (state, bytes, removal). */
   mirrorVersion: [key: string];
   /** A serve job's id: its state or a step changed. */
@@ -31,13 +38,56 @@ export async function notify(db: Db | Tx, topic: Topic, id: string): Promise<voi
   await db.$executeRaw`SELECT pg_notify(${CHANNEL}, ${JSON.stringify({ topic, id })})`;
 }
 
-/** Listens on the database and republishes each event in this process; returns a function that stops it. */
-export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): Promise<() => Promise<void>> {
+export type Listener = {
+  /** Whether the database's events reach this process now; /readyz says so when they do not. */
+  listening(): boolean;
+  stop(): Promise<void>;
+};
+
+/**
+ * Listens on the database and republishes each event in this process. A lost connection (PostgreSQL restarted,
+ * failed over, or not up yet at the first try) is retried with a backoff until it answers, logged once when
+ * lost and once when back, and never thrown: without it live views go quiet, but nothing else stops.
+ */
+export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): Promise<Listener> {
   let client: pg.Client | undefined;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
+  let failures = 0;
+  let lostAt: number | null = null;
+
+  const lost = (err: unknown) => {
+    if (lostAt !== null) return;
+    lostAt = Date.now();
+    log.warn(
+      'live events: no connection to the database; reconnecting until it answers (subscriptions hear nothing meanwhile)',
+      {
+        reason: err === undefined ? 'the connection ended' : outageReason(err),
+      },
+    );
+  };
+  const scheduleReconnect = () => {
+    if (closed || retry) return;
+    failures++;
+    retry = setTimeout(
+      () => {
+        retry = undefined;
+        void connect();
+      },
+      Math.min(5000, 250 * 2 ** Math.min(failures, 10)),
+    );
+  };
   const connect = async () => {
-    const c = new pg.Client({ connectionString: databaseUrl });
+    const c = new pg.Client({ connectionString: databaseUrl, keepAlive: true });
+    let dropped = false;
+    const drop = (err?: unknown) => {
+      if (dropped || closed) return;
+      dropped = true;
+      if (client === c) client = undefined;
+      c.end().catch(() => {});
+      lost(err);
+      scheduleReconnect();
+    };
     c.on('notification', (msg) => {
       try {
         const { topic, id } = JSON.parse(msg.payload ?? '') as { topic: Topic; id: string };
@@ -46,28 +96,33 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
         log.warn('ignored a malformed event', { payload: msg.payload, error: err });
       }
     });
-    // A dropped connection would silently stop every live view: reconnect, and let clients re-read state.
-    c.on('error', (err) => {
-      log.warn('event listener lost its connection; reconnecting', { error: err });
-      scheduleReconnect();
-    });
-    await c.connect();
-    await c.query(`LISTEN ${CHANNEL}`);
+    c.on('error', (err) => drop(err));
+    c.on('end', () => drop());
+    try {
+      await c.connect();
+      await c.query(`LISTEN ${CHANNEL}`);
+    } catch (err) {
+      drop(err);
+      return;
+    }
+    if (closed || dropped) {
+      await c.end().catch(() => {});
+      return;
+    }
     client = c;
-  };
-  const scheduleReconnect = () => {
-    if (closed || retry) return;
-    client?.end().catch(() => {});
-    client = undefined;
-    retry = setTimeout(() => {
-      retry = undefined;
-      connect().catch(() => scheduleReconnect());
-    }, 1000);
+    failures = 0;
+    if (lostAt !== null) {
+      log.info('live events: listening again', { afterSeconds: Math.round((Date.now() - lostAt) / 1000) });
+      lostAt = null;
+    }
   };
   await connect();
-  return async () => {
-    closed = true;
-    if (retry) clearTimeout(retry);
-    await client?.end().catch(() => {});
+  return {
+    listening: () => client !== undefined,
+    stop: async () => {
+      closed = true;
+      if (retry) clearTimeout(retry);
+      await client?.end().catch(() => {});
+    },
   };
 }

@@ -53,6 +53,11 @@ export type TestApp = {
   app: App;
   /** Stops the app (gracefully, as SIGTERM would) and starts a new one on the same database and data dir. */
   restart(): Promise<App>;
+  /**
+   * Another server on the same database, as a second replica would be, with `env` over this one's settings
+   * (HANGAR_DATA_DIR to give it other storage). Built, not started; close() stops it.
+   */
+  replica(env?: Record<string, string>): Promise<App>;
   dataDir: string;
   /** Runs an operation in-process through Yoga, as an HTTP request would arrive. */
   gql<T = Record<string, any>>(
@@ -67,18 +72,26 @@ export type TestApp = {
   close(): Promise<void>;
 };
 
-export async function startTestApp(env: Record<string, string> = {}): Promise<TestApp> {
-  const database = await freshDatabase();
+export async function startTestApp(
+  env: Record<string, string> = {},
+  // Another way to the database (the outage tests pass one through a relay they can cut).
+  options: { database?: () => Promise<Database> } = {},
+): Promise<TestApp> {
+  const database = await (options.database ?? freshDatabase)();
   const dataDir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-data-'));
-  const config = loadConfig({
+  const settings = {
     HANGAR_DATA_DIR: dataDir,
     HANGAR_ADMIN_EMAIL: ADMIN_EMAIL,
     HANGAR_ADMIN_PASSWORD: ADMIN_PASSWORD,
     HANGAR_LOG_LEVEL: 'silent',
     PORT: '0',
     HANGAR_WEB_DIST: path.join(dataDir, 'no-web-dist'),
+    // The stand-in upstreams and Hubs listen on loopback, which the server refuses to fetch from unless listed.
+    HANGAR_FETCH_ALLOW: '127.0.0.1',
     ...env,
-  });
+  };
+  const config = loadConfig(settings);
+  const replicas: App[] = [];
   let app = await createApp({ config, log: createLogger(config.logLevel), database, print: () => {} });
 
   const gql: TestApp['gql'] = async (query, variables, o = {}) => {
@@ -129,11 +142,18 @@ export async function startTestApp(env: Record<string, string> = {}): Promise<Te
       handle.app = app;
       return app;
     },
+    replica: async (more = {}) => {
+      const c = loadConfig({ ...settings, PORT: '0', ...more });
+      const r = await createApp({ config: c, log: createLogger(c.logLevel), database, print: () => {} });
+      replicas.push(r);
+      return r;
+    },
     dataDir,
     gql,
     login,
     token,
     close: async () => {
+      for (const r of replicas) await r.stop();
       await app.stop();
       await database.close();
       await fs.rm(dataDir, { recursive: true, force: true });

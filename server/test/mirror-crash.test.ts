@@ -63,6 +63,7 @@ async function startServer(): Promise<{ base: string; child: Child }> {
       HANGAR_ADMIN_EMAIL: ADMIN_EMAIL,
       HANGAR_ADMIN_PASSWORD: ADMIN_PASSWORD,
       HANGAR_LOG_LEVEL: 'warn',
+      HANGAR_FETCH_ALLOW: '127.0.0.1', // the fault upstream is on loopback
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -226,7 +227,9 @@ describe('leases across processes', () => {
     expect(rows[0]).toMatchObject({ state: 'PRESENT', actualSha256: digest, leaseOwner: null });
 
     // And it serves what it verified.
-    const served = await fetch(`${second.base}/mirror/crash/v1/crash.gguf`);
+    const served = await fetch(`${second.base}/mirror/crash/v1/crash.gguf`, {
+      headers: { authorization: `Bearer ${token}` },
+    });
     expect(served.headers.get('etag')).toBe(`"${digest}"`);
     expect(sha256(Buffer.from(await served.arrayBuffer()))).toBe(digest);
 

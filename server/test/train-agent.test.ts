@@ -195,4 +195,44 @@ describe('a job through a real agent and the stand-in trainer', () => {
     );
     expect(steps).toEqual(Array.from({ length: 40 }, (_, i) => i + 1));
   }, 60_000);
+
+  it('ends DONE with its adapter when the control plane was down for longer than the lost time', async () => {
+    const agent = await startAgent(100);
+    const id = await submit(30);
+    await until(async () => (await job(id)).step >= 3);
+    await t.app.stop();
+    const down = Date.now();
+    // The trainer finishes while nobody listens: its last steps, the adapter and the end wait on the node.
+    await until(async () => agent.trainer.snapshot()?.phase === 'uploading', 20_000);
+    await new Promise((r) => setTimeout(r, Math.max(0, 7000 - (Date.now() - down))));
+    expect(Date.now() - down).toBeGreaterThan(5000); // HANGAR_TRAIN_LOST_SECONDS
+    await t.restart();
+    await t.app.start();
+    const done = await until(async () => ((await job(id)).state === 'DONE' ? job(id) : undefined), 30_000);
+    expect(done).toMatchObject({ step: 30, steps: 30, message: 'trained' });
+    expect(await t.app.db.prisma.trainMetric.count({ where: { jobId: id } })).toBe(30);
+    const kinds = (await t.app.db.prisma.trainArtifact.findMany({ where: { jobId: id } })).map((a) => a.kind).sort();
+    expect(kinds).toEqual(['gguf', 'peft']);
+  }, 90_000);
+
+  it('still fails a job whose node stays silent once the control plane is back, counting from its return', async () => {
+    const id = await submit(4);
+    // Claimed by hand, by a node that then says nothing: no agent runs here.
+    const claim = await t.gql(
+      `mutation { claimTrainJob(id: "${id}") { __typename ... on Error { message } } }`,
+      {},
+      { token: w.nodeToken },
+    );
+    expect(claim.data?.claimTrainJob.__typename).toBe('TrainClaim');
+    await t.restart();
+    // Its lease ran out while the control plane was down.
+    await t.app.db.prisma.trainJob.update({ where: { id }, data: { leaseUntil: new Date(Date.now() - 60_000) } });
+    await t.app.start();
+    await t.app.services.train.sweep();
+    expect((await job(id)).state).toBe('RUNNING');
+    await t.app.services.train.sweep(new Date(Date.now() + 6000));
+    const failed = await job(id);
+    expect(failed.state).toBe('FAILED');
+    expect(failed.message).toMatch(/gpu-1 stopped reporting for 5 s/);
+  });
 });

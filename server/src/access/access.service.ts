@@ -8,6 +8,7 @@ import type { ApiToken, User } from '../generated/prisma/client.js';
 import { Role } from '../generated/prisma/enums.js';
 import { ConflictError, ForbiddenError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
 
 const roles = z.enum([Role.ADMIN, Role.OPERATOR, Role.VIEWER], { error: 'ADMIN, OPERATOR or VIEWER' });
 const tokenName = z
@@ -112,6 +113,8 @@ export class AccessService {
     return ok(
       await this.db.$transaction(async (tx) => {
         const t = await tx.apiToken.update({ where: { id }, data: { revokedAt: new Date() } });
+        // Heard on commit by every replica: live subscriptions opened with this token end there and then.
+        await notify(tx, 'credentials', `user:${token.userId}`);
         await this.audit.done(tx, ctx, { action: 'revokeApiToken', target: token.name });
         return t;
       }),
@@ -171,6 +174,8 @@ export class AccessService {
         });
         // A disabled user or a changed password ends every open console session of that user.
         if (disabled || passwordHash) await tx.session.deleteMany({ where: { userId: id } });
+        // Live subscriptions were authorized with the old role or credentials: each is checked again on commit.
+        if (disabled || passwordHash || (role && role !== user.role)) await notify(tx, 'credentials', `user:${id}`);
         await this.audit.done(tx, ctx, {
           action: 'updateUser',
           target: user.email,

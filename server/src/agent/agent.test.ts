@@ -26,7 +26,8 @@ let dir: string;
 const tiny = tinyLlama();
 
 beforeAll(async () => {
-  // HANGAR_MIRROR_REQUIRE_TOKEN stays off: the serve flow's HEAD check of the source sends no token (yet).
+  // HANGAR_MIRROR_REQUIRE_TOKEN is on (the default): the agent sends its node token, the serve flow's HEAD check
+  // of the source the server's own.
   t = await startTestApp();
   base = await t.app.start();
   admin = await t.token('ADMIN', 'agent-admin');

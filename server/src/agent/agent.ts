@@ -91,6 +91,8 @@ export function createAgent(
     try {
       await controlPlane.reportNode(await inventory());
       if (lastError !== '') log.info('reporting to the control plane', { url: config.url });
+      // Back after failures: the training worker sends what it kept now (see TrainWorker.controlPlaneBack).
+      if (lastError) trainer.controlPlaneBack();
       lastError = '';
     } catch (err) {
       const msg = (err as Error).message;

@@ -60,8 +60,11 @@ export type DownloadOptions = {
 };
 
 export interface TrainControl {
-  /** Subscribes to this node's work; `onWork` gets the whole list at once and after each change. Returns unsubscribe. */
-  work(onWork: (jobs: TrainAssignment[]) => void): () => void;
+  /**
+   * Subscribes to this node's work; `onWork` gets the whole list at once and after each change, `onReconnected`
+   * is told when the connection is back after it was lost (the control plane is there again). Returns unsubscribe.
+   */
+  work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void): () => void;
   /** Throws ControlPlaneError (refused with errorType 'ConflictError' when another runner has it), or TrainSpecError. */
   claim(id: string): Promise<{ spec: TrainSpec }>;
   report(id: string, input: TrainProgressInput): Promise<void>;
@@ -216,7 +219,7 @@ export class GraphqlTrainControl implements TrainControl {
     this.origin = new URL(url).origin;
   }
 
-  work(onWork: (jobs: TrainAssignment[]) => void): () => void {
+  work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void): () => void {
     const log = this.o.log;
     const keepAlive = this.o.keepAliveMs ?? 10_000;
     const maxWait = this.o.reconnectMaxMs ?? 10_000;
@@ -251,8 +254,11 @@ export class GraphqlTrainControl implements TrainControl {
           if (received) clearTimeout(pongTimer);
         },
         connected: () => {
-          if (lost) log?.info('the training work subscription is connected again');
+          const back = lost !== undefined;
           lost = undefined;
+          if (!back) return;
+          log?.info('the training work subscription is connected again');
+          onReconnected?.();
         },
         // A refused connection is an error event and then a close: the error says why, the close says it ended.
         error: (err) => {

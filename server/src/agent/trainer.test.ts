@@ -86,6 +86,10 @@ class FakeTrainControl implements TrainControl {
   claims: string[] = [];
   /** The next this-many reports fail as if the control plane were restarting. */
   dropReports = 0;
+  /** These calls find nobody there (the control plane is down) until cleared; each try is counted. */
+  away = new Set<'report' | 'upload' | 'finish'>();
+  awayTries = { report: 0, upload: 0, finish: 0 };
+  private reconnected: (() => void) | undefined;
   uploadAnswer: UploadResult | undefined;
   /** Read at finish time: whether the trainer's process was still there when the job was reported ended. */
   pidFile: string | undefined;
@@ -93,12 +97,26 @@ class FakeTrainControl implements TrainControl {
 
   constructor(private readonly hangar: FileServer) {}
 
-  work(onWork: (jobs: TrainAssignment[]) => void) {
+  work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void) {
     this.listener = onWork;
+    this.reconnected = onReconnected;
     setImmediate(() => this.push());
     return () => {
       this.listener = undefined;
     };
+  }
+
+  /** The control plane is back: the work connection is made again, and the list sent as on every connect. */
+  back() {
+    this.away.clear();
+    this.reconnected?.();
+    this.push();
+  }
+
+  private check(op: 'report' | 'upload' | 'finish') {
+    if (!this.away.has(op)) return;
+    this.awayTries[op]++;
+    throw new ControlPlaneError('http://hangar did not answer: ECONNREFUSED', 'unreachable');
   }
 
   /** Sends the node's list, as the subscription does on connect and on every change. */
@@ -147,6 +165,7 @@ class FakeTrainControl implements TrainControl {
   }
 
   async report(id: string, input: TrainProgressInput) {
+    this.check('report');
     if (this.dropReports > 0) {
       this.dropReports--;
       throw new ControlPlaneError('http://hangar did not answer: ECONNREFUSED', 'unreachable');
@@ -156,6 +175,7 @@ class FakeTrainControl implements TrainControl {
   }
 
   async finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
+    this.check('finish');
     const j = this.running('finishTrainJob', id);
     if (state === 'DONE' && !this.uploads.some((u) => u.id === id))
       throw new ControlPlaneError(
@@ -173,6 +193,9 @@ class FakeTrainControl implements TrainControl {
   }
 
   async upload(id: string, tarGz: Readable): Promise<UploadResult> {
+    tarGz.once('error', () => {});
+    if (this.away.has('upload')) tarGz.destroy();
+    this.check('upload');
     this.running('upload', id);
     const contents = await readPeftTar(tarGz);
     this.uploads.push({ id, contents });
@@ -550,6 +573,34 @@ describe('TrainWorker', () => {
     expect(cp.points('blip').map((p) => p.step)).toEqual(Array.from({ length: 30 }, (_, i) => i + 1));
   });
 
+  // A control plane back from an outage gives the node only the lost time to report again: what was kept goes as
+  // soon as it answers, not when a backoff of several seconds (up to 30 s) runs out.
+  it('sends the kept progress as soon as the control plane is back, not after its backoff', async () => {
+    const { cp, worker } = setup({ reportMs: 1000, keepaliveMs: 60_000, retryMs: 60_000 });
+    cp.away.add('report');
+    cp.add('away-1', spec('away-1', { steps: 8 }));
+    worker.start();
+    // Tries at 0, 2 and 6 s; the next would be 8 s after the third.
+    await until('three reports that found nobody', () => cp.awayTries.report >= 3, 15_000);
+    expect(worker.snapshot()?.phase).toBe('uploading');
+    cp.back();
+    const done = await until('away-1 to finish', () => cp.finishes.find((f) => f.id === 'away-1'), 4000);
+    expect(done.state).toBe('DONE');
+    expect(cp.points('away-1').map((p) => p.step)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+  });
+
+  it('uploads the kept adapter and finishes as soon as the control plane is back, not after its backoff', async () => {
+    const { cp, worker } = setup({ keepaliveMs: 60_000, retryMs: 60_000 });
+    cp.away.add('upload');
+    cp.away.add('finish');
+    cp.add('away-2', spec('away-2', { steps: 3 }));
+    worker.start();
+    await until('an upload that found nobody', () => cp.awayTries.upload > 0);
+    cp.back();
+    expect((await finished(cp, 'away-2')).state).toBe('DONE');
+    expect(cp.uploads.map((u) => u.id)).toEqual(['away-2']);
+  });
+
   it('stops the trainer and drops the job when a report is refused (the job ended on the control plane)', async () => {
     const { cp, worker, pidFile, workDir } = setup();
     cp.pidFile = pidFile;
@@ -683,18 +734,25 @@ describe('GraphqlTrainControl', () => {
     await new Promise((r) => server.close(r));
   });
 
-  it('gets the work list on every connection, so a reconnect catches up', async () => {
+  it('gets the work list on every connection, so a reconnect catches up, and says it is connected again', async () => {
     const control = new GraphqlTrainControl(base, TOKEN, { log: createLogger('silent'), reconnectMaxMs: 100 });
     const lists: TrainAssignment[][] = [];
-    const stop = control.work((jobs) => lists.push(jobs));
+    let reconnected = 0;
+    const stop = control.work(
+      (jobs) => lists.push(jobs),
+      () => reconnected++,
+    );
     try {
       await until('the first list', () => lists.length === 1);
       expect(lists[0]).toEqual(list);
       expect(seen.auth).toEqual([`Bearer ${TOKEN}`]);
+      expect(reconnected).toBe(0);
       // The control plane restarts: every socket drops. The client reconnects and is sent the list again.
       for (const c of wss.clients) c.terminate();
       await until('the list after reconnecting', () => lists.length === 2);
       expect(lists[1]).toEqual(list);
+      // What the worker sends at once, rather than at the end of its backoff (TrainWorker.controlPlaneBack).
+      expect(reconnected).toBe(1);
     } finally {
       stop();
     }

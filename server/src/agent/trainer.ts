@@ -111,6 +111,8 @@ export class TrainWorker {
   private stopped = false;
   private stopDeadline = Number.POSITIVE_INFINITY;
   private readonly stopping = new AbortController();
+  /** The retries waiting out a backoff, each cut short by controlPlaneBack(). */
+  private readonly wakers = new Set<() => void>();
   private readonly graceMs: number;
 
   constructor(private readonly o: TrainWorkerOptions) {
@@ -120,7 +122,26 @@ export class TrainWorker {
 
   /** Subscribes to the node's work; jobs run as they come. */
   start() {
-    this.unsubscribe = this.o.control.work((jobs) => this.onWork(jobs));
+    this.unsubscribe = this.o.control.work(
+      (jobs) => this.onWork(jobs),
+      () => this.controlPlaneBack(),
+    );
+  }
+
+  /**
+   * The control plane answers again (the work connection is back, or a heartbeat got through): what was kept
+   * while it was away (progress, the adapter, the job's end) is sent now rather than at the end of a backoff.
+   * A control plane back from an outage gives a node the lost time to report (docs/training.md); a retry
+   * waiting out its 30 s backoff could miss that.
+   */
+  controlPlaneBack() {
+    if (this.stopped) return;
+    for (const wake of [...this.wakers]) wake();
+    this.current?.progress?.retryNow();
+    if (this.claimRetryAt > Date.now() && this.claimFailures) {
+      this.claimRetryAt = 0;
+      this.pick();
+    }
   }
 
   /** The job being worked on, for tests and logs. */
@@ -592,6 +613,7 @@ export class TrainWorker {
       let timer: NodeJS.Timeout | undefined;
       const cleanup = () => {
         clearTimeout(timer);
+        this.wakers.delete(done);
         this.stopping.signal.removeEventListener('abort', onStop);
         signal?.removeEventListener('abort', onAbort);
       };
@@ -599,6 +621,7 @@ export class TrainWorker {
         cleanup();
         resolve();
       };
+      this.wakers.add(done);
       const onStop = () => {
         clearTimeout(timer);
         timer = setTimeout(done, Math.max(0, Math.min(ms, this.stopDeadline - Date.now())));
@@ -704,6 +727,15 @@ class Progress {
       this.waiters.push(resolve);
       this.schedule();
     });
+  }
+
+  /** The control plane is back: what did not get through is tried again now, not after the backoff. */
+  retryNow() {
+    if (this.closed || !this.failures) return;
+    // The tries that failed did not reach it, so the interval between reports does not hold this one back.
+    this.failures = 0;
+    this.lastAttempt = 0;
+    this.schedule();
   }
 
   close() {

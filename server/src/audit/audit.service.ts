@@ -23,6 +23,30 @@ export class AuditService {
     await this.write(this.db, caller, { action, target, message }, 'REFUSED');
   }
 
+  /**
+   * A refusal that an anonymous caller can repeat at will (a sign-in guess): all those with the same key share
+   * one row, whose `repeats` counts them and whose message is `message` with {n} replaced by that count. The
+   * log shows the attack, one row per key, instead of growing by a row per request.
+   */
+  async refusedRepeated(caller: Caller, entry: AuditEntry & { message: string }, key: string) {
+    const actor = describeActor(caller.viewer);
+    try {
+      const rows = await this.db.$queryRaw<{ id: bigint }[]>`
+        INSERT INTO "AuditEvent" (actor, action, target, outcome, message, "requestId", "coalesceKey", repeats)
+        VALUES (${actor}, ${entry.action}, ${entry.target ?? null}, 'REFUSED'::"AuditOutcome",
+                replace(${entry.message}, '{n}', '1'), ${caller.requestId}, ${key}, 1)
+        ON CONFLICT ("coalesceKey") DO UPDATE SET
+          repeats = "AuditEvent".repeats + 1,
+          message = replace(${entry.message}, '{n}', ("AuditEvent".repeats + 1)::text),
+          "requestId" = excluded."requestId"
+        RETURNING id`;
+      const id = rows[0]?.id;
+      if (id !== undefined) await notify(this.db, 'auditEvent', id.toString());
+    } catch (err) {
+      this.log.error('could not write audit event', { actor, ...entry, key, error: err });
+    }
+  }
+
   async failed(caller: Caller, action: string, target: string | undefined, message: string) {
     await this.write(this.db, caller, { action, target, message }, 'FAILED');
   }

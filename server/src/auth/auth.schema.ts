@@ -1,5 +1,5 @@
 import { RoleEnum, UserRef } from '../access/access.schema.js';
-import { unwrap, ValidationError } from '../lib/errors.js';
+import { TooManyAttemptsError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 import type { ViewerUser } from './viewer.js';
 
@@ -53,8 +53,9 @@ builder.queryField('viewer', (t) =>
 builder.mutationFields((t) => ({
   login: t.field({
     type: LoginPayload,
-    description: 'Signs in to the console: sets the session cookie (HttpOnly) and the CSRF cookie.',
-    errors: { types: [ValidationError] },
+    description:
+      'Signs in to the console: sets the session cookie (HttpOnly) and the CSRF cookie. Refused from pages of other origins, and with TooManyAttemptsError after repeated wrong passwords.',
+    errors: { types: [ValidationError, TooManyAttemptsError] },
     args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.auth.login(ctx, args)),
   }),

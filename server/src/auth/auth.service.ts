@@ -3,12 +3,24 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
-import { fail, ok, type Result, UnauthenticatedError, type ValidationError } from '../lib/errors.js';
+import {
+  ForbiddenError,
+  fail,
+  type HangarError,
+  ok,
+  type Result,
+  TooManyAttemptsError,
+  UnauthenticatedError,
+  type ValidationError,
+} from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
 import { CSRF_COOKIE, CSRF_HEADER, parseCookies, SESSION_COOKIE, serializeCookie } from './cookies.js';
+import type { LoginLimits } from './login-limits.js';
+import { crossSiteSignIn } from './origin.js';
 import { hashPassword, hashSecret, newSecret, sameSecret, secretKind, verifyPassword } from './secrets.js';
-import type { Viewer, ViewerUser } from './viewer.js';
+import { lowerRole, type Viewer, type ViewerUser } from './viewer.js';
 
 const loginInput = z.object({
   email: z.string().trim().toLowerCase().email('an email address'),
@@ -25,6 +37,9 @@ const LAST_USED_RESOLUTION_MS = 60_000;
 
 const FIRST_ADMIN_LOCK = 0x61646d6e; // 'admn'
 
+// Refused sign-ins of one kind, account and address share an audit row for this long.
+const AUDIT_WINDOW_MS = 15 * 60_000;
+
 export type Credentials = {
   authorization?: string | null;
   cookie?: string | null;
@@ -38,6 +53,7 @@ export class AuthService {
     private readonly config: Config,
     private readonly audit: AuditService,
     private readonly log: Logger,
+    private readonly limits: LoginLimits,
   ) {}
 
   /** Who sent a request: an API or node token (Authorization: Bearer), or the console's session cookie. */
@@ -85,7 +101,9 @@ export class AuthService {
     return {
       kind: 'token',
       user: toViewerUser(token.user),
-      role: token.role,
+      // A token made by an admin who has since been demoted carries the user's role now, not the one it was
+      // made with: otherwise a demotion would leave every earlier token as a way back up.
+      role: lowerRole(token.role, token.user.role),
       tokenId: token.id,
       tokenName: token.name,
     };
@@ -114,14 +132,65 @@ export class AuthService {
   async login(
     ctx: Context,
     input: unknown,
-  ): Promise<Result<{ user: ViewerUser; csrfToken: string }, ValidationError | UnauthenticatedError>> {
+  ): Promise<
+    Result<
+      { user: ViewerUser; csrfToken: string },
+      ValidationError | UnauthenticatedError | ForbiddenError | TooManyAttemptsError
+    >
+  > {
+    const address = ctx.clientAddress;
+    const from = address ?? 'in-process';
+    const crossSite = crossSiteSignIn(ctx.request.headers, this.config);
+    if (crossSite) return this.refuseLogin(ctx, new ForbiddenError(crossSite), `cross-site:${from}`, undefined, from);
     const parsed = parseInput(loginInput, input, '');
-    if (!parsed.ok) return parsed;
+    if (!parsed.ok) return this.refuseLogin(ctx, parsed.error, `invalid:${from}`, undefined, from);
     const { email, password } = parsed.value;
+    const account = hashSecret(email).slice(0, 32);
+    const guessKey = `account:${account}:${from}`;
+    // Counted before the password is checked (and the same for unknown emails), so the answer tells a guesser
+    // neither whether the account exists nor anything a burst of parallel guesses could slip past.
+    const verdict = await this.limits.attempt({ email, address });
+    if (!verdict.ok) {
+      const wait = verdict.retryAfterSeconds;
+      const when = wait >= 90 ? `${Math.ceil(wait / 60)} minutes` : `${wait} seconds`;
+      // Each kind of refusal is recorded under what it counted, so a guesser refused for the address gets one
+      // row however many different emails they try.
+      const { what, key, target } = {
+        accountAddress: { what: `too many refused sign-ins for ${email} from ${from}`, key: guessKey, target: email },
+        address: {
+          what: `too many refused sign-ins from ${from}, for any account`,
+          key: `address:${from}`,
+          target: undefined,
+        },
+        account: {
+          what: `too many refused sign-ins for ${email}, from many addresses`,
+          key: `account:${account}:any`,
+          target: email,
+        },
+      }[verdict.which];
+      return this.refuseLogin(
+        ctx,
+        new TooManyAttemptsError(`${what}: try again in ${when}, or ask an admin to reset the password`, wait),
+        key,
+        target,
+        verdict.which === 'account' ? 'many addresses' : from,
+      );
+    }
     const user = await this.db.user.findUnique({ where: { email } });
     const good = await verifyPassword(user?.passwordHash ?? (await decoyHash), password);
-    if (!user || !good) return fail(new UnauthenticatedError('wrong email or password'));
-    if (user.disabledAt) return fail(new UnauthenticatedError('this user is disabled: ask an admin'));
+    if (!user || !good) {
+      return this.refuseLogin(ctx, new UnauthenticatedError('wrong email or password'), guessKey, email, from);
+    }
+    if (user.disabledAt) {
+      return this.refuseLogin(
+        ctx,
+        new UnauthenticatedError('this user is disabled: ask an admin'),
+        guessKey,
+        email,
+        from,
+      );
+    }
+    await verdict.succeeded();
     const secret = newSecret('session');
     const csrfToken = newSecret('session');
     const maxAgeSeconds = this.config.sessionHours * 3600;
@@ -149,6 +218,33 @@ export class AuthService {
     return ok({ user: viewerUser, csrfToken });
   }
 
+  /**
+   * A refused sign-in, recorded in one audit row per kind of refusal, account, address and quarter hour (the
+   * row counts them): an anonymous caller can send these without end, and each one a row would let them fill
+   * the log and bury what matters in it.
+   */
+  private async refuseLogin<E extends HangarError>(
+    ctx: Context,
+    error: E,
+    key: string,
+    target: string | undefined,
+    from: string,
+  ): Promise<{ ok: false; error: E }> {
+    const start = Math.floor(Date.now() / AUDIT_WINDOW_MS) * AUDIT_WINDOW_MS;
+    const since = new Date(start).toISOString().slice(11, 16);
+    await this.audit.refusedRepeated(
+      ctx,
+      {
+        action: 'login',
+        target,
+        message: `${error.message} ({n} refused like this from ${from} in the quarter hour from ${since} UTC)`,
+      },
+      `login:${key}:${start}`,
+    );
+    error.recorded = true;
+    return fail(error);
+  }
+
   async logout(ctx: Context): Promise<Result<boolean>> {
     if (ctx.viewer.kind !== 'user') {
       return fail(
@@ -158,6 +254,8 @@ export class AuthService {
     const { sessionId, user } = ctx.viewer;
     await this.db.$transaction(async (tx) => {
       await tx.session.delete({ where: { id: sessionId } });
+      // The console's live views of this session (its WebSocket, any SSE stream) end on commit.
+      await notify(tx, 'credentials', `user:${user.id}`);
       await this.audit.done(tx, ctx, { action: 'logout', target: user.email });
     });
     ctx.responseCookies.push(

@@ -18,6 +18,21 @@ export function roleAtLeast(role: Role, needed: Role): boolean {
   return rank[role] >= rank[needed];
 }
 
+/** The lower of two roles: what a token may do when its user has since been demoted. */
+export function lowerRole(a: Role, b: Role): Role {
+  return rank[a] <= rank[b] ? a : b;
+}
+
+/**
+ * Who a viewer is for the purpose of live connections and caps: the user behind a session or a token (so many
+ * tokens of one user count as one caller), or the node. Undefined for callers that hold no credentials.
+ */
+export function credentialHolder(viewer: Viewer): string | undefined {
+  if (viewer.kind === 'user' || viewer.kind === 'token') return `user:${viewer.user.id}`;
+  if (viewer.kind === 'node') return `node:${viewer.node.id}`;
+  return undefined;
+}
+
 export function viewerRole(viewer: Viewer): Role | undefined {
   return viewer.kind === 'user' || viewer.kind === 'token' ? viewer.role : undefined;
 }

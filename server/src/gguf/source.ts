@@ -29,13 +29,18 @@ export async function fileSource(path: string): Promise<ByteSource> {
 export class SourceError extends Error {}
 
 /** Reads a remote file in pieces with `Range: bytes=a-b`; a server that ignores Range is refused, not downloaded. */
-export function httpSource(url: string, headers: Record<string, string> = {}, timeoutMs = 15_000): ByteSource {
+export function httpSource(
+  url: string,
+  headers: Record<string, string> = {},
+  timeoutMs = 15_000,
+  fetchImpl: typeof fetch = fetch,
+): ByteSource {
   const src: ByteSource = {
     size: null,
     bytesRead: 0,
     async read(offset, length) {
       if (length <= 0) return Buffer.alloc(0);
-      const res = await fetch(url, {
+      const res = await fetchImpl(url, {
         headers: { ...headers, range: `bytes=${offset}-${offset + length - 1}`, 'accept-encoding': 'identity' },
         signal: AbortSignal.timeout(timeoutMs),
         redirect: 'follow',

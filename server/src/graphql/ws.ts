@@ -2,19 +2,29 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { type DocumentNode, type ExecutionArgs, GraphQLError } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
-import type { WebSocketServer } from 'ws';
+import type { WebSocket, WebSocketServer } from 'ws';
 import type { AuthService } from '../auth/auth.service.js';
+import { clientAddress } from '../auth/client-address.js';
+import type { LiveCallers, LiveConnection } from '../auth/live.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { HangarYoga } from './yoga.js';
 
-type Extra = { request: IncomingMessage; viewer?: Viewer };
+type Extra = {
+  request: IncomingMessage;
+  socket: WebSocket;
+  viewer?: Viewer;
+  live?: LiveConnection;
+  address?: string;
+};
 type EnvelopedRoot = { execute: (args: ExecutionArgs) => unknown; subscribe: (args: ExecutionArgs) => unknown };
 
 /**
  * graphql-ws on the same port and path as HTTP. Every operation goes through yoga.getEnveloped, so the same
  * schema, context, auth, validation and query limits apply as over HTTP.
  */
-export function attachGraphqlWs(wss: WebSocketServer, yoga: HangarYoga, auth: AuthService) {
+export type GraphqlWsDeps = { yoga: HangarYoga; auth: AuthService; live: LiveCallers; trustProxy: boolean };
+
+export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustProxy }: GraphqlWsDeps) {
   return useServer<Record<string, unknown> | undefined, Extra>(
     {
       // Who is calling is settled once per connection: connectionParams.authorization ("Bearer …") for scripts,
@@ -22,16 +32,31 @@ export function attachGraphqlWs(wss: WebSocketServer, yoga: HangarYoga, auth: Au
       onConnect: async (ctx) => {
         const params = ctx.connectionParams ?? {};
         const authorization = typeof params.authorization === 'string' ? params.authorization : null;
-        const viewer = await auth.identify({
+        const credentials = {
           authorization,
           cookie: authorization ? null : (ctx.extra.request.headers.cookie ?? null),
           csrf: null,
           // The upgrade is a GET whose Origin was checked before it was accepted (app.ts).
           method: 'GET',
-        });
+        };
+        const viewer = await auth.identify(credentials);
         if (viewer.kind === 'anonymous') return false;
         ctx.extra.viewer = viewer;
+        ctx.extra.address = clientAddress(
+          ctx.extra.request.socket.remoteAddress,
+          ctx.extra.request.headers['x-forwarded-for'],
+          trustProxy,
+        );
+        // Checked again whenever this caller's credentials change; the socket is closed with the reason when
+        // they no longer stand, which ends every subscription on it (graphql-ws returns their iterators).
+        const socket = ctx.extra.socket;
+        ctx.extra.live = live.open(viewer, credentials, (ending) =>
+          socket.close(ending.code, closeReason(ending.message)),
+        );
         return true;
+      },
+      onClose: (ctx) => {
+        ctx.extra.live?.close();
       },
       execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
       subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
@@ -46,6 +71,8 @@ export function attachGraphqlWs(wss: WebSocketServer, yoga: HangarYoga, auth: Au
           params: payload,
           viewer: ctx.extra.viewer,
           requestId: randomUUID(),
+          live: ctx.extra.live,
+          clientAddress: ctx.extra.address,
         });
         // Parse errors and the query limits (which reject by throwing) go back to the client as errors for this
         // operation, as over HTTP, instead of tearing down the whole connection.
@@ -73,4 +100,11 @@ export function attachGraphqlWs(wss: WebSocketServer, yoga: HangarYoga, auth: Au
     },
     wss,
   );
+}
+
+/** A close reason is at most 123 bytes (RFC 6455); a longer one would make ws throw instead of closing. */
+function closeReason(message: string): string {
+  let reason = message;
+  while (Buffer.byteLength(reason) > 123) reason = `${reason.slice(0, -2)}…`;
+  return reason;
 }

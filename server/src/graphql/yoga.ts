@@ -1,22 +1,36 @@
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { GraphQLError } from 'graphql';
 import { createYoga, type Plugin } from 'graphql-yoga';
+import { clientAddress } from '../auth/client-address.js';
 import { CSRF_HEADER } from '../auth/cookies.js';
+import type { LiveCallers } from '../auth/live.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Context, Services } from '../context.js';
 import type { Db } from '../db/client.js';
+import { GRAPHIQL_HEADERS } from '../http/static.js';
 import { isHangarError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import type { PubSub } from '../pubsub.js';
 import { schema } from '../schema/index.js';
+import { requestGuards } from './guards.js';
+import { liveSubscriptions } from './subscriptions.js';
 
 /** What a request carries before its GraphQL context exists: worked out once, read by several hooks. */
 type RequestState = { viewer: Viewer; requestId: string; cookies: string[]; secure: boolean };
 
-export type YogaDeps = { prisma: Db; config: Config; log: Logger; pubsub: PubSub; services: Services };
+export type YogaDeps = {
+  prisma: Db;
+  config: Config;
+  log: Logger;
+  pubsub: PubSub;
+  services: Services;
+  /** Live connections and their subscriptions: caps, and ending them when credentials change. */
+  live: LiveCallers;
+};
 
 // Limits against abusive queries, the same on HTTP and WebSocket (both go through these envelop plugins).
 export const queryLimits = { maxDepth: 12, maxCost: 5000, maxAliases: 20, maxTokens: 3000, maxDirectives: 20 };
@@ -49,7 +63,8 @@ export function buildYoga(deps: YogaDeps) {
     return state;
   };
 
-  // Who is calling is known before validation, so validation can hide the schema from anonymous callers.
+  // Who is calling is known early, for the hooks that answer per caller: the schema is hidden from anonymous
+  // callers at execution (graphql/guards.ts), not in validation, whose results Yoga caches per document.
   const identifyEarly: Plugin = {
     async onParams({ request }) {
       await stateOf(request);
@@ -101,11 +116,41 @@ export function buildYoga(deps: YogaDeps) {
     },
   };
 
+  // GraphiQL is a page of this origin like the console: not to be framed by another site (clickjacking).
+  const pageHeaders: Plugin = {
+    onResponse({ response }) {
+      if (!response.headers.get('content-type')?.startsWith('text/html')) {
+        response.headers.set('x-content-type-options', 'nosniff');
+        return;
+      }
+      for (const [name, value] of Object.entries(GRAPHIQL_HEADERS)) response.headers.set(name, value);
+    },
+  };
+
   const yoga = createYoga<Record<string, unknown>, Context>({
     schema,
     graphqlEndpoint: '/graphql',
     landingPage: false,
-    graphiql: config.graphiql ? { title: 'Hangar GraphQL', subscriptionsProtocol: 'WS' } : false,
+    // Queries over GET: the session cookie alone identifies a GET (it carries no mutation), so a signed-in
+    // operator's GraphiQL can read the schema, which is closed to anonymous callers.
+    graphiql: config.graphiql
+      ? { title: 'Hangar GraphQL', subscriptionsProtocol: 'WS', useGETForQueries: true }
+      : false,
+    // The console is served from this origin and needs no CORS. A page on another origin, even another port of
+    // this host (cookies are not kept apart by port), gets no grant unless HANGAR_CORS_ORIGINS lists it, so a
+    // browser neither sends its preflighted requests nor lets it read the answers.
+    cors: (request) => {
+      const origin = request.headers.get('origin');
+      if (!origin || !config.corsOrigins.includes(origin)) return false;
+      return {
+        origin: [origin],
+        credentials: true,
+        methods: ['GET', 'POST'],
+        allowedHeaders: ['content-type', 'authorization', CSRF_HEADER, 'x-request-id', 'accept'],
+        exposedHeaders: ['x-request-id'],
+        maxAge: 600,
+      };
+    },
     renderGraphiQL,
     logging: {
       debug: (...a) => log.debug(String(a[0]), { args: a.slice(1) }),
@@ -129,7 +174,10 @@ export function buildYoga(deps: YogaDeps) {
     },
     plugins: [
       bodyLimit,
+      pageHeaders,
+      requestGuards,
       identifyEarly,
+      liveSubscriptions(deps.live),
       suggestionsForSignedInOnly,
       EnvelopArmorPlugin({
         maxDepth: { n: queryLimits.maxDepth },
@@ -154,6 +202,13 @@ export function buildYoga(deps: YogaDeps) {
         services,
         viewer: pre.viewer ?? state?.viewer ?? { kind: 'anonymous' },
         requestId: pre.requestId ?? state?.requestId ?? randomUUID(),
+        clientAddress:
+          pre.clientAddress ??
+          clientAddress(
+            (initial as { req?: IncomingMessage }).req?.socket.remoteAddress,
+            initial.request.headers.get('x-forwarded-for'),
+            config.trustProxy,
+          ),
         responseCookies: state?.cookies ?? [],
         secure: state?.secure ?? false,
       } as Context;

@@ -7,6 +7,11 @@ const brand = Symbol.for('hangar.error');
 export abstract class HangarError extends Error {
   abstract readonly code: string;
   readonly [brand] = true;
+  /**
+   * Set when the service has written this refusal to the audit log itself, coalesced with the ones like it
+   * (sign-in guesses): the audit plugin then adds no row of its own, or a guesser would add one per guess.
+   */
+  recorded = false;
 }
 
 /**
@@ -50,6 +55,18 @@ export class ForbiddenError extends HangarError {
 export class UnauthenticatedError extends HangarError {
   readonly code = 'UNAUTHENTICATED';
   override name = 'UnauthenticatedError';
+}
+
+/** Too many refused attempts in a while (sign-in guesses): `retryAfterSeconds` says when to try again. */
+export class TooManyAttemptsError extends HangarError {
+  readonly code = 'TOO_MANY_ATTEMPTS';
+  override name = 'TooManyAttemptsError';
+  constructor(
+    message: string,
+    readonly retryAfterSeconds: number,
+  ) {
+    super(message);
+  }
 }
 
 /** Someone else's server (the Hub, a node) failed or is out of reach. */

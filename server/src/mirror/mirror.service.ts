@@ -6,9 +6,11 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
+import { LoopHealth, Stopped } from '../db/outage.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
+import { hubAuthorization, OutboundPolicy } from '../lib/outbound.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import { fileFromUrl, fileName, MirrorPaths, modelName, versionName } from './paths.js';
@@ -20,7 +22,8 @@ import {
   versionProgress,
   versionState,
 } from './progress.js';
-import { transfer } from './transfer.js';
+import { createStorageId, holdsAnything, MirrorStorageError, readStorageId } from './storage.js';
+import { type TransferDone, type TransferFailed, transfer } from './transfer.js';
 
 const sha256 = z
   .string()
@@ -76,12 +79,26 @@ export class MirrorService {
    */
   readonly internalToken = `hgi_${randomUUID()}${randomUUID()}`;
   private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
+  /** This replica's mirror storage (storage.ts), known once openStorage() has accepted it. */
+  storageId: string | null = null;
   private readonly transfers = new Map<string, AbortController>();
+  /** What each of this process's running downloads still needs of the disk, by file id (reserveSpace). */
+  private readonly reserved = new Map<string, number>();
+  /** Which hosts and addresses the server fetches from (HANGAR_FETCH_ALLOW). */
+  readonly outbound: OutboundPolicy;
+  /** Free bytes on the mirror's filesystem; replaced in tests that need a disk of a given size. */
+  diskFree: () => Promise<number> = async () => {
+    await fs.mkdir(this.paths.root, { recursive: true });
+    const s = await fs.statfs(this.paths.root);
+    return s.bavail * s.bsize;
+  };
   private poll: NodeJS.Timeout | undefined;
   private running = false;
   private stopping = false;
   private ticking = false;
   private baseUrl: () => string = () => 'http://127.0.0.1';
+  /** The workers' view of the database: paused (not failed) while it is out of reach; /readyz reads it. */
+  readonly health: LoopHealth;
 
   constructor(
     private readonly db: Db,
@@ -90,6 +107,8 @@ export class MirrorService {
     private readonly log: Logger,
   ) {
     this.paths = new MirrorPaths(config.dataDir);
+    this.health = new LoopHealth('mirror downloads', log);
+    this.outbound = new OutboundPolicy({ allow: config.fetchAllow, hubUrl: config.hubUrl });
   }
 
   /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
@@ -156,11 +175,60 @@ export class MirrorService {
     return out;
   }
 
-  /** Free space where the mirror keeps its files. (What it uses is the sum of its versions' bytes.) */
+  /**
+   * Free space where the mirror keeps its files, less what the downloads under way (on any replica) and those
+   * queued with a known size still need: the room a new fetch really has. (What it uses is the sum of its
+   * versions' bytes.)
+   */
   async freeBytes() {
-    await fs.mkdir(this.paths.root, { recursive: true });
-    const s = await fs.statfs(this.paths.root);
-    return s.bavail * s.bsize;
+    const [free, promised] = await Promise.all([this.diskFree(), this.stillNeeded()]);
+    let here = 0;
+    for (const n of this.reserved.values()) here += n;
+    return Math.max(0, free - promised - here);
+  }
+
+  /**
+   * Bytes the unfinished files of the given states still need, from their recorded sizes and progress; not
+   * those this process has reserved room for, which it knows better (the database hears of progress once a
+   * second, and of a size only once the upstream has said it).
+   */
+  private async stillNeeded(o: { states?: readonly string[]; notOwner?: string } = {}) {
+    const states = [...(o.states ?? ACTIVE)];
+    const mine = [...this.reserved.keys()];
+    const rows = await this.db.$queryRaw<{ n: bigint | null }[]>`
+      SELECT sum(greatest("bytesTotal" - "bytesDone", 0))::bigint AS n FROM "MirrorFile"
+      WHERE state::text = ANY(${states}::text[]) AND "bytesTotal" IS NOT NULL
+        AND NOT (id = ANY(${mine}::uuid[]))
+        AND (${o.notOwner ?? null}::text IS NULL OR "leaseOwner" IS DISTINCT FROM ${o.notOwner ?? null}::text)`;
+    return Number(rows[0]?.n ?? 0n);
+  }
+
+  /**
+   * Room for a running download's `bytes` still to come: the disk's free space less what the other running
+   * downloads still need (this process's from memory, so two that ask at once cannot both count the same free
+   * bytes; other replicas' from the database). Reserved when it fits; otherwise the reason, before a byte of it
+   * is written: three 120 MB files on 200 MB free would otherwise all start and all fail at 68 MB.
+   */
+  private async reserveSpace(id: string, file: string, bytes: number): Promise<string | null> {
+    const [free, elsewhere] = await Promise.all([
+      this.diskFree(),
+      this.stillNeeded({ states: ['FETCHING', 'VERIFYING'], notOwner: this.owner }),
+    ]);
+    // From here to the reservation nothing awaits: this is the one moment the check and the claim are made.
+    let here = 0;
+    for (const [other, n] of this.reserved) if (other !== id) here += n;
+    const room = free - here - elsewhere;
+    if (bytes > room) {
+      const promised = here + elsewhere;
+      return (
+        `not enough disk: ${file} has ${bytes} bytes still to come and ${Math.max(0, room)} are free under ` +
+        `${this.paths.root}` +
+        (promised ? ` once the ${promised} bytes that other running downloads still need are set aside` : '') +
+        '; free space (or let the others finish) and retry: the partial is kept'
+      );
+    }
+    this.reserved.set(id, bytes);
+    return null;
   }
 
   /** Catalog models whose source is in this version. */
@@ -202,6 +270,16 @@ export class MirrorService {
       seen.add(checked.data);
       files.push({ file: checked.data, url: s.url, sha256: s.sha256 ?? null, size: s.size ?? null });
     }
+    // Refused before anything is recorded, and again at each connection (a name can change its address).
+    const verdicts = new Map<string, Promise<string | null>>();
+    for (const s of sources) {
+      const origin = new URL(s.url).origin;
+      if (!verdicts.has(origin)) verdicts.set(origin, this.outbound.check(s.url));
+    }
+    for (const [i, s] of sources.entries()) {
+      const refused = await verdicts.get(new URL(s.url).origin);
+      if (refused) return fail(new ValidationError(`sources.${i}.url`, `sources.${i}.url: ${refused}`));
+    }
 
     const existing = new Map(
       (await this.db.mirrorFile.findMany({ where: { model, version } })).map((r) => [r.file, r] as const),
@@ -223,7 +301,7 @@ export class MirrorService {
     if (needed > freeBytes) {
       return fail(
         new ConflictError(
-          `not enough disk for ${model}/${version}: it needs ${needed} bytes and ${freeBytes} are free under ${this.paths.root}`,
+          `not enough disk for ${model}/${version}: it needs ${needed} bytes and ${freeBytes} are free under ${this.paths.root} (after what the downloads under way still need); free space, or fetch fewer files`,
         ),
       );
     }
@@ -244,6 +322,7 @@ export class MirrorService {
           bytesPerSecond: null,
           leaseOwner: null,
           leaseUntil: null,
+          storageId: this.storageId,
           requestedBy: actor,
           startedAt: null,
           finishedAt: null,
@@ -337,6 +416,7 @@ export class MirrorService {
             bytesDone: BigInt(kept),
             leaseOwner: null,
             leaseUntil: null,
+            storageId: this.storageId,
             finishedAt: null,
           },
         });
@@ -421,7 +501,7 @@ export class MirrorService {
     const row = existing
       ? await this.db.mirrorFile.update({
           where: { id: existing.id },
-          data: { state: 'FETCHING', error: null, bytesDone: 0 },
+          data: { state: 'FETCHING', error: null, bytesDone: 0, storageId: this.storageId },
         })
       : await this.db.mirrorFile.create({
           data: {
@@ -430,6 +510,7 @@ export class MirrorService {
             file,
             sourceUrl: `upload by ${describeRequester(ctx)}`,
             state: 'FETCHING',
+            storageId: this.storageId,
             requestedBy: describeRequester(ctx),
             startedAt: new Date(),
           },
@@ -494,8 +575,70 @@ export class MirrorService {
 
   // ─── the workers ───────────────────────────────────────────────────────────
 
+  /**
+   * Finds this replica's mirror storage, or refuses to start (MirrorStorageError, nothing changed) when the
+   * database's mirror is on storage this replica cannot see: another HANGAR_DATA_DIR, or a mount that is not
+   * there. Either way, judging the files from here would fail every one of them. Run before start().
+   */
+  async openStorage() {
+    const root = this.paths.root;
+    const idFile = this.paths.storageIdFile;
+    const where = `${root} (HANGAR_DATA_DIR=${this.config.dataDir})`;
+    // The way on when the old storage is lost for good: this one takes its id, and start() fails what it lacks.
+    const gone = (id: string) =>
+      `If storage ${id} is gone for good and this one replaces it, write ${id} into ${idFile} and start again: the files missing here are then marked FAILED, and retry fetches them again.`;
+    // Under a lock, so two replicas starting at once on fresh rows cannot both adopt them.
+    const id = await this.db.$transaction(
+      async (tx) => {
+        await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext('hangar.mirror.storage'))`;
+        const recorded = (
+          await tx.mirrorFile.groupBy({ by: ['storageId'], where: { storageId: { not: null } }, _count: true })
+        )
+          .map((g) => ({ id: g.storageId as string, files: g._count }))
+          .sort((a, b) => a.id.localeCompare(b.id));
+        const listed = (ids: typeof recorded) => ids.map((r) => `${r.id} (${r.files} files)`).join(', ');
+        let id = await readStorageId(idFile);
+        if (!id) {
+          if (recorded.length)
+            throw new MirrorStorageError(
+              `the mirror's storage seems missing: ${idFile} is not there, but the database's mirror is on storage ${listed(recorded)}. ` +
+                `Replicas that share a database share one mirror storage: mount it at ${where}, or point HANGAR_DATA_DIR at where it is mounted, and start again. Nothing was changed.${recorded.length === 1 ? ` ${gone(recorded[0]?.id as string)}` : ''}`,
+            );
+          const unrecorded = await tx.mirrorFile.count({ where: { state: 'PRESENT', storageId: null } });
+          if (unrecorded && !(await holdsAnything(this.paths.files)))
+            throw new MirrorStorageError(
+              `the mirror's storage seems missing: the database lists ${unrecorded} present files, but ${where} holds none of them and no ${path.basename(idFile)}. ` +
+                `Mount the mirror's storage there, or point HANGAR_DATA_DIR at it, and start again. Nothing was changed. If the files are gone for good, write a new id into ${idFile} (uuidgen > ${idFile}) and start again: the missing files are then marked FAILED, and retry fetches them again.`,
+            );
+          id = await createStorageId(idFile);
+          this.log.info('the mirror storage has an id now', { storage: id, root });
+        }
+        const others = recorded.filter((r) => r.id !== id);
+        if (others.length) {
+          const mine = recorded.find((r) => r.id === id);
+          throw new MirrorStorageError(
+            `this replica's mirror storage is ${id} at ${where}, but the database's mirror holds files on storage ${listed(others)}${mine ? ` (and ${mine.files} on this one)` : ''}, which this replica cannot see. ` +
+              `Replicas that share a database share one mirror storage: start this one with HANGAR_DATA_DIR on that shared filesystem (its ${path.basename(idFile)} reads ${others.map((o) => o.id).join(' or ')}). Nothing was changed.${mine || others.length > 1 ? '' : ` ${gone(others[0]?.id as string)}`}`,
+          );
+        }
+        // Rows from before storages had ids are taken as on the first storage that starts with them (this one):
+        // the files missing from it are then judged by start() as before.
+        const adopted = await tx.mirrorFile.updateMany({ where: { storageId: null }, data: { storageId: id } });
+        if (adopted.count)
+          this.log.info('mirror files recorded before storage ids are on this storage', {
+            storage: id,
+            files: adopted.count,
+          });
+        return id;
+      },
+      { timeout: 30_000 },
+    );
+    this.storageId = id;
+  }
+
   /** Picks up what a previous run left: unfinished files resume from their partials; vanished files are failed. */
   async start(embedded: boolean) {
+    if (!this.storageId) await this.openStorage();
     await fs.mkdir(this.paths.partials, { recursive: true });
     if (embedded) {
       // The embedded database is this process's alone, so any lease in it is from a run that has ended.
@@ -504,7 +647,8 @@ export class MirrorService {
         data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
       });
     }
-    for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT' } })) {
+    // Only this storage's files: another's are not this replica's to judge (openStorage refuses to start then).
+    for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT', storageId: this.storageId } })) {
       // A file deleted by hand, or cut short by a crash of the machine before the disk had it all (what ext4 and
       // XFS leave of bytes that were only in memory), must not go on looking ready.
       const size = await fs.stat(this.paths.file(r.model, r.version, r.file)).then(
@@ -523,7 +667,10 @@ export class MirrorService {
         file: `${r.model}/${r.version}/${r.file}`,
         error,
       });
-      await this.db.mirrorFile.update({ where: { id: r.id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      await this.db.mirrorFile.updateMany({
+        where: { id: r.id, state: 'PRESENT', storageId: this.storageId },
+        data: { state: 'FAILED', error, bytesDone: 0 },
+      });
       await notify(this.db, 'mirrorVersion', versionKey(r.model, r.version));
     }
     this.running = true;
@@ -542,10 +689,14 @@ export class MirrorService {
   }
 
   kick() {
-    if (!this.running || this.ticking) return;
+    // While the database is away the poll still ticks, but tries again only after a backoff.
+    if (!this.running || this.ticking || !this.health.due()) return;
     this.ticking = true;
     void this.fill()
-      .catch((err) => this.log.error('mirror worker could not claim work', { error: err }))
+      .catch((err) => {
+        if (err instanceof Stopped || this.health.failed(err)) return;
+        this.log.error('mirror worker could not claim work', { error: err });
+      })
       .finally(() => {
         this.ticking = false;
       });
@@ -554,13 +705,15 @@ export class MirrorService {
   private async fill() {
     while (this.running && this.transfers.size < this.config.mirrorConcurrency) {
       const row = await this.claim();
+      this.health.ok();
       if (!row) return;
       const controller = new AbortController();
       this.transfers.set(row.id, controller);
-      void this.run(row, controller.signal)
+      void this.run(row, controller)
         .catch((err) => this.log.error('mirror transfer crashed', { id: row.id, error: err }))
         .finally(() => {
           this.transfers.delete(row.id);
+          this.reserved.delete(row.id);
           this.kick();
         });
     }
@@ -572,53 +725,121 @@ export class MirrorService {
     // the same partial.
     const running = [...this.transfers.keys()];
     const rows = await this.db.$queryRaw<{ id: string }[]>`
-      UPDATE "MirrorFile" SET state = 'FETCHING', "leaseOwner" = ${this.owner},
+      UPDATE "MirrorFile" SET state = 'FETCHING', "leaseOwner" = ${this.owner}, "storageId" = ${this.storageId},
         "leaseUntil" = now() + ${`${LEASE_MS} milliseconds`}::interval, attempts = attempts + 1,
         "startedAt" = coalesce("startedAt", now()), "updatedAt" = now()
       WHERE id = (
         SELECT id FROM "MirrorFile"
         WHERE (state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND "leaseUntil" < now()))
           AND NOT (id = ANY(${running}::uuid[]))
+          -- A partial on storage this replica cannot see is not its to resume.
+          AND ("storageId" IS NULL OR "storageId" = ${this.storageId})
         ORDER BY "createdAt", file LIMIT 1 FOR UPDATE SKIP LOCKED)
       RETURNING id`;
     const id = rows[0]?.id;
     if (!id) return null;
-    const row = await this.db.mirrorFile.findUniqueOrThrow({ where: { id } });
-    await notify(this.db, 'mirrorVersion', versionKey(row.model, row.version));
+    // Claimed now: an outage from here on must not lose the file to a lease that nobody works under.
+    const row = await this.health.until(
+      () => this.db.mirrorFile.findUniqueOrThrow({ where: { id } }),
+      () => !this.running,
+    );
+    await notify(this.db, 'mirrorVersion', versionKey(row.model, row.version)).catch(() => {});
     return row;
   }
 
-  private async run(row: MirrorFile, signal: AbortSignal) {
+  /**
+   * One file, from its claim to PRESENT or FAILED. When the database goes away under a transfer, the transfer
+   * stops: this replica can neither record progress nor renew its lease, and with the lease lapsing another
+   * replica could take the file over. The bytes stay in the partial; once the database answers, this worker takes
+   * its lease up again and resumes with a Range request from where the partial ends.
+   */
+  private async run(claimed: MirrorFile, first: AbortController) {
+    let row = claimed;
+    let controller = first;
+    try {
+      for (;;) {
+        const outcome = await this.attempt(row, controller);
+        if (outcome !== 'paused') return await this.finish(row, outcome);
+        const renewed = await this.health.until(
+          () =>
+            this.db.mirrorFile.updateMany({
+              where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
+              data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
+            }),
+          () => this.stopping,
+        );
+        // Cancelled, removed or taken over by another replica while the database was away: no longer ours.
+        if (renewed.count === 0) return;
+        row = await this.health.until(
+          () => this.db.mirrorFile.findUniqueOrThrow({ where: { id: row.id } }),
+          () => this.stopping,
+        );
+        controller = new AbortController();
+        this.transfers.set(row.id, controller);
+        this.log.info('resuming a download now that the database answers', {
+          file: `${row.model}/${row.version}/${row.file}`,
+        });
+      }
+    } catch (err) {
+      // A shutdown while waiting for the database: the row stays FETCHING and the partial stays on disk; the next
+      // start (or, with DATABASE_URL, the lease running out) resumes it from there.
+      if (err instanceof Stopped) return;
+      throw err;
+    }
+  }
+
+  /** One transfer of the file; 'paused' when it was stopped because the database went out of reach. */
+  private async attempt(
+    row: MirrorFile,
+    controller: AbortController,
+  ): Promise<TransferDone | TransferFailed | 'paused'> {
     const key = versionKey(row.model, row.version);
     const partial = this.paths.partial(row.id);
+    const signal = controller.signal;
     let lastPersist = Date.now();
     let lastBytes = Number(row.bytesDone);
     let rate: number | null = null;
     let persisting: Promise<void> = Promise.resolve();
-    const abortLocal = () => this.transfers.get(row.id)?.abort();
+    const abortLocal = () => controller.abort();
+    let paused = false;
+    let complained = false;
+    // A failed write never escapes as a rejection (one used to end the process): an outage pauses the transfer;
+    // anything else is logged once and the transfer goes on (the final writes will say whether it still holds).
+    const writeFailed = (err: unknown) => {
+      if (this.health.failed(err)) {
+        paused = true;
+        abortLocal();
+      } else if (!complained) {
+        complained = true;
+        this.log.warn("could not record a download's progress", { id: row.id, error: err });
+      }
+    };
 
     const persist = (p: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => {
       const now = Date.now();
-      if (now - lastPersist < PERSIST_MS) return;
+      if (paused || now - lastPersist < PERSIST_MS) return;
       const instant = ((p.bytesDone - lastBytes) * 1000) / (now - lastPersist);
       rate = rate === null ? instant : rate * 0.7 + instant * 0.3; // smoothed, so the ETA does not jump about
       lastPersist = now;
       lastBytes = p.bytesDone;
-      persisting = persisting.then(async () => {
-        // Written only while this replica still holds the lease and nobody cancelled: otherwise stop at once.
-        const { count } = await this.db.mirrorFile.updateMany({
-          where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
-          data: {
-            bytesDone: p.bytesDone,
-            bytesTotal: p.bytesTotal ?? undefined,
-            etag: p.etag,
-            bytesPerSecond: rate,
-            leaseUntil: new Date(Date.now() + LEASE_MS),
-          },
-        });
-        if (count === 0) abortLocal();
-        else await notify(this.db, 'mirrorVersion', key);
-      });
+      persisting = persisting
+        .then(async () => {
+          // Written only while this replica still holds the lease and nobody cancelled: otherwise stop at once.
+          const { count } = await this.db.mirrorFile.updateMany({
+            where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
+            data: {
+              bytesDone: p.bytesDone,
+              bytesTotal: p.bytesTotal ?? undefined,
+              etag: p.etag,
+              bytesPerSecond: rate,
+              leaseUntil: new Date(Date.now() + LEASE_MS),
+            },
+          });
+          this.health.ok();
+          if (count === 0) abortLocal();
+          else await notify(this.db, 'mirrorVersion', key);
+        })
+        .catch(writeFailed);
     };
 
     // The lease is renewed on a clock too, not only as bytes arrive: a stalled upstream or a long backoff between
@@ -629,39 +850,62 @@ export class MirrorService {
           where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
           data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
         })
-        .then(
-          ({ count }) => count === 0 && abortLocal(),
-          (err) => this.log.warn('could not renew a mirror lease', { id: row.id, error: err }),
-        );
+        .then(({ count }) => count === 0 && abortLocal(), writeFailed);
     }, LEASE_MS / 3);
     const result = await transfer({
       url: row.sourceUrl,
       partialPath: partial,
       expectedSize: row.bytesTotal === null ? null : Number(row.bytesTotal),
       etag: row.etag,
-      headers:
-        this.config.hubToken && row.sourceUrl.startsWith(this.config.hubUrl)
-          ? { authorization: `Bearer ${this.config.hubToken}` }
-          : {},
+      // The token goes to the Hub's own origin only; the download client drops it when a redirect leaves that
+      // origin (the Hub sends LFS files to its CDN, which must not see it).
+      headers: hubAuthorization(row.sourceUrl, this.config),
+      guard: this.outbound,
       stallMs: this.config.mirrorStallSeconds * 1000,
       maxAttempts: this.config.mirrorAttempts,
       fsync: this.config.mirrorFsync,
       signal,
-      onProgress: persist,
-      freeBytes: () => this.freeBytes(),
+      onProgress: (p) => {
+        // What is reserved shrinks as the bytes land: from then on the disk's free space counts them.
+        if (p.bytesTotal !== null && this.reserved.has(row.id))
+          this.reserved.set(row.id, Math.max(0, p.bytesTotal - p.bytesDone));
+        persist(p);
+      },
+      reserveSpace: (bytes) => this.reserveSpace(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
     }).finally(() => clearInterval(heartbeat));
-    await persisting.catch(() => {});
+    await persisting;
+    if (paused && !result.ok && result.reason === 'cancelled') return 'paused';
+    return result;
+  }
+
+  /**
+   * Writes down what the transfer came to. Each write waits out a database outage rather than being dropped: a
+   * verified file is recorded PRESENT when the database returns, not downloaded again.
+   */
+  private async finish(row: MirrorFile, result: TransferDone | TransferFailed) {
+    const key = versionKey(row.model, row.version);
+    const partial = this.paths.partial(row.id);
+    const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.stopping);
+    // Best effort: when the database is away, so is every listener, and a client that reconnects reads afresh.
+    const tell = () => notify(this.db, 'mirrorVersion', key).catch(() => {});
 
     const mine = { id: row.id, leaseOwner: this.owner };
     if (!result.ok) {
       if (result.reason === 'cancelled') {
         if (this.stopping) {
           // A shutdown, not a cancel: back in the queue, to resume from the partial at the next start.
-          await this.db.mirrorFile.updateMany({
-            where: { ...mine, state: 'FETCHING' },
-            data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
-          });
+          await this.db.mirrorFile
+            .updateMany({
+              where: { ...mine, state: 'FETCHING' },
+              data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
+            })
+            .catch((err) =>
+              this.log.warn('could not put a download back in the queue; it resumes when its lease runs out', {
+                id: row.id,
+                error: err,
+              }),
+            );
         } else {
           await fs.rm(partial, { force: true });
         }
@@ -674,69 +918,77 @@ export class MirrorService {
             () => 0,
           )
         : 0;
-      await this.db.mirrorFile.updateMany({
-        where: { ...mine, state: 'FETCHING' },
-        data: {
-          state: 'FAILED',
-          error: result.reason,
-          bytesDone: kept,
-          bytesPerSecond: null,
-          leaseOwner: null,
-          leaseUntil: null,
-          finishedAt: new Date(),
-        },
-      });
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: { ...mine, state: 'FETCHING' },
+          data: {
+            state: 'FAILED',
+            error: result.reason,
+            bytesDone: kept,
+            bytesPerSecond: null,
+            leaseOwner: null,
+            leaseUntil: null,
+            finishedAt: new Date(),
+          },
+        }),
+      );
       this.log.warn('mirror file failed', { file: `${row.model}/${row.version}/${row.file}`, reason: result.reason });
-      await notify(this.db, 'mirrorVersion', key);
+      await tell();
       return;
     }
 
-    const { count: stillMine } = await this.db.mirrorFile.updateMany({
-      where: { ...mine, state: 'FETCHING' },
-      data: {
-        state: 'VERIFYING',
-        bytesDone: result.size,
-        bytesTotal: result.size,
-        bytesPerSecond: null,
-        etag: result.etag,
-      },
-    });
+    const { count: stillMine } = await write(() =>
+      this.db.mirrorFile.updateMany({
+        where: { ...mine, state: 'FETCHING' },
+        data: {
+          state: 'VERIFYING',
+          bytesDone: result.size,
+          bytesTotal: result.size,
+          bytesPerSecond: null,
+          etag: result.etag,
+        },
+      }),
+    );
     // Cancelled, removed or taken over meanwhile: the bytes are not this worker's to verify or to put in place,
     // where they would replace a file another worker verified.
     if (stillMine === 0) return;
-    await notify(this.db, 'mirrorVersion', key);
+    await tell();
     const expected = row.expectedSha256 ?? result.upstreamSha256;
     if (expected && expected !== result.sha256) {
       await fs.rm(partial, { force: true });
-      await this.db.mirrorFile.updateMany({
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: mine,
+          data: {
+            state: 'FAILED',
+            error: `sha256 mismatch: ${row.expectedSha256 ? 'expected' : 'the upstream published'} ${expected}, the bytes hash to ${result.sha256}; the download was discarded`,
+            bytesDone: 0,
+            actualSha256: result.sha256,
+            leaseOwner: null,
+            leaseUntil: null,
+            finishedAt: new Date(),
+          },
+        }),
+      );
+      await tell();
+      return;
+    }
+    await this.promote(row, partial);
+    await write(() =>
+      this.db.mirrorFile.updateMany({
         where: mine,
         data: {
-          state: 'FAILED',
-          error: `sha256 mismatch: ${row.expectedSha256 ? 'expected' : 'the upstream published'} ${expected}, the bytes hash to ${result.sha256}; the download was discarded`,
-          bytesDone: 0,
+          state: 'PRESENT',
           actualSha256: result.sha256,
+          expectedSha256: expected,
+          error: null,
           leaseOwner: null,
           leaseUntil: null,
           finishedAt: new Date(),
         },
-      });
-      await notify(this.db, 'mirrorVersion', key);
-      return;
-    }
-    await this.promote(row, partial);
-    await this.db.mirrorFile.updateMany({
-      where: mine,
-      data: {
-        state: 'PRESENT',
-        actualSha256: result.sha256,
-        expectedSha256: expected,
-        error: null,
-        leaseOwner: null,
-        leaseUntil: null,
-        finishedAt: new Date(),
-      },
-    });
-    await notify(this.db, 'mirrorVersion', key);
+      }),
+    );
+    await tell();
   }
 
   /** Only a verified file is moved to where it is listed and served; rename is atomic on one filesystem. */

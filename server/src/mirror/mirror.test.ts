@@ -119,7 +119,9 @@ describe('fetching', () => {
     for (const f of files) {
       const got = await fs.readFile(onDisk('qwen3-8b', 'abc1234', f.name));
       expect(sha256(got)).toBe(sha256(f.body));
-      const served = await fetch(`${base}/mirror/qwen3-8b/abc1234/${f.name}`);
+      const served = await fetch(`${base}/mirror/qwen3-8b/abc1234/${f.name}`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
       expect(served.headers.get('etag')).toBe(`"${sha256(f.body)}"`);
       expect(sha256(Buffer.from(await served.arrayBuffer()))).toBe(sha256(f.body));
     }
@@ -173,7 +175,9 @@ describe('fetching', () => {
     );
     expect(v.url).toBeNull();
     expect(existsSync(onDisk('corrupt', 'v1', 'corrupt.gguf'))).toBe(false);
-    expect((await fetch(`${base}/mirror/corrupt/v1/corrupt.gguf`)).status).toBe(404);
+    expect(
+      (await fetch(`${base}/mirror/corrupt/v1/corrupt.gguf`, { headers: { authorization: `Bearer ${token}` } })).status,
+    ).toBe(404);
   });
 
   it('fails with the reason after a body that always ends short, keeping the partial for a retry', async () => {
@@ -381,7 +385,13 @@ describe('listing and removing', () => {
     );
     expect(r.data?.removeMirrorVersion).toMatchObject({ __typename: 'RemovedMirrorVersion', files: 3 });
     expect(existsSync(`${t.dataDir}/mirror/files/qwen3-8b/abc1234`)).toBe(false);
-    expect((await fetch(`${base}/mirror/qwen3-8b/abc1234/m-00001-of-00003.gguf`)).status).toBe(404);
+    expect(
+      (
+        await fetch(`${base}/mirror/qwen3-8b/abc1234/m-00001-of-00003.gguf`, {
+          headers: { authorization: `Bearer ${token}` },
+        })
+      ).status,
+    ).toBe(404);
     const audit = await t.app.db.prisma.auditEvent.findFirst({
       where: { action: 'removeMirrorVersion' },
       orderBy: { id: 'desc' },

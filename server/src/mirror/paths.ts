@@ -23,10 +23,13 @@ export class MirrorPaths {
   readonly root: string;
   readonly files: string;
   readonly partials: string;
+  /** The storage's id, written once when the storage is first used: see storage.ts. */
+  readonly storageIdFile: string;
   constructor(dataDir: string) {
     this.root = path.join(dataDir, 'mirror');
     this.files = path.join(this.root, 'files');
     this.partials = path.join(this.root, 'partial');
+    this.storageIdFile = path.join(this.root, '.hangar-storage-id');
   }
   version(model: string, version: string) {
     return path.join(this.files, model, version);

@@ -46,7 +46,9 @@ describe('serving mirror files', () => {
   });
   afterAll(() => t.close());
 
-  const get = (headers: Record<string, string> = {}, method = 'GET') => fetch(fileUrl(), { method, headers });
+  // The mirror asks for a credential by default (HANGAR_MIRROR_REQUIRE_TOKEN): these read as a node or script would.
+  const get = (headers: Record<string, string> = {}, method = 'GET') =>
+    fetch(fileUrl(), { method, headers: { authorization: `Bearer ${operator}`, ...headers } });
 
   it('serves the whole file with its sha256 as ETag', async () => {
     const r = await get();
@@ -95,8 +97,9 @@ describe('serving mirror files', () => {
     const half = body.length / 2;
     // Not execFileSync: the server answering curl runs in this very process.
     const run = promisify(execFile);
-    await run('curl', ['-sf', '-r', `0-${half - 1}`, '-o', `${out}.1`, fileUrl()]);
-    await run('curl', ['-sf', '-r', `${half}-`, '-o', `${out}.2`, fileUrl()]);
+    const auth = ['-H', `Authorization: Bearer ${operator}`];
+    await run('curl', ['-sf', ...auth, '-r', `0-${half - 1}`, '-o', `${out}.1`, fileUrl()]);
+    await run('curl', ['-sf', ...auth, '-r', `${half}-`, '-o', `${out}.2`, fileUrl()]);
     const joined = Buffer.concat([await fs.readFile(`${out}.1`), await fs.readFile(`${out}.2`)]);
     expect(sha256(joined)).toBe(digest);
   });
@@ -109,12 +112,55 @@ describe('serving mirror files', () => {
     });
     expect(r.status).toBe(400);
     expect((await r.json()).error).toMatch(/^sha256 mismatch/);
-    expect((await fetch(`${base}/mirror/served/v2/bad.gguf`)).status).toBe(404);
+    expect(
+      (await fetch(`${base}/mirror/served/v2/bad.gguf`, { headers: { authorization: `Bearer ${operator}` } })).status,
+    ).toBe(404);
     const audit = await t.app.db.prisma.auditEvent.findFirst({
       where: { action: 'uploadToMirror' },
       orderBy: { id: 'desc' },
     });
     expect(audit).toMatchObject({ outcome: 'REFUSED', target: 'served/v2/bad.gguf' });
+  });
+
+  it('audits every refused upload of a caller with a credential, a NUL or a newline in the name escaped', async () => {
+    const viewer = await t.token('VIEWER', 'nul-viewer');
+    const refusals = [
+      // A NUL is refused at the edge, before any route, and audited there, still percent-encoded.
+      { path: 'served/v9/a%00b.gguf', token: operator, status: 400 },
+      // A newline or another control character reaches the name rules, and is escaped in the audit row.
+      { path: 'served/v9/line%0Abreak.gguf', token: operator, status: 400 },
+      { path: 'served/v9/viewer%01.gguf', token: viewer, status: 403 },
+      // Not percent-encoding at all.
+      { path: 'served/v9/%E0%A4%A.gguf', token: operator, status: 400 },
+    ];
+    for (const r of refusals) {
+      const before = await t.app.db.prisma.auditEvent.count({ where: { action: 'uploadToMirror' } });
+      const res = await fetch(`${base}/mirror/${r.path}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${r.token}` },
+        body: 'x',
+      });
+      expect(res.status, r.path).toBe(r.status);
+      const rows = await t.app.db.prisma.auditEvent.findMany({
+        where: { action: 'uploadToMirror' },
+        orderBy: { id: 'desc' },
+        take: 1,
+      });
+      expect(await t.app.db.prisma.auditEvent.count({ where: { action: 'uploadToMirror' } }), r.path).toBe(before + 1);
+      expect(rows[0]?.outcome).toBe('REFUSED');
+      expect([...(rows[0]?.target ?? '')].some((c) => c.charCodeAt(0) < 0x20)).toBe(false);
+    }
+    const target = async (contains: string) =>
+      (
+        await t.app.db.prisma.auditEvent.findFirstOrThrow({
+          where: { action: 'uploadToMirror', target: { contains } },
+          orderBy: { id: 'desc' },
+        })
+      ).target;
+    expect(await target('a%00b')).toMatch(/served\/v9\/a%00b\.gguf$/);
+    expect(await target('line')).toBe('served/v9/line\\u000abreak.gguf');
+    expect(await target('viewer')).toBe('served/v9/viewer\\u0001.gguf');
+    expect(await target('%E0')).toBe('served/v9/%E0%A4%A.gguf');
   });
 
   it('refuses an upload from a viewer or without a token', async () => {
@@ -148,7 +194,9 @@ describe('serving mirror files', () => {
       'the file on disk is 4096 bytes, not the 1000000 verified (the machine stopped before they reached the disk?): ' +
         'retry fetches it again',
     );
-    expect((await fetch(`${base}/mirror/served/v3/short.bin`)).status).toBe(404);
+    expect(
+      (await fetch(`${base}/mirror/served/v3/short.bin`, { headers: { authorization: `Bearer ${operator}` } })).status,
+    ).toBe(404);
     // The whole file next to it is untouched.
     expect((await get()).status).toBe(200);
   });
@@ -164,9 +212,9 @@ describe('serving mirror files', () => {
   });
 });
 
-describe('a mirror that requires a token', () => {
+describe('a mirror that requires a token (the default)', () => {
   it('refuses anonymous downloads, serves tokens, and still lets the server check a source before serving it', async () => {
-    const t = await startTestApp({ HANGAR_MIRROR_REQUIRE_TOKEN: 'true' });
+    const t = await startTestApp();
     const base = await t.app.start();
     const operator = await t.token('OPERATOR', 'private-mirror');
     const body = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
@@ -183,12 +231,35 @@ describe('a mirror that requires a token', () => {
       headers: { authorization: `Bearer ${operator}` },
     });
     expect(withToken.status).toBe(200);
+    // The console downloads with its session, as a browser sends it.
+    const { cookie } = await t.login();
+    const withSession = await fetch(`${base}/mirror/priv/v1/model.gguf`, { method: 'HEAD', headers: { cookie } });
+    expect(withSession.status).toBe(200);
     const served = await t.gql(
       'mutation { serveMirrorVersion(model: "priv", version: "v1") { __typename ... on Error { message } } }',
       {},
       { token: operator },
     );
     expect(served.data?.serveMirrorVersion.__typename).toBe('ServePlaced');
+    await t.close();
+  });
+});
+
+describe('a mirror opened to anonymous callers (HANGAR_MIRROR_REQUIRE_TOKEN=false)', () => {
+  it('serves files without a credential, as an air-gapped site may choose', async () => {
+    const t = await startTestApp({ HANGAR_MIRROR_REQUIRE_TOKEN: 'false' });
+    const base = await t.app.start();
+    const operator = await t.token('OPERATOR', 'open-mirror');
+    const body = bytes(4096, 3);
+    const put = await fetch(`${base}/mirror/open/v1/a.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${operator}` },
+      body: new Uint8Array(body),
+    });
+    expect(put.status).toBe(201);
+    const anonymous = await fetch(`${base}/mirror/open/v1/a.bin`);
+    expect(anonymous.status).toBe(200);
+    expect(sha256(Buffer.from(await anonymous.arrayBuffer()))).toBe(sha256(body));
     await t.close();
   });
 });

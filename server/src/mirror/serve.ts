@@ -2,6 +2,7 @@ import fs from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AuditService } from '../audit/audit.service.js';
 import type { AuthService } from '../auth/auth.service.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
 import type { Logger } from '../lib/log.js';
 import type { MirrorService } from './mirror.service.js';
@@ -10,15 +11,47 @@ import type { MirrorPaths } from './paths.js';
 // GET/HEAD /mirror/<model>/<version>/<file>: what the nodes load weights from. Only PRESENT files, whose bytes
 // were verified; a single Range (RFC 9110 §14); ETag = the file's sha256, so a node can check what it got
 // against what the mirror verified; streamed from disk with backpressure.
+//
+// Who may read: with HANGAR_MIRROR_REQUIRE_TOKEN (the default) every request shows a credential: an API token,
+// the console's session, a node token, or the server's own internal token. A published adapter that has an owner
+// (it repeats what it was trained on: a team's knowledge base, say) is served only to those its owner admits,
+// admins, the nodes that hold a replica of the model it adapts (they load it), and the server itself; anyone else
+// gets the same 404 as for a file that does not exist, whatever the setting, so its name is not confirmed either.
 
 type Deps = {
   db: Db;
   paths: MirrorPaths;
   auth: AuthService;
+  /** Whether a signed-in caller may read what an owner key owns (OrgService.mayRead). */
+  owners: { mayRead(viewer: Viewer, owner: string | null): Promise<boolean> };
   requireToken: boolean;
   internalToken: string;
   log: Logger;
 };
+
+/** The owner of a mirror version, when it is a trained adapter that has one; its catalog model when published. */
+async function ownedAdapter(
+  db: Db,
+  model: string,
+  version: string,
+): Promise<{ owner: string; modelId: string | null } | null> {
+  const adapter = await db.adapter.findFirst({
+    where: {
+      owner: { not: null },
+      source: { contains: `/mirror/${encodeURIComponent(model)}/${encodeURIComponent(version)}/` },
+    },
+    select: { owner: true, modelId: true },
+  });
+  if (adapter?.owner) return { owner: adapter.owner, modelId: adapter.modelId };
+  // publishTrainJob puts the files in the mirror (as version job-<first 8 of the job id>) before the adapter row
+  // exists: in between, the job's owner is the file's.
+  const m = /^job-([0-9a-f]{8})$/.exec(version);
+  if (!m) return null;
+  const jobs = await db.$queryRaw<{ owner: string | null }[]>`
+    SELECT owner FROM "TrainJob" WHERE name = ${model} AND id::text LIKE ${`${m[1]}%`} AND owner IS NOT NULL LIMIT 1`;
+  const owner = jobs[0]?.owner;
+  return owner ? { owner, modelId: null } : null;
+}
 
 export type ByteRange = { start: number; end: number };
 
@@ -117,19 +150,26 @@ async function sendRange(file: string, start: number, end: number, res: ServerRe
   }
 }
 
-export function serveMirror({ db, paths, auth, requireToken, internalToken, log }: Deps) {
+export function serveMirror({ db, paths, auth, owners, requireToken, internalToken, log }: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
     }
-    if (requireToken && req.headers.authorization !== `Bearer ${internalToken}`) {
-      const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'GET' });
-      if (viewer.kind === 'anonymous') {
-        res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
-        res.end(`${viewer.reason ?? 'the mirror needs a node or API token: Authorization: Bearer <token>'}\n`);
-        return;
-      }
+    const internal = req.headers.authorization === `Bearer ${internalToken}`;
+    const viewer: Viewer = internal
+      ? { kind: 'system', name: 'mirror' }
+      : await auth.identify({
+          authorization: req.headers.authorization ?? null,
+          cookie: req.headers.cookie ?? null,
+          method: 'GET',
+        });
+    if (requireToken && viewer.kind === 'anonymous') {
+      res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
+      res.end(
+        `${viewer.reason ?? 'the mirror needs a credential: Authorization: Bearer <node or API token>, or sign in to the console'}\n`,
+      );
+      return;
     }
     const parts = pathname
       .replace(/^\/mirror\//, '')
@@ -147,8 +187,11 @@ export function serveMirror({ db, paths, auth, requireToken, internalToken, log 
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(`${why}\n`);
     };
-    if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.'))
+    if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.' || p.includes('\0')))
       return notFound('no such file in the mirror');
+    // Before anything about the file is said (not even its state), so a refusal reads as "no such file".
+    const owned = await ownedAdapter(db, model, version);
+    if (owned && !(await mayFetchOwned(db, owners, viewer, owned))) return notFound('no such file in the mirror');
     const row = await db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
     if (row?.state !== 'PRESENT' || !row.actualSha256) {
       return notFound(
@@ -168,7 +211,8 @@ export function serveMirror({ db, paths, auth, requireToken, internalToken, log 
       etag,
       'last-modified': stat.mtime.toUTCString(),
       'content-type': 'application/octet-stream',
-      'cache-control': 'public, max-age=300',
+      // An owned adapter must not sit in a shared cache for the next caller, whoever they are.
+      'cache-control': owned ? 'private, max-age=300' : 'public, max-age=300',
       'x-content-type-options': 'nosniff',
     };
     if (req.headers['if-none-match']?.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
@@ -206,6 +250,26 @@ export function serveMirror({ db, paths, auth, requireToken, internalToken, log 
 }
 
 /**
+ * Whether this caller may fetch an owned adapter: the server's own passes; users and tokens its owner admits
+ * (admins too); a node that holds a replica of the model the adapter is published for, since its replicas load
+ * every adapter of that model. A node with no replica of it has no reason to hold the weights.
+ */
+async function mayFetchOwned(
+  db: Db,
+  owners: Deps['owners'],
+  viewer: Viewer,
+  owned: { owner: string; modelId: string | null },
+): Promise<boolean> {
+  if (viewer.kind === 'system') return true;
+  if (viewer.kind === 'node')
+    return (
+      owned.modelId !== null &&
+      (await db.replica.count({ where: { nodeId: viewer.node.id, modelId: owned.modelId } })) > 0
+    );
+  return owners.mayRead(viewer, owned.owner);
+}
+
+/**
  * PUT /mirror/<model>/<version>/<file>: how Hangar's own products (trained adapters) and operators' files
  * enter the mirror, verified like a fetch: an OPERATOR token, a Content-Length, and optionally the sha256 the
  * bytes must hash to (X-Content-Sha256).
@@ -227,42 +291,54 @@ export function uploadToMirror({
       res.end(JSON.stringify(body));
     };
     const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'PUT' });
-    if (viewer.kind !== 'user' && viewer.kind !== 'token') {
-      return reply(401, {
-        error:
-          viewer.kind === 'anonymous' && viewer.reason
-            ? viewer.reason
-            : 'an upload needs an API token: Authorization: Bearer <token>',
-      });
+    const raw = pathname.replace(/^\/mirror\//, '');
+    let segments: string[] | null;
+    try {
+      segments = raw.split('/').map((p) => decodeURIComponent(p));
+    } catch {
+      segments = null;
     }
+    // Named as decoded (as sent when it is not valid encoding), escaped: PostgreSQL refuses a NUL in text, so a
+    // NUL in a name would otherwise have stopped the audit row being written at all.
+    const target = printable(segments ? segments.join('/') : raw);
+    // Every refusal of a caller who showed a credential is audited. Anonymous ones are not: anyone could add
+    // rows without end that way.
+    const refuse = async (status: number, error: string, code?: string) => {
+      if (viewer.kind !== 'anonymous')
+        await audit.refused({ viewer, requestId: crypto.randomUUID() }, 'uploadToMirror', target, printable(error));
+      return reply(status, code ? { error, code } : { error });
+    };
+    if (viewer.kind === 'anonymous')
+      return reply(401, { error: viewer.reason ?? 'an upload needs an API token: Authorization: Bearer <token>' });
+    if (viewer.kind !== 'user' && viewer.kind !== 'token')
+      return refuse(403, 'an upload to the mirror needs an API token of an OPERATOR; a node token only reads it');
     if (viewer.role === 'VIEWER')
-      return reply(403, { error: 'uploading to the mirror needs the OPERATOR role; this token has VIEWER' });
+      return refuse(403, 'uploading to the mirror needs the OPERATOR role; this token has VIEWER');
     const length = Number(req.headers['content-length'] ?? Number.NaN);
-    if (!Number.isSafeInteger(length)) return reply(411, { error: 'an upload needs a Content-Length header' });
-    if (length > maxBytes) return reply(413, { error: `the upload is ${length} bytes; the limit is ${maxBytes}` });
-    const [model = '', version = '', ...rest] = pathname
-      .replace(/^\/mirror\//, '')
-      .split('/')
-      .map((p) => decodeURIComponent(p));
+    if (!Number.isSafeInteger(length)) return refuse(411, 'an upload needs a Content-Length header');
+    if (length > maxBytes) return refuse(413, `the upload is ${length} bytes; the limit is ${maxBytes}`);
+    if (!segments)
+      return refuse(
+        400,
+        'the path is not valid percent-encoding: /mirror/<model>/<version>/<file>, each part URL-encoded',
+      );
+    const [model = '', version = '', ...rest] = segments;
     const sha = req.headers['x-content-sha256'];
     const result = await mirror.upload(
       { viewer, requestId: crypto.randomUUID() },
       { model, version, file: rest.join('/'), size: length, sha256: typeof sha === 'string' ? sha : null },
       req,
     );
-    if (!result.ok) {
-      await audit.refused(
-        { viewer, requestId: 'upload' },
-        'uploadToMirror',
-        `${model}/${version}/${rest.join('/')}`,
-        result.error.message,
-      );
-      return reply(result.error.code === 'CONFLICT' ? 409 : 400, {
-        error: result.error.message,
-        code: result.error.code,
-      });
-    }
+    if (!result.ok)
+      return refuse(result.error.code === 'CONFLICT' ? 409 : 400, result.error.message, result.error.code);
     const f = result.value.files.find((x) => x.file === rest.join('/'));
     return reply(201, { url: f ? mirror.fileUrl(f) : null, sha256: f?.actualSha256, size: Number(f?.bytesDone ?? 0) });
   };
+}
+
+/** A name or message as the audit log can hold it: control characters (NUL among them) escaped, cut at 500. */
+export function printable(s: string): string {
+  // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+  const escaped = s.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return escaped.length > 500 ? `${escaped.slice(0, 499)}…` : escaped;
 }

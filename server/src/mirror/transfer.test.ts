@@ -26,7 +26,7 @@ const run = (name: string, partial: string, extra: Partial<Parameters<typeof tra
     maxAttempts: 3,
     signal: new AbortController().signal,
     onProgress: () => {},
-    freeBytes: async () => 1e12,
+    reserveSpace: async () => null,
     backoffMs: () => 10,
     ...extra,
   });
@@ -54,7 +54,9 @@ describe('one transfer', () => {
 
   it('stops at once when the disk cannot hold what is still to come, keeping the partial', async () => {
     up.files.set('big.bin', { body: bytes(50_000, 5) });
-    const r = await run('big.bin', path.join(dir, 'big.part'), { freeBytes: async () => 1000 });
+    const r = await run('big.bin', path.join(dir, 'big.part'), {
+      reserveSpace: async (n) => `not enough disk: ${n} bytes still to come, 1000 free`,
+    });
     expect(r).toEqual({
       ok: false,
       reason: 'not enough disk: 50000 bytes still to come, 1000 free',
@@ -108,7 +110,7 @@ describe('redirects', () => {
         maxAttempts: 1,
         signal: new AbortController().signal,
         onProgress: () => {},
-        freeBytes: async () => 1e12,
+        reserveSpace: async () => null,
       });
       expect(r).toMatchObject({ ok: true, size: 50_000, sha256: sha256(body) });
       expect(hub.seen).toEqual([{ path: '/acme/model/resolve/main/cdn.bin', auth: 'Bearer hf_secret' }]);
@@ -129,7 +131,7 @@ describe('redirects', () => {
         maxAttempts: 1,
         signal: new AbortController().signal,
         onProgress: () => {},
-        freeBytes: async () => 1e12,
+        reserveSpace: async () => null,
       });
       expect(r).toMatchObject({ ok: false });
       expect((r as { reason: string }).reason).toMatch(/redirected more than 10 times/);

@@ -1,8 +1,9 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type GetResponse, httpGet } from '../lib/download/http-get.js';
+import { type GetResponse, type HttpGetError, httpGet } from '../lib/download/http-get.js';
 import { receiveInto, watchStall } from '../lib/download/receive.js';
 import { Sha256 } from '../lib/download/sha256.js';
+import type { OutboundGuard } from '../lib/outbound.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
 // interrupts it. The rules, each from a way downloads go wrong in practice:
@@ -29,8 +30,14 @@ export type TransferOptions = {
   signal: AbortSignal;
   /** Called as bytes arrive; the caller decides how often to persist. */
   onProgress: (p: Progress) => void;
-  /** Free bytes where the partial lives; checked against what is still to come before streaming it. */
-  freeBytes: () => Promise<number>;
+  /**
+   * Asked for room for the bytes still to come, once their number is known and before any is written: null
+   * when they are reserved, or why there is no room (the disk's free space less what other running downloads
+   * still need). Then the file fails at once, rather than filling the disk with bytes that cannot all fit.
+   */
+  reserveSpace: (bytes: number) => Promise<string | null>;
+  /** Checks each hop's host and address (the server's own fetches: HANGAR_FETCH_ALLOW). */
+  guard?: OutboundGuard;
   backoffMs?: (attempt: number) => number;
   log?: (msg: string, fields: Record<string, unknown>) => void;
 };
@@ -104,7 +111,6 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
     let response: GetResponse | undefined;
     const watch = watchStall(o.stallMs, stall, () => new Retryable(`stalled: no bytes for ${o.stallMs / 1000} s`));
     try {
-      const free = await o.freeBytes();
       await fh?.close(); // left open by a `continue` (416, a wrong range) that starts the next request
       fh = await fs.open(o.partialPath, 'a');
       const headers: Record<string, string> = { ...o.headers, 'accept-encoding': 'identity' };
@@ -113,7 +119,14 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
         // Only a strong validator may guard a byte range (RFC 9110 §13.1.5).
         if (etag && !etag.startsWith('W/')) headers['if-range'] = etag;
       }
-      const res = await httpGet(o.url, { headers, signal: AbortSignal.any([o.signal, stall.signal]) });
+      const res = await httpGet(o.url, {
+        headers,
+        signal: AbortSignal.any([o.signal, stall.signal]),
+        guard: o.guard,
+      }).catch((err: HttpGetError) => {
+        // A host the policy refuses stays refused: retrying would only ask again.
+        throw err.code === 'EOUTBOUND' ? new Fatal(`refused: ${err.message}`) : err;
+      });
       response = res;
       const status = res.status;
       if (status === 404 || status === 410) throw new Fatal(`the upstream has no such file (HTTP ${status})`);
@@ -158,9 +171,8 @@ async function attempts(o: TransferOptions, hash: Sha256): Promise<TransferDone 
       }
       if (total === 0) throw new Retryable('the upstream sent an empty body');
       if (total !== null) {
-        if (total - offset > free) {
-          throw new Fatal(`not enough disk: ${total - offset} bytes still to come, ${free} free`, true);
-        }
+        const noRoom = await o.reserveSpace(total - offset);
+        if (noRoom) throw new Fatal(noRoom, true);
       }
       o.onProgress({ bytesDone: offset, bytesTotal: total, etag });
 

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Context } from '../context.js';
 import type { Db, Tx } from '../db/client.js';
 import type { ApiToken, Collection, Membership, Org, Project, Team, User } from '../generated/prisma/client.js';
@@ -155,6 +156,34 @@ export class OrgService {
     const c = await db.collection.findUnique({ where: { id: collectionId } });
     if (!c) return false;
     return (await this.reach(db, owner))[c.ownerScope].has(c.ownerId);
+  }
+
+  /**
+   * Whether `caller` (a user, or an API token as a key of its own) is among those who may read what `owner` owns:
+   * the readers a collection owned by `owner` would have. This is who may read an owned job's pairs and
+   * artifacts and fetch an owned adapter: what was trained on the owner's collections says what they say.
+   */
+  async admits(owner: OwnerRef, caller: OwnerRef, db: Tx = this.db): Promise<boolean> {
+    if (!isId(owner.id) || !isId(caller.id)) return false;
+    return (await this.reach(db, caller))[owner.scope].has(owner.id);
+  }
+
+  /**
+   * Whether a signed-in caller may read what a stored owner key ("team:<id>") owns; null is public: everyone may.
+   * Admins may (they manage the tree and could add themselves). A session reads as its user, an API token as its
+   * key, never as its user (the table above: a key is handed to a script that should see less than the person).
+   * Nodes and Hangar's own passes are for the caller to decide: they are not in the tree.
+   */
+  async mayRead(viewer: Viewer, owner: string | null): Promise<boolean> {
+    if (owner === null) return true;
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return false;
+    if (roleAtLeast(viewer.role, 'ADMIN')) return true;
+    const parsed = parseOwnerKey(owner);
+    if (!parsed) return false;
+    return this.admits(
+      parsed,
+      viewer.kind === 'user' ? { scope: 'user', id: viewer.user.id } : { scope: 'key', id: viewer.tokenId },
+    );
   }
 
   /**

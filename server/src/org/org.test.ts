@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import type { OrgService } from './org.service.js';
 import { ownerKey, parseOwnerKey } from './org.service.js';
@@ -684,6 +685,30 @@ describe('who may read a collection', () => {
       'bots',
       'research',
     ]);
+  });
+
+  it("lets a caller read what an owner owns exactly when the caller could read that owner's collection", async () => {
+    // Who may read an owned job's pairs and artifacts, and fetch an owned adapter (OrgService.mayRead): a session
+    // reads as its user, an API token as its key; admins always; null (public) is everyone.
+    const asViewer = (name: string, role: 'VIEWER' | 'ADMIN' = 'VIEWER'): Viewer => {
+      const p = o[name] as { scope: OwnerScope; id: string };
+      const user = { id: p.id, email: `${name}@read.test`, name, role };
+      return p.scope === 'key'
+        ? { kind: 'token', user, role, tokenId: p.id, tokenName: name }
+        : { kind: 'user', user, role, sessionId: 'session' };
+    };
+    const callers = ['ana', 'ben', 'cat', 'dan', 'ana-ci', 'dan-ci'];
+    for (const caller of callers)
+      for (const owner of Object.keys(c)) {
+        const expected = await org.canRead(o[caller] as { scope: OwnerScope; id: string }, c[owner] as string);
+        const key = ownerKey(o[owner] as { scope: OwnerScope; id: string });
+        expect(await org.mayRead(asViewer(caller), key), `${caller} reading what ${owner} owns`).toBe(expected);
+        expect(await org.mayRead(asViewer(caller, 'ADMIN'), key), `${caller} as an admin`).toBe(true);
+        expect(await org.mayRead(asViewer(caller), null), `${caller}, public`).toBe(true);
+      }
+    expect(await org.mayRead({ kind: 'node', node: { id: o.ana?.id as string, name: 'n' } }, 'org:x')).toBe(false);
+    expect(await org.mayRead({ kind: 'anonymous' }, ownerKey(o.acme as { scope: OwnerScope; id: string }))).toBe(false);
+    expect(await org.mayRead(asViewer('ana'), 'team:not-an-id')).toBe(false);
   });
 
   it('follows membership: a removed member no longer reads', async () => {

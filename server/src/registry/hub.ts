@@ -4,7 +4,13 @@ import type { RepoFile } from './sets.js';
 // The Hugging Face Hub, through its own client, at HANGAR_HUB_URL. Someone else's server on the internet: every
 // call has a timeout, and a slow or absent Hub is reported where the explorer is, never anywhere else.
 
-export type HubOptions = { hubUrl: string; token?: string; timeoutMs: number };
+export type HubOptions = {
+  hubUrl: string;
+  token?: string;
+  timeoutMs: number;
+  /** The fetch to use: the server's checks each redirect hop against HANGAR_FETCH_ALLOW (guardedFetch). */
+  fetch?: typeof fetch;
+};
 
 export class HubError extends Error {
   constructor(
@@ -29,7 +35,7 @@ export class Hub {
   constructor(private readonly o: HubOptions) {}
 
   private fetchWithTimeout: typeof fetch = (input, init) =>
-    fetch(input, {
+    (this.o.fetch ?? fetch)(input, {
       ...init,
       signal: AbortSignal.any([AbortSignal.timeout(this.o.timeoutMs), ...(init?.signal ? [init.signal] : [])]),
     });

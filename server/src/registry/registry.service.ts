@@ -19,6 +19,7 @@ import {
   UpstreamError,
   ValidationError,
 } from '../lib/errors.js';
+import { guardedFetch } from '../lib/outbound.js';
 import { parseInput } from '../lib/validate.js';
 import type { FetchStarted, MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
@@ -68,6 +69,8 @@ const CACHE_MS = 60_000;
 
 export class RegistryService {
   private readonly hub: Hub;
+  /** The Hub's redirects (to its CDN) are followed only into networks HANGAR_FETCH_ALLOW admits. */
+  private readonly hubFetch: typeof fetch;
   private readonly cache = new Map<string, { at: number; value: Promise<unknown> }>();
 
   constructor(
@@ -75,7 +78,13 @@ export class RegistryService {
     private readonly fleet: FleetService,
     private readonly mirror: MirrorService,
   ) {
-    this.hub = new Hub({ hubUrl: config.hubUrl, token: config.hubToken, timeoutMs: config.hubTimeoutMs });
+    this.hubFetch = guardedFetch(mirror.outbound);
+    this.hub = new Hub({
+      hubUrl: config.hubUrl,
+      token: config.hubToken,
+      timeoutMs: config.hubTimeoutMs,
+      fetch: this.hubFetch,
+    });
   }
 
   get siteUrl() {
@@ -234,6 +243,7 @@ export class RegistryService {
       this.hub.resolveUrl(id, rev, first?.path ?? ''),
       this.hub.authHeaders(),
       this.config.hubTimeoutMs,
+      this.hubFetch,
     );
     let facts: ModelFacts | null = null;
     let headerError: string | null = null;

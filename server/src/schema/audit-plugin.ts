@@ -29,11 +29,13 @@ export class AuditPlugin<Types extends SchemaTypes> extends BasePlugin<Types> {
       try {
         const result = await resolver(parent, args, context, info);
         // The errors plugin hands a typed refusal back as the resolved value.
-        if (isHangarError(result)) await ctx.services.audit.refused(ctx, action, target, result.message);
+        if (isHangarError(result) && !result.recorded) {
+          await ctx.services.audit.refused(ctx, action, target, result.message);
+        }
         return result;
       } catch (err) {
         if (isHangarError(err)) {
-          await ctx.services.audit.refused(ctx, action, target, err.message);
+          if (!err.recorded) await ctx.services.audit.refused(ctx, action, target, err.message);
         } else {
           await ctx.services.audit.failed(ctx, action, target, `unexpected error (request ${ctx.requestId})`);
         }

@@ -3,6 +3,7 @@ import {
   ForbiddenError,
   type HangarError,
   NotFoundError,
+  TooManyAttemptsError,
   UnauthenticatedError,
   UpstreamError,
   ValidationError,
@@ -29,6 +30,13 @@ builder.objectType(ValidationError, {
   interfaces: [ErrorInterface],
   isTypeOf: (v) => v instanceof ValidationError,
   fields: (t) => ({ field: t.exposeString('field') }),
+});
+builder.objectType(TooManyAttemptsError, {
+  name: 'TooManyAttemptsError',
+  description: 'Too many refused attempts in a while (sign-in guesses); `retryAfterSeconds` says when to try again.',
+  interfaces: [ErrorInterface],
+  isTypeOf: (v) => v instanceof TooManyAttemptsError,
+  fields: (t) => ({ retryAfterSeconds: t.exposeInt('retryAfterSeconds') }),
 });
 plain(NotFoundError, 'NotFoundError', 'The thing named does not exist.');
 plain(ConflictError, 'ConflictError', 'The request clashes with what exists: a name taken, a version in use.');

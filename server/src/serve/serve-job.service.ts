@@ -4,6 +4,7 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
+import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
 import type { ServeJob, ServeJobStep } from '../generated/prisma/client.js';
 import { fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
@@ -53,6 +54,8 @@ export class ServeJobService {
   private running = false;
   private timer: NodeJS.Timeout | undefined;
   private readonly active = new Set<string>();
+  /** The runner's view of the database: jobs pause (never fail) while it is out of reach; /readyz reads it. */
+  readonly health: LoopHealth;
 
   constructor(
     private readonly db: Db,
@@ -62,7 +65,9 @@ export class ServeJobService {
     private readonly catalog: CatalogService,
     private readonly log: Logger,
     private readonly pollMs = 1000,
-  ) {}
+  ) {
+    this.health = new LoopHealth('serve jobs', log);
+  }
 
   get(id: string) {
     return z.string().uuid().safeParse(id).success
@@ -112,9 +117,10 @@ export class ServeJobService {
   }
 
   private kick() {
-    if (!this.running) return;
+    if (!this.running || !this.health.due()) return;
     void this.claim()
       .then((job) => {
+        this.health.ok();
         if (!job) return;
         this.active.add(job.id);
         return this.run(job).finally(() => {
@@ -122,7 +128,10 @@ export class ServeJobService {
           this.kick();
         });
       })
-      .catch((err) => this.log.error('serve job runner failed', { error: err }));
+      .catch((err) => {
+        if (err instanceof Stopped || this.health.failed(err)) return;
+        this.log.error('serve job runner failed', { error: err });
+      });
   }
 
   /** A job nobody holds (new, or its holder's lease ran out: a restart), taken atomically. */
@@ -136,13 +145,50 @@ export class ServeJobService {
     return id ? this.db.serveJob.findUnique({ where: { id } }) : null;
   }
 
+  /**
+   * Runs a claimed job to its end. The database going away under a step fails nothing: the job waits for it and
+   * then goes on at the step it was on (each step is safe to run again), if it is still this replica's.
+   */
   private async run(job: ServeJob) {
     const renew = setInterval(() => {
-      void this.db.serveJob.updateMany({
-        where: { id: job.id, leaseOwner: this.owner },
-        data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
-      });
+      this.db.serveJob
+        .updateMany({
+          where: { id: job.id, leaseOwner: this.owner },
+          data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
+        })
+        .catch((err) => {
+          if (!this.health.failed(err))
+            this.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
+        });
     }, LEASE_MS / 3);
+    try {
+      for (;;) {
+        try {
+          return await this.runSteps(job);
+        } catch (err) {
+          if (!this.health.failed(err)) throw err;
+        }
+        const held = await this.health.until(
+          () =>
+            this.db.serveJob.updateMany({
+              where: { id: job.id, leaseOwner: this.owner, state: 'RUNNING' },
+              data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
+            }),
+          () => !this.running,
+        );
+        if (held.count === 0) return; // taken over by another replica after its lease ran out
+        this.log.info('serve job goes on now that the database answers', { job: job.id });
+      }
+    } catch (err) {
+      if (!(err instanceof Stopped)) throw err;
+      // Stopping while the database is away: the lease cannot be released; it runs out and the job resumes then.
+      this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
+    } finally {
+      clearInterval(renew);
+    }
+  }
+
+  private async runSteps(job: ServeJob) {
     try {
       const steps = await this.db.serveJobStep.findMany({ where: { jobId: job.id }, orderBy: { position: 'asc' } });
       let detail: Detail = {};
@@ -157,7 +203,8 @@ export class ServeJobService {
           detail = { ...detail, ...more };
           await this.setStep(job.id, s.name as Step, { state: 'DONE', message, detail: more, finishedAt: new Date() });
         } catch (err) {
-          if (err instanceof Interrupted) throw err;
+          // An outage is not the step's failure: run() waits for the database and runs the step again.
+          if (err instanceof Interrupted || isDatabaseUnreachable(err)) throw err;
           if (err instanceof StopEarly) {
             await this.setStep(job.id, s.name as Step, { state: 'DONE', message: err.message, finishedAt: new Date() });
             await this.finish(job.id, 'DONE', err.message);
@@ -176,13 +223,13 @@ export class ServeJobService {
     } catch (err) {
       if (!(err instanceof Interrupted)) throw err;
       // Released rather than left to expire: the next start takes it up at once, at the step it was on.
-      await this.db.serveJob.updateMany({
-        where: { id: job.id, leaseOwner: this.owner },
-        data: { leaseOwner: null, leaseUntil: null },
-      });
+      await this.db.serveJob
+        .updateMany({
+          where: { id: job.id, leaseOwner: this.owner },
+          data: { leaseOwner: null, leaseUntil: null },
+        })
+        .catch(() => {}); // the database is away too: the lease runs out instead
       this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
-    } finally {
-      clearInterval(renew);
     }
   }
 

@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -68,7 +68,8 @@ export class TrainArtifacts {
     }
     const dir = this.train.jobDir(id);
     await fs.mkdir(dir, { recursive: true });
-    const part = path.join(dir, `peft.${process.pid}.part`);
+    // A name of its own per upload: an agent's retry may arrive while its first try is still being read.
+    const part = path.join(dir, `peft.${randomUUID()}.part`);
     const hash = createHash('sha256');
     let size = 0;
     try {
@@ -118,8 +119,9 @@ export class TrainArtifacts {
         try {
           const bytes = peftToGguf({ config: contents.config, safetensors: contents.weights, base: base.value });
           const file = path.join(dir, this.ggufName(job));
-          await fs.writeFile(`${file}.part`, bytes);
-          await fs.rename(`${file}.part`, file);
+          const ggufPart = `${file}.${randomUUID()}.part`;
+          await fs.writeFile(ggufPart, bytes);
+          await fs.rename(ggufPart, file);
           gguf = { path: file, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
         } catch (err) {
           if (!(err instanceof AdapterConversionError)) throw err;

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 
 // A job's pairs: NDJSON of {"q": …, "a": …}, optionally with the knowledge-base "collection" they came from.
@@ -146,4 +147,51 @@ export function checkTrainData(data: string): TrainDataReport {
   report.question = stats(q);
   report.answer = stats(a);
   return report;
+}
+
+/** Where the first byte that is not UTF-8 is: its line, its byte within that line (both from 1), its offset. */
+export type Utf8Fault = { line: number; byte: number; offset: number };
+
+/**
+ * The first place `bytes` is not UTF-8 (WHATWG's rules: no overlong forms, no surrogates, nothing past U+10FFFF),
+ * or null. Decoding such bytes would quietly put U+FFFD in their place, and the pairs trained on, and the sha256
+ * answered, would then not be the file's.
+ */
+export function utf8Fault(bytes: Uint8Array): Utf8Fault | null {
+  if (isUtf8(bytes)) return null;
+  let i = 0;
+  let line = 1;
+  let lineStart = 0;
+  const at = (offset: number): Utf8Fault => ({ line, byte: offset - lineStart + 1, offset });
+  while (i < bytes.length) {
+    const b = bytes[i] as number;
+    if (b < 0x80) {
+      if (b === 0x0a) {
+        line++;
+        lineStart = i + 1;
+      }
+      i++;
+      continue;
+    }
+    // The lead byte says how many continuation bytes follow and which range the second may take.
+    let need: number;
+    let lo = 0x80;
+    let hi = 0xbf;
+    if (b >= 0xc2 && b <= 0xdf) need = 1;
+    else if (b >= 0xe0 && b <= 0xef) {
+      need = 2;
+      if (b === 0xe0) lo = 0xa0;
+      if (b === 0xed) hi = 0x9f;
+    } else if (b >= 0xf0 && b <= 0xf4) {
+      need = 3;
+      if (b === 0xf0) lo = 0x90;
+      if (b === 0xf4) hi = 0x8f;
+    } else return at(i);
+    for (let k = 1; k <= need; k++) {
+      const c = bytes[i + k];
+      if (c === undefined || c < (k === 1 ? lo : 0x80) || c > (k === 1 ? hi : 0xbf)) return at(i);
+    }
+    i += need + 1;
+  }
+  return null;
 }

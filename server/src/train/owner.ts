@@ -1,3 +1,4 @@
+import type { Viewer } from '../auth/viewer.js';
 import type { Tx } from '../db/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import type { Result } from '../lib/errors.js';
@@ -10,5 +11,7 @@ export interface OwnerRules {
   /** "org:acme", "team:acme/research", "project:acme/research/bots", "user:ana@example.com", "key:<id>" or ids. */
   resolveOwner(owner: string, opts?: { db?: Tx }): Promise<Result<{ scope: OwnerScope; id: string; label: string }>>;
   canRead(owner: { scope: OwnerScope; id: string }, collectionId: string): Promise<boolean>;
+  /** Whether a signed-in caller may read what a stored owner key owns (null: public); see OrgService.mayRead. */
+  mayRead(viewer: Viewer, owner: string | null): Promise<boolean>;
   collection(id: string): Promise<{ id: string; name: string; ownerScope: OwnerScope; ownerId: string } | null>;
 }

@@ -1,10 +1,13 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
 import type { Db, Tx } from '../db/client.js';
+import { isDatabaseUnreachable, LoopHealth } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
@@ -93,6 +96,19 @@ export class TrainService {
   readonly jobsDir: string;
   private timer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> = Promise.resolve();
+  /**
+   * Since when this control plane has been able to hear its nodes: it started, or its database came back. The
+   * lost clock counts from here at the earliest.
+   */
+  private hearingSince = Date.now();
+  /** The last sweep found the database out of reach. */
+  private deaf = false;
+  /** The sweeps' view of the database: paused while it is out of reach (nothing is failed meanwhile). */
+  private sweepHealth: LoopHealth | undefined;
+  get health(): LoopHealth {
+    this.sweepHealth ??= new LoopHealth('training sweeps', this.log);
+    return this.sweepHealth;
+  }
   private baseUrl: () => string = () => 'http://127.0.0.1';
   private readonly tokenizers: Tokenizers;
 
@@ -131,6 +147,27 @@ export class TrainService {
 
   get(id: string) {
     return uuid.safeParse(id).success ? this.db.trainJob.findUnique({ where: { id } }) : Promise.resolve(null);
+  }
+
+  /**
+   * Who may read a job's pairs: the node it is for (it trains on them), and operators whom the job's owner admits
+   * (admins always). Pairs from a team's knowledge base say what the base says, so an operator outside the team
+   * may not read them, nor may another node.
+   */
+  async mayReadData(viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>): Promise<boolean> {
+    if (viewer.kind === 'node') return job.nodeId !== null && viewer.node.id === job.nodeId;
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return false;
+    return roleAtLeast(viewer.role, 'OPERATOR') && this.owners.mayRead(viewer, job.owner);
+  }
+
+  /**
+   * Who may download what a job made. A public job's: any signed-in caller or node, as before. An owned job's:
+   * those its owner admits (admins always) and the job's own node; an adapter repeats what it was trained on.
+   */
+  async mayReadArtifacts(viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>): Promise<boolean> {
+    if (viewer.kind === 'node') return job.owner === null || (job.nodeId !== null && viewer.node.id === job.nodeId);
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return false;
+    return this.owners.mayRead(viewer, job.owner);
   }
 
   async page(input: { state?: string | null; first?: number | null; after?: string | null }) {
@@ -204,7 +241,11 @@ export class TrainService {
     return report;
   }
 
-  /** Writes the pairs under their sha256, once: whole or not at all (a rename), so a crash leaves no half file. */
+  /**
+   * Writes the pairs under their sha256, once: whole or not at all (a rename), so a crash leaves no half file.
+   * Each upload writes a temporary file of its own: the same pairs sent eight times at once (a console tab and a
+   * script, a retry) are eight renames of the same bytes onto one name, each answered with the same sha256.
+   */
   private async keepData(data: string, sha256: string) {
     const file = this.dataFile(sha256);
     await fs.mkdir(this.dataDir, { recursive: true });
@@ -212,10 +253,13 @@ export class TrainService {
       () => true,
       () => false,
     );
-    if (!exists) {
-      const part = `${file}.${process.pid}.part`;
+    if (exists) return;
+    const part = `${file}.${randomUUID()}.part`;
+    try {
       await fs.writeFile(part, data);
       await fs.rename(part, file);
+    } finally {
+      await fs.rm(part, { force: true });
     }
   }
 
@@ -685,10 +729,11 @@ export class TrainService {
   // ─── the clock: lost nodes and why queued jobs wait ────────────────────────
 
   start(everyMs = 2000) {
+    this.hearingSince = Date.now();
     // The timer's sweeps do not pile up behind a slow one: a tick while one runs is skipped.
     let busy = false;
     this.timer = setInterval(() => {
-      if (busy) return;
+      if (busy || !this.health.due()) return;
       busy = true;
       void this.sweep().finally(() => {
         busy = false;
@@ -709,10 +754,19 @@ export class TrainService {
 
   private async sweepOnce(now: Date) {
     try {
-      const lost = await this.db.trainJob.findMany({
+      const expired = await this.db.trainJob.findMany({
         where: { state: 'RUNNING', leaseUntil: { lt: now } },
         include: { node: true },
       });
+      if (this.deaf) {
+        this.deaf = false;
+        this.hearingSince = Date.now();
+      }
+      // A node is silent only for as long as this control plane could have heard it: one that was itself down
+      // (stopped, or without its database) gives every node the whole lost time again once it is back, during
+      // which the node's agent delivers what it kept (progress, the adapter, the end).
+      const heard = now.getTime() - this.hearingSince >= this.config.trainLostSeconds * 1000;
+      const lost = heard ? expired : [];
       for (const j of lost) {
         const secs = this.config.trainLostSeconds;
         const node = j.node?.name ?? 'its node';
@@ -744,8 +798,12 @@ export class TrainService {
           });
         }
       }
+      this.health.ok();
     } catch (err) {
-      this.log.warn('the training sweep failed; trying again', { error: err });
+      // Nodes' reports could not land either: their silence meanwhile is not theirs.
+      if (isDatabaseUnreachable(err)) this.deaf = true;
+      // The database out of reach is said once (not at every tick), and the sweep tried again after a backoff.
+      if (!this.health.failed(err)) this.log.warn('the training sweep failed; trying again', { error: err });
     }
   }
 

@@ -641,7 +641,9 @@ describe('artifacts and publishing', () => {
       owner: null,
     });
     expect(pub.data?.publishTrainJob.note).toMatch(/restart tiny's replicas/);
-    const served = await fetch(pub.data?.publishTrainJob.source);
+    const served = await fetch(pub.data?.publishTrainJob.source, {
+      headers: { authorization: `Bearer ${w.operator}` },
+    });
     expect(served.headers.get('etag')).toContain(gguf.sha256);
     const adapter = await t.app.db.prisma.adapter.findUniqueOrThrow({ where: { name: job.name } });
     expect(adapter).toMatchObject({ trainJobId: job.id, artifactSha256: gguf.sha256 });

@@ -3,7 +3,7 @@ import { createClient as createWsClient } from 'graphql-ws';
 import { Client, fetchExchange, subscriptionExchange } from 'urql';
 import { cacheConfig } from './cache';
 import { csrfHeaders } from './csrf';
-import { closeCode, FORBIDDEN_CLOSE, live } from './live';
+import { live, sessionEnded } from './live';
 
 /** The console's client: graphcache (schema-aware), HTTP for queries and mutations, graphql-ws for subscriptions. */
 export function makeClient(origin: string = window.location.origin): Client {
@@ -15,12 +15,12 @@ export function makeClient(origin: string = window.location.origin): Client {
     lazy: true,
     // A server restart or a network blip: keep trying (with graphql-ws's backoff). A refusal: the session ended.
     retryAttempts: Number.POSITIVE_INFINITY,
-    shouldRetry: (event) => closeCode(event) !== FORBIDDEN_CLOSE,
+    shouldRetry: (event) => !sessionEnded(event),
     on: {
       connecting: (isRetry) => live.set(isRetry ? 'reconnecting' : 'connecting'),
       connected: (_socket, _payload, wasRetry) => live.set('live', wasRetry),
       closed: (event) => {
-        if (closeCode(event) === FORBIDDEN_CLOSE) live.set('stopped');
+        if (sessionEnded(event)) live.set('stopped');
       },
     },
   });

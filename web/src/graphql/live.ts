@@ -28,6 +28,14 @@ export const live = {
 
 /** graphql-ws closes with 4403 when the server refuses the connection: the session has ended. */
 export const FORBIDDEN_CLOSE = 4403;
+/** The server closes a live connection with 4401 when its session ends (signed out, the user disabled). */
+export const UNAUTHORIZED_CLOSE = 4401;
+
+/** Whether a close means the session is over: retrying would only be refused again. */
+export function sessionEnded(event: unknown): boolean {
+  const code = closeCode(event);
+  return code === FORBIDDEN_CLOSE || code === UNAUTHORIZED_CLOSE;
+}
 
 export function closeCode(event: unknown): number | undefined {
   return typeof event === 'object' && event !== null && 'code' in event && typeof event.code === 'number'

@@ -1,5 +1,7 @@
 // The schema's enums and scalars as the console sees them (server/schema.graphql is the contract).
 
+import schema from '../generated/schema.json';
+
 export const roles = ['VIEWER', 'OPERATOR', 'ADMIN'] as const;
 export type Role = (typeof roles)[number];
 
@@ -29,6 +31,7 @@ export type Refusal = {
     | 'ConflictError'
     | 'ForbiddenError'
     | 'NotFoundError'
+    | 'TooManyAttemptsError'
     | 'UnauthenticatedError'
     | 'UpstreamError'
     | 'ValidationError';
@@ -40,14 +43,13 @@ export type Refusal = {
 /** A mutation's result union: the success type or one of the refusals. */
 export type Outcome<Success> = Success | Refusal;
 
-const refusalTypes = new Set<string>([
-  'ConflictError',
-  'ForbiddenError',
-  'NotFoundError',
-  'UnauthenticatedError',
-  'UpstreamError',
-  'ValidationError',
-]);
+// Read from the schema (every type implementing `Error`), so a refusal type the server adds later, such as
+// TooManyAttemptsError, is still shown with its message instead of being taken for a success.
+const refusalTypes = new Set<string>(
+  (schema.__schema.types as { name: string; possibleTypes?: { name: string }[] }[])
+    .find((t) => t.name === 'Error')
+    ?.possibleTypes?.map((t) => t.name) ?? [],
+);
 
 export function isRefusal(value: { __typename: string } | null | undefined): value is Refusal {
   return Boolean(value && refusalTypes.has(value.__typename));

@@ -117,3 +117,8 @@ export type Collection = Prisma.CollectionModel
  * 
  */
 export type AuditEvent = Prisma.AuditEventModel
+/**
+ * Model LoginLimit
+ * 
+ */
+export type LoginLimit = Prisma.LoginLimitModel

@@ -1,5 +1,6 @@
 import net from 'node:net';
 import tls from 'node:tls';
+import type { OutboundGuard } from '../outbound.js';
 import { ChunkedDecoder } from './chunked.js';
 
 // A GET for the mirror's downloads on a socket of its own, rather than node:http or fetch(). Both of those hand a
@@ -11,7 +12,9 @@ import { ChunkedDecoder } from './chunked.js';
 // It speaks the part of HTTP/1.1 (RFC 9112) a file download needs: one request per connection, bodies framed by
 // Content-Length, chunked or the connection's close, 1xx heads skipped, redirects followed (the Hub sends every
 // file to its CDN) with the credentials dropped when a redirect leaves the origin, and TLS checked against
-// Node's CAs (NODE_EXTRA_CA_CERTS adds a private one).
+// Node's CAs (NODE_EXTRA_CA_CERTS adds a private one). With a guard (the server's own fetches), every hop is
+// checked before it is sent and connects only to the addresses the guard allows, so a redirect cannot lead a
+// download into the server's own network.
 
 export type GetResponse = {
   status: number;
@@ -54,12 +57,18 @@ const PRIVATE = ['authorization', 'cookie', 'proxy-authorization'];
 
 export async function httpGet(
   url: string,
-  o: { headers: Record<string, string>; signal: AbortSignal; ca?: string },
+  o: { headers: Record<string, string>; signal: AbortSignal; ca?: string; guard?: OutboundGuard },
 ): Promise<GetResponse> {
   let current = new URL(url);
   let headers = { ...o.headers };
   for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
-    const res = await new Exchange(current, headers, o.signal, o.ca).response;
+    const refused = o.guard?.refuse(current);
+    if (refused) throw new HttpGetError(hop ? `a redirect led to ${refused}` : refused, 'EOUTBOUND');
+    const res = await new Exchange(current, headers, o.signal, o.ca, o.guard?.lookup(current)).response.catch(
+      (err: HttpGetError) => {
+        throw hop && err.code === 'EOUTBOUND' ? new HttpGetError(`a redirect led to ${err.message}`, err.code) : err;
+      },
+    );
     const location = res.headers.get('location');
     if (!REDIRECTS.has(res.status) || !location) return res;
     res.cancel();
@@ -106,6 +115,7 @@ class Exchange {
     headers: Record<string, string>,
     private signal: AbortSignal,
     ca: string | undefined,
+    lookup: net.LookupFunction | undefined,
   ) {
     this.response = new Promise((resolve, reject) => {
       this.answer = { resolve, reject };
@@ -128,13 +138,16 @@ class Exchange {
             servername: net.isIP(host) ? undefined : host,
             ca,
             onread,
+            lookup,
           } as tls.ConnectionOptions)
-        : net.connect({ host, port, onread });
+        : net.connect({ host, port, onread, lookup });
     this.socket.on('error', (err: NodeJS.ErrnoException) => {
       this.fail(
-        this.framing
-          ? new HttpGetError(`the connection failed (${err.code ?? err.message})`, err.code)
-          : new HttpGetError(`could not reach the upstream (${err.code ?? err.message})`, err.code),
+        err.code === 'EOUTBOUND'
+          ? new HttpGetError(err.message, err.code)
+          : this.framing
+            ? new HttpGetError(`the connection failed (${err.code ?? err.message})`, err.code)
+            : new HttpGetError(`could not reach the upstream (${err.code ?? err.message})`, err.code),
       );
     });
     this.socket.on('end', () => this.onEnd());

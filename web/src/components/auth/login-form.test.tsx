@@ -51,6 +51,22 @@ describe('LoginForm', () => {
     expect(await screen.findByRole('alert')).toHaveTextContent('email: an email address such as admin@example.com');
   });
 
+  it('shows a throttled sign-in with its message, like any refusal', async () => {
+    const message = 'too many refused sign-ins for admin@example.com from 10.0.0.7: try again in 15 minutes';
+    const { onSignedIn } = renderForm(() => ({
+      __typename: 'TooManyAttemptsError',
+      message,
+      code: 'TOO_MANY_ATTEMPTS',
+    }));
+    const user = userEvent.setup();
+    await user.type(screen.getByLabelText('Email'), 'admin@example.com');
+    await user.type(screen.getByLabelText('Password'), 'guess');
+    await user.click(screen.getByRole('button', { name: 'Sign in' }));
+
+    expect(await screen.findByRole('alert')).toHaveTextContent(message);
+    expect(onSignedIn).not.toHaveBeenCalled();
+  });
+
   it('hands the signed-in user to the page on success', async () => {
     const { onSignedIn } = renderForm(() => ({
       __typename: 'LoginPayload',

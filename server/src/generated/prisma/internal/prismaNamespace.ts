@@ -416,7 +416,8 @@ export const ModelName = {
   Project: 'Project',
   Membership: 'Membership',
   Collection: 'Collection',
-  AuditEvent: 'AuditEvent'
+  AuditEvent: 'AuditEvent',
+  LoginLimit: 'LoginLimit'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -432,7 +433,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1916,6 +1917,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    LoginLimit: {
+      payload: Prisma.$LoginLimitPayload<ExtArgs>
+      fields: Prisma.LoginLimitFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.LoginLimitFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.LoginLimitFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        findFirst: {
+          args: Prisma.LoginLimitFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.LoginLimitFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        findMany: {
+          args: Prisma.LoginLimitFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>[]
+        }
+        create: {
+          args: Prisma.LoginLimitCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        createMany: {
+          args: Prisma.LoginLimitCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.LoginLimitCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>[]
+        }
+        delete: {
+          args: Prisma.LoginLimitDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        update: {
+          args: Prisma.LoginLimitUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        deleteMany: {
+          args: Prisma.LoginLimitDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.LoginLimitUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.LoginLimitUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>[]
+        }
+        upsert: {
+          args: Prisma.LoginLimitUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LoginLimitPayload>
+        }
+        aggregate: {
+          args: Prisma.LoginLimitAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateLoginLimit>
+        }
+        groupBy: {
+          args: Prisma.LoginLimitGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LoginLimitGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.LoginLimitCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LoginLimitCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2031,6 +2106,7 @@ export const MirrorFileScalarFieldEnum = {
   bytesPerSecond: 'bytesPerSecond',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
+  storageId: 'storageId',
   requestedBy: 'requestedBy',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -2263,10 +2339,21 @@ export const AuditEventScalarFieldEnum = {
   target: 'target',
   outcome: 'outcome',
   message: 'message',
-  requestId: 'requestId'
+  requestId: 'requestId',
+  coalesceKey: 'coalesceKey',
+  repeats: 'repeats'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
+
+
+export const LoginLimitScalarFieldEnum = {
+  key: 'key',
+  points: 'points',
+  expire: 'expire'
+} as const
+
+export type LoginLimitScalarFieldEnum = (typeof LoginLimitScalarFieldEnum)[keyof typeof LoginLimitScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2710,6 +2797,7 @@ export type GlobalOmitConfig = {
   membership?: Prisma.MembershipOmit
   collection?: Prisma.CollectionOmit
   auditEvent?: Prisma.AuditEventOmit
+  loginLimit?: Prisma.LoginLimitOmit
 }
 
 /* Types for Logging */

@@ -70,7 +70,8 @@ export const ModelName = {
   Project: 'Project',
   Membership: 'Membership',
   Collection: 'Collection',
-  AuditEvent: 'AuditEvent'
+  AuditEvent: 'AuditEvent',
+  LoginLimit: 'LoginLimit'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -165,6 +166,7 @@ export const MirrorFileScalarFieldEnum = {
   bytesPerSecond: 'bytesPerSecond',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
+  storageId: 'storageId',
   requestedBy: 'requestedBy',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -397,10 +399,21 @@ export const AuditEventScalarFieldEnum = {
   target: 'target',
   outcome: 'outcome',
   message: 'message',
-  requestId: 'requestId'
+  requestId: 'requestId',
+  coalesceKey: 'coalesceKey',
+  repeats: 'repeats'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
+
+
+export const LoginLimitScalarFieldEnum = {
+  key: 'key',
+  points: 'points',
+  expire: 'expire'
+} as const
+
+export type LoginLimitScalarFieldEnum = (typeof LoginLimitScalarFieldEnum)[keyof typeof LoginLimitScalarFieldEnum]
 
 
 export const SortOrder = {

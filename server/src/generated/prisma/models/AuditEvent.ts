@@ -28,10 +28,12 @@ export type AggregateAuditEvent = {
 
 export type AuditEventAvgAggregateOutputType = {
   id: number | null
+  repeats: number | null
 }
 
 export type AuditEventSumAggregateOutputType = {
   id: bigint | null
+  repeats: number | null
 }
 
 export type AuditEventMinAggregateOutputType = {
@@ -43,6 +45,8 @@ export type AuditEventMinAggregateOutputType = {
   outcome: $Enums.AuditOutcome | null
   message: string | null
   requestId: string | null
+  coalesceKey: string | null
+  repeats: number | null
 }
 
 export type AuditEventMaxAggregateOutputType = {
@@ -54,6 +58,8 @@ export type AuditEventMaxAggregateOutputType = {
   outcome: $Enums.AuditOutcome | null
   message: string | null
   requestId: string | null
+  coalesceKey: string | null
+  repeats: number | null
 }
 
 export type AuditEventCountAggregateOutputType = {
@@ -65,16 +71,20 @@ export type AuditEventCountAggregateOutputType = {
   outcome: number
   message: number
   requestId: number
+  coalesceKey: number
+  repeats: number
   _all: number
 }
 
 
 export type AuditEventAvgAggregateInputType = {
   id?: true
+  repeats?: true
 }
 
 export type AuditEventSumAggregateInputType = {
   id?: true
+  repeats?: true
 }
 
 export type AuditEventMinAggregateInputType = {
@@ -86,6 +96,8 @@ export type AuditEventMinAggregateInputType = {
   outcome?: true
   message?: true
   requestId?: true
+  coalesceKey?: true
+  repeats?: true
 }
 
 export type AuditEventMaxAggregateInputType = {
@@ -97,6 +109,8 @@ export type AuditEventMaxAggregateInputType = {
   outcome?: true
   message?: true
   requestId?: true
+  coalesceKey?: true
+  repeats?: true
 }
 
 export type AuditEventCountAggregateInputType = {
@@ -108,6 +122,8 @@ export type AuditEventCountAggregateInputType = {
   outcome?: true
   message?: true
   requestId?: true
+  coalesceKey?: true
+  repeats?: true
   _all?: true
 }
 
@@ -206,6 +222,8 @@ export type AuditEventGroupByOutputType = {
   outcome: $Enums.AuditOutcome
   message: string | null
   requestId: string | null
+  coalesceKey: string | null
+  repeats: number
   _count: AuditEventCountAggregateOutputType | null
   _avg: AuditEventAvgAggregateOutputType | null
   _sum: AuditEventSumAggregateOutputType | null
@@ -240,6 +258,8 @@ export type AuditEventWhereInput = {
   outcome?: Prisma.EnumAuditOutcomeFilter<"AuditEvent"> | $Enums.AuditOutcome
   message?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   requestId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
+  coalesceKey?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
+  repeats?: Prisma.IntFilter<"AuditEvent"> | number
 }
 
 export type AuditEventOrderByWithRelationInput = {
@@ -251,10 +271,13 @@ export type AuditEventOrderByWithRelationInput = {
   outcome?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   requestId?: Prisma.SortOrderInput | Prisma.SortOrder
+  coalesceKey?: Prisma.SortOrderInput | Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
   id?: bigint | number
+  coalesceKey?: string
   AND?: Prisma.AuditEventWhereInput | Prisma.AuditEventWhereInput[]
   OR?: Prisma.AuditEventWhereInput[]
   NOT?: Prisma.AuditEventWhereInput | Prisma.AuditEventWhereInput[]
@@ -265,7 +288,8 @@ export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
   outcome?: Prisma.EnumAuditOutcomeFilter<"AuditEvent"> | $Enums.AuditOutcome
   message?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   requestId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
-}, "id">
+  repeats?: Prisma.IntFilter<"AuditEvent"> | number
+}, "id" | "coalesceKey">
 
 export type AuditEventOrderByWithAggregationInput = {
   id?: Prisma.SortOrder
@@ -276,6 +300,8 @@ export type AuditEventOrderByWithAggregationInput = {
   outcome?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   requestId?: Prisma.SortOrderInput | Prisma.SortOrder
+  coalesceKey?: Prisma.SortOrderInput | Prisma.SortOrder
+  repeats?: Prisma.SortOrder
   _count?: Prisma.AuditEventCountOrderByAggregateInput
   _avg?: Prisma.AuditEventAvgOrderByAggregateInput
   _max?: Prisma.AuditEventMaxOrderByAggregateInput
@@ -295,6 +321,8 @@ export type AuditEventScalarWhereWithAggregatesInput = {
   outcome?: Prisma.EnumAuditOutcomeWithAggregatesFilter<"AuditEvent"> | $Enums.AuditOutcome
   message?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
   requestId?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
+  coalesceKey?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
+  repeats?: Prisma.IntWithAggregatesFilter<"AuditEvent"> | number
 }
 
 export type AuditEventCreateInput = {
@@ -306,6 +334,8 @@ export type AuditEventCreateInput = {
   outcome: $Enums.AuditOutcome
   message?: string | null
   requestId?: string | null
+  coalesceKey?: string | null
+  repeats?: number
 }
 
 export type AuditEventUncheckedCreateInput = {
@@ -317,6 +347,8 @@ export type AuditEventUncheckedCreateInput = {
   outcome: $Enums.AuditOutcome
   message?: string | null
   requestId?: string | null
+  coalesceKey?: string | null
+  repeats?: number
 }
 
 export type AuditEventUpdateInput = {
@@ -328,6 +360,8 @@ export type AuditEventUpdateInput = {
   outcome?: Prisma.EnumAuditOutcomeFieldUpdateOperationsInput | $Enums.AuditOutcome
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  repeats?: Prisma.IntFieldUpdateOperationsInput | number
 }
 
 export type AuditEventUncheckedUpdateInput = {
@@ -339,6 +373,8 @@ export type AuditEventUncheckedUpdateInput = {
   outcome?: Prisma.EnumAuditOutcomeFieldUpdateOperationsInput | $Enums.AuditOutcome
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  repeats?: Prisma.IntFieldUpdateOperationsInput | number
 }
 
 export type AuditEventCreateManyInput = {
@@ -350,6 +386,8 @@ export type AuditEventCreateManyInput = {
   outcome: $Enums.AuditOutcome
   message?: string | null
   requestId?: string | null
+  coalesceKey?: string | null
+  repeats?: number
 }
 
 export type AuditEventUpdateManyMutationInput = {
@@ -361,6 +399,8 @@ export type AuditEventUpdateManyMutationInput = {
   outcome?: Prisma.EnumAuditOutcomeFieldUpdateOperationsInput | $Enums.AuditOutcome
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  repeats?: Prisma.IntFieldUpdateOperationsInput | number
 }
 
 export type AuditEventUncheckedUpdateManyInput = {
@@ -372,6 +412,8 @@ export type AuditEventUncheckedUpdateManyInput = {
   outcome?: Prisma.EnumAuditOutcomeFieldUpdateOperationsInput | $Enums.AuditOutcome
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  repeats?: Prisma.IntFieldUpdateOperationsInput | number
 }
 
 export type AuditEventCountOrderByAggregateInput = {
@@ -383,10 +425,13 @@ export type AuditEventCountOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   message?: Prisma.SortOrder
   requestId?: Prisma.SortOrder
+  coalesceKey?: Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type AuditEventAvgOrderByAggregateInput = {
   id?: Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type AuditEventMaxOrderByAggregateInput = {
@@ -398,6 +443,8 @@ export type AuditEventMaxOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   message?: Prisma.SortOrder
   requestId?: Prisma.SortOrder
+  coalesceKey?: Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type AuditEventMinOrderByAggregateInput = {
@@ -409,10 +456,13 @@ export type AuditEventMinOrderByAggregateInput = {
   outcome?: Prisma.SortOrder
   message?: Prisma.SortOrder
   requestId?: Prisma.SortOrder
+  coalesceKey?: Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type AuditEventSumOrderByAggregateInput = {
   id?: Prisma.SortOrder
+  repeats?: Prisma.SortOrder
 }
 
 export type EnumAuditOutcomeFieldUpdateOperationsInput = {
@@ -430,6 +480,8 @@ export type AuditEventSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   outcome?: boolean
   message?: boolean
   requestId?: boolean
+  coalesceKey?: boolean
+  repeats?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -441,6 +493,8 @@ export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   outcome?: boolean
   message?: boolean
   requestId?: boolean
+  coalesceKey?: boolean
+  repeats?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -452,6 +506,8 @@ export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   outcome?: boolean
   message?: boolean
   requestId?: boolean
+  coalesceKey?: boolean
+  repeats?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectScalar = {
@@ -463,9 +519,11 @@ export type AuditEventSelectScalar = {
   outcome?: boolean
   message?: boolean
   requestId?: boolean
+  coalesceKey?: boolean
+  repeats?: boolean
 }
 
-export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "at" | "actor" | "action" | "target" | "outcome" | "message" | "requestId", ExtArgs["result"]["auditEvent"]>
+export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "at" | "actor" | "action" | "target" | "outcome" | "message" | "requestId" | "coalesceKey" | "repeats", ExtArgs["result"]["auditEvent"]>
 
 export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "AuditEvent"
@@ -479,6 +537,8 @@ export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.Internal
     outcome: $Enums.AuditOutcome
     message: string | null
     requestId: string | null
+    coalesceKey: string | null
+    repeats: number
   }, ExtArgs["result"]["auditEvent"]>
   composites: {}
 }
@@ -910,6 +970,8 @@ export interface AuditEventFieldRefs {
   readonly outcome: Prisma.FieldRef<"AuditEvent", 'AuditOutcome'>
   readonly message: Prisma.FieldRef<"AuditEvent", 'String'>
   readonly requestId: Prisma.FieldRef<"AuditEvent", 'String'>
+  readonly coalesceKey: Prisma.FieldRef<"AuditEvent", 'String'>
+  readonly repeats: Prisma.FieldRef<"AuditEvent", 'Int'>
 }
     
 

@@ -57,6 +57,7 @@ export type MirrorFileMinAggregateOutputType = {
   bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  storageId: string | null
   requestedBy: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -81,6 +82,7 @@ export type MirrorFileMaxAggregateOutputType = {
   bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  storageId: string | null
   requestedBy: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -105,6 +107,7 @@ export type MirrorFileCountAggregateOutputType = {
   bytesPerSecond: number
   leaseOwner: number
   leaseUntil: number
+  storageId: number
   requestedBy: number
   createdAt: number
   updatedAt: number
@@ -145,6 +148,7 @@ export type MirrorFileMinAggregateInputType = {
   bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
+  storageId?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -169,6 +173,7 @@ export type MirrorFileMaxAggregateInputType = {
   bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
+  storageId?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -193,6 +198,7 @@ export type MirrorFileCountAggregateInputType = {
   bytesPerSecond?: true
   leaseOwner?: true
   leaseUntil?: true
+  storageId?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -304,6 +310,7 @@ export type MirrorFileGroupByOutputType = {
   bytesPerSecond: number | null
   leaseOwner: string | null
   leaseUntil: Date | null
+  storageId: string | null
   requestedBy: string | null
   createdAt: Date
   updatedAt: Date
@@ -351,6 +358,7 @@ export type MirrorFileWhereInput = {
   bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
+  storageId?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
@@ -375,6 +383,7 @@ export type MirrorFileOrderByWithRelationInput = {
   bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  storageId?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -403,6 +412,7 @@ export type MirrorFileWhereUniqueInput = Prisma.AtLeast<{
   bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
+  storageId?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
@@ -427,6 +437,7 @@ export type MirrorFileOrderByWithAggregationInput = {
   bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  storageId?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -459,6 +470,7 @@ export type MirrorFileScalarWhereWithAggregatesInput = {
   bytesPerSecond?: Prisma.FloatNullableWithAggregatesFilter<"MirrorFile"> | number | null
   leaseOwner?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"MirrorFile"> | Date | string | null
+  storageId?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"MirrorFile"> | Date | string
@@ -483,6 +495,7 @@ export type MirrorFileCreateInput = {
   bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  storageId?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -507,6 +520,7 @@ export type MirrorFileUncheckedCreateInput = {
   bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  storageId?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -531,6 +545,7 @@ export type MirrorFileUpdateInput = {
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -555,6 +570,7 @@ export type MirrorFileUncheckedUpdateInput = {
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -579,6 +595,7 @@ export type MirrorFileCreateManyInput = {
   bytesPerSecond?: number | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
+  storageId?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -603,6 +620,7 @@ export type MirrorFileUpdateManyMutationInput = {
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -627,6 +645,7 @@ export type MirrorFileUncheckedUpdateManyInput = {
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -657,6 +676,7 @@ export type MirrorFileCountOrderByAggregateInput = {
   bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  storageId?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -688,6 +708,7 @@ export type MirrorFileMaxOrderByAggregateInput = {
   bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  storageId?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -712,6 +733,7 @@ export type MirrorFileMinOrderByAggregateInput = {
   bytesPerSecond?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
+  storageId?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -773,6 +795,7 @@ export type MirrorFileSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  storageId?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -797,6 +820,7 @@ export type MirrorFileSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  storageId?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -821,6 +845,7 @@ export type MirrorFileSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  storageId?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -845,6 +870,7 @@ export type MirrorFileSelectScalar = {
   bytesPerSecond?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
+  storageId?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -852,7 +878,7 @@ export type MirrorFileSelectScalar = {
   finishedAt?: boolean
 }
 
-export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "bytesPerSecond" | "leaseOwner" | "leaseUntil" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
+export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "bytesPerSecond" | "leaseOwner" | "leaseUntil" | "storageId" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
 
 export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "MirrorFile"
@@ -874,6 +900,7 @@ export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.Internal
     bytesPerSecond: number | null
     leaseOwner: string | null
     leaseUntil: Date | null
+    storageId: string | null
     requestedBy: string | null
     createdAt: Date
     updatedAt: Date
@@ -1318,6 +1345,7 @@ export interface MirrorFileFieldRefs {
   readonly bytesPerSecond: Prisma.FieldRef<"MirrorFile", 'Float'>
   readonly leaseOwner: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly leaseUntil: Prisma.FieldRef<"MirrorFile", 'DateTime'>
+  readonly storageId: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly requestedBy: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly createdAt: Prisma.FieldRef<"MirrorFile", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"MirrorFile", 'DateTime'>
