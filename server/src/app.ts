@@ -204,6 +204,7 @@ export async function createApp({
   };
 
   // Each check says why the server is not ready, in words safe for anyone to read; the details go to the log.
+  let databaseAnswered = true;
   const readinessChecks: ReadinessCheck[] = [
     () => (draining ? 'shutting down' : undefined),
     async () => {
@@ -213,9 +214,13 @@ export async function createApp({
           5000,
           'the database',
         );
+        if (!databaseAnswered) log.info('ready: the database answers again');
+        databaseAnswered = true;
         return pending.length ? `migrations not applied: ${pending.join(', ')}` : undefined;
       } catch (err) {
-        log.warn('not ready: the database is unreachable', { error: err });
+        // Once per outage, not once per probe: a load balancer asks every few seconds.
+        if (databaseAnswered) log.warn('not ready: the database is unreachable', { error: err });
+        databaseAnswered = false;
         return 'database unreachable';
       }
     },

@@ -178,8 +178,13 @@ export class LiveConnection {
     try {
       now = await this.live.deps.auth.identify(this.credentials);
     } catch (err) {
-      this.live.deps.log.warn('could not check a live connection again', { failClosed, error: err });
-      if (!failClosed) return;
+      // The periodic sweep in a database outage would say this for every connection each minute; the loops
+      // already say once that the database is gone.
+      if (!failClosed) {
+        this.live.deps.log.debug('could not check a live connection again', { error: err });
+        return;
+      }
+      this.live.deps.log.warn('could not check a live connection again', { error: err });
       return this.end({ code: 1013, message: 'the server could not check these credentials again: reconnect' });
     }
     if (now.kind === 'anonymous') {
