@@ -60,7 +60,16 @@ export async function createApp({
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror);
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
-  services.serveJobs = new ServeJobService(prisma, audit, services.registry, services.mirror, services.catalog, log);
+  services.serveJobs = new ServeJobService(
+    prisma,
+    audit,
+    services.registry,
+    services.mirror,
+    services.catalog,
+    log,
+    undefined,
+    services.fleet,
+  );
   services.train = new TrainService(
     prisma,
     audit,

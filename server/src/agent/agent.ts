@@ -2,11 +2,12 @@ import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../lib/log.js';
-import type { AgentConfig } from './config.js';
+import { type AgentConfig, advertiseUrl } from './config.js';
 import { type ControlPlane, GraphqlControlPlane, type NodeReport } from './control-plane.js';
 import { diskFree, type EngineReport, llamaCppEngine, readGpus, vllmCommand, vllmEngine } from './inventory.js';
 import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
+import { createOpenAiServer } from './openai/http.js';
 import { Runner } from './runner.js';
 import { GraphqlTrainControl, type TrainControl } from './train-control.js';
 import { TrainWorker } from './trainer.js';
@@ -52,6 +53,10 @@ export function createAgent(
     });
 
   const cache = new ModelCache(config.dir, { auth: { origin: new URL(config.url).origin, token: config.nodeToken } });
+  // Where applications' requests reach this node's llama.cpp replicas (through the control plane's gateway),
+  // each replica under an engine key only the control plane is given.
+  const http = createOpenAiServer({ log });
+  let endpoint: string | undefined;
   const runner = new Runner({
     controlPlane,
     cache,
@@ -60,6 +65,13 @@ export function createAgent(
     baseUrl: config.url,
     log,
     pollMs: config.pollMs,
+    serving: {
+      http,
+      endpoint: () => {
+        if (!endpoint) throw new Error('the agent’s endpoint is not listening yet');
+        return endpoint;
+      },
+    },
   });
 
   const trainer = new TrainWorker({
@@ -110,6 +122,11 @@ export function createAgent(
     heartbeat,
     async start() {
       await fs.mkdir(config.dir, { recursive: true });
+      const bound = new URL(await http.listen(config.listen));
+      const advertised = advertiseUrl(config, Number(bound.port));
+      endpoint = advertised.url;
+      if (advertised.note) log.warn(advertised.note);
+      log.info('serving replicas', { listen: `${config.listen.host}:${bound.port}`, endpoint });
       try {
         const rt = await getRuntime();
         llamaEngine = llamaCppEngine(rt.release, config.llamaCppBuild);
@@ -130,6 +147,7 @@ export function createAgent(
       stopped = true;
       clearTimeout(timer);
       await Promise.all([runner.stopAll(), trainer.stop()]);
+      await http.close();
       if (runtime) await (await runtime.catch(() => undefined))?.dispose();
     },
   };

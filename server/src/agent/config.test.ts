@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { AgentConfigError, loadAgentConfig } from './config.js';
+import { AgentConfigError, advertiseUrl, loadAgentConfig } from './config.js';
 
 const good = { HANGAR_URL: 'http://127.0.0.1:4000/', HANGAR_NODE_TOKEN: 'hgn_abc' };
 
@@ -55,5 +55,59 @@ describe('agent config', () => {
     expect(errorOf({ ...good, HANGAR_AGENT_HEARTBEAT_MS: '120000' })).toMatch(
       /HANGAR_AGENT_HEARTBEAT_MS=.*at most 60000/,
     );
+  });
+
+  it('listens on loopback by default, and reads HANGAR_AGENT_LISTEN and HANGAR_AGENT_ADVERTISE_URL', () => {
+    const plain = loadAgentConfig(good);
+    expect(plain.listen).toEqual({ host: '127.0.0.1', port: 0 });
+    expect(plain.advertiseUrl).toBeUndefined();
+    const node = loadAgentConfig({
+      ...good,
+      HANGAR_AGENT_LISTEN: '0.0.0.0:8080',
+      HANGAR_AGENT_ADVERTISE_URL: 'http://10.0.0.5:8080/',
+    });
+    expect(node.listen).toEqual({ host: '0.0.0.0', port: 8080 });
+    expect(node.advertiseUrl).toBe('http://10.0.0.5:8080/v1');
+    expect(loadAgentConfig({ ...good, HANGAR_AGENT_LISTEN: '[::]:9000' }).listen).toEqual({ host: '::', port: 9000 });
+    expect(loadAgentConfig({ ...good, HANGAR_AGENT_ADVERTISE_URL: 'https://gpu-1.lan/v1' }).advertiseUrl).toBe(
+      'https://gpu-1.lan/v1',
+    );
+  });
+
+  it('says what HANGAR_AGENT_LISTEN and HANGAR_AGENT_ADVERTISE_URL accept', () => {
+    expect(errorOf({ ...good, HANGAR_AGENT_LISTEN: '8080' })).toMatch(
+      /HANGAR_AGENT_LISTEN="8080" is not accepted: host:port such as 0\.0\.0\.0:8080/,
+    );
+    expect(errorOf({ ...good, HANGAR_AGENT_LISTEN: '0.0.0.0:70000' })).toMatch(/HANGAR_AGENT_LISTEN=.*host:port/);
+    expect(errorOf({ ...good, HANGAR_AGENT_ADVERTISE_URL: '10.0.0.5:8080' })).toMatch(
+      /HANGAR_AGENT_ADVERTISE_URL="10.0.0.5:8080" is not accepted: an http:\/\/ URL such as/,
+    );
+    expect(errorOf({ ...good, HANGAR_AGENT_ADVERTISE_URL: 'http://k:secret@10.0.0.5:8080' })).toMatch(
+      /without user:password@/,
+    );
+    expect(errorOf({ ...good, HANGAR_AGENT_ADVERTISE_URL: 'http://10.0.0.5:8080/openai' })).toMatch(
+      /serves OpenAI under \/v1/,
+    );
+    expect(errorOf({ ...good, HANGAR_AGENT_ADVERTISE_URL: 'http://10.0.0.5:0/v1' })).toMatch(/a real port, not 0/);
+  });
+
+  it('derives the advertised URL from the bound address, and a network address for a wildcard', () => {
+    const nic = { eth0: [{ family: 'IPv4', internal: false, address: '10.0.0.7' }] } as never;
+    const lo = { lo: [{ family: 'IPv4', internal: true, address: '127.0.0.1' }] } as never;
+    expect(advertiseUrl({ listen: { host: '127.0.0.1', port: 0 }, advertiseUrl: undefined }, 41234, nic)).toEqual({
+      url: 'http://127.0.0.1:41234/v1',
+    });
+    expect(advertiseUrl({ listen: { host: '::1', port: 8080 }, advertiseUrl: undefined }, 8080).url).toBe(
+      'http://[::1]:8080/v1',
+    );
+    const wild = advertiseUrl({ listen: { host: '0.0.0.0', port: 8080 }, advertiseUrl: undefined }, 8080, nic);
+    expect(wild.url).toBe('http://10.0.0.7:8080/v1');
+    expect(wild.note).toMatch(/HANGAR_AGENT_ADVERTISE_URL/);
+    expect(advertiseUrl({ listen: { host: '0.0.0.0', port: 8080 }, advertiseUrl: undefined }, 8080, lo).note).toMatch(
+      /no network address but loopback/,
+    );
+    expect(
+      advertiseUrl({ listen: { host: '0.0.0.0', port: 8080 }, advertiseUrl: 'http://gpu-1:8080/v1' }, 8080, nic),
+    ).toEqual({ url: 'http://gpu-1:8080/v1' });
   });
 });

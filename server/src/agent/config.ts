@@ -1,3 +1,4 @@
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { z } from 'zod';
@@ -24,6 +25,53 @@ const gpuList = z
     }
   })
   .pipe(z.array(gpu, { error: 'a JSON array of {"name","totalMiB","freeMiB"}' }).max(64, 'at most 64 GPUs'));
+
+/** host:port, as HANGAR_AGENT_LISTEN takes it: 0.0.0.0:8080, [::]:8080, 127.0.0.1:0 (any free port). */
+const listen = z
+  .string()
+  .trim()
+  .transform((s, ctx) => {
+    const m = s.match(/^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/);
+    const port = Number(m?.[3]);
+    if (!m || port > 65535) {
+      ctx.addIssue({
+        code: 'custom',
+        message:
+          'host:port such as 0.0.0.0:8080 (every interface, what a node serving the fleet needs), [::]:8080, or 127.0.0.1:0 (this machine only, any free port)',
+      });
+      return z.NEVER;
+    }
+    return { host: m[1] ?? m[2] ?? '', port };
+  });
+
+/** The OpenAI base URL the control plane is given; a bare origin gets /v1, the path the agent serves. */
+const advertise = z
+  .string()
+  .trim()
+  .transform((s, ctx) => {
+    let u: URL | undefined;
+    try {
+      u = new URL(s);
+    } catch {}
+    const bad = !u
+      ? 'an http:// URL such as http://10.0.0.5:8080/v1'
+      : !/^https?:$/.test(u.protocol)
+        ? 'an http:// or https:// URL'
+        : u.username || u.password
+          ? 'a URL without user:password@: the control plane sends the engine key itself'
+          : u.search || u.hash
+            ? 'a URL without ?query or #fragment'
+            : u.port === '0'
+              ? 'a real port, not 0: the control plane connects to it'
+              : u.pathname !== '/' && u.pathname.replace(/\/+$/, '') !== '/v1'
+                ? 'the agent serves OpenAI under /v1: give http://host:port or http://host:port/v1'
+                : null;
+    if (bad || !u) {
+      ctx.addIssue({ code: 'custom', message: bad ?? 'an http:// URL' });
+      return z.NEVER;
+    }
+    return `${u.origin}/v1`;
+  });
 
 const schema = z.object({
   HANGAR_URL: z
@@ -61,6 +109,9 @@ const schema = z.object({
     .min(100, 'at least 100')
     .max(600_000, 'at most 600000 (10 minutes): a cancelled job holds its GPU until then')
     .default(10_000),
+  // Loopback by default, like the server's HOST: a node exposes its models to the network only when told to.
+  HANGAR_AGENT_LISTEN: listen.default({ host: '127.0.0.1', port: 0 }),
+  HANGAR_AGENT_ADVERTISE_URL: advertise.optional(),
   HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -90,6 +141,10 @@ export type AgentConfig = {
   /** How long a stopped trainer gets between SIGTERM and SIGKILL. */
   trainerGraceMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
+  /** Where the agent's OpenAI-compatible endpoint listens (port 0: any free port, chosen at start). */
+  listen: { host: string; port: number };
+  /** The endpoint's base URL (…/v1) as the control plane should use it; unset: derived, see advertiseUrl(). */
+  advertiseUrl: string | undefined;
   /** PATH, where vllm (or the configured command) is looked for. */
   searchPath: string;
 };
@@ -144,6 +199,37 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
     trainer: trainer?.length ? trainer : DEFAULT_TRAINER,
     trainerGraceMs: c.HANGAR_TRAINER_GRACE_MS,
     logLevel: c.HANGAR_LOG_LEVEL,
+    listen: c.HANGAR_AGENT_LISTEN,
+    advertiseUrl: c.HANGAR_AGENT_ADVERTISE_URL,
     searchPath: env.PATH ?? '',
+  };
+}
+
+/**
+ * The base URL the control plane is given for this agent's endpoint, once it listens on `boundPort`:
+ * HANGAR_AGENT_ADVERTISE_URL when set; else the listening address itself; and for a wildcard address (0.0.0.0,
+ * ::), which nobody can connect to, this machine's first non-internal IPv4 address. A node with several networks
+ * may pick the wrong one: `note` says so, and the operator sets HANGAR_AGENT_ADVERTISE_URL.
+ */
+export function advertiseUrl(
+  config: Pick<AgentConfig, 'listen' | 'advertiseUrl'>,
+  boundPort: number,
+  interfaces: NodeJS.Dict<os.NetworkInterfaceInfo[]> = os.networkInterfaces(),
+): { url: string; note?: string } {
+  if (config.advertiseUrl) return { url: config.advertiseUrl };
+  const { host } = config.listen;
+  const wildcard = host === '0.0.0.0' || host === '::' || host === '0:0:0:0:0:0:0:0';
+  if (!wildcard) return { url: `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}/v1` };
+  const external = Object.values(interfaces)
+    .flat()
+    .find((i) => i && i.family === 'IPv4' && !i.internal);
+  if (!external)
+    return {
+      url: `http://127.0.0.1:${boundPort}/v1`,
+      note: 'this machine has no network address but loopback: set HANGAR_AGENT_ADVERTISE_URL to the URL the control plane reaches',
+    };
+  return {
+    url: `http://${external.address}:${boundPort}/v1`,
+    note: `advertising ${external.address}, this machine's first network address: set HANGAR_AGENT_ADVERTISE_URL if the control plane reaches it by another`,
   };
 }

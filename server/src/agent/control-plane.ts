@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { z } from 'zod';
 import type { AgentGpu } from './config.js';
 import type { EngineReport } from './inventory.js';
@@ -23,6 +24,8 @@ export type Assignment = {
   desired: 'RUN' | 'STOP';
   /** LoRA adapters (llama.cpp: GGUF files in the mirror), each loaded into a context of its own. */
   adapters: { name: string; source: string }[];
+  /** Requests the replica answers at once (sequences of one context); more wait in its queue. */
+  parallel: number;
 };
 
 export type ReplicaState = 'LOADING' | 'READY' | 'FAILED' | 'STOPPED';
@@ -33,6 +36,17 @@ export type ReplicaReport = {
   message?: string | null;
   smokeText?: string | null;
   tokensPerSecond?: number | null;
+  /**
+   * With READY: the replica's OpenAI base URL (advertiseUrl(), e.g. http://10.0.0.5:8080/v1) and the engine key
+   * its endpoint accepts (newEngineKey()). The control plane then smoke-tests it through that endpoint and marks
+   * it READY itself; READY without both is recorded as FAILED. The key is sent in the READY report only.
+   */
+  endpoint?: string | null;
+  engineKey?: string | null;
+  /** What the replica holds after loading, when the engine can say: layers on the GPU (of all) and bytes. */
+  gpuLayers?: number | null;
+  totalLayers?: number | null;
+  vramUsedBytes?: number | null;
 };
 
 export interface ControlPlane {
@@ -67,6 +81,7 @@ const assignment = z.object({
   desired: z.enum(['RUN', 'STOP']),
   // An older control plane sends none.
   adapters: z.array(z.object({ name: z.string().min(1), source: z.string().min(1) })).default([]),
+  parallel: z.number().int().min(1).max(64).default(1),
 });
 
 const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
@@ -74,17 +89,29 @@ const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
 }`;
 
 const ASSIGNMENTS = `query Agent_Assignments {
-  nodeAssignments { replicaId model engine source contextSize desired adapters { name source } }
+  nodeAssignments { replicaId model engine source contextSize desired parallel adapters { name source } }
 }`;
 
 // The input is spelled out field by field, so this document does not depend on the input type's name.
 const REPORT_REPLICA = `mutation Agent_ReportReplica(
-  $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float
+  $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float,
+  $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes
 ) {
   reportReplica(input: {
-    replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond
+    replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond,
+    endpoint: $endpoint, engineKey: $engineKey, gpuLayers: $gpuLayers, totalLayers: $totalLayers,
+    vramUsedBytes: $vramUsedBytes
   }) { __typename ... on Error { message } }
 }`;
+
+/**
+ * A replica's engine key: 256 random bits, made by the agent when the replica starts, required as the bearer
+ * token by its endpoint, and told to the control plane alone (in its READY report). `hgk_` so a leaked one is
+ * recognised for what it is.
+ */
+export function newEngineKey(): string {
+  return `hgk_${randomBytes(32).toString('base64url')}`;
+}
 
 /** The control plane over HTTP. */
 export class GraphqlControlPlane implements ControlPlane {
@@ -117,6 +144,11 @@ export class GraphqlControlPlane implements ControlPlane {
       message: clip(report.message),
       smokeText: clip(report.smokeText),
       tokensPerSecond: report.tokensPerSecond ?? null,
+      endpoint: report.endpoint ?? null,
+      engineKey: report.engineKey ?? null,
+      gpuLayers: report.gpuLayers ?? null,
+      totalLayers: report.totalLayers ?? null,
+      vramUsedBytes: report.vramUsedBytes ?? null,
     });
     refusedIfError(data.reportReplica, 'reportReplica');
   }

@@ -1,8 +1,17 @@
 import path from 'node:path';
 import type { Logger } from '../lib/log.js';
-import { type Assignment, type ControlPlane, ControlPlaneError, type ReplicaState } from './control-plane.js';
-import type { LlamaRuntime, LoadedModel } from './llama-runtime.js';
+import {
+  type Assignment,
+  type ControlPlane,
+  ControlPlaneError,
+  newEngineKey,
+  type ReplicaReport,
+  type ReplicaState,
+} from './control-plane.js';
+import type { LlamaRuntime } from './llama-runtime.js';
 import type { ModelCache } from './model-cache.js';
+import type { OpenAiServer } from './openai/http.js';
+import { LlamaServedModel } from './openai/llama-model.js';
 import { startServing } from './vllm.js';
 
 // Makes this node run what the control plane assigns to it. It asks for the node's assignments every couple of
@@ -23,7 +32,16 @@ export type RunnerOptions = {
   pollMs?: number;
   /** A vLLM child still running after this long is reported READY (the agent does not probe its port). */
   vllmSettleMs?: number;
+  /**
+   * The agent's OpenAI-compatible endpoint, where each llama.cpp replica is served under a key of its own once
+   * it loads; `endpoint()` is its base URL as the control plane reaches it (…/v1). Without it a replica loads
+   * but nothing can call it, and the control plane records it FAILED.
+   */
+  serving?: { http: OpenAiServer; endpoint: () => string; queueLimit?: number };
 };
+
+/** Requests that may wait for a sequence beyond those generating, per replica, before it answers 429. */
+const DEFAULT_QUEUE_LIMIT = 64;
 
 type Replica = {
   assignment: Assignment;
@@ -31,6 +49,8 @@ type Replica = {
   message: string | null;
   smokeText: string | null;
   tokensPerSecond: number | null;
+  /** Sent with READY (see ReplicaReport): where the replica answers, the key it takes, what it holds. */
+  served: Served | null;
   /** Bumped at each change; the report of a version is sent until the control plane has taken it. */
   version: number;
   reported: number;
@@ -43,6 +63,9 @@ type Replica = {
   /** No longer assigned: forgotten once its STOPPED has been reported. */
   forget?: boolean;
 };
+
+/** What a READY report carries beyond the state: the control plane smoke-tests `endpoint` with `engineKey`. */
+export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'>;
 
 /** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
 export const MAX_CONTEXT = 2048;
@@ -136,6 +159,7 @@ export class Runner {
       message: null,
       smokeText: null,
       tokensPerSecond: null,
+      served: null,
       version: 1,
       reported: 0,
       abort: new AbortController(),
@@ -170,6 +194,8 @@ export class Runner {
         });
         await sleepOrExit(this.o.vllmSettleMs ?? 3000, signal, child.exited);
         if (r.state !== 'LOADING') return;
+        // lead: wire the external engine here too: READY needs `served` (its port as the endpoint, the --api-key
+        // it was started with as engineKey), or the control plane records the replica FAILED.
         this.set(r, 'READY', { message: `${command.join(' ')} is running (pid ${child.pid})` });
         return;
       }
@@ -180,19 +206,39 @@ export class Runner {
       const cached = await this.o.cache.fetchModel(new URL(a.source, `${this.o.baseUrl}/`).toString(), signal);
       signal.throwIfAborted();
       this.set(r, 'LOADING', { message: `loading ${path.basename(cached.file)}` });
+      const parallel = a.parallel ?? 1;
       const loaded = await runtime.load(cached.file, {
         contextSize: Math.min(a.contextSize ?? DEFAULT_CONTEXT, MAX_CONTEXT),
+        parallel,
         signal,
       });
-      r.release = () => loaded.dispose();
+      const served = new LlamaServedModel(a.model, loaded, {
+        parallel,
+        queueLimit: this.o.serving?.queueLimit ?? DEFAULT_QUEUE_LIMIT,
+      });
+      const serving = this.o.serving;
+      r.release = async () => {
+        serving?.http.unserve(a.model);
+        // Requests being answered finish first; the weights go only once nothing uses them.
+        await served.drain();
+        await loaded.dispose();
+      };
       signal.throwIfAborted();
-      const smoke = await loaded.smoke();
+      const adapters = await this.loadAdapters(a, served, signal);
+      const smoke = await served.smoke({ signal });
       signal.throwIfAborted();
-      const adapters = await this.loadAdapters(a, loaded, signal);
+      let report: Served | null = null;
+      if (serving) {
+        const engineKey = newEngineKey();
+        serving.http.serve(served, engineKey);
+        const { gpuLayers, totalLayers, vramUsedBytes } = loaded.memory;
+        report = { endpoint: serving.endpoint(), engineKey, gpuLayers, totalLayers, vramUsedBytes };
+      }
       this.set(r, 'READY', {
-        message: `loaded with a ${loaded.context.contextSize}-token context${cached.reused ? ' (from the cache)' : ''}; the smoke test made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms${adapters}`,
+        message: `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms${adapters}`,
         smokeText: smoke.text,
         tokensPerSecond: Math.round(smoke.tokensPerSecond * 100) / 100,
+        served: report,
       });
     } catch (err) {
       if (signal.aborted) return; // stop() reports what happened
@@ -207,17 +253,18 @@ export class Runner {
    * in its own context. One that fails to load is said in the message and leaves the base model serving: a bad
    * adapter must not take the model down for every caller who does not use it.
    */
-  private async loadAdapters(a: Assignment, loaded: LoadedModel, signal: AbortSignal): Promise<string> {
+  private async loadAdapters(a: Assignment, served: LlamaServedModel, signal: AbortSignal): Promise<string> {
     const said: string[] = [];
     for (const adapter of a.adapters ?? []) {
       try {
         const file = await this.o.cache.fetchModel(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal);
         signal.throwIfAborted();
-        const smoke = await loaded.addAdapter(adapter.name, file.file);
+        const smoke = await served.addAdapter(adapter.name, file.file);
         said.push(`${adapter.name} (${smoke.tokens} tokens)`);
       } catch (err) {
         signal.throwIfAborted();
-        said.push(`${adapter.name} did not load: ${(err as Error).message}`);
+        // The served model's refusal names the adapter and gives llama.cpp's reason.
+        said.push((err as Error).message);
       }
     }
     return said.length ? `; adapters: ${said.join(', ')}` : '';
@@ -236,14 +283,19 @@ export class Runner {
         });
       }
       r.release = undefined;
-      this.set(r, 'STOPPED', { message: why, smokeText: null, tokensPerSecond: null });
+      this.set(r, 'STOPPED', { message: why, smokeText: null, tokensPerSecond: null, served: null });
       r.stopping = undefined;
     })();
     return r.stopping;
   }
 
-  private set(r: Replica, state: ReplicaState, o: Partial<Pick<Replica, 'message' | 'smokeText' | 'tokensPerSecond'>>) {
+  private set(
+    r: Replica,
+    state: ReplicaState,
+    o: Partial<Pick<Replica, 'message' | 'smokeText' | 'tokensPerSecond' | 'served'>>,
+  ) {
     r.state = state;
+    if (o.served !== undefined) r.served = o.served;
     if (o.message !== undefined) r.message = o.message;
     if (o.smokeText !== undefined) r.smokeText = o.smokeText;
     if (o.tokensPerSecond !== undefined) r.tokensPerSecond = o.tokensPerSecond;
@@ -266,6 +318,8 @@ export class Runner {
             message: r.message,
             smokeText: r.smokeText,
             tokensPerSecond: r.tokensPerSecond,
+            // The key travels with the READY report only, over the node's authenticated channel; never logged.
+            ...(r.state === 'READY' && r.served ? r.served : {}),
           });
           r.reported = version;
         } catch (err) {

@@ -2,7 +2,7 @@ import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
 import { ModelMode } from '../mirror/mirror.schema.js';
 import { builder } from '../schema/builder.js';
-import { modeOf, type ServePlan } from './catalog.service.js';
+import { memoryEstimateError, modeOf, type ServePlan } from './catalog.service.js';
 
 // ALWAYS keeps N replicas; ON_DEMAND starts one when asked and stops it when idle; STOPPED runs none.
 const ModelModeRef = ModelMode;
@@ -31,7 +31,28 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
     source: t.exposeString('source'),
     engine: t.field({ type: EngineRef, resolve: (m) => m.engine }),
     contextSize: t.exposeInt('contextSize', { nullable: true }),
-    memoryBytes: t.field({ type: 'Bytes', nullable: true, resolve: (m) => m.memoryBytes }),
+    memoryBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: "The plan's estimate of the memory one replica needs (weights, KV cache, compute) at contextSize.",
+      resolve: (m) => m.memoryBytes,
+    }),
+    measuredMemoryBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'What a fully offloaded replica really held on its GPU after loading, as last reported.',
+      resolve: (m) => m.measuredMemoryBytes,
+    }),
+    measuredAt: t.expose('measuredAt', { type: 'DateTime', nullable: true }),
+    memoryEstimateError: t.float({
+      nullable: true,
+      description:
+        'How far the estimate was off: (measured − estimated) / estimated; 0.1 = the replica held 10% more than planned. Null until a GPU replica has reported.',
+      resolve: (m) => memoryEstimateError(m),
+    }),
+    parallel: t.exposeInt('parallel', {
+      description: 'Requests one replica answers at once (1–64); more wait in its queue.',
+    }),
     mode: t.field({ type: ModelModeRef, resolve: (m) => modeOf(m) }),
     wantedReplicas: t.int({
       description: 'Replicas kept (ALWAYS) or at most (ON_DEMAND); 0 when stopped.',
@@ -122,6 +143,7 @@ builder.mutationFields((t) => ({
       context: t.arg.int({ required: false }),
       mode: t.arg({ type: ModelModeRef, required: false }),
       replicas: t.arg.int({ required: false }),
+      parallel: t.arg.int({ required: false, description: 'Requests one replica answers at once, 1–64; default 1.' }),
     },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.serveMirrorVersion(ctx, args)),
   }),
@@ -133,6 +155,11 @@ builder.mutationFields((t) => ({
       name: t.arg.string({ required: true }),
       mode: t.arg({ type: ModelModeRef, required: true }),
       replicas: t.arg.int({ required: false }),
+      parallel: t.arg.int({
+        required: false,
+        description:
+          'Requests one replica answers at once, 1–64; unchanged when absent. Replicas started after take it.',
+      }),
     },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx, args)),
   }),

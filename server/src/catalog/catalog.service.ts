@@ -25,6 +25,13 @@ import { notify } from '../pubsub.js';
 
 export type Mode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
 
+/** (measured − estimated) / estimated, or null until both are known. */
+export function memoryEstimateError(m: Pick<CatalogModel, 'memoryBytes' | 'measuredMemoryBytes'>): number | null {
+  if (!m.memoryBytes || m.measuredMemoryBytes == null) return null;
+  const estimated = Number(m.memoryBytes);
+  return Math.round(((Number(m.measuredMemoryBytes) - estimated) / estimated) * 10_000) / 10_000;
+}
+
 export function modeOf(m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas'>): Mode {
   return m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS';
 }
@@ -38,6 +45,12 @@ function scaling(mode: Mode, replicas: number) {
 
 const modeInput = z.enum(['ALWAYS', 'ON_DEMAND', 'STOPPED'], { error: 'ALWAYS, ON_DEMAND or STOPPED' });
 const replicasInput = z.number().int().min(1, 'at least 1 replica').max(64, 'at most 64 replicas');
+// Each is a sequence of the replica's one context, with its share of the KV cache: more is more memory.
+const parallelInput = z
+  .number({ error: 'requests a replica answers at once, 1 to 64' })
+  .int('a whole number of requests')
+  .min(1, 'at least 1 request at once')
+  .max(64, 'at most 64 requests at once');
 const catalogName = resourceName('a model name');
 
 export type ServePlan = {
@@ -62,6 +75,7 @@ const declaredFile = z.object({
         context: z.number().int().min(256).max(4_194_304).optional(),
         mode: modeInput.default('ALWAYS'),
         replicas: replicasInput.default(1),
+        parallel: parallelInput.default(1),
       }),
     )
     .default([]),
@@ -178,11 +192,12 @@ export class CatalogService {
       context?: number | null;
       mode?: string | null;
       replicas?: number | null;
+      parallel?: number | null;
     },
   ): Promise<Result<{ model: CatalogModel; plan: ServePlan; message: string }>> {
     const extra = parseInput(
-      z.object({ mode: modeInput.nullish(), replicas: replicasInput.nullish() }),
-      { mode: input.mode, replicas: input.replicas },
+      z.object({ mode: modeInput.nullish(), replicas: replicasInput.nullish(), parallel: parallelInput.nullish() }),
+      { mode: input.mode, replicas: input.replicas, parallel: input.parallel },
       '',
     );
     if (!extra.ok) return extra;
@@ -221,6 +236,7 @@ export class CatalogService {
           engine: plan.engine,
           contextSize: plan.memory?.context ?? input.context ?? null,
           memoryBytes: plan.memory ? BigInt(plan.memory.totalBytes) : null,
+          parallel: extra.value.parallel ?? 1,
           ...scaling(mode, extra.value.replicas ?? 1),
         },
       });
@@ -244,10 +260,15 @@ export class CatalogService {
 
   async setMode(
     ctx: Context,
-    input: { name: string; mode: string; replicas?: number | null },
+    input: { name: string; mode: string; replicas?: number | null; parallel?: number | null },
   ): Promise<Result<CatalogModel>> {
     const parsed = parseInput(
-      z.object({ name: catalogName, mode: modeInput, replicas: replicasInput.nullish() }),
+      z.object({
+        name: catalogName,
+        mode: modeInput,
+        replicas: replicasInput.nullish(),
+        parallel: parallelInput.nullish(),
+      }),
       input,
       '',
     );
@@ -256,15 +277,17 @@ export class CatalogService {
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
     const s = scaling(parsed.value.mode, parsed.value.replicas ?? Math.max(1, m.maxReplicas));
+    // A running replica keeps the sequences it was loaded with; new ones get the new number.
+    const parallel = parsed.value.parallel ?? m.parallel;
     const result = ok(
       await this.db.$transaction(async (tx) => {
-        const updated = await tx.catalogModel.update({ where: { id: m.id }, data: s });
+        const updated = await tx.catalogModel.update({ where: { id: m.id }, data: { ...s, parallel } });
         const key = mirrorKeyOf(m.source);
         if (key) await notify(tx, 'mirrorVersion', key);
         await this.audit.done(tx, ctx, {
           action: 'setModelMode',
           target: m.name,
-          message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas)`,
+          message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas${parallel !== m.parallel ? `, ${m.parallel} → ${parallel} requests at once` : ''})`,
         });
         return updated;
       }),
@@ -340,6 +363,7 @@ export class CatalogService {
           source: m.source,
           engine: m.engine,
           contextSize: m.context ?? null,
+          parallel: m.parallel,
           declared: true,
           ...scaling(m.mode, m.replicas),
         };

@@ -201,7 +201,7 @@ describe('declared models (hangar.yaml)', () => {
     const file = path.join(t.dataDir, 'hangar.yaml');
     await fs.writeFile(
       file,
-      'models:\n  - name: declared-llama\n    source: http://mirror.example/mirror/llama/v1/model.gguf\n    engine: llamacpp\n    mode: ON_DEMAND\n',
+      'models:\n  - name: declared-llama\n    source: http://mirror.example/mirror/llama/v1/model.gguf\n    engine: llamacpp\n    mode: ON_DEMAND\n    parallel: 4\n',
     );
     const config = loadConfig({
       HANGAR_DATA_DIR: t.dataDir,
@@ -211,7 +211,7 @@ describe('declared models (hangar.yaml)', () => {
     });
     const app = await createApp({ config, log: createLogger('silent'), database: t.app.db, print: () => {} });
     const m = await app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'declared-llama' } });
-    expect(m).toMatchObject({ declared: true, minReplicas: 0, maxReplicas: 1 });
+    expect(m).toMatchObject({ declared: true, minReplicas: 0, maxReplicas: 1, parallel: 4 });
     const body = JSON.stringify({
       query: 'mutation { setModelMode(name: "declared-llama", mode: ALWAYS) { __typename ... on Error { message } } }',
     });
@@ -248,5 +248,13 @@ describe('declared models (hangar.yaml)', () => {
     expect((failed as Error).message).toBe(
       `HANGAR_CONFIG=${file}: models.0.source: an http:// or https:// URL of the weights`,
     );
+    await fs.writeFile(
+      file,
+      'models:\n  - name: ok\n    source: http://mirror.example/m.gguf\n    engine: llamacpp\n    parallel: 100\n',
+    );
+    const tooMany = await createApp({ config, log: createLogger('silent'), database: t.app.db, print: () => {} }).catch(
+      (e: unknown) => e,
+    );
+    expect((tooMany as Error).message).toBe(`HANGAR_CONFIG=${file}: models.0.parallel: at most 64 requests at once`);
   });
 });

@@ -68,8 +68,38 @@ export const ReplicaRef = builder.prismaObject('Replica', {
     state: t.field({ type: ReplicaStateEnum, resolve: (r) => r.state }),
     desired: t.field({ type: ReplicaDesiredEnum, resolve: (r) => r.desired }),
     message: t.exposeString('message', { nullable: true, description: 'Why it is pending, failed or lost.' }),
-    smokeText: t.exposeString('smokeText', { nullable: true, description: "The smoke test's answer once ready." }),
-    tokensPerSecond: t.exposeFloat('tokensPerSecond', { nullable: true }),
+    smokeText: t.exposeString('smokeText', {
+      nullable: true,
+      description: "The smoke test's answer: one short chat request through the endpoint with the engine key.",
+    }),
+    tokensPerSecond: t.exposeFloat('tokensPerSecond', {
+      nullable: true,
+      description: "The smoke test's generation speed after its first token.",
+    }),
+    timeToFirstTokenMs: t.exposeFloat('timeToFirstTokenMs', {
+      nullable: true,
+      description: "The smoke test's time from sending the request to the first piece of the answer, in ms.",
+    }),
+    smokedAt: t.expose('smokedAt', { type: 'DateTime', nullable: true, description: 'When the smoke test passed.' }),
+    endpoint: t.exposeString('endpoint', {
+      nullable: true,
+      // Where to send requests around the gateway is an operator's business; a viewer sees null.
+      authScopes: { operator: true },
+      unauthorizedResolver: () => null,
+      description:
+        "The replica's OpenAI base URL on its node, as its agent advertises it (OPERATOR and above; null for viewers). Requests need its engine key, which only the control plane holds.",
+    }),
+    gpuLayers: t.exposeInt('gpuLayers', {
+      nullable: true,
+      description: 'Layers the replica holds on the GPU, as its agent measured after loading; null when unknown.',
+    }),
+    totalLayers: t.exposeInt('totalLayers', { nullable: true, description: "The model's layers." }),
+    vramUsedBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'GPU memory the replica really holds after loading (free before minus free after).',
+      resolve: (r) => r.vramUsedBytes,
+    }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
   }),
 });
@@ -93,6 +123,10 @@ const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
       resolve: (a) => a.model.source,
     }),
     contextSize: t.int({ nullable: true, resolve: (a) => a.model.contextSize }),
+    parallel: t.int({
+      description: 'Requests the replica answers at once (sequences of one context); more wait in its queue.',
+      resolve: (a) => a.model.parallel,
+    }),
     desired: t.field({ type: ReplicaDesiredEnum, resolve: (a) => a.desired }),
     adapters: t.field({
       type: [AssignmentAdapter],
@@ -119,6 +153,17 @@ const ReplicaReportInput = builder.inputType('ReplicaReportInput', {
     message: t.string({ required: false }),
     smokeText: t.string({ required: false }),
     tokensPerSecond: t.float({ required: false }),
+    endpoint: t.string({
+      required: false,
+      description: "With READY: the replica's OpenAI base URL (http://10.0.0.5:8080/v1) the control plane tests.",
+    }),
+    engineKey: t.string({
+      required: false,
+      description: 'With READY: the bearer token the endpoint accepts. Kept for the control plane only; never shown.',
+    }),
+    gpuLayers: t.int({ required: false }),
+    totalLayers: t.int({ required: false }),
+    vramUsedBytes: t.field({ type: 'Bytes', required: false }),
   }),
 });
 

@@ -4,13 +4,14 @@ import { hashSecret, newSecret } from '../auth/secrets.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
-import type { Node, Replica } from '../generated/prisma/client.js';
+import type { CatalogModel, Node, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import { decide } from './placement.js';
+import { endpointProblem, type SmokeResult, smokeTest } from './smoke.js';
 
 const createNodeInput = z.object({ name: resourceName('a node name') });
 
@@ -38,6 +39,9 @@ const reportInput = z.object({
   agentVersion: z.string().max(100).nullish(),
 });
 
+/** Joins what the agent said of a load to the pending smoke test; the READY message keeps the agent's part. */
+const SMOKE_DUE = '; smoke test due through ';
+
 /** A node is online while it has been seen within this window; its replicas are shown as lost after it. */
 export const NODE_ONLINE_MS = 30_000;
 
@@ -48,7 +52,28 @@ const reportReplicaInput = z.object({
   message: z.string().max(2000).nullish(),
   smokeText: z.string().max(2000).nullish(),
   tokensPerSecond: z.number().min(0).nullish(),
+  endpoint: z
+    .string()
+    .max(500, 'at most 500 characters')
+    .superRefine((e, ctx) => {
+      const problem = endpointProblem(e);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .nullish(),
+  // Never echoed in a refusal (parseInput names the field, not the value).
+  engineKey: z
+    .string()
+    .regex(/^[\x21-\x7e]{16,512}$/, '16 to 512 printable characters without spaces, as newEngineKey() makes')
+    .nullish(),
+  gpuLayers: z.number().int().min(0).max(100_000).nullish(),
+  totalLayers: z.number().int().min(0).max(100_000).nullish(),
+  vramUsedBytes: z.number().int().min(0).nullish(),
 });
+
+/** A smoke test claimed by a server holds the replica this long; a server that dies leaves it to the next. */
+const SMOKE_LEASE_MS = 90_000;
+/** Smoke tests one server runs at once (each is one short request). */
+const SMOKE_PARALLEL = 8;
 
 export class FleetService {
   private timer: NodeJS.Timeout | undefined;
@@ -66,15 +91,166 @@ export class FleetService {
 
   /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
   startPlacement(everyMs = 5000) {
+    this.smoking = true;
     this.timer = setInterval(() => {
-      if (this.health.due()) void this.place();
+      if (!this.health.due()) return;
+      void this.place();
+      // Smoke tests a server that stopped (or died) left unfinished, and any whose report came in elsewhere.
+      void this.claimSmokes();
     }, everyMs);
     this.place();
+    void this.claimSmokes();
   }
   async stopPlacement() {
     clearInterval(this.timer);
+    this.smoking = false;
+    this.smokeAbort.abort(new Error('the server is stopping'));
     await this.next;
     await this.placing;
+    await Promise.all([...this.smokes]);
+  }
+
+  private smoking = false;
+  private smokeAbort = new AbortController();
+  private readonly smokes = new Set<Promise<void>>();
+  private claimingSmokes: Promise<void> | undefined;
+
+  /**
+   * Runs the smoke tests that are due: replicas whose agent said they serve, LOADING until one short request
+   * through their endpoint answers. Each is claimed with a lease in PostgreSQL, so with several server replicas
+   * exactly one tests it, and one left by a server that went away is taken up when its lease runs out.
+   * Resolves once the tests it started (and those already running) have ended.
+   */
+  async smokeDue(): Promise<void> {
+    await this.claimSmokes();
+    await Promise.all([...this.smokes]);
+  }
+
+  private claimSmokes(): Promise<void> {
+    if (!this.smoking) return Promise.resolve();
+    this.claimingSmokes ??= (async () => {
+      try {
+        while (this.smoking && this.smokes.size < SMOKE_PARALLEL) {
+          const rows = await this.db.$queryRaw<{ id: string; servingAt: Date }[]>`
+            UPDATE "Replica" SET "smokeLeaseUntil" = now() + ${`${SMOKE_LEASE_MS} milliseconds`}::interval
+            WHERE id = (SELECT id FROM "Replica"
+                        WHERE state = 'LOADING' AND desired = 'RUN' AND "servingAt" IS NOT NULL
+                          AND ("smokeLeaseUntil" IS NULL OR "smokeLeaseUntil" < now())
+                        ORDER BY "servingAt" LIMIT 1 FOR UPDATE SKIP LOCKED)
+            RETURNING id, "servingAt"`;
+          const row = rows[0];
+          if (!row) break;
+          const run: Promise<void> = this.runSmoke(row.id, row.servingAt)
+            .catch((err) => {
+              if (!this.health.failed(err))
+                this.log?.error('a smoke test failed to run', { replicaId: row.id, error: err });
+            })
+            .finally(() => {
+              this.smokes.delete(run);
+              // A slot is free: another may be waiting.
+              if (this.smoking) void this.claimSmokes();
+            });
+          this.smokes.add(run);
+        }
+      } catch (err) {
+        if (!this.health.failed(err)) this.log?.error('claiming smoke tests failed', { error: err });
+      }
+    })().finally(() => {
+      this.claimingSmokes = undefined;
+    });
+    return this.claimingSmokes;
+  }
+
+  /** The engine key of a replica, for the requests the control plane sends it. Never returned by the API. */
+  async engineKey(replicaId: string): Promise<string | null> {
+    return (await this.db.engineKey.findUnique({ where: { replicaId } }))?.key ?? null;
+  }
+
+  /**
+   * One smoke test of a replica through its endpoint, now (the serve job's smoke step): its answer, speed and
+   * time to first token are kept with the replica. Does not change the replica's state.
+   */
+  async smokeReplica(replicaId: string, signal?: AbortSignal): Promise<SmokeResult> {
+    const replica = await this.db.replica.findUnique({ where: { id: replicaId }, include: { model: true } });
+    if (!replica) return { ok: false, reason: 'the replica is gone' };
+    const key = await this.engineKey(replicaId);
+    if (!replica.endpoint || !key)
+      return { ok: false, reason: 'the replica has no endpoint and engine key: its agent never said where it serves' };
+    const result = await smokeTest({ endpoint: replica.endpoint, engineKey: key, model: replica.model.name, signal });
+    if (result.ok)
+      await this.db.replica.updateMany({
+        where: { id: replicaId, state: 'READY' },
+        data: {
+          smokeText: result.text,
+          tokensPerSecond: result.tokensPerSecond,
+          timeToFirstTokenMs: result.timeToFirstTokenMs,
+          smokedAt: new Date(),
+        },
+      });
+    return result;
+  }
+
+  /** The claimed smoke test of one replica; its result is written only if the replica is still the one tested. */
+  private async runSmoke(replicaId: string, servingAt: Date) {
+    const replica = await this.db.replica.findUnique({
+      where: { id: replicaId },
+      include: { model: true, node: true },
+    });
+    if (!replica) return;
+    const key = await this.engineKey(replicaId);
+    const result: SmokeResult =
+      replica.endpoint && key
+        ? await smokeTest({
+            endpoint: replica.endpoint,
+            engineKey: key,
+            model: replica.model.name,
+            signal: this.smokeAbort.signal,
+          })
+        : { ok: false, reason: 'the replica has no endpoint and engine key to be tested with' };
+    if (!result.ok && this.smokeAbort.signal.aborted) {
+      // Not the replica's failure: the next start (or another server) tests it at once.
+      await this.db.replica
+        .updateMany({ where: { id: replicaId, servingAt }, data: { smokeLeaseUntil: null } })
+        .catch(() => {});
+      return;
+    }
+    const ctx = { viewer: { kind: 'system', name: 'smoke test' }, requestId: `smoke-${replicaId}` } as const;
+    const changed = await this.db.$transaction(async (tx) => {
+      const data = result.ok
+        ? {
+            state: 'READY' as const,
+            // What the agent said of the load (context, layers on the GPU, adapters) stays beside the result.
+            message: `ready: answered in ${Math.round(result.timeToFirstTokenMs)} ms to the first token, ${result.tokensPerSecond.toFixed(1)} tokens/s${replica.message ? `; ${replica.message.split(SMOKE_DUE)[0]}` : ''}`,
+            smokeText: result.text,
+            tokensPerSecond: result.tokensPerSecond,
+            timeToFirstTokenMs: result.timeToFirstTokenMs,
+            smokedAt: new Date(),
+            smokeLeaseUntil: null,
+          }
+        : { state: 'FAILED' as const, message: `smoke test: ${result.reason}`, smokeLeaseUntil: null };
+      // Only the replica as it was claimed: stopped meanwhile, or reloaded (a new servingAt), it is left alone.
+      const u = await tx.replica.updateMany({
+        where: { id: replicaId, state: 'LOADING', desired: 'RUN', servingAt },
+        data,
+      });
+      if (u.count === 0) return false;
+      if (!result.ok) await tx.engineKey.deleteMany({ where: { replicaId } });
+      await this.audit.done(tx, ctx, {
+        action: 'smokeTest',
+        target: replica.model.name,
+        message: `${replica.node?.name ?? 'a node'}: ${data.message}`,
+      });
+      return true;
+    });
+    if (changed && !result.ok) {
+      this.log?.warn('a replica failed its smoke test', {
+        replicaId,
+        model: replica.model.name,
+        node: replica.node?.name,
+        reason: result.reason,
+      });
+      void this.place();
+    }
   }
 
   private next: Promise<void> | undefined;
@@ -172,23 +348,28 @@ export class FleetService {
     if (!replica || replica.nodeId !== ctx.viewer.node.id) {
       return fail(new NotFoundError(`no replica ${r.replicaId} is assigned to node ${ctx.viewer.node.name}`));
     }
+    if (r.state === 'READY') return this.reportServing(ctx, replica, r);
+    // A replica the control plane failed (its smoke test) stays failed, with that reason, when its agent then
+    // stops it: the operator needs to see why it went, not that it stopped.
+    const keepFailure = replica.state === 'FAILED' && r.state === 'STOPPED';
     const updated = await this.db.$transaction(async (tx) => {
       const u = await tx.replica.update({
         where: { id: replica.id },
-        data: {
-          state: r.state,
-          message: r.message ?? (r.state === 'READY' ? 'ready' : null),
-          smokeText: r.smokeText ?? undefined,
-          tokensPerSecond: r.tokensPerSecond ?? undefined,
-        },
+        data: keepFailure
+          ? {}
+          : {
+              state: r.state,
+              message: r.message ?? null,
+              // Loading again (an agent that restarted, say): the endpoint and key it had are no longer what
+              // it serves, and a smoke test of them would fail a replica that is about to come up.
+              servingAt: null,
+              smokeLeaseUntil: null,
+            },
       });
-      if (r.state !== 'LOADING') {
-        const detail =
-          r.state === 'READY' && r.tokensPerSecond
-            ? `, smoke test ${r.tokensPerSecond.toFixed(1)} tokens/s`
-            : r.message
-              ? `: ${r.message}`
-              : '';
+      // An ended or reloading replica's key opens nothing any more: it is not kept.
+      await tx.engineKey.deleteMany({ where: { replicaId: u.id } });
+      if (r.state !== 'LOADING' && !keepFailure) {
+        const detail = r.message ? `: ${r.message}` : '';
         await this.audit.done(tx, ctx, {
           action: 'reportReplica',
           target: replica.model.name,
@@ -198,6 +379,86 @@ export class FleetService {
       return u;
     });
     if (r.state === 'FAILED' || r.state === 'STOPPED') void this.place();
+    return ok(updated);
+  }
+
+  /**
+   * The agent says a replica serves: its endpoint, engine key and what it holds are kept, and it stays LOADING
+   * until the control plane's own smoke test through that endpoint answers. READY without an endpoint is a
+   * replica nothing can reach (an agent from before nodes served over HTTP): recorded as FAILED, saying so.
+   */
+  private async reportServing(
+    ctx: Context,
+    replica: Replica & { model: CatalogModel },
+    r: z.output<typeof reportReplicaInput>,
+  ): Promise<Result<Replica>> {
+    const node = ctx.viewer.kind === 'node' ? ctx.viewer.node : null;
+    if (!r.endpoint || !r.engineKey) {
+      const message = `the agent on ${node?.name ?? 'its node'} reported it ready without an endpoint and an engine key, so no request can reach it: run an agent of this server's version there`;
+      const failed = await this.db.$transaction(async (tx) => {
+        const u = await tx.replica.update({ where: { id: replica.id }, data: { state: 'FAILED', message } });
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: `failed: ${message}`,
+        });
+        return u;
+      });
+      void this.place();
+      return ok(failed);
+    }
+    const sameServing =
+      replica.state === 'READY' &&
+      replica.endpoint === r.endpoint &&
+      (await this.engineKey(replica.id)) === r.engineKey;
+    const measured =
+      r.vramUsedBytes != null && r.gpuLayers != null && r.totalLayers != null && r.gpuLayers >= r.totalLayers
+        ? BigInt(r.vramUsedBytes)
+        : null;
+    const updated = await this.db.$transaction(async (tx) => {
+      const memory = {
+        gpuLayers: r.gpuLayers ?? null,
+        totalLayers: r.totalLayers ?? null,
+        vramUsedBytes: r.vramUsedBytes == null ? null : BigInt(r.vramUsedBytes),
+      };
+      // The agent sent its report again (a retry that did get through before): nothing to test again.
+      const u = sameServing
+        ? await tx.replica.update({ where: { id: replica.id }, data: memory })
+        : await tx.replica.update({
+            where: { id: replica.id },
+            data: {
+              ...memory,
+              state: 'LOADING',
+              endpoint: r.endpoint,
+              servingAt: new Date(),
+              smokeLeaseUntil: null,
+              smokeText: null,
+              tokensPerSecond: null,
+              timeToFirstTokenMs: null,
+              smokedAt: null,
+              message: `${r.message ?? 'loaded'}${SMOKE_DUE}${r.endpoint}`,
+            },
+          });
+      await tx.engineKey.upsert({
+        where: { replicaId: replica.id },
+        create: { replicaId: replica.id, key: r.engineKey as string },
+        update: { key: r.engineKey as string },
+      });
+      // Fully offloaded, what the card holds is the model's real need, to set against the plan's estimate.
+      if (measured !== null)
+        await tx.catalogModel.update({
+          where: { id: replica.modelId },
+          data: { measuredMemoryBytes: measured, measuredAt: new Date() },
+        });
+      if (!sameServing)
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: `serving on ${r.endpoint}; smoke test due`,
+        });
+      return u;
+    });
+    if (!sameServing) void this.claimSmokes();
     return ok(updated);
   }
 

@@ -1,5 +1,6 @@
 import fs from 'node:fs/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // The control plane's side of the fleet, with a node agent played over GraphQL by the test (the real agent
@@ -7,6 +8,8 @@ import { startTestApp, type TestApp } from '../../test/harness.js';
 
 let t: TestApp;
 let operator: string;
+let endpoint: StandInReplica;
+const KEY = 'hgk_fleet-test-engine-key-0123456789abcdefgh';
 const nodeTokens: Record<string, string> = {};
 
 const REPORT = 'mutation($i: NodeReportInput!) { reportNode(input: $i) { __typename } }';
@@ -29,6 +32,7 @@ const heartbeat = (name: string, freeMiB: number) =>
   );
 
 beforeAll(async () => {
+  endpoint = await startStandInReplica({ key: KEY, model: 'llama-7b' });
   t = await startTestApp();
   const base = await t.app.start();
   operator = await t.token('OPERATOR', 'fleet-ops');
@@ -45,7 +49,10 @@ beforeAll(async () => {
     body: new Uint8Array(body),
   });
 });
-afterAll(() => t.close());
+afterAll(async () => {
+  await t.close();
+  await endpoint.close();
+});
 
 describe('placement over real nodes', () => {
   it('says why a replica waits when no node has room, then places it when one does', async () => {
@@ -86,13 +93,20 @@ describe('placement over real nodes', () => {
     ).toBe('LOADING');
     await t.gql(
       REPLICA,
-      { i: { replicaId: id, state: 'READY', smokeText: ' Hello there', tokensPerSecond: 41.5 } },
+      { i: { replicaId: id, state: 'READY', endpoint: endpoint.endpoint, engineKey: KEY } },
       { token: nodeTokens['gpu-2'] },
     );
-    const ready = await t.gql(MODEL, {}, { token: operator });
+    // READY once the control plane's smoke test through the endpoint has answered (serving.test.ts has more).
+    let ready = await t.gql(MODEL, {}, { token: operator });
+    for (let i = 0; i < 200 && ready.data?.model.replicas[0].state === 'LOADING'; i++) {
+      await new Promise((r) => setTimeout(r, 50));
+      ready = await t.gql(MODEL, {}, { token: operator });
+    }
     expect(ready.data?.model.replicas).toMatchObject([
-      { state: 'READY', smokeText: ' Hello there', tokensPerSecond: 41.5, node: { name: 'gpu-2' } },
+      { state: 'READY', smokeText: ' Hello there!', node: { name: 'gpu-2' } },
     ]);
+    const tps = ready.data?.model.replicas[0].tokensPerSecond;
+    expect(tps).toBeGreaterThan(0);
     // Another node cannot report on it.
     const other = await t.gql(REPLICA, { i: { replicaId: id, state: 'FAILED' } }, { token: nodeTokens['gpu-1'] });
     expect(other.data?.reportReplica).toEqual({
@@ -106,7 +120,7 @@ describe('placement over real nodes', () => {
     expect(audit).toMatchObject({
       actor: 'node:gpu-2',
       target: 'llama-7b',
-      message: 'ready, smoke test 41.5 tokens/s',
+      message: `serving on ${endpoint.endpoint}; smoke test due`,
     });
   });
 
@@ -126,7 +140,7 @@ describe('placement over real nodes', () => {
 
   it('asks the agent to stop replicas of a stopped model', async () => {
     const [pending] = (await t.gql(ASSIGNED, {}, { token: nodeTokens['gpu-1'] })).data?.nodeAssignments ?? [];
-    await t.gql(REPLICA, { i: { replicaId: pending.replicaId, state: 'READY' } }, { token: nodeTokens['gpu-1'] });
+    await t.gql(REPLICA, { i: { replicaId: pending.replicaId, state: 'LOADING' } }, { token: nodeTokens['gpu-1'] });
     await t.gql('mutation { setModelMode(name: "llama-7b", mode: STOPPED) { __typename } }', {}, { token: operator });
     await t.app.services.fleet.place();
     expect((await t.gql(ASSIGNED, {}, { token: nodeTokens['gpu-1'] })).data?.nodeAssignments).toMatchObject([

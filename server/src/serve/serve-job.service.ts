@@ -5,6 +5,7 @@ import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
+import type { FleetService } from '../fleet/fleet.service.js';
 import type { ServeJob, ServeJobStep } from '../generated/prisma/client.js';
 import { fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
@@ -65,6 +66,8 @@ export class ServeJobService {
     private readonly catalog: CatalogService,
     private readonly log: Logger,
     private readonly pollMs = 1000,
+    /** Runs the smoke step's request through the replica's endpoint. */
+    private readonly fleet?: Pick<FleetService, 'smokeReplica'>,
   ) {
     this.health = new LoopHealth('serve jobs', log);
   }
@@ -355,10 +358,14 @@ export class ServeJobService {
           include: { replicas: true },
         });
         const ready = model?.replicas.find((r) => r.state === 'READY');
-        if (!ready?.smokeText && !ready?.tokensPerSecond)
-          throw new StepFailed('the replica is ready but reported no smoke test');
+        if (!ready) throw new StepFailed(`${d.name} has no ready replica any more`);
+        if (!this.fleet) throw new StepFailed('this server cannot reach replicas');
+        // A request of its own through the replica's endpoint with its engine key, as the gateway will send one:
+        // the job ends DONE only when the model it made answers.
+        const smoke = await this.fleet.smokeReplica(ready.id);
+        if (!smoke.ok) throw new StepFailed(smoke.reason);
         return {
-          message: `answered ${JSON.stringify(ready.smokeText ?? '')} at ${(ready.tokensPerSecond ?? 0).toFixed(1)} tokens/s`,
+          message: `answered ${JSON.stringify(smoke.text)} at ${smoke.tokensPerSecond.toFixed(1)} tokens/s, first token in ${Math.round(smoke.timeToFirstTokenMs)} ms`,
           more: {},
         };
       }

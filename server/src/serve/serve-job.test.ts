@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, startFakeHub } from '../../test/fixtures/fake-hub.js';
 import { modelHeader } from '../../test/fixtures/gguf-writer.js';
+import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // serveFromRegistry end to end against the stand-in Hub, with a node agent played over GraphQL (the real agent
@@ -12,6 +13,10 @@ let t: TestApp;
 let operator: string;
 let nodeToken: string;
 let agent: NodeJS.Timeout;
+// The node's endpoint, and the key the stand-in agent reports for its replicas (a test makes it wrong).
+let endpoint: StandInReplica;
+const KEY = 'hgk_serve-job-test-engine-key-0123456789abc';
+let reportedKey = KEY;
 
 const JOB = `query($id: ID!) { serveJob(id: $id) { state message steps { name state message } } }`;
 
@@ -36,6 +41,7 @@ const start = async (args: string) => {
 };
 
 beforeAll(async () => {
+  endpoint = await startStandInReplica({ key: KEY });
   hub = await startFakeHub();
   const tiny = modelHeader({ arch: 'llama', layers: 2, embd: 64, heads: 4, kvHeads: 4, ctx: 2048, tensorType: 0 });
   hub.repos.set('acme/Tiny-GGUF', {
@@ -68,7 +74,7 @@ beforeAll(async () => {
     for (const a of assigned) {
       const i =
         a.desired === 'RUN'
-          ? { replicaId: a.replicaId, state: 'READY', smokeText: ' Hello', tokensPerSecond: 12 }
+          ? { replicaId: a.replicaId, state: 'READY', endpoint: endpoint.endpoint, engineKey: reportedKey }
           : { replicaId: a.replicaId, state: 'STOPPED' };
       await t.gql(
         'mutation($i: ReplicaReportInput!) { reportReplica(input: $i) { __typename } }',
@@ -84,6 +90,7 @@ afterAll(async () => {
   clearInterval(agent);
   await t?.close();
   await hub?.close();
+  await endpoint?.close();
 });
 
 describe('serveFromRegistry', () => {
@@ -106,9 +113,13 @@ describe('serveFromRegistry', () => {
     expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
     expect(done.steps[1].message).toBe('tiny/feedbee present and verified');
     expect(done.steps[4].message).toBe('ready on gpu-1');
-    expect(done.message).toBe('answered " Hello" at 12.0 tokens/s');
+    // Its own request through the replica's endpoint, with the engine key: the answer, speed and first token.
+    expect(done.message).toMatch(/^answered " Hello there!" at [\d.]+ tokens\/s, first token in \d+ ms$/);
+    const smokes = endpoint.requests.filter((r) => r.body.model === 'tiny');
+    expect(smokes.length).toBeGreaterThanOrEqual(2); // the replica's readiness, then the job's smoke step
+    expect(smokes.every((r) => r.authorization === `Bearer ${KEY}`)).toBe(true);
     const model = await t.gql('{ model(name: "tiny") { mode replicas { state smokeText } } }', {}, { token: operator });
-    expect(model.data?.model).toEqual({ mode: 'ALWAYS', replicas: [{ state: 'READY', smokeText: ' Hello' }] });
+    expect(model.data?.model).toEqual({ mode: 'ALWAYS', replicas: [{ state: 'READY', smokeText: ' Hello there!' }] });
     const audit = await t.app.db.prisma.auditEvent.findFirst({
       where: { action: 'serveMirrorVersion' },
       orderBy: { id: 'desc' },
@@ -154,8 +165,29 @@ describe('serveFromRegistry', () => {
     await t.app.start();
     const done = await waitForJob(job.id);
     expect(done.state).toBe('DONE');
-    expect(done.message).toBe('answered " Hello" at 12.0 tokens/s');
+    expect(done.message).toMatch(/^answered " Hello there!" at [\d.]+ tokens\/s/);
     expect(done.steps[1].message).toBe('slow/5105105 present and verified');
+  });
+
+  it('fails at the replica, saying why, when its endpoint refuses the key it was given', async () => {
+    const tiny = hub.repos.get('acme/Tiny-GGUF')!;
+    hub.repos.set('acme/Keyed-GGUF', {
+      ...tiny,
+      id: 'acme/Keyed-GGUF',
+      sha: '4e4e4e4e00000000000000000000000000000000',
+    });
+    reportedKey = 'hgk_a-key-the-endpoint-does-not-take-012345678';
+    try {
+      const job = await start('repo: "acme/Keyed-GGUF"');
+      const done = await waitForJob(job.id);
+      expect(done.state).toBe('FAILED');
+      expect(done.message).toMatch(
+        /^replica: the replica failed on gpu-1: smoke test: http:\/\/127\.0\.0\.1:\d+\/v1\/chat\/completions refused the engine key \(HTTP 401/,
+      );
+      expect(done.message).not.toContain(reportedKey);
+    } finally {
+      reportedKey = KEY;
+    }
   });
 
   it('refuses a malformed repository name and starts nothing', async () => {

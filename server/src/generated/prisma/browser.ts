@@ -53,6 +53,11 @@ export type CatalogModel = Prisma.CatalogModelModel
  */
 export type Adapter = Prisma.AdapterModel
 /**
+ * Model EngineKey
+ * 
+ */
+export type EngineKey = Prisma.EngineKeyModel
+/**
  * Model Replica
  * 
  */

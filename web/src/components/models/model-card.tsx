@@ -19,6 +19,12 @@ export type ModelCard_Replica = {
   message: string | null;
   smokeText: string | null;
   tokensPerSecond: number | null;
+  timeToFirstTokenMs: number | null;
+  /** Null for viewers: where to reach a replica around the gateway is an operator's business. */
+  endpoint: string | null;
+  gpuLayers: number | null;
+  totalLayers: number | null;
+  vramUsedBytes: Bytes | null;
   updatedAt: string;
   node: { __typename?: 'Node'; id: string; name: string } | null;
 };
@@ -31,6 +37,9 @@ export type ModelCard_Model = {
   engine: 'llamacpp' | 'vllm';
   contextSize: number | null;
   memoryBytes: Bytes | null;
+  measuredMemoryBytes: Bytes | null;
+  memoryEstimateError: number | null;
+  parallel: number;
   mode: ModelMode;
   wantedReplicas: number;
   declared: boolean;
@@ -48,6 +57,9 @@ export const ModelCard_ModelFragment = gql<ModelCard_Model>`
     engine
     contextSize
     memoryBytes
+    measuredMemoryBytes
+    memoryEstimateError
+    parallel
     mode
     wantedReplicas
     declared
@@ -65,6 +77,11 @@ export const ModelCard_ModelFragment = gql<ModelCard_Model>`
       message
       smokeText
       tokensPerSecond
+      timeToFirstTokenMs
+      endpoint
+      gpuLayers
+      totalLayers
+      vramUsedBytes
       updatedAt
       node {
         id
@@ -78,10 +95,10 @@ type ModelResult = { __typename: 'Model' } & ModelCard_Model;
 
 export const ModelCard_SetModeMutation = gql<
   { setModelMode: Outcome<ModelResult> },
-  { name: string; mode: ModelMode; replicas: number | null }
+  { name: string; mode: ModelMode; replicas: number | null; parallel: number | null }
 >`
-  mutation ModelCard_SetMode($name: String!, $mode: ModelMode!, $replicas: Int) {
-    setModelMode(name: $name, mode: $mode, replicas: $replicas) {
+  mutation ModelCard_SetMode($name: String!, $mode: ModelMode!, $replicas: Int, $parallel: Int) {
+    setModelMode(name: $name, mode: $mode, replicas: $replicas, parallel: $parallel) {
       __typename
       ...ModelCard_Model
       ...FormError_Refusal
@@ -138,15 +155,50 @@ export function replicaText(r: ModelCard_Replica): string {
   const explained = r.message != null && (r.state === 'PENDING' || r.state === 'LOST');
   let text: string = r.state;
   if (r.node && !explained) text += ` on ${r.node.name}`;
-  if (r.state === 'READY' && r.tokensPerSecond != null) text += ` · ${r.tokensPerSecond.toFixed(1)} tok/s`;
-  if (r.message) text += `: ${r.message}`;
+  const smoke = smokeWords(r);
+  text += smoke;
+  // A ready replica's message repeats the smoke test's numbers, which the line already shows.
+  if (r.message && !(r.state === 'READY' && smoke)) text += `: ${r.message}`;
   return text;
+}
+
+/**
+ * What the control plane's smoke test through the replica's endpoint measured, and what it holds on its GPU:
+ * " · 41.5 tok/s · first token 120 ms · 2.8 GiB on GPU · said "Hello"". Empty until it is ready.
+ */
+export function smokeWords(
+  r: Pick<
+    ModelCard_Replica,
+    'state' | 'tokensPerSecond' | 'timeToFirstTokenMs' | 'smokeText' | 'vramUsedBytes' | 'gpuLayers' | 'totalLayers'
+  >,
+): string {
+  if (r.state !== 'READY') return '';
+  let text = '';
+  if (r.tokensPerSecond != null) text += ` · ${r.tokensPerSecond.toFixed(1)} tok/s`;
+  if (r.timeToFirstTokenMs != null) text += ` · first token ${Math.round(r.timeToFirstTokenMs)} ms`;
+  if (r.vramUsedBytes != null) {
+    const layers =
+      r.gpuLayers != null && r.totalLayers != null && r.gpuLayers < r.totalLayers
+        ? ` (${r.gpuLayers} of ${r.totalLayers} layers)`
+        : '';
+    text += ` · ${formatBytes(r.vramUsedBytes)} on GPU${layers}`;
+  }
+  if (r.smokeText != null) text += ` · said ${JSON.stringify(r.smokeText.trim())}`;
+  return text;
+}
+
+/** The estimate's error in words: "+7% over the estimate", "12% under the estimate". */
+export function estimateErrorWords(error: number): string {
+  const pct = Math.round(Math.abs(error) * 100);
+  if (pct === 0) return 'as estimated';
+  return error > 0 ? `+${pct}% over the estimate` : `${pct}% under the estimate`;
 }
 
 export function ReplicaChip({ replica }: { replica: ModelCard_Replica }) {
   const title = [
     replica.desired === 'STOP' ? 'asked to stop' : null,
     replica.smokeText != null ? `smoke test answered "${replica.smokeText}"` : null,
+    replica.endpoint ? `serves on ${replica.endpoint}` : null,
   ]
     .filter(Boolean)
     .join('; ');
@@ -209,7 +261,15 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
         </div>
         <div>
           <dt>Memory</dt>
-          <dd>{model.memoryBytes == null ? '—' : formatBytes(model.memoryBytes)}</dd>
+          <dd>
+            {model.memoryBytes == null ? '—' : `${formatBytes(model.memoryBytes)} estimated`}
+            {model.measuredMemoryBytes != null ? (
+              <div className="sub" data-testid="measured-memory">
+                {formatBytes(model.measuredMemoryBytes)} measured
+                {model.memoryEstimateError != null ? ` · ${estimateErrorWords(model.memoryEstimateError)}` : ''}
+              </div>
+            ) : null}
+          </dd>
         </div>
         <div>
           <dt>Context</dt>
@@ -218,6 +278,10 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
         <div>
           <dt>Replicas</dt>
           <dd>{model.mode === 'STOPPED' ? 'none wanted' : `${model.wantedReplicas} wanted`}</dd>
+        </div>
+        <div>
+          <dt>At once</dt>
+          <dd>{model.parallel === 1 ? '1 request' : `${model.parallel} requests`} per replica</dd>
         </div>
       </dl>
       {model.replicas.length ? (
@@ -244,7 +308,7 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
         model.declared ? (
           <p className="hint declared-hint">{declaredHint(model.name)}</p>
         ) : (
-          <ModeForm key={`${model.mode}:${model.wantedReplicas}`} model={model} />
+          <ModeForm key={`${model.mode}:${model.wantedReplicas}:${model.parallel}`} model={model} />
         )
       ) : null}
       {canChange ? (
@@ -276,19 +340,24 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
 function ModeForm({ model }: { model: ModelCard_Model }) {
   const [mode, setMode] = useState<ModelMode>(model.mode);
   const [replicas, setReplicas] = useState(String(Math.max(1, model.wantedReplicas)));
+  const [parallel, setParallel] = useState(String(model.parallel));
   const [{ fetching, error }, setModelMode] = useMutation(ModelCard_SetModeMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
   const modeId = useId();
   const replicasId = useId();
+  const parallelId = useId();
 
   const submit = async (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault();
     setRefusal(null);
     const n = Number(replicas);
+    const p = Number(parallel);
     const result = await setModelMode({
       name: model.name,
       mode,
       replicas: mode === 'ALWAYS' && replicas.trim() !== '' && Number.isFinite(n) ? n : null,
+      // Sent as typed, even out of range: the server's refusal says what is accepted.
+      parallel: parallel.trim() !== '' && Number.isFinite(p) && p !== model.parallel ? p : null,
     });
     const outcome = result.data?.setModelMode;
     if (isRefusal(outcome)) setRefusal(outcome);
@@ -320,6 +389,20 @@ function ModeForm({ model }: { model: ModelCard_Model }) {
           />
         </div>
       ) : null}
+      <div className="field">
+        <label htmlFor={parallelId}>At once</label>
+        <input
+          id={parallelId}
+          className="replicas-input"
+          type="number"
+          min={1}
+          max={64}
+          step={1}
+          value={parallel}
+          title="Requests one replica answers at once (1–64); more wait in its queue. Replicas started after take it."
+          onChange={(e) => setParallel(e.target.value)}
+        />
+      </div>
       <button type="submit" className="button small" disabled={fetching}>
         Apply
       </button>

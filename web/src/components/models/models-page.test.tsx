@@ -18,6 +18,11 @@ function replica(id: string, state: string, over: Record<string, unknown> = {}) 
     message: null,
     smokeText: null,
     tokensPerSecond: null,
+    timeToFirstTokenMs: null,
+    endpoint: null,
+    gpuLayers: null,
+    totalLayers: null,
+    vramUsedBytes: null,
     updatedAt: now,
     node: null,
     ...over,
@@ -36,6 +41,9 @@ function model(name: string, over: Record<string, unknown> = {}) {
     engine: 'llamacpp',
     contextSize: 8192,
     memoryBytes: 6 * GiB,
+    measuredMemoryBytes: null,
+    memoryEstimateError: null,
+    parallel: 1,
     mode: 'ALWAYS',
     wantedReplicas: 2,
     declared: false,
@@ -81,10 +89,77 @@ describe('ModelsPage', () => {
       'support-tone · user:ana',
     );
     expect(within(qwenCard).getByText('http://hangar.test/mirror/qwen3-8b/Q4_K_M/')).toHaveClass('url');
-    expect(within(qwenCard).getByText('6.0 GiB')).toBeInTheDocument();
+    expect(within(qwenCard).getByText('6.0 GiB estimated')).toBeInTheDocument();
     expect(within(await card('tiny')).getByText('No adapters.')).toBeInTheDocument();
     // A replica on its way: the page says it re-reads the list.
     expect(screen.getByText(/read again every 5 s/)).toBeInTheDocument();
+  });
+
+  it("shows the smoke test through the replica's endpoint, what it holds, and the estimate's error", async () => {
+    const qwen = model('qwen3-8b', {
+      measuredMemoryBytes: 6.42 * GiB,
+      memoryEstimateError: 0.07,
+      parallel: 4,
+      replicas: [
+        replica('r1', 'READY', {
+          node: node('gpu-1'),
+          tokensPerSecond: 41.5,
+          timeToFirstTokenMs: 118.4,
+          smokeText: ' Hello there!',
+          vramUsedBytes: 6.42 * GiB,
+          gpuLayers: 37,
+          totalLayers: 37,
+          endpoint: 'http://10.0.0.5:8080/v1',
+          message: 'ready: answered in 118 ms to the first token, 41.5 tokens/s',
+        }),
+        replica('r2', 'READY', {
+          node: node('gpu-2'),
+          tokensPerSecond: 9.2,
+          timeToFirstTokenMs: 900,
+          vramUsedBytes: 2 * GiB,
+          gpuLayers: 10,
+          totalLayers: 37,
+        }),
+        replica('r3', 'FAILED', {
+          node: node('gpu-3'),
+          message: 'smoke test: http://10.0.0.7:8080/v1/chat/completions refused the engine key (HTTP 401)',
+        }),
+      ],
+    });
+    renderPage(fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [qwen] }))]));
+    const qwenCard = await card('qwen3-8b');
+    const chips = within(within(qwenCard).getByRole('list', { name: 'Replicas of qwen3-8b' })).getAllByRole('listitem');
+    expect(chips.map((c) => c.textContent)).toEqual([
+      'READY on gpu-1 · 41.5 tok/s · first token 118 ms · 6.4 GiB on GPU · said "Hello there!"',
+      'READY on gpu-2 · 9.2 tok/s · first token 900 ms · 2.0 GiB on GPU (10 of 37 layers)',
+      'FAILED on gpu-3: smoke test: http://10.0.0.7:8080/v1/chat/completions refused the engine key (HTTP 401)',
+    ]);
+    expect(chips[0]).toHaveAttribute('title', expect.stringContaining('serves on http://10.0.0.5:8080/v1'));
+    expect(within(qwenCard).getByTestId('measured-memory')).toHaveTextContent(
+      '6.4 GiB measured · +7% over the estimate',
+    );
+    expect(within(qwenCard).getByText('4 requests per replica')).toBeInTheDocument();
+  });
+
+  it('sets how many requests a replica answers at once, sending only a change', async () => {
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b')] })),
+      answer(ModelCard_SetModeMutation, (v) => ({
+        setModelMode: model(v.name, { mode: v.mode, parallel: v.parallel ?? 1 }),
+      })),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const qwen = await card('qwen3-8b');
+    const form = within(qwen).getByRole('form', { name: 'Mode of qwen3-8b' });
+    const atOnce = within(form).getByLabelText('At once');
+    await user.clear(atOnce);
+    await user.type(atOnce, '8');
+    await user.click(within(form).getByRole('button', { name: 'Apply' }));
+    await within(qwen).findByText('8 requests per replica');
+    expect(fake.sent(ModelCard_SetModeMutation).map((op) => op.variables)).toEqual([
+      { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 2, parallel: 8 },
+    ]);
   });
 
   it('changes a model’s mode and replicas with the button, and shows the new mode', async () => {
@@ -109,7 +184,7 @@ describe('ModelsPage', () => {
 
     await within(qwen).findByText('3 wanted');
     expect(fake.sent(ModelCard_SetModeMutation).map((op) => op.variables)).toEqual([
-      { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 3 },
+      { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 3, parallel: null },
     ]);
     expect(within(qwen).getByText('always', { selector: '.badge' })).toBeInTheDocument();
   });

@@ -2,7 +2,7 @@ import { gql } from 'urql';
 import type { Bytes } from '../../graphql/types';
 import { formatBytes, formatMiB } from '../../lib/format';
 import { TimeAgo } from '../common/time-ago';
-import { type ReplicaState, replicaClass } from '../models/model-card';
+import { type ModelCard_Replica, type ReplicaState, replicaClass, smokeWords } from '../models/model-card';
 
 export type NodeTable_Node = {
   __typename?: 'Node';
@@ -14,12 +14,15 @@ export type NodeTable_Node = {
   diskFreeBytes: Bytes | null;
   gpus: { index: number; name: string; totalMiB: number; freeMiB: number }[];
   engines: { name: string; version: string | null; build: number | null }[];
-  replicas: {
+  replicas: ({
     id: string;
     state: ReplicaState;
     message: string | null;
     model: { id: string; name: string };
-  }[];
+  } & Pick<
+    ModelCard_Replica,
+    'smokeText' | 'tokensPerSecond' | 'timeToFirstTokenMs' | 'endpoint' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'
+  >)[];
 };
 
 export const NodeTable_NodeFragment = gql<NodeTable_Node>`
@@ -45,6 +48,13 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
       id
       state
       message
+      smokeText
+      tokensPerSecond
+      timeToFirstTokenMs
+      endpoint
+      gpuLayers
+      totalLayers
+      vramUsedBytes
       model {
         id
         name
@@ -127,12 +137,22 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
           <span className="muted">none</span>
         ) : (
           <ul className="chips" aria-label={`Replicas on ${node.name}`}>
-            {node.replicas.map((r) => (
-              <li key={r.id} className={`chip replica ${replicaClass[r.state]}`}>
-                {r.model.name} {r.state}
-                {r.message ? `: ${r.message}` : ''}
-              </li>
-            ))}
+            {node.replicas.map((r) => {
+              const smoke = smokeWords(r);
+              return (
+                <li
+                  key={r.id}
+                  className={`chip replica ${replicaClass[r.state]}`}
+                  title={r.endpoint ? `serves on ${r.endpoint}` : undefined}
+                >
+                  {r.model.name} {r.state}
+                  {smoke}
+                  {/* A ready replica's message repeats the smoke test's numbers, shown already. */}
+                  {r.message && !(r.state === 'READY' && smoke) ? `: ${r.message}` : ''}
+                  {r.endpoint ? <code className="sub replica-endpoint">{r.endpoint}</code> : null}
+                </li>
+              );
+            })}
           </ul>
         )}
       </td>

@@ -22,7 +22,28 @@ const gpuNode = {
       id: 'r1',
       state: 'FAILED',
       message: 'llama-server exited with code 1',
+      smokeText: null,
+      tokensPerSecond: null,
+      timeToFirstTokenMs: null,
+      endpoint: null,
+      gpuLayers: null,
+      totalLayers: null,
+      vramUsedBytes: null,
       model: { __typename: 'Model', id: 'm1', name: 'qwen3-8b' },
+    },
+    {
+      __typename: 'Replica',
+      id: 'r2',
+      state: 'READY',
+      message: 'ready: answered in 95 ms to the first token, 52.0 tokens/s',
+      smokeText: ' Hi',
+      tokensPerSecond: 52,
+      timeToFirstTokenMs: 95.2,
+      endpoint: 'http://10.0.0.5:8080/v1',
+      gpuLayers: 29,
+      totalLayers: 29,
+      vramUsedBytes: 1024 ** 3 * 5.5,
+      model: { __typename: 'Model', id: 'm2', name: 'llama-3b' },
     },
   ],
 };
@@ -43,9 +64,12 @@ describe('NodesPage', () => {
     expect(within(row).getByText(/97\.7 GiB free/)).toBeInTheDocument();
     expect(within(row).getByText(/llama\.cpp b4567/)).toBeInTheDocument();
     expect(within(row).getByText('477 GiB')).toBeInTheDocument();
-    expect(within(row).getByRole('list', { name: 'Replicas on gpu-01' })).toHaveTextContent(
+    const replicas = within(within(row).getByRole('list', { name: 'Replicas on gpu-01' })).getAllByRole('listitem');
+    expect(replicas.map((r) => r.textContent)).toEqual([
       'qwen3-8b FAILED: llama-server exited with code 1',
-    );
+      'llama-3b READY · 52.0 tok/s · first token 95 ms · 5.5 GiB on GPU · said "Hi"http://10.0.0.5:8080/v1',
+    ]);
+    expect(within(replicas[1] as HTMLElement).getByText('http://10.0.0.5:8080/v1')).toHaveClass('replica-endpoint');
     expect(screen.queryByRole('button', { name: 'Add node' })).toBeNull();
   });
 

@@ -404,6 +404,7 @@ export const ModelName = {
   MirrorFile: 'MirrorFile',
   CatalogModel: 'CatalogModel',
   Adapter: 'Adapter',
+  EngineKey: 'EngineKey',
   Replica: 'Replica',
   ServeJob: 'ServeJob',
   ServeJobStep: 'ServeJobStep',
@@ -433,7 +434,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -952,6 +953,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         count: {
           args: Prisma.AdapterCountArgs<ExtArgs>
           result: runtime.Types.Utils.Optional<Prisma.AdapterCountAggregateOutputType> | number
+        }
+      }
+    }
+    EngineKey: {
+      payload: Prisma.$EngineKeyPayload<ExtArgs>
+      fields: Prisma.EngineKeyFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.EngineKeyFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.EngineKeyFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        findFirst: {
+          args: Prisma.EngineKeyFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.EngineKeyFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        findMany: {
+          args: Prisma.EngineKeyFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>[]
+        }
+        create: {
+          args: Prisma.EngineKeyCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        createMany: {
+          args: Prisma.EngineKeyCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.EngineKeyCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>[]
+        }
+        delete: {
+          args: Prisma.EngineKeyDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        update: {
+          args: Prisma.EngineKeyUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        deleteMany: {
+          args: Prisma.EngineKeyDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.EngineKeyUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.EngineKeyUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>[]
+        }
+        upsert: {
+          args: Prisma.EngineKeyUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$EngineKeyPayload>
+        }
+        aggregate: {
+          args: Prisma.EngineKeyAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateEngineKey>
+        }
+        groupBy: {
+          args: Prisma.EngineKeyGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EngineKeyGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.EngineKeyCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.EngineKeyCountAggregateOutputType> | number
         }
       }
     }
@@ -2128,6 +2203,9 @@ export const CatalogModelScalarFieldEnum = {
   minReplicas: 'minReplicas',
   maxReplicas: 'maxReplicas',
   idleSeconds: 'idleSeconds',
+  parallel: 'parallel',
+  measuredMemoryBytes: 'measuredMemoryBytes',
+  measuredAt: 'measuredAt',
   declared: 'declared',
   awakeUntil: 'awakeUntil',
   createdAt: 'createdAt',
@@ -2151,6 +2229,15 @@ export const AdapterScalarFieldEnum = {
 export type AdapterScalarFieldEnum = (typeof AdapterScalarFieldEnum)[keyof typeof AdapterScalarFieldEnum]
 
 
+export const EngineKeyScalarFieldEnum = {
+  replicaId: 'replicaId',
+  key: 'key',
+  createdAt: 'createdAt'
+} as const
+
+export type EngineKeyScalarFieldEnum = (typeof EngineKeyScalarFieldEnum)[keyof typeof EngineKeyScalarFieldEnum]
+
+
 export const ReplicaScalarFieldEnum = {
   id: 'id',
   modelId: 'modelId',
@@ -2159,8 +2246,15 @@ export const ReplicaScalarFieldEnum = {
   desired: 'desired',
   message: 'message',
   endpoint: 'endpoint',
+  servingAt: 'servingAt',
+  smokeLeaseUntil: 'smokeLeaseUntil',
   smokeText: 'smokeText',
   tokensPerSecond: 'tokensPerSecond',
+  timeToFirstTokenMs: 'timeToFirstTokenMs',
+  smokedAt: 'smokedAt',
+  gpuLayers: 'gpuLayers',
+  totalLayers: 'totalLayers',
+  vramUsedBytes: 'vramUsedBytes',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2784,6 +2878,7 @@ export type GlobalOmitConfig = {
   mirrorFile?: Prisma.MirrorFileOmit
   catalogModel?: Prisma.CatalogModelOmit
   adapter?: Prisma.AdapterOmit
+  engineKey?: Prisma.EngineKeyOmit
   replica?: Prisma.ReplicaOmit
   serveJob?: Prisma.ServeJobOmit
   serveJobStep?: Prisma.ServeJobStepOmit

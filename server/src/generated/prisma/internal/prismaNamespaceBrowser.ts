@@ -58,6 +58,7 @@ export const ModelName = {
   MirrorFile: 'MirrorFile',
   CatalogModel: 'CatalogModel',
   Adapter: 'Adapter',
+  EngineKey: 'EngineKey',
   Replica: 'Replica',
   ServeJob: 'ServeJob',
   ServeJobStep: 'ServeJobStep',
@@ -188,6 +189,9 @@ export const CatalogModelScalarFieldEnum = {
   minReplicas: 'minReplicas',
   maxReplicas: 'maxReplicas',
   idleSeconds: 'idleSeconds',
+  parallel: 'parallel',
+  measuredMemoryBytes: 'measuredMemoryBytes',
+  measuredAt: 'measuredAt',
   declared: 'declared',
   awakeUntil: 'awakeUntil',
   createdAt: 'createdAt',
@@ -211,6 +215,15 @@ export const AdapterScalarFieldEnum = {
 export type AdapterScalarFieldEnum = (typeof AdapterScalarFieldEnum)[keyof typeof AdapterScalarFieldEnum]
 
 
+export const EngineKeyScalarFieldEnum = {
+  replicaId: 'replicaId',
+  key: 'key',
+  createdAt: 'createdAt'
+} as const
+
+export type EngineKeyScalarFieldEnum = (typeof EngineKeyScalarFieldEnum)[keyof typeof EngineKeyScalarFieldEnum]
+
+
 export const ReplicaScalarFieldEnum = {
   id: 'id',
   modelId: 'modelId',
@@ -219,8 +232,15 @@ export const ReplicaScalarFieldEnum = {
   desired: 'desired',
   message: 'message',
   endpoint: 'endpoint',
+  servingAt: 'servingAt',
+  smokeLeaseUntil: 'smokeLeaseUntil',
   smokeText: 'smokeText',
   tokensPerSecond: 'tokensPerSecond',
+  timeToFirstTokenMs: 'timeToFirstTokenMs',
+  smokedAt: 'smokedAt',
+  gpuLayers: 'gpuLayers',
+  totalLayers: 'totalLayers',
+  vramUsedBytes: 'vramUsedBytes',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

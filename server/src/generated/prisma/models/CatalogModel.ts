@@ -32,6 +32,8 @@ export type CatalogModelAvgAggregateOutputType = {
   minReplicas: number | null
   maxReplicas: number | null
   idleSeconds: number | null
+  parallel: number | null
+  measuredMemoryBytes: number | null
 }
 
 export type CatalogModelSumAggregateOutputType = {
@@ -40,6 +42,8 @@ export type CatalogModelSumAggregateOutputType = {
   minReplicas: number | null
   maxReplicas: number | null
   idleSeconds: number | null
+  parallel: number | null
+  measuredMemoryBytes: bigint | null
 }
 
 export type CatalogModelMinAggregateOutputType = {
@@ -52,6 +56,9 @@ export type CatalogModelMinAggregateOutputType = {
   minReplicas: number | null
   maxReplicas: number | null
   idleSeconds: number | null
+  parallel: number | null
+  measuredMemoryBytes: bigint | null
+  measuredAt: Date | null
   declared: boolean | null
   awakeUntil: Date | null
   createdAt: Date | null
@@ -68,6 +75,9 @@ export type CatalogModelMaxAggregateOutputType = {
   minReplicas: number | null
   maxReplicas: number | null
   idleSeconds: number | null
+  parallel: number | null
+  measuredMemoryBytes: bigint | null
+  measuredAt: Date | null
   declared: boolean | null
   awakeUntil: Date | null
   createdAt: Date | null
@@ -85,6 +95,9 @@ export type CatalogModelCountAggregateOutputType = {
   minReplicas: number
   maxReplicas: number
   idleSeconds: number
+  parallel: number
+  measuredMemoryBytes: number
+  measuredAt: number
   declared: number
   awakeUntil: number
   createdAt: number
@@ -99,6 +112,8 @@ export type CatalogModelAvgAggregateInputType = {
   minReplicas?: true
   maxReplicas?: true
   idleSeconds?: true
+  parallel?: true
+  measuredMemoryBytes?: true
 }
 
 export type CatalogModelSumAggregateInputType = {
@@ -107,6 +122,8 @@ export type CatalogModelSumAggregateInputType = {
   minReplicas?: true
   maxReplicas?: true
   idleSeconds?: true
+  parallel?: true
+  measuredMemoryBytes?: true
 }
 
 export type CatalogModelMinAggregateInputType = {
@@ -119,6 +136,9 @@ export type CatalogModelMinAggregateInputType = {
   minReplicas?: true
   maxReplicas?: true
   idleSeconds?: true
+  parallel?: true
+  measuredMemoryBytes?: true
+  measuredAt?: true
   declared?: true
   awakeUntil?: true
   createdAt?: true
@@ -135,6 +155,9 @@ export type CatalogModelMaxAggregateInputType = {
   minReplicas?: true
   maxReplicas?: true
   idleSeconds?: true
+  parallel?: true
+  measuredMemoryBytes?: true
+  measuredAt?: true
   declared?: true
   awakeUntil?: true
   createdAt?: true
@@ -152,6 +175,9 @@ export type CatalogModelCountAggregateInputType = {
   minReplicas?: true
   maxReplicas?: true
   idleSeconds?: true
+  parallel?: true
+  measuredMemoryBytes?: true
+  measuredAt?: true
   declared?: true
   awakeUntil?: true
   createdAt?: true
@@ -256,6 +282,9 @@ export type CatalogModelGroupByOutputType = {
   minReplicas: number
   maxReplicas: number
   idleSeconds: number
+  parallel: number
+  measuredMemoryBytes: bigint | null
+  measuredAt: Date | null
   declared: boolean
   awakeUntil: Date | null
   createdAt: Date
@@ -296,6 +325,9 @@ export type CatalogModelWhereInput = {
   minReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   maxReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntFilter<"CatalogModel"> | number
+  parallel?: Prisma.IntFilter<"CatalogModel"> | number
+  measuredMemoryBytes?: Prisma.BigIntNullableFilter<"CatalogModel"> | bigint | number | null
+  measuredAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
@@ -315,6 +347,9 @@ export type CatalogModelOrderByWithRelationInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  measuredAt?: Prisma.SortOrderInput | Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -337,6 +372,9 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   minReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   maxReplicas?: Prisma.IntFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntFilter<"CatalogModel"> | number
+  parallel?: Prisma.IntFilter<"CatalogModel"> | number
+  measuredMemoryBytes?: Prisma.BigIntNullableFilter<"CatalogModel"> | bigint | number | null
+  measuredAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
@@ -356,6 +394,9 @@ export type CatalogModelOrderByWithAggregationInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  measuredAt?: Prisma.SortOrderInput | Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -381,6 +422,9 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   minReplicas?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
   maxReplicas?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
   idleSeconds?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
+  parallel?: Prisma.IntWithAggregatesFilter<"CatalogModel"> | number
+  measuredMemoryBytes?: Prisma.BigIntNullableWithAggregatesFilter<"CatalogModel"> | bigint | number | null
+  measuredAt?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolWithAggregatesFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
@@ -398,6 +442,9 @@ export type CatalogModelCreateInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -417,6 +464,9 @@ export type CatalogModelUncheckedCreateInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -436,6 +486,9 @@ export type CatalogModelUpdateInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -455,6 +508,9 @@ export type CatalogModelUncheckedUpdateInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -474,6 +530,9 @@ export type CatalogModelCreateManyInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -491,6 +550,9 @@ export type CatalogModelUpdateManyMutationInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -508,6 +570,9 @@ export type CatalogModelUncheckedUpdateManyInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -525,6 +590,9 @@ export type CatalogModelCountOrderByAggregateInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrder
+  measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -537,6 +605,8 @@ export type CatalogModelAvgOrderByAggregateInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrder
 }
 
 export type CatalogModelMaxOrderByAggregateInput = {
@@ -549,6 +619,9 @@ export type CatalogModelMaxOrderByAggregateInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrder
+  measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -565,6 +638,9 @@ export type CatalogModelMinOrderByAggregateInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrder
+  measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
@@ -577,6 +653,8 @@ export type CatalogModelSumOrderByAggregateInput = {
   minReplicas?: Prisma.SortOrder
   maxReplicas?: Prisma.SortOrder
   idleSeconds?: Prisma.SortOrder
+  parallel?: Prisma.SortOrder
+  measuredMemoryBytes?: Prisma.SortOrder
 }
 
 export type CatalogModelScalarRelationFilter = {
@@ -639,6 +717,9 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -657,6 +738,9 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -691,6 +775,9 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -709,6 +796,9 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -727,6 +817,9 @@ export type CatalogModelCreateWithoutReplicasInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -745,6 +838,9 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   minReplicas?: number
   maxReplicas?: number
   idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
   createdAt?: Date | string
@@ -779,6 +875,9 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -797,6 +896,9 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
   idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -855,6 +957,9 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   minReplicas?: boolean
   maxReplicas?: boolean
   idleSeconds?: boolean
+  parallel?: boolean
+  measuredMemoryBytes?: boolean
+  measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
   createdAt?: boolean
@@ -875,6 +980,9 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   minReplicas?: boolean
   maxReplicas?: boolean
   idleSeconds?: boolean
+  parallel?: boolean
+  measuredMemoryBytes?: boolean
+  measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
   createdAt?: boolean
@@ -892,6 +1000,9 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   minReplicas?: boolean
   maxReplicas?: boolean
   idleSeconds?: boolean
+  parallel?: boolean
+  measuredMemoryBytes?: boolean
+  measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
   createdAt?: boolean
@@ -909,13 +1020,16 @@ export type CatalogModelSelectScalar = {
   minReplicas?: boolean
   maxReplicas?: boolean
   idleSeconds?: boolean
+  parallel?: boolean
+  measuredMemoryBytes?: boolean
+  measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "declared" | "awakeUntil" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
@@ -941,6 +1055,9 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     minReplicas: number
     maxReplicas: number
     idleSeconds: number
+    parallel: number
+    measuredMemoryBytes: bigint | null
+    measuredAt: Date | null
     declared: boolean
     awakeUntil: Date | null
     createdAt: Date
@@ -1380,6 +1497,9 @@ export interface CatalogModelFieldRefs {
   readonly minReplicas: Prisma.FieldRef<"CatalogModel", 'Int'>
   readonly maxReplicas: Prisma.FieldRef<"CatalogModel", 'Int'>
   readonly idleSeconds: Prisma.FieldRef<"CatalogModel", 'Int'>
+  readonly parallel: Prisma.FieldRef<"CatalogModel", 'Int'>
+  readonly measuredMemoryBytes: Prisma.FieldRef<"CatalogModel", 'BigInt'>
+  readonly measuredAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly declared: Prisma.FieldRef<"CatalogModel", 'Boolean'>
   readonly awakeUntil: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>

@@ -28,10 +28,18 @@ export type AggregateReplica = {
 
 export type ReplicaAvgAggregateOutputType = {
   tokensPerSecond: number | null
+  timeToFirstTokenMs: number | null
+  gpuLayers: number | null
+  totalLayers: number | null
+  vramUsedBytes: number | null
 }
 
 export type ReplicaSumAggregateOutputType = {
   tokensPerSecond: number | null
+  timeToFirstTokenMs: number | null
+  gpuLayers: number | null
+  totalLayers: number | null
+  vramUsedBytes: bigint | null
 }
 
 export type ReplicaMinAggregateOutputType = {
@@ -42,8 +50,15 @@ export type ReplicaMinAggregateOutputType = {
   desired: $Enums.ReplicaDesired | null
   message: string | null
   endpoint: string | null
+  servingAt: Date | null
+  smokeLeaseUntil: Date | null
   smokeText: string | null
   tokensPerSecond: number | null
+  timeToFirstTokenMs: number | null
+  smokedAt: Date | null
+  gpuLayers: number | null
+  totalLayers: number | null
+  vramUsedBytes: bigint | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -56,8 +71,15 @@ export type ReplicaMaxAggregateOutputType = {
   desired: $Enums.ReplicaDesired | null
   message: string | null
   endpoint: string | null
+  servingAt: Date | null
+  smokeLeaseUntil: Date | null
   smokeText: string | null
   tokensPerSecond: number | null
+  timeToFirstTokenMs: number | null
+  smokedAt: Date | null
+  gpuLayers: number | null
+  totalLayers: number | null
+  vramUsedBytes: bigint | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -70,8 +92,15 @@ export type ReplicaCountAggregateOutputType = {
   desired: number
   message: number
   endpoint: number
+  servingAt: number
+  smokeLeaseUntil: number
   smokeText: number
   tokensPerSecond: number
+  timeToFirstTokenMs: number
+  smokedAt: number
+  gpuLayers: number
+  totalLayers: number
+  vramUsedBytes: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -80,10 +109,18 @@ export type ReplicaCountAggregateOutputType = {
 
 export type ReplicaAvgAggregateInputType = {
   tokensPerSecond?: true
+  timeToFirstTokenMs?: true
+  gpuLayers?: true
+  totalLayers?: true
+  vramUsedBytes?: true
 }
 
 export type ReplicaSumAggregateInputType = {
   tokensPerSecond?: true
+  timeToFirstTokenMs?: true
+  gpuLayers?: true
+  totalLayers?: true
+  vramUsedBytes?: true
 }
 
 export type ReplicaMinAggregateInputType = {
@@ -94,8 +131,15 @@ export type ReplicaMinAggregateInputType = {
   desired?: true
   message?: true
   endpoint?: true
+  servingAt?: true
+  smokeLeaseUntil?: true
   smokeText?: true
   tokensPerSecond?: true
+  timeToFirstTokenMs?: true
+  smokedAt?: true
+  gpuLayers?: true
+  totalLayers?: true
+  vramUsedBytes?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -108,8 +152,15 @@ export type ReplicaMaxAggregateInputType = {
   desired?: true
   message?: true
   endpoint?: true
+  servingAt?: true
+  smokeLeaseUntil?: true
   smokeText?: true
   tokensPerSecond?: true
+  timeToFirstTokenMs?: true
+  smokedAt?: true
+  gpuLayers?: true
+  totalLayers?: true
+  vramUsedBytes?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -122,8 +173,15 @@ export type ReplicaCountAggregateInputType = {
   desired?: true
   message?: true
   endpoint?: true
+  servingAt?: true
+  smokeLeaseUntil?: true
   smokeText?: true
   tokensPerSecond?: true
+  timeToFirstTokenMs?: true
+  smokedAt?: true
+  gpuLayers?: true
+  totalLayers?: true
+  vramUsedBytes?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -223,8 +281,15 @@ export type ReplicaGroupByOutputType = {
   desired: $Enums.ReplicaDesired
   message: string | null
   endpoint: string | null
+  servingAt: Date | null
+  smokeLeaseUntil: Date | null
   smokeText: string | null
   tokensPerSecond: number | null
+  timeToFirstTokenMs: number | null
+  smokedAt: Date | null
+  gpuLayers: number | null
+  totalLayers: number | null
+  vramUsedBytes: bigint | null
   createdAt: Date
   updatedAt: Date
   _count: ReplicaCountAggregateOutputType | null
@@ -260,12 +325,20 @@ export type ReplicaWhereInput = {
   desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  servingAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  smokeLeaseUntil?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
   tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  timeToFirstTokenMs?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  smokedAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
+  engineKey?: Prisma.XOR<Prisma.EngineKeyNullableScalarRelationFilter, Prisma.EngineKeyWhereInput> | null
 }
 
 export type ReplicaOrderByWithRelationInput = {
@@ -276,12 +349,20 @@ export type ReplicaOrderByWithRelationInput = {
   desired?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   endpoint?: Prisma.SortOrderInput | Prisma.SortOrder
+  servingAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokeLeaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   smokeText?: Prisma.SortOrderInput | Prisma.SortOrder
   tokensPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrderInput | Prisma.SortOrder
+  totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
   node?: Prisma.NodeOrderByWithRelationInput
+  engineKey?: Prisma.EngineKeyOrderByWithRelationInput
 }
 
 export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
@@ -295,12 +376,20 @@ export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
   desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  servingAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  smokeLeaseUntil?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
   tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  timeToFirstTokenMs?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  smokedAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
   node?: Prisma.XOR<Prisma.NodeNullableScalarRelationFilter, Prisma.NodeWhereInput> | null
+  engineKey?: Prisma.XOR<Prisma.EngineKeyNullableScalarRelationFilter, Prisma.EngineKeyWhereInput> | null
 }, "id">
 
 export type ReplicaOrderByWithAggregationInput = {
@@ -311,8 +400,15 @@ export type ReplicaOrderByWithAggregationInput = {
   desired?: Prisma.SortOrder
   message?: Prisma.SortOrderInput | Prisma.SortOrder
   endpoint?: Prisma.SortOrderInput | Prisma.SortOrder
+  servingAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokeLeaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   smokeText?: Prisma.SortOrderInput | Prisma.SortOrder
   tokensPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrderInput | Prisma.SortOrder
+  smokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrderInput | Prisma.SortOrder
+  totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.ReplicaCountOrderByAggregateInput
@@ -333,8 +429,15 @@ export type ReplicaScalarWhereWithAggregatesInput = {
   desired?: Prisma.EnumReplicaDesiredWithAggregatesFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
+  servingAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Replica"> | Date | string | null
+  smokeLeaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"Replica"> | Date | string | null
   smokeText?: Prisma.StringNullableWithAggregatesFilter<"Replica"> | string | null
   tokensPerSecond?: Prisma.FloatNullableWithAggregatesFilter<"Replica"> | number | null
+  timeToFirstTokenMs?: Prisma.FloatNullableWithAggregatesFilter<"Replica"> | number | null
+  smokedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Replica"> | Date | string | null
+  gpuLayers?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
+  totalLayers?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
+  vramUsedBytes?: Prisma.BigIntNullableWithAggregatesFilter<"Replica"> | bigint | number | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
 }
@@ -345,12 +448,20 @@ export type ReplicaCreateInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
+  engineKey?: Prisma.EngineKeyCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaUncheckedCreateInput = {
@@ -361,10 +472,18 @@ export type ReplicaUncheckedCreateInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaUpdateInput = {
@@ -373,12 +492,20 @@ export type ReplicaUpdateInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
+  engineKey?: Prisma.EngineKeyUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaUncheckedUpdateInput = {
@@ -389,10 +516,18 @@ export type ReplicaUncheckedUpdateInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaCreateManyInput = {
@@ -403,8 +538,15 @@ export type ReplicaCreateManyInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -415,8 +557,15 @@ export type ReplicaUpdateManyMutationInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -429,8 +578,15 @@ export type ReplicaUncheckedUpdateManyInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -445,6 +601,11 @@ export type ReplicaOrderByRelationAggregateInput = {
   _count?: Prisma.SortOrder
 }
 
+export type ReplicaScalarRelationFilter = {
+  is?: Prisma.ReplicaWhereInput
+  isNot?: Prisma.ReplicaWhereInput
+}
+
 export type ReplicaCountOrderByAggregateInput = {
   id?: Prisma.SortOrder
   modelId?: Prisma.SortOrder
@@ -453,14 +614,25 @@ export type ReplicaCountOrderByAggregateInput = {
   desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  servingAt?: Prisma.SortOrder
+  smokeLeaseUntil?: Prisma.SortOrder
   smokeText?: Prisma.SortOrder
   tokensPerSecond?: Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrder
+  smokedAt?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  totalLayers?: Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
 
 export type ReplicaAvgOrderByAggregateInput = {
   tokensPerSecond?: Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  totalLayers?: Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrder
 }
 
 export type ReplicaMaxOrderByAggregateInput = {
@@ -471,8 +643,15 @@ export type ReplicaMaxOrderByAggregateInput = {
   desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  servingAt?: Prisma.SortOrder
+  smokeLeaseUntil?: Prisma.SortOrder
   smokeText?: Prisma.SortOrder
   tokensPerSecond?: Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrder
+  smokedAt?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  totalLayers?: Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -485,14 +664,25 @@ export type ReplicaMinOrderByAggregateInput = {
   desired?: Prisma.SortOrder
   message?: Prisma.SortOrder
   endpoint?: Prisma.SortOrder
+  servingAt?: Prisma.SortOrder
+  smokeLeaseUntil?: Prisma.SortOrder
   smokeText?: Prisma.SortOrder
   tokensPerSecond?: Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrder
+  smokedAt?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  totalLayers?: Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
 
 export type ReplicaSumOrderByAggregateInput = {
   tokensPerSecond?: Prisma.SortOrder
+  timeToFirstTokenMs?: Prisma.SortOrder
+  gpuLayers?: Prisma.SortOrder
+  totalLayers?: Prisma.SortOrder
+  vramUsedBytes?: Prisma.SortOrder
 }
 
 export type ReplicaCreateNestedManyWithoutNodeInput = {
@@ -579,6 +769,20 @@ export type ReplicaUncheckedUpdateManyWithoutModelNestedInput = {
   deleteMany?: Prisma.ReplicaScalarWhereInput | Prisma.ReplicaScalarWhereInput[]
 }
 
+export type ReplicaCreateNestedOneWithoutEngineKeyInput = {
+  create?: Prisma.XOR<Prisma.ReplicaCreateWithoutEngineKeyInput, Prisma.ReplicaUncheckedCreateWithoutEngineKeyInput>
+  connectOrCreate?: Prisma.ReplicaCreateOrConnectWithoutEngineKeyInput
+  connect?: Prisma.ReplicaWhereUniqueInput
+}
+
+export type ReplicaUpdateOneRequiredWithoutEngineKeyNestedInput = {
+  create?: Prisma.XOR<Prisma.ReplicaCreateWithoutEngineKeyInput, Prisma.ReplicaUncheckedCreateWithoutEngineKeyInput>
+  connectOrCreate?: Prisma.ReplicaCreateOrConnectWithoutEngineKeyInput
+  upsert?: Prisma.ReplicaUpsertWithoutEngineKeyInput
+  connect?: Prisma.ReplicaWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.ReplicaUpdateToOneWithWhereWithoutEngineKeyInput, Prisma.ReplicaUpdateWithoutEngineKeyInput>, Prisma.ReplicaUncheckedUpdateWithoutEngineKeyInput>
+}
+
 export type EnumReplicaStateFieldUpdateOperationsInput = {
   set?: $Enums.ReplicaState
 }
@@ -593,11 +797,19 @@ export type ReplicaCreateWithoutNodeInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
+  engineKey?: Prisma.EngineKeyCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaUncheckedCreateWithoutNodeInput = {
@@ -607,10 +819,18 @@ export type ReplicaUncheckedCreateWithoutNodeInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaCreateOrConnectWithoutNodeInput = {
@@ -650,8 +870,15 @@ export type ReplicaScalarWhereInput = {
   desired?: Prisma.EnumReplicaDesiredFilter<"Replica"> | $Enums.ReplicaDesired
   message?: Prisma.StringNullableFilter<"Replica"> | string | null
   endpoint?: Prisma.StringNullableFilter<"Replica"> | string | null
+  servingAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  smokeLeaseUntil?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   smokeText?: Prisma.StringNullableFilter<"Replica"> | string | null
   tokensPerSecond?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  timeToFirstTokenMs?: Prisma.FloatNullableFilter<"Replica"> | number | null
+  smokedAt?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
+  gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
+  vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
 }
@@ -662,11 +889,19 @@ export type ReplicaCreateWithoutModelInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
+  engineKey?: Prisma.EngineKeyCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaUncheckedCreateWithoutModelInput = {
@@ -676,10 +911,18 @@ export type ReplicaUncheckedCreateWithoutModelInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
+  engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
 }
 
 export type ReplicaCreateOrConnectWithoutModelInput = {
@@ -708,6 +951,106 @@ export type ReplicaUpdateManyWithWhereWithoutModelInput = {
   data: Prisma.XOR<Prisma.ReplicaUpdateManyMutationInput, Prisma.ReplicaUncheckedUpdateManyWithoutModelInput>
 }
 
+export type ReplicaCreateWithoutEngineKeyInput = {
+  id?: string
+  state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
+  message?: string | null
+  endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
+  node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
+}
+
+export type ReplicaUncheckedCreateWithoutEngineKeyInput = {
+  id?: string
+  modelId: string
+  nodeId?: string | null
+  state?: $Enums.ReplicaState
+  desired?: $Enums.ReplicaDesired
+  message?: string | null
+  endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
+  smokeText?: string | null
+  tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+}
+
+export type ReplicaCreateOrConnectWithoutEngineKeyInput = {
+  where: Prisma.ReplicaWhereUniqueInput
+  create: Prisma.XOR<Prisma.ReplicaCreateWithoutEngineKeyInput, Prisma.ReplicaUncheckedCreateWithoutEngineKeyInput>
+}
+
+export type ReplicaUpsertWithoutEngineKeyInput = {
+  update: Prisma.XOR<Prisma.ReplicaUpdateWithoutEngineKeyInput, Prisma.ReplicaUncheckedUpdateWithoutEngineKeyInput>
+  create: Prisma.XOR<Prisma.ReplicaCreateWithoutEngineKeyInput, Prisma.ReplicaUncheckedCreateWithoutEngineKeyInput>
+  where?: Prisma.ReplicaWhereInput
+}
+
+export type ReplicaUpdateToOneWithWhereWithoutEngineKeyInput = {
+  where?: Prisma.ReplicaWhereInput
+  data: Prisma.XOR<Prisma.ReplicaUpdateWithoutEngineKeyInput, Prisma.ReplicaUncheckedUpdateWithoutEngineKeyInput>
+}
+
+export type ReplicaUpdateWithoutEngineKeyInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
+  message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
+  node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
+}
+
+export type ReplicaUncheckedUpdateWithoutEngineKeyInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  modelId?: Prisma.StringFieldUpdateOperationsInput | string
+  nodeId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  state?: Prisma.EnumReplicaStateFieldUpdateOperationsInput | $Enums.ReplicaState
+  desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
+  message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
 export type ReplicaCreateManyNodeInput = {
   id?: string
   modelId: string
@@ -715,8 +1058,15 @@ export type ReplicaCreateManyNodeInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -727,11 +1077,19 @@ export type ReplicaUpdateWithoutNodeInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
+  engineKey?: Prisma.EngineKeyUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaUncheckedUpdateWithoutNodeInput = {
@@ -741,10 +1099,18 @@ export type ReplicaUncheckedUpdateWithoutNodeInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
@@ -754,8 +1120,15 @@ export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -767,8 +1140,15 @@ export type ReplicaCreateManyModelInput = {
   desired?: $Enums.ReplicaDesired
   message?: string | null
   endpoint?: string | null
+  servingAt?: Date | string | null
+  smokeLeaseUntil?: Date | string | null
   smokeText?: string | null
   tokensPerSecond?: number | null
+  timeToFirstTokenMs?: number | null
+  smokedAt?: Date | string | null
+  gpuLayers?: number | null
+  totalLayers?: number | null
+  vramUsedBytes?: bigint | number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -779,11 +1159,19 @@ export type ReplicaUpdateWithoutModelInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
+  engineKey?: Prisma.EngineKeyUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaUncheckedUpdateWithoutModelInput = {
@@ -793,10 +1181,18 @@ export type ReplicaUncheckedUpdateWithoutModelInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
 }
 
 export type ReplicaUncheckedUpdateManyWithoutModelInput = {
@@ -806,8 +1202,15 @@ export type ReplicaUncheckedUpdateManyWithoutModelInput = {
   desired?: Prisma.EnumReplicaDesiredFieldUpdateOperationsInput | $Enums.ReplicaDesired
   message?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   endpoint?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  servingAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  smokeLeaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   smokeText?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   tokensPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  timeToFirstTokenMs?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  smokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -822,12 +1225,20 @@ export type ReplicaSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   desired?: boolean
   message?: boolean
   endpoint?: boolean
+  servingAt?: boolean
+  smokeLeaseUntil?: boolean
   smokeText?: boolean
   tokensPerSecond?: boolean
+  timeToFirstTokenMs?: boolean
+  smokedAt?: boolean
+  gpuLayers?: boolean
+  totalLayers?: boolean
+  vramUsedBytes?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
+  engineKey?: boolean | Prisma.Replica$engineKeyArgs<ExtArgs>
 }, ExtArgs["result"]["replica"]>
 
 export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -838,8 +1249,15 @@ export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   desired?: boolean
   message?: boolean
   endpoint?: boolean
+  servingAt?: boolean
+  smokeLeaseUntil?: boolean
   smokeText?: boolean
   tokensPerSecond?: boolean
+  timeToFirstTokenMs?: boolean
+  smokedAt?: boolean
+  gpuLayers?: boolean
+  totalLayers?: boolean
+  vramUsedBytes?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -854,8 +1272,15 @@ export type ReplicaSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   desired?: boolean
   message?: boolean
   endpoint?: boolean
+  servingAt?: boolean
+  smokeLeaseUntil?: boolean
   smokeText?: boolean
   tokensPerSecond?: boolean
+  timeToFirstTokenMs?: boolean
+  smokedAt?: boolean
+  gpuLayers?: boolean
+  totalLayers?: boolean
+  vramUsedBytes?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -870,16 +1295,24 @@ export type ReplicaSelectScalar = {
   desired?: boolean
   message?: boolean
   endpoint?: boolean
+  servingAt?: boolean
+  smokeLeaseUntil?: boolean
   smokeText?: boolean
   tokensPerSecond?: boolean
+  timeToFirstTokenMs?: boolean
+  smokedAt?: boolean
+  gpuLayers?: boolean
+  totalLayers?: boolean
+  vramUsedBytes?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "smokeText" | "tokensPerSecond" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
+export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
 export type ReplicaInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
+  engineKey?: boolean | Prisma.Replica$engineKeyArgs<ExtArgs>
 }
 export type ReplicaIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -895,6 +1328,7 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
   objects: {
     model: Prisma.$CatalogModelPayload<ExtArgs>
     node: Prisma.$NodePayload<ExtArgs> | null
+    engineKey: Prisma.$EngineKeyPayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -904,8 +1338,15 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     desired: $Enums.ReplicaDesired
     message: string | null
     endpoint: string | null
+    servingAt: Date | null
+    smokeLeaseUntil: Date | null
     smokeText: string | null
     tokensPerSecond: number | null
+    timeToFirstTokenMs: number | null
+    smokedAt: Date | null
+    gpuLayers: number | null
+    totalLayers: number | null
+    vramUsedBytes: bigint | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["replica"]>
@@ -1304,6 +1745,7 @@ export interface Prisma__ReplicaClient<T, Null = never, ExtArgs extends runtime.
   readonly [Symbol.toStringTag]: "PrismaPromise"
   model<T extends Prisma.CatalogModelDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModelDefaultArgs<ExtArgs>>): Prisma.Prisma__CatalogModelClient<runtime.Types.Result.GetResult<Prisma.$CatalogModelPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
   node<T extends Prisma.Replica$nodeArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Replica$nodeArgs<ExtArgs>>): Prisma.Prisma__NodeClient<runtime.Types.Result.GetResult<Prisma.$NodePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
+  engineKey<T extends Prisma.Replica$engineKeyArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Replica$engineKeyArgs<ExtArgs>>): Prisma.Prisma__EngineKeyClient<runtime.Types.Result.GetResult<Prisma.$EngineKeyPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1340,8 +1782,15 @@ export interface ReplicaFieldRefs {
   readonly desired: Prisma.FieldRef<"Replica", 'ReplicaDesired'>
   readonly message: Prisma.FieldRef<"Replica", 'String'>
   readonly endpoint: Prisma.FieldRef<"Replica", 'String'>
+  readonly servingAt: Prisma.FieldRef<"Replica", 'DateTime'>
+  readonly smokeLeaseUntil: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly smokeText: Prisma.FieldRef<"Replica", 'String'>
   readonly tokensPerSecond: Prisma.FieldRef<"Replica", 'Float'>
+  readonly timeToFirstTokenMs: Prisma.FieldRef<"Replica", 'Float'>
+  readonly smokedAt: Prisma.FieldRef<"Replica", 'DateTime'>
+  readonly gpuLayers: Prisma.FieldRef<"Replica", 'Int'>
+  readonly totalLayers: Prisma.FieldRef<"Replica", 'Int'>
+  readonly vramUsedBytes: Prisma.FieldRef<"Replica", 'BigInt'>
   readonly createdAt: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Replica", 'DateTime'>
 }
@@ -1761,6 +2210,25 @@ export type Replica$nodeArgs<ExtArgs extends runtime.Types.Extensions.InternalAr
    */
   include?: Prisma.NodeInclude<ExtArgs> | null
   where?: Prisma.NodeWhereInput
+}
+
+/**
+ * Replica.engineKey
+ */
+export type Replica$engineKeyArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the EngineKey
+   */
+  select?: Prisma.EngineKeySelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the EngineKey
+   */
+  omit?: Prisma.EngineKeyOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.EngineKeyInclude<ExtArgs> | null
+  where?: Prisma.EngineKeyWhereInput
 }
 
 /**
