@@ -129,8 +129,11 @@ describe('a job through a real agent and the stand-in trainer', () => {
       { next: (m) => seen.push((m.data as any).trainJobChanged), error: () => {}, complete: () => {} },
     );
     try {
-      await new Promise((r) => setTimeout(r, 200));
-      await startAgent(40);
+      // Connected, then a moment for the subscription to be set up on the server: on two busy cores a fixed
+      // 200 ms was sometimes not enough, and the first steps went by unheard.
+      await new Promise<void>((r) => client.on('connected', () => r()));
+      await new Promise((r) => setTimeout(r, 300));
+      await startAgent(100);
       const id = await submit(12);
       const done = await until(async () => ((await job(id)).state === 'DONE' ? job(id) : undefined));
       expect(done).toMatchObject({ step: 12, steps: 12, message: 'trained' });

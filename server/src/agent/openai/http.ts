@@ -229,7 +229,7 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
   const served = new Map<string, Entry>();
   /** Every request being answered, so close() can free their sequences at once. */
   const inFlight = new Set<AbortController>();
-  const server = http.createServer((req, res) => {
+  const server = http.createServer({ noDelay: true }, (req, res) => {
     handle(req, res).catch((err) => {
       log.error('the OpenAI endpoint failed to answer a request', { path: req.url?.split('?')[0], err });
       if (!res.headersSent) send(res, serverError());
@@ -730,7 +730,20 @@ function sendError(res: ServerResponse, err: ApiError) {
  * own status and error body instead of a 200 stream holding an error.
  */
 function eventStream(res: ServerResponse, includeUsage: boolean) {
-  const write = (data: string) => res.write(`data: ${data}\n\n`);
+  // Events made in the same turn of the event loop go out in one write: a small model makes a token every
+  // millisecond, and a write (and a read at the client) per token would cost more than the token.
+  let corked = false;
+  const write = (data: string) => {
+    if (!corked) {
+      corked = true;
+      res.cork();
+      setImmediate(() => {
+        corked = false;
+        res.uncork();
+      });
+    }
+    res.write(`data: ${data}\n\n`);
+  };
   let started = false;
   const start = (first: () => void) => {
     if (started) return;
