@@ -48,7 +48,7 @@ export function createAgent(
   const getRuntime =
     o.runtime ??
     (() => {
-      runtime ??= LlamaRuntime.create({ threads: config.threads, log });
+      runtime ??= LlamaRuntime.create({ threads: config.threads, gpu: config.gpu, log });
       return runtime;
     });
 
@@ -130,7 +130,10 @@ export function createAgent(
       try {
         const rt = await getRuntime();
         llamaEngine = llamaCppEngine(rt.release, config.llamaCppBuild);
-        log.info('llama.cpp is ready on CPU', { release: rt.release, build: llamaEngine.build });
+        log.info(`llama.cpp is ready on ${rt.gpu ? `the GPU (${rt.gpu})` : 'the CPU'}`, {
+          release: rt.release,
+          build: llamaEngine.build,
+        });
       } catch (err) {
         log.error('llama.cpp cannot run on this node; its replicas will fail', { error: (err as Error).message });
       }

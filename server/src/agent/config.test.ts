@@ -30,6 +30,10 @@ describe('agent config', () => {
       { index: 1, name: 'A10', totalMiB: 23028, freeMiB: 1 },
     ]);
     expect(c.vllmCommand).toEqual(['/opt/bin/serve-vllm', '--port', '8001']);
+    // A GPU node's replicas go on its GPU unless told otherwise.
+    expect(c.gpu).toBe('auto');
+    expect(loadAgentConfig({ ...good, HANGAR_AGENT_GPU: 'false' }).gpu).toBe(false);
+    expect(() => loadAgentConfig({ ...good, HANGAR_AGENT_GPU: 'cuda' })).toThrow(/HANGAR_AGENT_GPU.*auto .* or false/);
   });
 
   it('names each missing or bad variable, once, and never echoes the token', () => {

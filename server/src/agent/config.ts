@@ -92,6 +92,9 @@ const schema = z.object({
   HANGAR_AGENT_POLL_MS: z.coerce.number().int().min(100, 'at least 100').max(60_000, 'at most 60000').default(2000),
   HANGAR_AGENT_VLLM_COMMAND: z.string().optional(),
   HANGAR_AGENT_THREADS: z.coerce.number().int().min(1, 'at least 1').max(1024).optional(),
+  HANGAR_AGENT_GPU: z
+    .enum(['auto', 'false'], { error: 'auto (the GPU when llama.cpp finds one) or false (the CPU)' })
+    .default('auto'),
   HANGAR_AGENT_LLAMACPP_BUILD: z.coerce.number().int().min(1, 'a llama.cpp build number such as 4748').optional(),
   HANGAR_TRAINER: z
     .string()
@@ -134,6 +137,8 @@ export type AgentConfig = {
   vllmCommand: string[] | undefined;
   /** CPU threads for llama.cpp; default the cores it finds useful. */
   threads: number | undefined;
+  /** 'auto': llama.cpp on the node's GPU when an installed build can use it (CUDA, Vulkan…), else the CPU. */
+  gpu: 'auto' | false;
   /** The llama.cpp build to report when the bundled one cannot say (see inventory.ts). */
   llamaCppBuild: number | undefined;
   /** The LoRA trainer's command line (docs/training.md); `--job … --out …` is appended. */
@@ -195,6 +200,7 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
     pollMs: c.HANGAR_AGENT_POLL_MS,
     vllmCommand: command?.length ? command : undefined,
     threads: c.HANGAR_AGENT_THREADS,
+    gpu: c.HANGAR_AGENT_GPU === 'auto' ? 'auto' : false,
     llamaCppBuild: c.HANGAR_AGENT_LLAMACPP_BUILD,
     trainer: trainer?.length ? trainer : DEFAULT_TRAINER,
     trainerGraceMs: c.HANGAR_TRAINER_GRACE_MS,
