@@ -176,7 +176,9 @@ export function smokeWords(
   let text = '';
   if (r.tokensPerSecond != null) text += ` · ${r.tokensPerSecond.toFixed(1)} tok/s`;
   if (r.timeToFirstTokenMs != null) text += ` · first token ${Math.round(r.timeToFirstTokenMs)} ms`;
-  if (r.vramUsedBytes != null) {
+  // No layer on the card is a replica on the CPU: "0 B on GPU" would read as a broken measurement.
+  if (r.gpuLayers === 0) text += ' · on the CPU';
+  else if (r.vramUsedBytes != null) {
     const layers =
       r.gpuLayers != null && r.totalLayers != null && r.gpuLayers < r.totalLayers
         ? ` (${r.gpuLayers} of ${r.totalLayers} layers)`

@@ -3,7 +3,7 @@ import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
 import { describe, expect, it } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
-import { ModelCard_SetModeMutation, ModelCard_WakeMutation } from './model-card';
+import { ModelCard_SetModeMutation, ModelCard_WakeMutation, smokeWords } from './model-card';
 import { ModelsPage, ModelsPage_ModelsQuery } from './models-page';
 
 const GiB = 1024 ** 3;
@@ -235,5 +235,15 @@ describe('ModelsPage', () => {
     renderPage(fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [] }))]));
     expect(await screen.findByText(/The catalog holds no model yet/)).toHaveTextContent(/served from the registry/);
     expect(screen.getByRole('link', { name: 'Mirror' })).toHaveAttribute('href', '/mirror');
+  });
+});
+
+describe('a ready replica in words', () => {
+  const ready = { state: 'READY', tokensPerSecond: 380, timeToFirstTokenMs: 42, smokeText: 'Hi', totalLayers: 3 };
+  it('says a replica with no layer on the card runs on the CPU, not that it holds 0 B on the GPU', () => {
+    expect(smokeWords({ ...ready, gpuLayers: 0, vramUsedBytes: 0 } as never)).toBe(
+      ' · 380.0 tok/s · first token 42 ms · on the CPU · said "Hi"',
+    );
+    expect(smokeWords({ ...ready, gpuLayers: 3, vramUsedBytes: 2 * GiB } as never)).toContain('2.0 GiB on GPU');
   });
 });
