@@ -65,6 +65,8 @@ export function createAgent(
     baseUrl: config.url,
     log,
     pollMs: config.pollMs,
+    // llama-server and vLLM bind where the agent listens, each on a port of its own.
+    external: { host: config.listen.host, llamaServer: config.llamaServer, readyMs: config.engineReadyMs },
     serving: {
       http,
       endpoint: () => {

@@ -45,6 +45,23 @@ describe('agent config', () => {
     expect(msg.match(/HANGAR_URL/g)).toHaveLength(1);
   });
 
+  it('reads llama-server and the engines’ deadline, and says what is wrong with them', () => {
+    expect(loadAgentConfig(good)).toMatchObject({ llamaServer: undefined, engineReadyMs: undefined });
+    const c = loadAgentConfig({
+      ...good,
+      HANGAR_AGENT_LLAMA_SERVER: ' /opt/llama.cpp/bin/llama-server  -ngl 99 ',
+      HANGAR_AGENT_ENGINE_READY_MS: '900000',
+    });
+    expect(c.llamaServer).toEqual(['/opt/llama.cpp/bin/llama-server', '-ngl', '99']);
+    expect(c.engineReadyMs).toBe(900_000);
+    expect(errorOf({ ...good, HANGAR_AGENT_LLAMA_SERVER: '"/opt/my dir/llama-server"' })).toMatch(
+      /HANGAR_AGENT_LLAMA_SERVER=.* is not accepted: words split on spaces, without quotes/,
+    );
+    expect(errorOf({ ...good, HANGAR_AGENT_ENGINE_READY_MS: '10' })).toMatch(
+      /HANGAR_AGENT_ENGINE_READY_MS="10" is not accepted: at least 1000/,
+    );
+  });
+
   it('says what is wrong with HANGAR_AGENT_GPUS and the heartbeat', () => {
     expect(errorOf({ ...good, HANGAR_AGENT_GPUS: '[{name:' })).toMatch(
       /HANGAR_AGENT_GPUS="\[\{name:" is not accepted: JSON such as \[\{"name":"RTX 4090"/,

@@ -91,6 +91,18 @@ const schema = z.object({
     .default(5000),
   HANGAR_AGENT_POLL_MS: z.coerce.number().int().min(100, 'at least 100').max(60_000, 'at most 60000').default(2000),
   HANGAR_AGENT_VLLM_COMMAND: z.string().optional(),
+  HANGAR_AGENT_LLAMA_SERVER: z
+    .string()
+    .trim()
+    .min(1, "llama-server's path, such as /opt/llama.cpp/build/bin/llama-server")
+    .refine((s) => !/["']/.test(s), 'words split on spaces, without quotes: use a path without spaces')
+    .optional(),
+  HANGAR_AGENT_ENGINE_READY_MS: z.coerce
+    .number({ error: 'milliseconds an external engine (llama-server, vLLM) may take to answer after starting' })
+    .int('a whole number of milliseconds')
+    .min(1000, 'at least 1000')
+    .max(3_600_000, 'at most 3600000 (an hour)')
+    .optional(),
   HANGAR_AGENT_THREADS: z.coerce.number().int().min(1, 'at least 1').max(1024).optional(),
   HANGAR_AGENT_GPU: z
     .enum(['auto', 'false'], { error: 'auto (the GPU when llama.cpp finds one) or false (the CPU)' })
@@ -135,6 +147,10 @@ export type AgentConfig = {
   pollMs: number;
   /** The program (and arguments) that serves a vLLM replica; unset: vLLM replicas fail with a reason. */
   vllmCommand: string[] | undefined;
+  /** llama-server (and any arguments): serves llama.cpp replicas as a child process; unset: the embedded runtime. */
+  llamaServer: string[] | undefined;
+  /** How long an external engine may take to answer its probe; unset: 10 min for vLLM, 5 for llama-server. */
+  engineReadyMs: number | undefined;
   /** CPU threads for llama.cpp; default the cores it finds useful. */
   threads: number | undefined;
   /** 'auto': llama.cpp on the node's GPU when an installed build can use it (CUDA, Vulkan…), else the CPU. */
@@ -199,6 +215,8 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
     heartbeatMs: c.HANGAR_AGENT_HEARTBEAT_MS,
     pollMs: c.HANGAR_AGENT_POLL_MS,
     vllmCommand: command?.length ? command : undefined,
+    llamaServer: c.HANGAR_AGENT_LLAMA_SERVER?.split(/\s+/).filter(Boolean),
+    engineReadyMs: c.HANGAR_AGENT_ENGINE_READY_MS,
     threads: c.HANGAR_AGENT_THREADS,
     gpu: c.HANGAR_AGENT_GPU === 'auto' ? 'auto' : false,
     llamaCppBuild: c.HANGAR_AGENT_LLAMACPP_BUILD,

@@ -8,11 +8,19 @@ import {
   type ReplicaReport,
   type ReplicaState,
 } from './control-plane.js';
+import {
+  type EngineKind,
+  EngineStartError,
+  exitReason,
+  llamaServerArgs,
+  startExternalEngine,
+  urlHost,
+  vllmArgs,
+} from './engines/external.js';
 import type { LlamaRuntime } from './llama-runtime.js';
 import type { ModelCache } from './model-cache.js';
 import type { OpenAiServer } from './openai/http.js';
 import { LlamaServedModel } from './openai/llama-model.js';
-import { startServing } from './vllm.js';
 
 // Makes this node run what the control plane assigns to it. It asks for the node's assignments every couple of
 // seconds, starts each replica it should run (fetch, load, smoke test), stops each it should not, and reports
@@ -30,8 +38,12 @@ export type RunnerOptions = {
   baseUrl: string;
   log: Logger;
   pollMs?: number;
-  /** A vLLM child still running after this long is reported READY (the agent does not probe its port). */
-  vllmSettleMs?: number;
+  /**
+   * Engines run as child processes (engines/external.ts): bound to `host` (the agent's listen host) on a port
+   * the agent picks; `llamaServer` (HANGAR_AGENT_LLAMA_SERVER), when set, serves llama.cpp replicas instead of
+   * the embedded runtime. `readyMs` overrides how long each may take to answer its probe.
+   */
+  external?: { host: string; llamaServer?: string[] | null; readyMs?: number; graceMs?: number; probeMs?: number };
   /**
    * The agent's OpenAI-compatible endpoint, where each llama.cpp replica is served under a key of its own once
    * it loads; `endpoint()` is its base URL as the control plane reaches it (…/v1). Without it a replica loads
@@ -66,6 +78,9 @@ type Replica = {
 
 /** What a READY report carries beyond the state: the control plane smoke-tests `endpoint` with `engineKey`. */
 export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'>;
+
+/** How long an external engine may take to load before its replica fails: vLLM reads big weights onto the GPU. */
+const ENGINE_READY_MS: Record<EngineKind, number> = { vllm: 10 * 60_000, 'llama-server': 5 * 60_000 };
 
 /** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
 export const MAX_CONTEXT = 2048;
@@ -180,23 +195,8 @@ export class Runner {
     const a = r.assignment;
     const signal = r.abort.signal;
     try {
-      if (a.engine === 'vllm') {
-        const command = await this.o.vllmCommand();
-        if (!command)
-          throw new Error('vLLM is not installed on this node (no vllm on PATH, no HANGAR_AGENT_VLLM_COMMAND)');
-        const child = await startServing(command, a);
-        r.release = () => child.stop();
-        void child.exited.then((e) => {
-          if (r.abort.signal.aborted || (r.state !== 'LOADING' && r.state !== 'READY')) return;
-          r.release = undefined;
-          const how = e.signal ? `was ended by ${e.signal}` : `exited with code ${e.code}`;
-          this.set(r, 'FAILED', { message: `${command[0]} ${how}${e.tail ? `: ${e.tail}` : ''}` });
-        });
-        await sleepOrExit(this.o.vllmSettleMs ?? 3000, signal, child.exited);
-        if (r.state !== 'LOADING') return;
-        // lead: wire the external engine here too: READY needs `served` (its port as the endpoint, the --api-key
-        // it was started with as engineKey), or the control plane records the replica FAILED.
-        this.set(r, 'READY', { message: `${command.join(' ')} is running (pid ${child.pid})` });
+      if (a.engine === 'vllm' || (a.engine === 'llamacpp' && this.o.external?.llamaServer)) {
+        await this.runExternal(r, signal);
         return;
       }
       if (a.engine !== 'llamacpp') throw new Error(`this agent runs llamacpp and vllm replicas, not "${a.engine}"`);
@@ -246,6 +246,107 @@ export class Runner {
       r.release = undefined;
       this.set(r, 'FAILED', { message: (err as Error).message ?? String(err) });
     }
+  }
+
+  /**
+   * A replica served by an engine in a child process: started on a port the agent picks with a key it makes,
+   * READY once the engine answers its probe, with that port as the endpoint and that key as the engine key, so
+   * the control plane smoke-tests the engine itself. The key is never in a message or a log line.
+   */
+  private async runExternal(r: Replica, signal: AbortSignal) {
+    const a = r.assignment;
+    const ext = this.o.external ?? { host: '127.0.0.1' };
+    const resolve = (source: string) => new URL(source, `${this.o.baseUrl}/`).toString();
+    let kind: EngineKind;
+    let command: string[];
+    let args: string[];
+    let said = '';
+    /** llama-server without its adapters, for when it will not start with them. */
+    let withoutAdapters: string[] | undefined;
+    if (a.engine === 'vllm') {
+      const vllm = await this.o.vllmCommand();
+      if (!vllm) throw new Error('vLLM is not installed on this node (no vllm on PATH, no HANGAR_AGENT_VLLM_COMMAND)');
+      kind = 'vllm';
+      command = vllm;
+      // lead: vLLM reads a local directory; fetching a safetensors set whole from the mirror into one (verified)
+      // is still to come, so the source goes as the assignment gives it, as before.
+      args = vllmArgs(
+        a,
+        a.source,
+        (a.adapters ?? []).map((x) => `${x.name}=${x.source}`),
+      );
+      if (a.adapters?.length) said = `; adapters as LoRA modules: ${a.adapters.map((x) => x.name).join(', ')}`;
+    } else {
+      kind = 'llama-server';
+      command = ext.llamaServer ?? [];
+      const cached = await this.o.cache.fetchModel(resolve(a.source), signal);
+      signal.throwIfAborted();
+      // Adapters are fetched like the weights; one that cannot be fetched is named and left out, the base serves.
+      const files: string[] = [];
+      const named: string[] = [];
+      for (const adapter of a.adapters ?? []) {
+        try {
+          const f = await this.o.cache.fetchModel(resolve(adapter.source), signal);
+          named.push(`${adapter.name} (lora id ${files.length})`);
+          files.push(f.file);
+        } catch (err) {
+          signal.throwIfAborted();
+          named.push(`adapter "${adapter.name}" was not fetched: ${(err as Error).message}`);
+        }
+      }
+      if (named.length) said = `; adapters: ${named.join(', ')}`;
+      const base = {
+        file: cached.file,
+        contextSize: Math.min(a.contextSize ?? DEFAULT_CONTEXT, MAX_CONTEXT),
+        parallel: a.parallel ?? 1,
+      };
+      args = llamaServerArgs({ ...base, adapters: files });
+      if (files.length) withoutAdapters = llamaServerArgs({ ...base, adapters: [] });
+    }
+    this.set(r, 'LOADING', { message: `starting ${kind}; waiting for it to answer` });
+    const engineKey = newEngineKey();
+    const start = (engineArgs: string[]) =>
+      startExternalEngine({
+        kind,
+        command,
+        args: engineArgs,
+        host: ext.host,
+        key: engineKey,
+        readyMs: ext.readyMs ?? ENGINE_READY_MS[kind],
+        graceMs: ext.graceMs ?? 15_000,
+        probeMs: ext.probeMs,
+        signal,
+        env: {
+          HANGAR_REPLICA_ID: a.replicaId,
+          HANGAR_MODEL: a.model,
+          HANGAR_MODEL_SOURCE: a.source,
+          HANGAR_CONTEXT_SIZE: a.contextSize == null ? '' : String(a.contextSize),
+        },
+      });
+    let engine: Awaited<ReturnType<typeof start>>;
+    try {
+      engine = await start(args);
+    } catch (err) {
+      // llama-server refuses to start at all when one --lora file is bad and does not say which in a way to rely
+      // on: the base model is started again without them, and the adapters are named as refused with its words.
+      if (!withoutAdapters || !(err instanceof EngineStartError) || !err.exitedAtStart) throw err;
+      signal.throwIfAborted();
+      said = `; adapters ${(a.adapters ?? []).map((x) => `"${x.name}"`).join(', ')} were refused (${err.message}), the base model serves without them`;
+      engine = await start(withoutAdapters);
+    }
+    r.release = () => engine.stop();
+    void engine.exited.then((e) => {
+      if (r.abort.signal.aborted || (r.state !== 'LOADING' && r.state !== 'READY')) return;
+      r.release = undefined;
+      this.set(r, 'FAILED', { message: exitReason(command, e), served: null });
+    });
+    signal.throwIfAborted();
+    // The engine is reached at the agent's advertised host (it binds the agent's listen host), on its own port.
+    const host = this.o.serving ? new URL(this.o.serving.endpoint()).hostname : urlHost(ext.host);
+    this.set(r, 'READY', {
+      message: `${kind} answers on port ${engine.port} (pid ${engine.pid})${said}`,
+      served: { endpoint: `http://${host}:${engine.port}/v1`, engineKey },
+    });
   }
 
   /**
@@ -368,16 +469,4 @@ export class Runner {
     ]);
     clearTimeout(timer);
   }
-}
-
-function sleepOrExit(ms: number, signal: AbortSignal, exited: Promise<unknown>) {
-  return new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    const done = () => {
-      clearTimeout(timer);
-      resolve();
-    };
-    signal.addEventListener('abort', done, { once: true });
-    void exited.then(done);
-  });
 }
