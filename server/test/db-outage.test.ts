@@ -158,7 +158,7 @@ describe('an external PostgreSQL stopped under a download', () => {
     await startCluster(cluster);
     const done = await settle(server.base, token, 'outage', 30_000);
     expect(done).toMatchObject({ state: 'PRESENT', error: null, bytesDone: SIZE, bytesTotal: SIZE });
-    expect(done.files).toEqual([{ state: 'PRESENT', sha256: sha256(body) }]);
+    expect(done.files).toEqual([{ state: 'PRESENT', sha256: sha256(body), verified: true }]);
     const onDisk = await fs.readFile(path.join(dataDir, 'mirror', 'files', 'outage', 'v1', 'outage.gguf'));
     expect(sha256(onDisk)).toBe(sha256(body));
 

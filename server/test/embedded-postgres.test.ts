@@ -81,7 +81,7 @@ describe('the embedded PostgreSQL', () => {
 
     const done = await settle(server.base, token, 'oom', 30_000);
     expect(done).toMatchObject({ state: 'PRESENT', error: null, bytesDone: SIZE });
-    expect(done.files).toEqual([{ state: 'PRESENT', sha256: sha256(body) }]);
+    expect(done.files).toEqual([{ state: 'PRESENT', sha256: sha256(body), verified: true }]);
     expect(isRunning(server)).toBe(true);
     const log = server.output.join('');
     expect(log).toContain('the embedded PostgreSQL exited; restarting it on the same port');

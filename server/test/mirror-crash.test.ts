@@ -1,13 +1,21 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Database } from '../src/db/database.js';
-import { freePort } from '../src/lib/free-port.js';
 import { bytes, sha256, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
-import { ADMIN_EMAIL, ADMIN_PASSWORD, freshDatabase } from './harness.js';
+import {
+  fetchInto,
+  kill,
+  operatorToken,
+  type ServerProcess,
+  settle,
+  startServer as startProcess,
+  type VersionView,
+  versionOf,
+} from './fixtures/server-process.js';
+import { freshDatabase } from './harness.js';
 
 // A power cut, as far as a process can have one: the real server, spawned as `node --import tsx src/main.ts`,
 // killed with SIGKILL in the middle of a download, so no shutdown code runs. Started again on the same database
@@ -18,17 +26,14 @@ import { ADMIN_EMAIL, ADMIN_PASSWORD, freshDatabase } from './harness.js';
 // takes the file over: another replica may still be working on it, and nothing here tells a dead process
 // from a slow one. So this test waits that long, on purpose.
 
-const SERVER_DIR = path.resolve(import.meta.dirname, '..');
 const SIZE = 2 * 1024 * 1024;
 const CHUNK = 64 * 1024;
 const LEASE_MS = 30_000;
 
-type Child = { proc: ChildProcess; output: string[]; exited: Promise<number | null> };
-
 let database: Database;
 let dataDir: string;
 let up: Upstream;
-const children: Child[] = [];
+const children: ServerProcess[] = [];
 
 beforeAll(async () => {
   database = await freshDatabase();
@@ -47,125 +52,15 @@ afterAll(async () => {
   if (dataDir) await fs.rm(dataDir, { recursive: true, force: true });
 });
 
-/** Starts the server the way an operator does, as a process of its own; resolves once it answers /readyz. */
-async function startServer(): Promise<{ base: string; child: Child }> {
-  const port = await freePort();
-  // node itself, not `pnpm exec` or the tsx CLI: both run the server in a grandchild, which SIGKILL would orphan.
-  const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
-    cwd: SERVER_DIR,
-    env: {
-      ...process.env,
-      DATABASE_URL: database.url,
-      HANGAR_DATA_DIR: dataDir,
-      HANGAR_WEB_DIST: path.join(dataDir, 'no-web-dist'),
-      PORT: String(port),
-      HOST: '127.0.0.1',
-      HANGAR_ADMIN_EMAIL: ADMIN_EMAIL,
-      HANGAR_ADMIN_PASSWORD: ADMIN_PASSWORD,
-      HANGAR_LOG_LEVEL: 'warn',
-      HANGAR_FETCH_ALLOW: '127.0.0.1', // the fault upstream is on loopback
-    },
-    stdio: ['ignore', 'pipe', 'pipe'],
+/** The real server on this test's database and data dir, as its own process (see fixtures/server-process.ts). */
+async function startServer(): Promise<ServerProcess> {
+  const server = await startProcess({
+    DATABASE_URL: database.url,
+    HANGAR_DATA_DIR: dataDir,
+    HANGAR_WEB_DIST: path.join(dataDir, 'no-web-dist'),
   });
-  const output: string[] = [];
-  proc.stdout?.on('data', (d) => output.push(String(d)));
-  proc.stderr?.on('data', (d) => output.push(String(d)));
-  const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
-  const child = { proc, output, exited };
-  children.push(child);
-
-  const base = `http://127.0.0.1:${port}`;
-  const end = Date.now() + 60_000;
-  for (;;) {
-    if (proc.exitCode !== null) throw new Error(`the server exited with ${proc.exitCode}: ${output.join('')}`);
-    const ready = await fetch(`${base}/readyz`).then(
-      (r) => r.ok,
-      () => false,
-    );
-    if (ready) return { base, child };
-    if (Date.now() > end) throw new Error(`the server did not become ready in 60 s: ${output.join('')}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
-
-async function gql(base: string, query: string, variables: Record<string, unknown>, headers: Record<string, string>) {
-  const res = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', ...headers },
-    body: JSON.stringify({ query, variables }),
-  });
-  const body = (await res.json()) as { data?: any; errors?: unknown };
-  if (!body.data) throw new Error(`HTTP ${res.status}: ${JSON.stringify(body)}`);
-  return { data: body.data, headers: res.headers };
-}
-
-/** An API token made the way a script gets one: sign in, then createApiToken with the cookie and CSRF token. */
-async function operatorToken(base: string): Promise<string> {
-  const login = await gql(
-    base,
-    'mutation($e: String!, $p: String!) { login(email: $e, password: $p) { __typename ... on LoginPayload { csrfToken } ... on Error { message } } }',
-    { e: ADMIN_EMAIL, p: ADMIN_PASSWORD },
-    {},
-  );
-  if (login.data.login.__typename !== 'LoginPayload') throw new Error(JSON.stringify(login.data));
-  const cookie = login.headers
-    .getSetCookie()
-    .map((c) => c.split(';')[0])
-    .join('; ');
-  const made = await gql(
-    base,
-    'mutation($i: CreateApiTokenInput!) { createApiToken(input: $i) { __typename ... on CreatedApiToken { secret } ... on Error { message } } }',
-    { i: { name: 'crash-test', role: 'OPERATOR' } },
-    { cookie, 'x-hangar-csrf': login.data.login.csrfToken },
-  );
-  if (made.data.createApiToken.__typename !== 'CreatedApiToken') throw new Error(JSON.stringify(made.data));
-  return made.data.createApiToken.secret;
-}
-
-type VersionView = {
-  state: string;
-  bytesDone: number;
-  bytesTotal: number | null;
-  verified: boolean;
-  error: string | null;
-  files: { state: string; sha256: string | null; verified: boolean }[];
-};
-
-async function versionOf(base: string, token: string, model = 'crash'): Promise<VersionView | null> {
-  const r = await gql(
-    base,
-    'query($m: String!) { mirrorVersion(model: $m, version: "v1") { state bytesDone bytesTotal verified error files { state sha256 verified } } }',
-    { m: model },
-    { authorization: `Bearer ${token}` },
-  );
-  return r.data.mirrorVersion;
-}
-
-async function fetchInto(base: string, token: string, model: string, url: string, body: Buffer) {
-  const started = await gql(
-    base,
-    `mutation($m: String!, $s: [MirrorSourceInput!]!) { fetchToMirror(model: $m, version: "v1", sources: $s) {
-      __typename ... on FetchStarted { started } ... on Error { message } } }`,
-    { m: model, s: [{ url, sha256: sha256(body), size: body.length }] },
-    { authorization: `Bearer ${token}` },
-  );
-  expect(started.data.fetchToMirror).toEqual({ __typename: 'FetchStarted', started: 1 });
-}
-
-/** Until the version is neither queued nor arriving. */
-async function settle(base: string, token: string, model: string, timeoutMs: number): Promise<VersionView> {
-  const end = Date.now() + timeoutMs;
-  for (;;) {
-    const v = await versionOf(base, token, model);
-    if (v && ['PRESENT', 'FAILED', 'CANCELLED'].includes(v.state)) return v;
-    if (Date.now() > end) throw new Error(`${model}/v1 did not finish: ${JSON.stringify(v)}`);
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
-async function stopServer(child: Child) {
-  child.proc.kill('SIGTERM');
-  await child.exited;
+  children.push(server);
+  return server;
 }
 
 describe('leases across processes', () => {
@@ -185,12 +80,12 @@ describe('leases across processes', () => {
     while (!(seen && seen.bytesDone > 0 && seen.bytesDone < SIZE)) {
       if (Date.now() > end) throw new Error(`no progress seen: ${JSON.stringify(seen)}`);
       await new Promise((r) => setTimeout(r, 50));
-      seen = await versionOf(first.base, token);
+      seen = await versionOf(first.base, token, 'crash');
     }
     expect(seen.state).toBe('FETCHING');
-    first.child.proc.kill('SIGKILL');
-    await first.child.exited;
-    expect(first.child.proc.signalCode).toBe('SIGKILL');
+    first.proc.kill('SIGKILL');
+    await first.exited;
+    expect(first.proc.signalCode).toBe('SIGKILL');
     const killedAt = Date.now();
 
     // What the dead process left: a row that still says FETCHING under its lease, and a partial on disk.
@@ -236,7 +131,7 @@ describe('leases across processes', () => {
     console.info(
       `crash test: killed at ${seen.bytesDone} persisted / ${partialSize} on disk of ${SIZE}; resumed with Range bytes=${from}-, ${(tookOverAfterMs / 1000).toFixed(1)} s after the kill`,
     );
-    await stopServer(second.child);
+    await kill(second, 'SIGTERM');
   }, 120_000);
 
   // The other side of the lease: a process that is alive keeps its file, even when the lease has lapsed (an
@@ -266,6 +161,6 @@ describe('leases across processes', () => {
     expect(await database.prisma.mirrorFile.findFirst({ where: { model: 'lapse' } })).toMatchObject({ attempts: 1 });
     const onDisk = path.join(dataDir, 'mirror', 'files', 'lapse', 'v1', 'lapse.gguf');
     expect(sha256(await fs.readFile(onDisk))).toBe(sha256(body));
-    await stopServer(server.child);
+    await kill(server, 'SIGTERM');
   }, 60_000);
 });
