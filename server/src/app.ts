@@ -6,6 +6,7 @@ import { AuditService } from './audit/audit.service.js';
 import { AuthService } from './auth/auth.service.js';
 import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
+import { isOwnOrigin } from './auth/origin.js';
 import { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
@@ -241,6 +242,7 @@ export async function createApp({
       return paused.length ? `waiting for the database: ${paused.join(', ')}` : undefined;
     },
     () => (listener.listening() ? undefined : 'live events: not connected to the database (reconnecting)'),
+    () => db.trouble?.() ?? undefined,
   ];
   const readyz = async (res: http.ServerResponse) => {
     const answer = await readiness(readinessChecks);
@@ -254,8 +256,9 @@ export async function createApp({
     if (path !== '/graphql' || draining) return refuseUpgrade(socket, 404, 'Not Found');
     // A browser sends the session cookie with a WebSocket opened by any site; only our own pages may use it.
     // Pages of the origins HANGAR_CORS_ORIGINS lists may, as they may over HTTP.
-    const listed = Boolean(req.headers.origin && config.corsOrigins.includes(req.headers.origin));
-    if (!listed && !originAllowed(req.headers.origin, req.headers.host, config.publicUrl)) {
+    // Scripts (Node's ws, curl) send no Origin; they must bring a token in connectionParams anyway.
+    const origin = req.headers.origin;
+    if (origin && !isOwnOrigin(origin, req.headers.host ?? null, config)) {
       log.warn('refused a WebSocket from a foreign origin', { origin: req.headers.origin });
       return refuseUpgrade(socket, 403, 'Forbidden');
     }
@@ -326,17 +329,4 @@ function json(res: http.ServerResponse, status: number, body: unknown) {
 
 function refuseUpgrade(socket: Duplex, status: number, text: string) {
   socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
-}
-
-export function originAllowed(origin: string | undefined, host: string | undefined, publicUrl: string | undefined) {
-  // Scripts (Node's ws, curl) send no Origin; they must bring a token in connectionParams anyway.
-  if (!origin) return true;
-  let o: URL;
-  try {
-    o = new URL(origin);
-  } catch {
-    return false;
-  }
-  if (publicUrl && o.origin === new URL(publicUrl).origin) return true;
-  return Boolean(host) && o.host === host;
 }

@@ -37,10 +37,18 @@ export type LiveCallersDeps = {
 
 const RECHECK_EVERY_MS = 60_000;
 
+/**
+ * A connection is identified before it is listed, so a change that lands in between is heard by nobody. One
+ * opened this soon after a change to its holder's credentials is checked again at once.
+ */
+const RECENT_CHANGE_MS = 10_000;
+
 /** The live connections of this process, by holder, and how many subscriptions each holder has open. */
 export class LiveCallers {
   private readonly byHolder = new Map<string, Set<LiveConnection>>();
   private readonly counts = new Map<string, number>();
+  /** When each holder's credentials last changed, for RECENT_CHANGE_MS. */
+  private readonly changedAt = new Map<string, number>();
   private stopListening: (() => void) | undefined;
   private sweep: NodeJS.Timeout | undefined;
 
@@ -58,6 +66,9 @@ export class LiveCallers {
       for (;;) {
         const event = await events.next();
         if (event.done) return;
+        const now = Date.now();
+        this.changedAt.set(event.value, now);
+        for (const [h, at] of this.changedAt) if (now - at > RECENT_CHANGE_MS) this.changedAt.delete(h);
         const connections = this.byHolder.get(event.value);
         if (connections) await Promise.all([...connections].map((c) => c.recheck({ failClosed: true })));
       }
@@ -84,6 +95,9 @@ export class LiveCallers {
       const set = this.byHolder.get(holder) ?? new Set<LiveConnection>();
       set.add(connection);
       this.byHolder.set(holder, set);
+      const changed = this.changedAt.get(holder);
+      if (changed !== undefined && Date.now() - changed <= RECENT_CHANGE_MS)
+        void connection.recheck({ failClosed: true });
     }
     return connection;
   }

@@ -21,7 +21,8 @@ export function crossSiteSignIn(
   return undefined;
 }
 
-function isOwnOrigin(
+/** Whether a browser's Origin is Hangar's own (its Host, HANGAR_PUBLIC_URL) or one HANGAR_CORS_ORIGINS lists. */
+export function isOwnOrigin(
   origin: string,
   host: string | null,
   allowed: { publicUrl: string | undefined; corsOrigins: readonly string[] },

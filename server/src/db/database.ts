@@ -5,15 +5,24 @@ import { createPrisma, type Db } from './client.js';
 import { createDatabaseIfMissing, startEmbeddedPostgres } from './embedded.js';
 import { migrate } from './migrate.js';
 
-export type Database = { prisma: Db; url: string; embedded: boolean; close: () => Promise<void> };
+export type Database = {
+  prisma: Db;
+  url: string;
+  embedded: boolean;
+  close: () => Promise<void>;
+  /** Why the embedded PostgreSQL is not serving now (it exited and is being restarted), for /readyz. */
+  trouble?: () => string | null;
+};
 
 /** DATABASE_URL when set; otherwise the embedded PostgreSQL under the data dir. Migrated before it is returned. */
 export async function openDatabase(config: Config, log: Logger): Promise<Database> {
   let url = config.databaseUrl;
   let stopEmbedded: (() => Promise<void>) | undefined;
+  let trouble: (() => string | null) | undefined;
   if (!url) {
     const embedded = await startEmbeddedPostgres(path.join(config.dataDir, 'pg'), log);
     stopEmbedded = embedded.stop;
+    trouble = embedded.trouble;
     try {
       await createDatabaseIfMissing(embedded.url('postgres'), 'hangar');
     } catch (err) {
@@ -33,6 +42,7 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
     prisma,
     url,
     embedded: Boolean(stopEmbedded),
+    trouble,
     close: async () => {
       await prisma.$disconnect();
       await stopEmbedded?.();

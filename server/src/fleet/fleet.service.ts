@@ -39,9 +39,6 @@ const reportInput = z.object({
   agentVersion: z.string().max(100).nullish(),
 });
 
-/** Joins what the agent said of a load to the pending smoke test; the READY message keeps the agent's part. */
-const SMOKE_DUE = '; smoke test due through ';
-
 /** A node is online while it has been seen within this window; its replicas are shown as lost after it. */
 export const NODE_ONLINE_MS = 30_000;
 
@@ -173,10 +170,7 @@ export class FleetService {
   async smokeReplica(replicaId: string, signal?: AbortSignal): Promise<SmokeResult> {
     const replica = await this.db.replica.findUnique({ where: { id: replicaId }, include: { model: true } });
     if (!replica) return { ok: false, reason: 'the replica is gone' };
-    const key = await this.engineKey(replicaId);
-    if (!replica.endpoint || !key)
-      return { ok: false, reason: 'the replica has no endpoint and engine key: its agent never said where it serves' };
-    const result = await smokeTest({ endpoint: replica.endpoint, engineKey: key, model: replica.model.name, signal });
+    const result = await this.smokeThroughEndpoint(replica, signal);
     if (result.ok)
       await this.db.replica.updateMany({
         where: { id: replicaId, state: 'READY' },
@@ -190,6 +184,17 @@ export class FleetService {
     return result;
   }
 
+  /** One chat request through the replica's endpoint with its engine key; a replica lacking either fails it. */
+  private async smokeThroughEndpoint(
+    replica: { id: string; endpoint: string | null; model: { name: string } },
+    signal?: AbortSignal,
+  ): Promise<SmokeResult> {
+    const key = await this.engineKey(replica.id);
+    if (!replica.endpoint || !key)
+      return { ok: false, reason: 'the replica has no endpoint and engine key: its agent never said where it serves' };
+    return smokeTest({ endpoint: replica.endpoint, engineKey: key, model: replica.model.name, signal });
+  }
+
   /** The claimed smoke test of one replica; its result is written only if the replica is still the one tested. */
   private async runSmoke(replicaId: string, servingAt: Date) {
     const replica = await this.db.replica.findUnique({
@@ -197,16 +202,7 @@ export class FleetService {
       include: { model: true, node: true },
     });
     if (!replica) return;
-    const key = await this.engineKey(replicaId);
-    const result: SmokeResult =
-      replica.endpoint && key
-        ? await smokeTest({
-            endpoint: replica.endpoint,
-            engineKey: key,
-            model: replica.model.name,
-            signal: this.smokeAbort.signal,
-          })
-        : { ok: false, reason: 'the replica has no endpoint and engine key to be tested with' };
+    const result = await this.smokeThroughEndpoint(replica, this.smokeAbort.signal);
     if (!result.ok && this.smokeAbort.signal.aborted) {
       // Not the replica's failure: the next start (or another server) tests it at once.
       await this.db.replica
@@ -219,8 +215,6 @@ export class FleetService {
       const data = result.ok
         ? {
             state: 'READY' as const,
-            // What the agent said of the load (context, layers on the GPU, adapters) stays beside the result.
-            message: `ready: answered in ${Math.round(result.timeToFirstTokenMs)} ms to the first token, ${result.tokensPerSecond.toFixed(1)} tokens/s${replica.message ? `; ${replica.message.split(SMOKE_DUE)[0]}` : ''}`,
             smokeText: result.text,
             tokensPerSecond: result.tokensPerSecond,
             timeToFirstTokenMs: result.timeToFirstTokenMs,
@@ -238,7 +232,11 @@ export class FleetService {
       await this.audit.done(tx, ctx, {
         action: 'smokeTest',
         target: replica.model.name,
-        message: `${replica.node?.name ?? 'a node'}: ${data.message}`,
+        message: `${replica.node?.name ?? 'a node'}: ${
+          result.ok
+            ? `ready: answered in ${Math.round(result.timeToFirstTokenMs)} ms to the first token, ${result.tokensPerSecond.toFixed(1)} tokens/s`
+            : `smoke test: ${result.reason}`
+        }`,
       });
       return true;
     });
@@ -436,7 +434,9 @@ export class FleetService {
               tokensPerSecond: null,
               timeToFirstTokenMs: null,
               smokedAt: null,
-              message: `${r.message ?? 'loaded'}${SMOKE_DUE}${r.endpoint}`,
+              // What the agent said of the load (context, layers on the GPU, adapters) stays the message; the
+              // smoke test's numbers have columns of their own.
+              message: r.message ?? 'loaded',
             },
           });
       await tx.engineKey.upsert({

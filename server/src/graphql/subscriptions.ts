@@ -61,7 +61,8 @@ export function liveSubscriptions(live: LiveCallers): Plugin<Context> {
           const last = (): ExecutionResult | undefined => {
             const ending = connection.ending;
             if (!ending) return undefined;
-            const code = ending.code === 4403 ? 'FORBIDDEN' : 'UNAUTHENTICATED';
+            // 1013: the credentials could not be checked (the database away): try again, not sign in again.
+            const code = ending.code === 4403 ? 'FORBIDDEN' : ending.code === 1013 ? 'UNAVAILABLE' : 'UNAUTHENTICATED';
             return { errors: [new GraphQLError(`subscription ended: ${ending.message}`, { extensions: { code } })] };
           };
           setResult(endOnSignal(result, connection.signal, last, finish));

@@ -163,6 +163,30 @@ describe("an owned job's pairs (GET /api/train/jobs/<id>/data)", () => {
     expect((await get(publicJob.id, who.outsideOperator as { token: string })).status).toBe(200);
   });
 
+  it("cannot be taken by naming an owned job's sha256 as another job's data", async () => {
+    // Owned because the job says so, not because the pairs name a collection: the case the sha alone opened.
+    const common = { model: 'tiny', baseRepo: 'hangar-test/tiny-llama', node: 'gpu-1', gpuMiB: 8000 };
+    const data = '{"q":"Team-only 1?","a":"One."}\n{"q":"Team-only 2?","a":"Two."}';
+    const made = await t.gql(
+      `mutation($i: CreateTrainJobInput!) { createTrainJob(input: $i) { __typename
+        ... on TrainJob { id dataSha256 owner } ... on Error { message } } }`,
+      { i: { ...common, name: 'team-only', owner: 'team:acme/secret', data } },
+      { token: who.memberOperator?.token },
+    );
+    expect(made.data?.createTrainJob).toMatchObject({ __typename: 'TrainJob', owner: expect.stringMatching(/^team:/) });
+    const sha = made.data?.createTrainJob.dataSha256 as string;
+    const reuse = (name: string, token: string | undefined) =>
+      t.gql(CREATE, { i: { ...common, name, public: true, dataSha256: sha } }, { token });
+    // Refused in the words of a missing upload: the refusal says nothing of whose pairs they are.
+    expect((await reuse('borrowed', who.outsideOperator?.token)).data?.createTrainJob).toEqual({
+      __typename: 'ValidationError',
+      message: `no uploaded data has sha256 ${sha}: upload it with POST /api/train/data first`,
+    });
+    expect((await reuse('again', who.memberOperator?.token)).data?.createTrainJob).toMatchObject({
+      __typename: 'TrainJob',
+    });
+  });
+
   it('are returned by no GraphQL field: the job shows only their count, size and sha256', async () => {
     const r = await t.gql(
       `query($id: ID!) { trainJob(id: $id) { pairs dataBytes dataSha256 events { message } artifacts { url files { name } } } }`,

@@ -312,7 +312,18 @@ export class TrainService {
     let text: string;
     if (input.data) text = input.data;
     else {
-      const stored = await fs.readFile(this.dataFile(input.dataSha256 as string), 'utf8').catch(() => null);
+      // A job's dataSha256 is shown to every viewer: without this, anyone could name an owned job's pairs as
+      // their own job's data and read them back. Refused in the words of a missing upload, so it tells nothing.
+      const ownedBy = await this.db.trainJob.findMany({
+        where: { dataSha256: input.dataSha256 as string, owner: { not: null } },
+        select: { owner: true },
+        distinct: ['owner'],
+      });
+      let mayUse = true;
+      for (const o of ownedBy) if (!(await this.owners.mayRead(ctx.viewer, o.owner))) mayUse = false;
+      const stored = mayUse
+        ? await fs.readFile(this.dataFile(input.dataSha256 as string), 'utf8').catch(() => null)
+        : null;
       if (stored === null)
         return refuse(
           'dataSha256',

@@ -1,7 +1,8 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
+import { hashSecret, sameSecret } from '../../auth/secrets.js';
 import type { Logger } from '../../lib/log.js';
 import { type ChatMessage, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
 
@@ -31,7 +32,7 @@ export type OpenAiServer = {
 
 const MiB = 1024 * 1024;
 
-type Entry = { model: ServedModel; keyDigest: Buffer; created: number; gone: boolean };
+type Entry = { model: ServedModel; keyHash: string; created: number; gone: boolean };
 
 /** OpenAI's error body; `status` is the HTTP status it goes with. */
 class ApiError extends Error {
@@ -238,7 +239,6 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
   });
   // A request line and headers get the same deadline as a body: nobody holds a socket by trickling either.
   server.headersTimeout = Math.min(bodyTimeoutMs, 60_000);
-  const digest = (key: string) => createHash('sha256').update(key).digest();
 
   /** The replicas this bearer key opens: compared against every key, in constant time, no early exit. */
   function entriesFor(req: IncomingMessage): Entry[] {
@@ -253,9 +253,10 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
         'invalid_api_key',
       );
     }
-    const given = digest(m[1]);
+    // Hashed first, so every comparison is of equal lengths and takes the same time.
+    const given = hashSecret(m[1]);
     const open: Entry[] = [];
-    for (const entry of served.values()) if (timingSafeEqual(given, entry.keyDigest)) open.push(entry);
+    for (const entry of served.values()) if (sameSecret(given, entry.keyHash)) open.push(entry);
     if (!open.length) {
       // The key itself is never echoed (OpenAI shows a masked one) nor logged.
       throw new ApiError(
@@ -611,7 +612,7 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
       if (was && was.model !== model) {
         throw new Error(`${model.name} is already served on this node: unserve it before serving another replica`);
       }
-      served.set(model.name, { model, keyDigest: digest(engineKey), created: now(), gone: false });
+      served.set(model.name, { model, keyHash: hashSecret(engineKey), created: now(), gone: false });
     },
     unserve(name) {
       const entry = served.get(name);

@@ -155,10 +155,8 @@ export function replicaText(r: ModelCard_Replica): string {
   const explained = r.message != null && (r.state === 'PENDING' || r.state === 'LOST');
   let text: string = r.state;
   if (r.node && !explained) text += ` on ${r.node.name}`;
-  const smoke = smokeWords(r);
-  text += smoke;
-  // A ready replica's message repeats the smoke test's numbers, which the line already shows.
-  if (r.message && !(r.state === 'READY' && smoke)) text += `: ${r.message}`;
+  text += smokeWords(r);
+  if (r.message) text += `: ${r.message}`;
   return text;
 }
 

@@ -110,7 +110,7 @@ describe('ModelsPage', () => {
           gpuLayers: 37,
           totalLayers: 37,
           endpoint: 'http://10.0.0.5:8080/v1',
-          message: 'ready: answered in 118 ms to the first token, 41.5 tokens/s',
+          message: 'loaded with a 4096-token context',
         }),
         replica('r2', 'READY', {
           node: node('gpu-2'),
@@ -130,7 +130,7 @@ describe('ModelsPage', () => {
     const qwenCard = await card('qwen3-8b');
     const chips = within(within(qwenCard).getByRole('list', { name: 'Replicas of qwen3-8b' })).getAllByRole('listitem');
     expect(chips.map((c) => c.textContent)).toEqual([
-      'READY on gpu-1 · 41.5 tok/s · first token 118 ms · 6.4 GiB on GPU · said "Hello there!"',
+      'READY on gpu-1 · 41.5 tok/s · first token 118 ms · 6.4 GiB on GPU · said "Hello there!": loaded with a 4096-token context',
       'READY on gpu-2 · 9.2 tok/s · first token 900 ms · 2.0 GiB on GPU (10 of 37 layers)',
       'FAILED on gpu-3: smoke test: http://10.0.0.7:8080/v1/chat/completions refused the engine key (HTTP 401)',
     ]);

@@ -138,7 +138,6 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
         ) : (
           <ul className="chips" aria-label={`Replicas on ${node.name}`}>
             {node.replicas.map((r) => {
-              const smoke = smokeWords(r);
               return (
                 <li
                   key={r.id}
@@ -146,9 +145,8 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
                   title={r.endpoint ? `serves on ${r.endpoint}` : undefined}
                 >
                   {r.model.name} {r.state}
-                  {smoke}
-                  {/* A ready replica's message repeats the smoke test's numbers, shown already. */}
-                  {r.message && !(r.state === 'READY' && smoke) ? `: ${r.message}` : ''}
+                  {smokeWords(r)}
+                  {r.message ? `: ${r.message}` : ''}
                   {r.endpoint ? <code className="sub replica-endpoint">{r.endpoint}</code> : null}
                 </li>
               );

@@ -35,7 +35,7 @@ const gpuNode = {
       __typename: 'Replica',
       id: 'r2',
       state: 'READY',
-      message: 'ready: answered in 95 ms to the first token, 52.0 tokens/s',
+      message: 'loaded with a 4096-token context',
       smokeText: ' Hi',
       tokensPerSecond: 52,
       timeToFirstTokenMs: 95.2,
@@ -67,7 +67,7 @@ describe('NodesPage', () => {
     const replicas = within(within(row).getByRole('list', { name: 'Replicas on gpu-01' })).getAllByRole('listitem');
     expect(replicas.map((r) => r.textContent)).toEqual([
       'qwen3-8b FAILED: llama-server exited with code 1',
-      'llama-3b READY · 52.0 tok/s · first token 95 ms · 5.5 GiB on GPU · said "Hi"http://10.0.0.5:8080/v1',
+      'llama-3b READY · 52.0 tok/s · first token 95 ms · 5.5 GiB on GPU · said "Hi": loaded with a 4096-token contexthttp://10.0.0.5:8080/v1',
     ]);
     expect(within(replicas[1] as HTMLElement).getByText('http://10.0.0.5:8080/v1')).toHaveClass('replica-endpoint');
     expect(screen.queryByRole('button', { name: 'Add node' })).toBeNull();
