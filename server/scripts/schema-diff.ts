@@ -136,8 +136,8 @@ async function withSchemaEngine<T>(
   // Our own pools, not PrismaPg's: its connectToShadowDb creates a database but, given a connection string,
   // connects to the main one anyway, and its dispose drops the database before closing the pool on it.
   // With external pools dispose() leaves them open and we end them ourselves, in an order that works.
-  const mainPool = charAsText(new pg.Pool(server.main));
-  const shadowPool = charAsText(new pg.Pool(server.shadow));
+  const mainPool = enginePool(server.main);
+  const shadowPool = enginePool(server.shadow);
   try {
     const adapter = bindMigrationAwareFactory({
       provider: 'postgres',
@@ -168,6 +168,14 @@ function logEngineLine(line: string): void {
   } catch {
     console.error(`schema engine: ${line}`);
   }
+}
+
+function enginePool(config: pg.PoolConfig): pg.Pool {
+  const pool = new pg.Pool(config);
+  // pool.end() resolves once its clients are told to end, not once their sockets have closed, so the throwaway
+  // cluster's shutdown can reach one first; an 'error' event nobody listens for would take the process down.
+  pool.on('error', () => {});
+  return charAsText(pool);
 }
 
 const PG_CHAR = 18; // the one-byte "char" of pg_catalog (relkind, contype, …)
