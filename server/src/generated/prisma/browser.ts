@@ -127,3 +127,8 @@ export type AuditEvent = Prisma.AuditEventModel
  * 
  */
 export type LoginLimit = Prisma.LoginLimitModel
+/**
+ * Model UsageMinute
+ * 
+ */
+export type UsageMinute = Prisma.UsageMinuteModel

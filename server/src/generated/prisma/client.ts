@@ -151,3 +151,8 @@ export type AuditEvent = Prisma.AuditEventModel
  * 
  */
 export type LoginLimit = Prisma.LoginLimitModel
+/**
+ * Model UsageMinute
+ * 
+ */
+export type UsageMinute = Prisma.UsageMinuteModel

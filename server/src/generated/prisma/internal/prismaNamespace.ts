@@ -418,7 +418,8 @@ export const ModelName = {
   Membership: 'Membership',
   Collection: 'Collection',
   AuditEvent: 'AuditEvent',
-  LoginLimit: 'LoginLimit'
+  LoginLimit: 'LoginLimit',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -434,7 +435,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2066,6 +2067,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    UsageMinute: {
+      payload: Prisma.$UsageMinutePayload<ExtArgs>
+      fields: Prisma.UsageMinuteFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageMinuteFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageMinuteFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findFirst: {
+          args: Prisma.UsageMinuteFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageMinuteFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        findMany: {
+          args: Prisma.UsageMinuteFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        create: {
+          args: Prisma.UsageMinuteCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        createMany: {
+          args: Prisma.UsageMinuteCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageMinuteCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        delete: {
+          args: Prisma.UsageMinuteDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        update: {
+          args: Prisma.UsageMinuteUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageMinuteDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageMinuteUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageMinuteUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageMinuteUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageMinutePayload>
+        }
+        aggregate: {
+          args: Prisma.UsageMinuteAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageMinute>
+        }
+        groupBy: {
+          args: Prisma.UsageMinuteGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageMinuteCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageMinuteCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2143,7 +2218,8 @@ export const ApiTokenScalarFieldEnum = {
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
   lastUsedAt: 'lastUsedAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  callerOnly: 'callerOnly'
 } as const
 
 export type ApiTokenScalarFieldEnum = (typeof ApiTokenScalarFieldEnum)[keyof typeof ApiTokenScalarFieldEnum]
@@ -2208,6 +2284,7 @@ export const CatalogModelScalarFieldEnum = {
   measuredAt: 'measuredAt',
   declared: 'declared',
   awakeUntil: 'awakeUntil',
+  lastRequestAt: 'lastRequestAt',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2255,6 +2332,7 @@ export const ReplicaScalarFieldEnum = {
   gpuLayers: 'gpuLayers',
   totalLayers: 'totalLayers',
   vramUsedBytes: 'vramUsedBytes',
+  adapters: 'adapters',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2450,6 +2528,29 @@ export const LoginLimitScalarFieldEnum = {
 export type LoginLimitScalarFieldEnum = (typeof LoginLimitScalarFieldEnum)[keyof typeof LoginLimitScalarFieldEnum]
 
 
+export const UsageMinuteScalarFieldEnum = {
+  id: 'id',
+  minute: 'minute',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
+
+
 export const SortOrder = {
   asc: 'asc',
   desc: 'desc'
@@ -2547,6 +2648,13 @@ export type ListDateTimeFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaM
 
 
 /**
+ * Reference to a field of type 'Boolean'
+ */
+export type BooleanFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Boolean'>
+    
+
+
+/**
  * Reference to a field of type 'Json'
  */
 export type JsonFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Json'>
@@ -2627,13 +2735,6 @@ export type EnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaMod
  * Reference to a field of type 'Engine[]'
  */
 export type ListEnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Engine[]'>
-    
-
-
-/**
- * Reference to a field of type 'Boolean'
- */
-export type BooleanFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Boolean'>
     
 
 
@@ -2893,6 +2994,7 @@ export type GlobalOmitConfig = {
   collection?: Prisma.CollectionOmit
   auditEvent?: Prisma.AuditEventOmit
   loginLimit?: Prisma.LoginLimitOmit
+  usageMinute?: Prisma.UsageMinuteOmit
 }
 
 /* Types for Logging */

@@ -72,7 +72,8 @@ export const ModelName = {
   Membership: 'Membership',
   Collection: 'Collection',
   AuditEvent: 'AuditEvent',
-  LoginLimit: 'LoginLimit'
+  LoginLimit: 'LoginLimit',
+  UsageMinute: 'UsageMinute'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -129,7 +130,8 @@ export const ApiTokenScalarFieldEnum = {
   createdAt: 'createdAt',
   expiresAt: 'expiresAt',
   lastUsedAt: 'lastUsedAt',
-  revokedAt: 'revokedAt'
+  revokedAt: 'revokedAt',
+  callerOnly: 'callerOnly'
 } as const
 
 export type ApiTokenScalarFieldEnum = (typeof ApiTokenScalarFieldEnum)[keyof typeof ApiTokenScalarFieldEnum]
@@ -194,6 +196,7 @@ export const CatalogModelScalarFieldEnum = {
   measuredAt: 'measuredAt',
   declared: 'declared',
   awakeUntil: 'awakeUntil',
+  lastRequestAt: 'lastRequestAt',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -241,6 +244,7 @@ export const ReplicaScalarFieldEnum = {
   gpuLayers: 'gpuLayers',
   totalLayers: 'totalLayers',
   vramUsedBytes: 'vramUsedBytes',
+  adapters: 'adapters',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -434,6 +438,29 @@ export const LoginLimitScalarFieldEnum = {
 } as const
 
 export type LoginLimitScalarFieldEnum = (typeof LoginLimitScalarFieldEnum)[keyof typeof LoginLimitScalarFieldEnum]
+
+
+export const UsageMinuteScalarFieldEnum = {
+  id: 'id',
+  minute: 'minute',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -35,6 +35,7 @@ export type ApiTokenMinAggregateOutputType = {
   expiresAt: Date | null
   lastUsedAt: Date | null
   revokedAt: Date | null
+  callerOnly: boolean | null
 }
 
 export type ApiTokenMaxAggregateOutputType = {
@@ -48,6 +49,7 @@ export type ApiTokenMaxAggregateOutputType = {
   expiresAt: Date | null
   lastUsedAt: Date | null
   revokedAt: Date | null
+  callerOnly: boolean | null
 }
 
 export type ApiTokenCountAggregateOutputType = {
@@ -61,6 +63,7 @@ export type ApiTokenCountAggregateOutputType = {
   expiresAt: number
   lastUsedAt: number
   revokedAt: number
+  callerOnly: number
   _all: number
 }
 
@@ -76,6 +79,7 @@ export type ApiTokenMinAggregateInputType = {
   expiresAt?: true
   lastUsedAt?: true
   revokedAt?: true
+  callerOnly?: true
 }
 
 export type ApiTokenMaxAggregateInputType = {
@@ -89,6 +93,7 @@ export type ApiTokenMaxAggregateInputType = {
   expiresAt?: true
   lastUsedAt?: true
   revokedAt?: true
+  callerOnly?: true
 }
 
 export type ApiTokenCountAggregateInputType = {
@@ -102,6 +107,7 @@ export type ApiTokenCountAggregateInputType = {
   expiresAt?: true
   lastUsedAt?: true
   revokedAt?: true
+  callerOnly?: true
   _all?: true
 }
 
@@ -188,6 +194,7 @@ export type ApiTokenGroupByOutputType = {
   expiresAt: Date | null
   lastUsedAt: Date | null
   revokedAt: Date | null
+  callerOnly: boolean
   _count: ApiTokenCountAggregateOutputType | null
   _min: ApiTokenMinAggregateOutputType | null
   _max: ApiTokenMaxAggregateOutputType | null
@@ -222,6 +229,7 @@ export type ApiTokenWhereInput = {
   expiresAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
+  callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
   user?: Prisma.XOR<Prisma.UserScalarRelationFilter, Prisma.UserWhereInput>
   memberships?: Prisma.MembershipListRelationFilter
 }
@@ -237,6 +245,7 @@ export type ApiTokenOrderByWithRelationInput = {
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  callerOnly?: Prisma.SortOrder
   user?: Prisma.UserOrderByWithRelationInput
   memberships?: Prisma.MembershipOrderByRelationAggregateInput
 }
@@ -255,6 +264,7 @@ export type ApiTokenWhereUniqueInput = Prisma.AtLeast<{
   expiresAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
+  callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
   user?: Prisma.XOR<Prisma.UserScalarRelationFilter, Prisma.UserWhereInput>
   memberships?: Prisma.MembershipListRelationFilter
 }, "id" | "tokenHash">
@@ -270,6 +280,7 @@ export type ApiTokenOrderByWithAggregationInput = {
   expiresAt?: Prisma.SortOrderInput | Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  callerOnly?: Prisma.SortOrder
   _count?: Prisma.ApiTokenCountOrderByAggregateInput
   _max?: Prisma.ApiTokenMaxOrderByAggregateInput
   _min?: Prisma.ApiTokenMinOrderByAggregateInput
@@ -289,6 +300,7 @@ export type ApiTokenScalarWhereWithAggregatesInput = {
   expiresAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ApiToken"> | Date | string | null
   lastUsedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ApiToken"> | Date | string | null
+  callerOnly?: Prisma.BoolWithAggregatesFilter<"ApiToken"> | boolean
 }
 
 export type ApiTokenCreateInput = {
@@ -301,6 +313,7 @@ export type ApiTokenCreateInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
   user: Prisma.UserCreateNestedOneWithoutApiTokensInput
   memberships?: Prisma.MembershipCreateNestedManyWithoutApiTokenInput
 }
@@ -316,6 +329,7 @@ export type ApiTokenUncheckedCreateInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
   memberships?: Prisma.MembershipUncheckedCreateNestedManyWithoutApiTokenInput
 }
 
@@ -329,6 +343,7 @@ export type ApiTokenUpdateInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
   user?: Prisma.UserUpdateOneRequiredWithoutApiTokensNestedInput
   memberships?: Prisma.MembershipUpdateManyWithoutApiTokenNestedInput
 }
@@ -344,6 +359,7 @@ export type ApiTokenUncheckedUpdateInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUncheckedUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -358,6 +374,7 @@ export type ApiTokenCreateManyInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
 }
 
 export type ApiTokenUpdateManyMutationInput = {
@@ -370,6 +387,7 @@ export type ApiTokenUpdateManyMutationInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenUncheckedUpdateManyInput = {
@@ -383,6 +401,7 @@ export type ApiTokenUncheckedUpdateManyInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenListRelationFilter = {
@@ -406,6 +425,7 @@ export type ApiTokenCountOrderByAggregateInput = {
   expiresAt?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  callerOnly?: Prisma.SortOrder
 }
 
 export type ApiTokenMaxOrderByAggregateInput = {
@@ -419,6 +439,7 @@ export type ApiTokenMaxOrderByAggregateInput = {
   expiresAt?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  callerOnly?: Prisma.SortOrder
 }
 
 export type ApiTokenMinOrderByAggregateInput = {
@@ -432,6 +453,7 @@ export type ApiTokenMinOrderByAggregateInput = {
   expiresAt?: Prisma.SortOrder
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
+  callerOnly?: Prisma.SortOrder
 }
 
 export type ApiTokenNullableScalarRelationFilter = {
@@ -481,6 +503,10 @@ export type ApiTokenUncheckedUpdateManyWithoutUserNestedInput = {
   deleteMany?: Prisma.ApiTokenScalarWhereInput | Prisma.ApiTokenScalarWhereInput[]
 }
 
+export type BoolFieldUpdateOperationsInput = {
+  set?: boolean
+}
+
 export type ApiTokenCreateNestedOneWithoutMembershipsInput = {
   create?: Prisma.XOR<Prisma.ApiTokenCreateWithoutMembershipsInput, Prisma.ApiTokenUncheckedCreateWithoutMembershipsInput>
   connectOrCreate?: Prisma.ApiTokenCreateOrConnectWithoutMembershipsInput
@@ -507,6 +533,7 @@ export type ApiTokenCreateWithoutUserInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
   memberships?: Prisma.MembershipCreateNestedManyWithoutApiTokenInput
 }
 
@@ -520,6 +547,7 @@ export type ApiTokenUncheckedCreateWithoutUserInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
   memberships?: Prisma.MembershipUncheckedCreateNestedManyWithoutApiTokenInput
 }
 
@@ -563,6 +591,7 @@ export type ApiTokenScalarWhereInput = {
   expiresAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
+  callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
 }
 
 export type ApiTokenCreateWithoutMembershipsInput = {
@@ -575,6 +604,7 @@ export type ApiTokenCreateWithoutMembershipsInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
   user: Prisma.UserCreateNestedOneWithoutApiTokensInput
 }
 
@@ -589,6 +619,7 @@ export type ApiTokenUncheckedCreateWithoutMembershipsInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
 }
 
 export type ApiTokenCreateOrConnectWithoutMembershipsInput = {
@@ -617,6 +648,7 @@ export type ApiTokenUpdateWithoutMembershipsInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
   user?: Prisma.UserUpdateOneRequiredWithoutApiTokensNestedInput
 }
 
@@ -631,6 +663,7 @@ export type ApiTokenUncheckedUpdateWithoutMembershipsInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenCreateManyUserInput = {
@@ -643,6 +676,7 @@ export type ApiTokenCreateManyUserInput = {
   expiresAt?: Date | string | null
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
+  callerOnly?: boolean
 }
 
 export type ApiTokenUpdateWithoutUserInput = {
@@ -655,6 +689,7 @@ export type ApiTokenUpdateWithoutUserInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -668,6 +703,7 @@ export type ApiTokenUncheckedUpdateWithoutUserInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUncheckedUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -681,6 +717,7 @@ export type ApiTokenUncheckedUpdateManyWithoutUserInput = {
   expiresAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 
@@ -725,6 +762,7 @@ export type ApiTokenSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   expiresAt?: boolean
   lastUsedAt?: boolean
   revokedAt?: boolean
+  callerOnly?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
   memberships?: boolean | Prisma.ApiToken$membershipsArgs<ExtArgs>
   _count?: boolean | Prisma.ApiTokenCountOutputTypeDefaultArgs<ExtArgs>
@@ -741,6 +779,7 @@ export type ApiTokenSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   expiresAt?: boolean
   lastUsedAt?: boolean
   revokedAt?: boolean
+  callerOnly?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["apiToken"]>
 
@@ -755,6 +794,7 @@ export type ApiTokenSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   expiresAt?: boolean
   lastUsedAt?: boolean
   revokedAt?: boolean
+  callerOnly?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["apiToken"]>
 
@@ -769,9 +809,10 @@ export type ApiTokenSelectScalar = {
   expiresAt?: boolean
   lastUsedAt?: boolean
   revokedAt?: boolean
+  callerOnly?: boolean
 }
 
-export type ApiTokenOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "tokenHash" | "role" | "userId" | "createdAt" | "expiresAt" | "lastUsedAt" | "revokedAt", ExtArgs["result"]["apiToken"]>
+export type ApiTokenOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "tokenHash" | "role" | "userId" | "createdAt" | "expiresAt" | "lastUsedAt" | "revokedAt" | "callerOnly", ExtArgs["result"]["apiToken"]>
 export type ApiTokenInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
   memberships?: boolean | Prisma.ApiToken$membershipsArgs<ExtArgs>
@@ -801,6 +842,7 @@ export type $ApiTokenPayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     expiresAt: Date | null
     lastUsedAt: Date | null
     revokedAt: Date | null
+    callerOnly: boolean
   }, ExtArgs["result"]["apiToken"]>
   composites: {}
 }
@@ -1236,6 +1278,7 @@ export interface ApiTokenFieldRefs {
   readonly expiresAt: Prisma.FieldRef<"ApiToken", 'DateTime'>
   readonly lastUsedAt: Prisma.FieldRef<"ApiToken", 'DateTime'>
   readonly revokedAt: Prisma.FieldRef<"ApiToken", 'DateTime'>
+  readonly callerOnly: Prisma.FieldRef<"ApiToken", 'Boolean'>
 }
     
 

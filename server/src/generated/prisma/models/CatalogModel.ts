@@ -61,6 +61,7 @@ export type CatalogModelMinAggregateOutputType = {
   measuredAt: Date | null
   declared: boolean | null
   awakeUntil: Date | null
+  lastRequestAt: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -80,6 +81,7 @@ export type CatalogModelMaxAggregateOutputType = {
   measuredAt: Date | null
   declared: boolean | null
   awakeUntil: Date | null
+  lastRequestAt: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -100,6 +102,7 @@ export type CatalogModelCountAggregateOutputType = {
   measuredAt: number
   declared: number
   awakeUntil: number
+  lastRequestAt: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -141,6 +144,7 @@ export type CatalogModelMinAggregateInputType = {
   measuredAt?: true
   declared?: true
   awakeUntil?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -160,6 +164,7 @@ export type CatalogModelMaxAggregateInputType = {
   measuredAt?: true
   declared?: true
   awakeUntil?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -180,6 +185,7 @@ export type CatalogModelCountAggregateInputType = {
   measuredAt?: true
   declared?: true
   awakeUntil?: true
+  lastRequestAt?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -287,6 +293,7 @@ export type CatalogModelGroupByOutputType = {
   measuredAt: Date | null
   declared: boolean
   awakeUntil: Date | null
+  lastRequestAt: Date | null
   createdAt: Date
   updatedAt: Date
   _count: CatalogModelCountAggregateOutputType | null
@@ -330,6 +337,7 @@ export type CatalogModelWhereInput = {
   measuredAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
+  lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -352,6 +360,7 @@ export type CatalogModelOrderByWithRelationInput = {
   measuredAt?: Prisma.SortOrderInput | Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
@@ -377,6 +386,7 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   measuredAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
+  lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -399,6 +409,7 @@ export type CatalogModelOrderByWithAggregationInput = {
   measuredAt?: Prisma.SortOrderInput | Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.CatalogModelCountOrderByAggregateInput
@@ -427,6 +438,7 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   measuredAt?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   declared?: Prisma.BoolWithAggregatesFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
+  lastRequestAt?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
 }
@@ -447,6 +459,7 @@ export type CatalogModelCreateInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -469,6 +482,7 @@ export type CatalogModelUncheckedCreateInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -491,6 +505,7 @@ export type CatalogModelUpdateInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -513,6 +528,7 @@ export type CatalogModelUncheckedUpdateInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -535,6 +551,7 @@ export type CatalogModelCreateManyInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -555,6 +572,7 @@ export type CatalogModelUpdateManyMutationInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -575,6 +593,7 @@ export type CatalogModelUncheckedUpdateManyInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -595,6 +614,7 @@ export type CatalogModelCountOrderByAggregateInput = {
   measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -624,6 +644,7 @@ export type CatalogModelMaxOrderByAggregateInput = {
   measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -643,6 +664,7 @@ export type CatalogModelMinOrderByAggregateInput = {
   measuredAt?: Prisma.SortOrder
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
+  lastRequestAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -672,10 +694,6 @@ export type NullableIntFieldUpdateOperationsInput = {
   decrement?: number
   multiply?: number
   divide?: number
-}
-
-export type BoolFieldUpdateOperationsInput = {
-  set?: boolean
 }
 
 export type CatalogModelCreateNestedOneWithoutAdaptersInput = {
@@ -722,6 +740,7 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
@@ -743,6 +762,7 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
@@ -780,6 +800,7 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
@@ -801,6 +822,7 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
@@ -822,6 +844,7 @@ export type CatalogModelCreateWithoutReplicasInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -843,6 +866,7 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   measuredAt?: Date | string | null
   declared?: boolean
   awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -880,6 +904,7 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -901,6 +926,7 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -962,6 +988,7 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
@@ -985,6 +1012,7 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1005,6 +1033,7 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1025,11 +1054,12 @@ export type CatalogModelSelectScalar = {
   measuredAt?: boolean
   declared?: boolean
   awakeUntil?: boolean
+  lastRequestAt?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
@@ -1060,6 +1090,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     measuredAt: Date | null
     declared: boolean
     awakeUntil: Date | null
+    lastRequestAt: Date | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["catalogModel"]>
@@ -1502,6 +1533,7 @@ export interface CatalogModelFieldRefs {
   readonly measuredAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly declared: Prisma.FieldRef<"CatalogModel", 'Boolean'>
   readonly awakeUntil: Prisma.FieldRef<"CatalogModel", 'DateTime'>
+  readonly lastRequestAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
 }

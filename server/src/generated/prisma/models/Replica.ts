@@ -101,6 +101,7 @@ export type ReplicaCountAggregateOutputType = {
   gpuLayers: number
   totalLayers: number
   vramUsedBytes: number
+  adapters: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -182,6 +183,7 @@ export type ReplicaCountAggregateInputType = {
   gpuLayers?: true
   totalLayers?: true
   vramUsedBytes?: true
+  adapters?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -290,6 +292,7 @@ export type ReplicaGroupByOutputType = {
   gpuLayers: number | null
   totalLayers: number | null
   vramUsedBytes: bigint | null
+  adapters: string[]
   createdAt: Date
   updatedAt: Date
   _count: ReplicaCountAggregateOutputType | null
@@ -334,6 +337,7 @@ export type ReplicaWhereInput = {
   gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
+  adapters?: Prisma.StringNullableListFilter<"Replica">
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -358,6 +362,7 @@ export type ReplicaOrderByWithRelationInput = {
   gpuLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  adapters?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
@@ -385,6 +390,7 @@ export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
   gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
+  adapters?: Prisma.StringNullableListFilter<"Replica">
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -409,6 +415,7 @@ export type ReplicaOrderByWithAggregationInput = {
   gpuLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
+  adapters?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.ReplicaCountOrderByAggregateInput
@@ -438,6 +445,7 @@ export type ReplicaScalarWhereWithAggregatesInput = {
   gpuLayers?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
   totalLayers?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableWithAggregatesFilter<"Replica"> | bigint | number | null
+  adapters?: Prisma.StringNullableListFilter<"Replica">
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
 }
@@ -457,6 +465,7 @@ export type ReplicaCreateInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -481,6 +490,7 @@ export type ReplicaUncheckedCreateInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -501,6 +511,7 @@ export type ReplicaUpdateInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -525,6 +536,7 @@ export type ReplicaUncheckedUpdateInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -547,6 +559,7 @@ export type ReplicaCreateManyInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -566,6 +579,7 @@ export type ReplicaUpdateManyMutationInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -587,6 +601,7 @@ export type ReplicaUncheckedUpdateManyInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -606,6 +621,14 @@ export type ReplicaScalarRelationFilter = {
   isNot?: Prisma.ReplicaWhereInput
 }
 
+export type StringNullableListFilter<$PrismaModel = never> = {
+  equals?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel> | null
+  has?: string | Prisma.StringFieldRefInput<$PrismaModel> | null
+  hasEvery?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel>
+  hasSome?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel>
+  isEmpty?: boolean
+}
+
 export type ReplicaCountOrderByAggregateInput = {
   id?: Prisma.SortOrder
   modelId?: Prisma.SortOrder
@@ -623,6 +646,7 @@ export type ReplicaCountOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
+  adapters?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -783,12 +807,21 @@ export type ReplicaUpdateOneRequiredWithoutEngineKeyNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.ReplicaUpdateToOneWithWhereWithoutEngineKeyInput, Prisma.ReplicaUpdateWithoutEngineKeyInput>, Prisma.ReplicaUncheckedUpdateWithoutEngineKeyInput>
 }
 
+export type ReplicaCreateadaptersInput = {
+  set: string[]
+}
+
 export type EnumReplicaStateFieldUpdateOperationsInput = {
   set?: $Enums.ReplicaState
 }
 
 export type EnumReplicaDesiredFieldUpdateOperationsInput = {
   set?: $Enums.ReplicaDesired
+}
+
+export type ReplicaUpdateadaptersInput = {
+  set?: string[]
+  push?: string | string[]
 }
 
 export type ReplicaCreateWithoutNodeInput = {
@@ -806,6 +839,7 @@ export type ReplicaCreateWithoutNodeInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -828,6 +862,7 @@ export type ReplicaUncheckedCreateWithoutNodeInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -879,6 +914,7 @@ export type ReplicaScalarWhereInput = {
   gpuLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
+  adapters?: Prisma.StringNullableListFilter<"Replica">
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
 }
@@ -898,6 +934,7 @@ export type ReplicaCreateWithoutModelInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
@@ -920,6 +957,7 @@ export type ReplicaUncheckedCreateWithoutModelInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -966,6 +1004,7 @@ export type ReplicaCreateWithoutEngineKeyInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -989,6 +1028,7 @@ export type ReplicaUncheckedCreateWithoutEngineKeyInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1024,6 +1064,7 @@ export type ReplicaUpdateWithoutEngineKeyInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1047,6 +1088,7 @@ export type ReplicaUncheckedUpdateWithoutEngineKeyInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1067,6 +1109,7 @@ export type ReplicaCreateManyNodeInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1086,6 +1129,7 @@ export type ReplicaUpdateWithoutNodeInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1108,6 +1152,7 @@ export type ReplicaUncheckedUpdateWithoutNodeInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1129,6 +1174,7 @@ export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1149,6 +1195,7 @@ export type ReplicaCreateManyModelInput = {
   gpuLayers?: number | null
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
+  adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1168,6 +1215,7 @@ export type ReplicaUpdateWithoutModelInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
@@ -1190,6 +1238,7 @@ export type ReplicaUncheckedUpdateWithoutModelInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1211,6 +1260,7 @@ export type ReplicaUncheckedUpdateManyWithoutModelInput = {
   gpuLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1234,6 +1284,7 @@ export type ReplicaSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   gpuLayers?: boolean
   totalLayers?: boolean
   vramUsedBytes?: boolean
+  adapters?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1258,6 +1309,7 @@ export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   gpuLayers?: boolean
   totalLayers?: boolean
   vramUsedBytes?: boolean
+  adapters?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1281,6 +1333,7 @@ export type ReplicaSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   gpuLayers?: boolean
   totalLayers?: boolean
   vramUsedBytes?: boolean
+  adapters?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1304,11 +1357,12 @@ export type ReplicaSelectScalar = {
   gpuLayers?: boolean
   totalLayers?: boolean
   vramUsedBytes?: boolean
+  adapters?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
+export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "adapters" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
 export type ReplicaInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
@@ -1347,6 +1401,7 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     gpuLayers: number | null
     totalLayers: number | null
     vramUsedBytes: bigint | null
+    adapters: string[]
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["replica"]>
@@ -1791,6 +1846,7 @@ export interface ReplicaFieldRefs {
   readonly gpuLayers: Prisma.FieldRef<"Replica", 'Int'>
   readonly totalLayers: Prisma.FieldRef<"Replica", 'Int'>
   readonly vramUsedBytes: Prisma.FieldRef<"Replica", 'BigInt'>
+  readonly adapters: Prisma.FieldRef<"Replica", 'String[]'>
   readonly createdAt: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Replica", 'DateTime'>
 }
