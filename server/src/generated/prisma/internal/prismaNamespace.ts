@@ -2285,6 +2285,7 @@ export const CatalogModelScalarFieldEnum = {
   declared: 'declared',
   awakeUntil: 'awakeUntil',
   lastRequestAt: 'lastRequestAt',
+  owner: 'owner',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

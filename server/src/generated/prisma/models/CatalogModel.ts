@@ -62,6 +62,7 @@ export type CatalogModelMinAggregateOutputType = {
   declared: boolean | null
   awakeUntil: Date | null
   lastRequestAt: Date | null
+  owner: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -82,6 +83,7 @@ export type CatalogModelMaxAggregateOutputType = {
   declared: boolean | null
   awakeUntil: Date | null
   lastRequestAt: Date | null
+  owner: string | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -103,6 +105,7 @@ export type CatalogModelCountAggregateOutputType = {
   declared: number
   awakeUntil: number
   lastRequestAt: number
+  owner: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -145,6 +148,7 @@ export type CatalogModelMinAggregateInputType = {
   declared?: true
   awakeUntil?: true
   lastRequestAt?: true
+  owner?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -165,6 +169,7 @@ export type CatalogModelMaxAggregateInputType = {
   declared?: true
   awakeUntil?: true
   lastRequestAt?: true
+  owner?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -186,6 +191,7 @@ export type CatalogModelCountAggregateInputType = {
   declared?: true
   awakeUntil?: true
   lastRequestAt?: true
+  owner?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -294,6 +300,7 @@ export type CatalogModelGroupByOutputType = {
   declared: boolean
   awakeUntil: Date | null
   lastRequestAt: Date | null
+  owner: string | null
   createdAt: Date
   updatedAt: Date
   _count: CatalogModelCountAggregateOutputType | null
@@ -338,6 +345,7 @@ export type CatalogModelWhereInput = {
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
+  owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -361,6 +369,7 @@ export type CatalogModelOrderByWithRelationInput = {
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  owner?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
@@ -387,6 +396,7 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   declared?: Prisma.BoolFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
+  owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -410,6 +420,7 @@ export type CatalogModelOrderByWithAggregationInput = {
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  owner?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.CatalogModelCountOrderByAggregateInput
@@ -439,6 +450,7 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   declared?: Prisma.BoolWithAggregatesFilter<"CatalogModel"> | boolean
   awakeUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
+  owner?: Prisma.StringNullableWithAggregatesFilter<"CatalogModel"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
 }
@@ -460,6 +472,7 @@ export type CatalogModelCreateInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -483,6 +496,7 @@ export type CatalogModelUncheckedCreateInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -506,6 +520,7 @@ export type CatalogModelUpdateInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -529,6 +544,7 @@ export type CatalogModelUncheckedUpdateInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -552,6 +568,7 @@ export type CatalogModelCreateManyInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -573,6 +590,7 @@ export type CatalogModelUpdateManyMutationInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -594,6 +612,7 @@ export type CatalogModelUncheckedUpdateManyInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -615,6 +634,7 @@ export type CatalogModelCountOrderByAggregateInput = {
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -645,6 +665,7 @@ export type CatalogModelMaxOrderByAggregateInput = {
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -665,6 +686,7 @@ export type CatalogModelMinOrderByAggregateInput = {
   declared?: Prisma.SortOrder
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -741,6 +763,7 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
@@ -763,6 +786,7 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
@@ -801,6 +825,7 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
@@ -823,6 +848,7 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
@@ -845,6 +871,7 @@ export type CatalogModelCreateWithoutReplicasInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -867,6 +894,7 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   declared?: boolean
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
+  owner?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -905,6 +933,7 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -927,6 +956,7 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -989,6 +1019,7 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   declared?: boolean
   awakeUntil?: boolean
   lastRequestAt?: boolean
+  owner?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
@@ -1013,6 +1044,7 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   declared?: boolean
   awakeUntil?: boolean
   lastRequestAt?: boolean
+  owner?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1034,6 +1066,7 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   declared?: boolean
   awakeUntil?: boolean
   lastRequestAt?: boolean
+  owner?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1055,11 +1088,12 @@ export type CatalogModelSelectScalar = {
   declared?: boolean
   awakeUntil?: boolean
   lastRequestAt?: boolean
+  owner?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "owner" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
@@ -1091,6 +1125,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     declared: boolean
     awakeUntil: Date | null
     lastRequestAt: Date | null
+    owner: string | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["catalogModel"]>
@@ -1534,6 +1569,7 @@ export interface CatalogModelFieldRefs {
   readonly declared: Prisma.FieldRef<"CatalogModel", 'Boolean'>
   readonly awakeUntil: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly lastRequestAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
+  readonly owner: Prisma.FieldRef<"CatalogModel", 'String'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
 }

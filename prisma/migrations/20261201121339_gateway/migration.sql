@@ -2,7 +2,8 @@
 ALTER TABLE "ApiToken" ADD COLUMN     "callerOnly" BOOLEAN NOT NULL DEFAULT false;
 
 -- AlterTable
-ALTER TABLE "CatalogModel" ADD COLUMN     "lastRequestAt" TIMESTAMP(3);
+ALTER TABLE "CatalogModel" ADD COLUMN     "lastRequestAt" TIMESTAMP(3),
+ADD COLUMN     "owner" TEXT;
 
 -- AlterTable
 ALTER TABLE "Replica" ADD COLUMN     "adapters" TEXT[] DEFAULT ARRAY[]::TEXT[];
