@@ -45,6 +45,11 @@ export type Credentials = {
   cookie?: string | null;
   csrf?: string | null;
   method: string;
+  /**
+   * What the credentials are shown for: the control plane (GraphQL, /mirror, /api; the default) or calling
+   * models at /v1. A caller-only token stands only for the second.
+   */
+  purpose?: 'control' | 'call';
 };
 
 export class AuthService {
@@ -62,13 +67,13 @@ export class AuthService {
     if (c.authorization && !bearer) {
       return { kind: 'anonymous', reason: 'the Authorization header is not "Bearer <token>"' };
     }
-    if (bearer) return this.identifyToken(bearer);
+    if (bearer) return this.identifyToken(bearer, c.purpose ?? 'control');
     const session = parseCookies(c.cookie).get(SESSION_COOKIE);
     if (session) return this.identifySession(session, c);
     return { kind: 'anonymous' };
   }
 
-  private async identifyToken(secret: string): Promise<Viewer> {
+  private async identifyToken(secret: string, purpose: 'control' | 'call'): Promise<Viewer> {
     const kind = secretKind(secret);
     const tokenHash = hashSecret(secret);
     if (kind === 'node') {
@@ -94,6 +99,12 @@ export class AuthService {
     if (token.user.disabledAt) {
       return { kind: 'anonymous', reason: `the API token "${token.name}" belongs to a disabled user` };
     }
+    if (token.callerOnly && purpose !== 'call') {
+      return {
+        kind: 'anonymous',
+        reason: `the API token "${token.name}" is a caller token: it calls models at /v1 and nothing else`,
+      };
+    }
     const now = Date.now();
     if (!token.lastUsedAt || now - token.lastUsedAt.getTime() > LAST_USED_RESOLUTION_MS) {
       await this.db.apiToken.update({ where: { id: token.id }, data: { lastUsedAt: new Date(now) } });
@@ -106,6 +117,7 @@ export class AuthService {
       role: lowerRole(token.role, token.user.role),
       tokenId: token.id,
       tokenName: token.name,
+      callerOnly: token.callerOnly,
     };
   }
 

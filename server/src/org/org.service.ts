@@ -91,7 +91,7 @@ type MemberRow = Membership & {
 };
 
 /** The owner ids, by scope, whose collections an owner may read: the table above, worked out for one owner. */
-type Reach = Record<OwnerScope, Set<string>>;
+export type Reach = Record<OwnerScope, Set<string>>;
 
 // Every change to the tree takes this lock in its transaction, so the checks it makes (a team owns nothing, an
 // owner is inside the org) still hold when it commits, also with several server replicas.
@@ -184,6 +184,21 @@ export class OrgService {
       parsed,
       viewer.kind === 'user' ? { scope: 'user', id: viewer.user.id } : { scope: 'key', id: viewer.tokenId },
     );
+  }
+
+  /**
+   * Every owner a caller at /v1 stands for: the token's user with the user's memberships, and the token as a key
+   * with its own. Calling is not reading pairs (mayRead, where a key stands for itself alone): an adapter answers
+   * questions, it does not hand over its data, so a team member's application calls the team's adapters with
+   * any of that member's tokens. An owner key "team:<id>" admits the caller when reach.team has the id.
+   */
+  async callerReach(caller: { userId: string; tokenId?: string }, db: Tx = this.db): Promise<Reach> {
+    const [user, key] = await Promise.all([
+      this.reach(db, { scope: 'user', id: caller.userId }),
+      caller.tokenId ? this.reach(db, { scope: 'key', id: caller.tokenId }) : undefined,
+    ]);
+    if (key) for (const scope of Object.keys(user) as OwnerScope[]) for (const id of key[scope]) user[scope].add(id);
+    return user;
   }
 
   /**
