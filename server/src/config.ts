@@ -155,6 +155,14 @@ const schema = z.object({
     .min(256, 'at least 256')
     .max(4_194_304, 'at most 4194304')
     .default(32_768),
+  HANGAR_GATEWAY_WAKE_SECONDS: z.coerce.number().int().min(0, 'at least 0').max(3600, 'at most 3600').default(120),
+  HANGAR_GATEWAY_WAKE_QUEUE: z.coerce.number().int().min(0, 'at least 0').max(100_000, 'at most 100000').default(64),
+  HANGAR_GATEWAY_FIRST_BYTE_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(3_600_000, 'at most 3600000')
+    .default(120_000),
 });
 
 export type Config = {
@@ -226,6 +234,15 @@ export type Config = {
   maxContext: number;
   /** Seconds without a report from a running job's node before the job is failed as lost. */
   trainLostSeconds: number;
+  /** How long a request for an on-demand model waits for it to wake before it is answered 503. */
+  gatewayWakeSeconds: number;
+  /** Requests that may wait at once for one model to wake, in one server process; more are answered 503. */
+  gatewayWakeQueue: number;
+  /**
+   * How long the gateway waits for a replica's first byte (headers) before it counts the replica as failing and
+   * tries another. Generous: a long prompt on a busy replica is slow to start, and retrying it doubles the load.
+   */
+  gatewayFirstByteMs: number;
 };
 
 export class ConfigError extends Error {
@@ -283,5 +300,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
     maxContext: c.HANGAR_MAX_CONTEXT,
     trainLostSeconds: c.HANGAR_TRAIN_LOST_SECONDS,
+    gatewayWakeSeconds: c.HANGAR_GATEWAY_WAKE_SECONDS,
+    gatewayWakeQueue: c.HANGAR_GATEWAY_WAKE_QUEUE,
+    gatewayFirstByteMs: c.HANGAR_GATEWAY_FIRST_BYTE_MS,
   };
 }

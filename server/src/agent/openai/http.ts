@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import { hashSecret, sameSecret } from '../../auth/secrets.js';
 import type { Logger } from '../../lib/log.js';
+import { ApiError, invalid, modelNotFound, sendError } from '../../lib/openai-error.js';
 import { type ChatMessage, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
 
 // The agent's OpenAI-compatible endpoint: one listening port per agent, every replica on the node behind it,
@@ -33,35 +34,6 @@ export type OpenAiServer = {
 const MiB = 1024 * 1024;
 
 type Entry = { model: ServedModel; keyHash: string; created: number; gone: boolean };
-
-/** OpenAI's error body; `status` is the HTTP status it goes with. */
-class ApiError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-    readonly type: string,
-    readonly param: string | null = null,
-    readonly code: string | null = null,
-    readonly headers: Record<string, string> = {},
-  ) {
-    super(message);
-  }
-  body() {
-    return { error: { message: this.message, type: this.type, param: this.param, code: this.code } };
-  }
-}
-
-const invalid = (message: string, param: string | null = null, code: string | null = 'invalid_value') =>
-  new ApiError(400, message, 'invalid_request_error', param, code);
-
-const modelNotFound = (model: string) =>
-  new ApiError(
-    404,
-    `The model \`${model}\` does not exist or you do not have access to it.`,
-    'invalid_request_error',
-    'model',
-    'model_not_found',
-  );
 
 // --- Request bodies -------------------------------------------------------------------------------------------
 // Unknown fields are dropped, as OpenAI ignores them. Fields whose meaning this endpoint cannot honour (several
@@ -706,22 +678,6 @@ function send(res: ServerResponse, statusOrError: number | ApiError, payload?: u
   if (statusOrError instanceof ApiError) return sendError(res, statusOrError);
   const body = JSON.stringify(payload);
   res.writeHead(statusOrError, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-}
-
-function sendError(res: ServerResponse, err: ApiError) {
-  if (res.destroyed) return;
-  if (res.headersSent) {
-    // Mid-stream, OpenAI sends the error as one more event; its clients raise it as an APIError.
-    if (!res.writableEnded) res.end(`data: ${JSON.stringify(err.body())}\n\n`);
-    return;
-  }
-  const body = JSON.stringify(err.body());
-  res.writeHead(err.status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-    ...err.headers,
-  });
   res.end(body);
 }
 

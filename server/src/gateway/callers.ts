@@ -1,0 +1,118 @@
+import type { IncomingMessage } from 'node:http';
+import type { AuthService } from '../auth/auth.service.js';
+import { hashSecret } from '../auth/secrets.js';
+import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { Logger } from '../lib/log.js';
+import type { OrgService, Reach } from '../org/org.service.js';
+import { parseOwnerKey } from '../org/org.service.js';
+import type { PubSub } from '../pubsub.js';
+
+// Who calls /v1, and whom they stand for. Finding out costs database round-trips (the token, its user, their
+// memberships), which an application making hundreds of requests a second should not pay on each. So a token's
+// answer is kept for a few seconds, and dropped at once when the 'credentials' event says something about its
+// user changed (a token revoked, the user demoted or disabled, a membership added or removed), as live
+// connections are (auth/live.ts). While this process hears no events (its LISTEN connection is down), nothing
+// is kept: a revocation it cannot hear must not stand for seconds more.
+
+export type Caller = {
+  /** As the audit log records it (a wake, say). */
+  viewer: Viewer;
+  userId: string;
+  /** The API token's id; '' for a console session (the playground). */
+  tokenId: string;
+  /** What the audit log calls it, as describeActor does. */
+  label: string;
+  admin: boolean;
+  reach: Reach;
+};
+
+export type Identified = { ok: true; caller: Caller } | { ok: false; reason: string };
+
+const KEEP_MS = 5000;
+const MAX_KEPT = 10_000;
+
+export class Callers {
+  private readonly kept = new Map<string, { at: number; caller: Caller }>();
+  private stopListening: (() => void) | undefined;
+
+  constructor(
+    private readonly deps: {
+      auth: AuthService;
+      org: OrgService;
+      pubsub: PubSub;
+      log: Logger;
+      /** Whether this process hears the database's events now. */
+      listening: () => boolean;
+    },
+  ) {}
+
+  start() {
+    const events = this.deps.pubsub.subscribe('credentials')[Symbol.asyncIterator]();
+    this.stopListening = () => void events.return?.();
+    void (async () => {
+      for (;;) {
+        const event = await events.next();
+        if (event.done) return;
+        const holder = event.value;
+        for (const [key, entry] of this.kept) if (`user:${entry.caller.userId}` === holder) this.kept.delete(key);
+      }
+    })().catch((err: unknown) => {
+      this.deps.log.error('gateway: stopped hearing credentials changes; callers are checked on every request', {
+        error: err,
+      });
+      this.stopListening = undefined;
+    });
+  }
+
+  stop() {
+    this.stopListening?.();
+    this.stopListening = undefined;
+    this.kept.clear();
+  }
+
+  /** The caller of a /v1 request: an API token (any, caller-only included), or a console session with its CSRF header. */
+  async identify(req: IncomingMessage): Promise<Identified> {
+    const authorization = req.headers.authorization;
+    const cacheable = Boolean(authorization && this.stopListening && this.deps.listening());
+    const key = cacheable ? hashSecret(authorization as string) : undefined;
+    if (key) {
+      const hit = this.kept.get(key);
+      if (hit && Date.now() - hit.at < KEEP_MS) return { ok: true, caller: hit.caller };
+    }
+    const viewer = await this.deps.auth.identify({
+      authorization: authorization ?? null,
+      cookie: req.headers.cookie ?? null,
+      csrf: (req.headers['x-hangar-csrf'] as string | undefined) ?? null,
+      method: req.method ?? 'POST',
+      purpose: 'call',
+    });
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') {
+      const reason =
+        viewer.kind === 'anonymous'
+          ? (viewer.reason ?? 'no API token: send Authorization: Bearer <an API token made on the Tokens page>')
+          : 'a node token does not call models: use an API token';
+      return { ok: false, reason };
+    }
+    const tokenId = viewer.kind === 'token' ? viewer.tokenId : '';
+    const caller: Caller = {
+      viewer,
+      userId: viewer.user.id,
+      tokenId,
+      label: viewer.kind === 'token' ? `token:${viewer.tokenName} (${viewer.user.email})` : `user:${viewer.user.email}`,
+      admin: roleAtLeast(viewer.role, 'ADMIN'),
+      reach: await this.deps.org.callerReach({ userId: viewer.user.id, tokenId: tokenId || undefined }),
+    };
+    if (key) {
+      if (this.kept.size >= MAX_KEPT) this.kept.clear();
+      this.kept.set(key, { at: Date.now(), caller });
+    }
+    return { ok: true, caller };
+  }
+}
+
+/** Whether an owner key ("team:<id>", null for everyone) admits the caller. Admins call everything. */
+export function admits(caller: Caller, owner: string | null): boolean {
+  if (owner === null || caller.admin) return true;
+  const parsed = parseOwnerKey(owner);
+  return parsed ? caller.reach[parsed.scope].has(parsed.id) : false;
+}

@@ -1,0 +1,238 @@
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
+import { startTestApp, type TestApp } from '../../test/harness.js';
+import { freePort } from '../lib/free-port.js';
+
+// The gateway's protocol edges, against stand-in replicas on real sockets (they stand for a node's endpoint: the
+// fixed words make the answers easy to check): who may call, OpenAI's refusals, a replica that cannot be reached
+// or fails before its first byte, the usage chunk a client did not ask for, and usage accounted in batches.
+// The real agent and llama.cpp behind the gateway are in test/gateway.test.ts.
+
+const KEY = 'hgk_gateway-test-engine-key-0123456789abcdef';
+
+let t: TestApp;
+let base: string;
+let token: string;
+let replica: StandInReplica;
+let nodeId: string;
+
+async function addModel(name: string, endpoints: string[], extra: Record<string, unknown> = {}) {
+  const db = t.app.db.prisma;
+  const model = await db.catalogModel.create({
+    data: { name, source: `http://mirror.example/mirror/${name}/v1/model.gguf`, engine: 'llamacpp', ...extra },
+  });
+  const replicas = [];
+  for (const endpoint of endpoints) {
+    const r = await db.replica.create({ data: { modelId: model.id, nodeId, state: 'READY', endpoint } });
+    await db.engineKey.create({ data: { replicaId: r.id, key: KEY } });
+    replicas.push(r);
+  }
+  await t.app.services.gateway.routes.refresh();
+  return { model, replicas };
+}
+
+const client = (apiKey = token) => new OpenAI({ baseURL: `${base}/v1`, apiKey, maxRetries: 0 });
+
+beforeAll(async () => {
+  // A short body deadline, so the test of a body that never ends is quick.
+  t = await startTestApp({ HANGAR_BODY_TIMEOUT_MS: '1000' });
+  base = await t.app.start();
+  token = await t.token('VIEWER', 'an-application');
+  replica = await startStandInReplica({ key: KEY });
+  const node = await t.app.db.prisma.node.create({ data: { name: 'gpu-1', tokenHash: 'not-a-real-hash' } });
+  nodeId = node.id;
+  await addModel('tiny', [replica.endpoint]);
+});
+
+afterAll(async () => {
+  await replica?.close();
+  await t?.close();
+});
+
+describe('the gateway at /v1', () => {
+  it('answers a chat through the replica, with the engine key the caller never sees', async () => {
+    const answer = await client().chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+    });
+    let text = '';
+    const chunks: OpenAI.Chat.Completions.ChatCompletionChunk[] = [];
+    for await (const chunk of answer) {
+      chunks.push(chunk);
+      text += chunk.choices[0]?.delta?.content ?? '';
+    }
+    expect(text).toBe(replica.words.join(''));
+    const sent = replica.requests.at(-1);
+    expect(sent?.authorization).toBe(`Bearer ${KEY}`);
+    // The gateway asked for the usage chunk (to account the request) but the client did not: it gets none.
+    expect(sent?.body.stream_options).toEqual({ include_usage: true });
+    expect(chunks.some((c) => c.usage)).toBe(false);
+  });
+
+  it('passes the usage chunk on when the client asked for it', async () => {
+    const answer = await client().chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    const usage = [];
+    for await (const chunk of answer) if (chunk.usage) usage.push(chunk.usage);
+    expect(usage).toEqual([{ prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 }]);
+  });
+
+  it('accounts each request in a usage row, written in a batch', async () => {
+    await t.app.services.gateway.usage.flush();
+    const before = await t.app.db.prisma.usageMinute.aggregate({
+      where: { model: 'tiny' },
+      _sum: { requests: true, completionTokens: true },
+    });
+    const answer = await client().chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'count me' }],
+      stream: true,
+    });
+    for await (const _ of answer) {
+      // read it all
+    }
+    // Nothing was written on the request's path.
+    const unflushed = await t.app.db.prisma.usageMinute.aggregate({
+      where: { model: 'tiny' },
+      _sum: { requests: true },
+    });
+    expect(unflushed._sum.requests).toBe(before._sum.requests);
+    await t.app.services.gateway.usage.flush();
+    const after = await t.app.db.prisma.usageMinute.aggregate({
+      where: { model: 'tiny' },
+      _sum: { requests: true, completionTokens: true },
+    });
+    expect((after._sum.requests ?? 0) - (before._sum.requests ?? 0)).toBe(1);
+    expect(Number(after._sum.completionTokens ?? 0n) - Number(before._sum.completionTokens ?? 0n)).toBe(3);
+    const row = await t.app.db.prisma.usageMinute.findFirst({ where: { model: 'tiny' }, orderBy: { id: 'desc' } });
+    expect(row?.node).toBe('gpu-1');
+    expect(row?.durationBuckets.reduce((a, b) => a + b, 0)).toBe(row?.requests);
+    const model = await t.app.db.prisma.catalogModel.findUnique({ where: { name: 'tiny' } });
+    expect(model?.lastRequestAt).toBeInstanceOf(Date);
+  });
+
+  it('refuses a caller without a token, or with one that is not known, in OpenAI’s shape', async () => {
+    const none = await fetch(`${base}/v1/models`);
+    expect(none.status).toBe(401);
+    expect(((await none.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key');
+    await expect(client('hgr_not-a-token').models.list()).rejects.toMatchObject({
+      status: 401,
+      code: 'invalid_api_key',
+    });
+  });
+
+  it('answers a name nobody has and one the caller may not see exactly alike', async () => {
+    await addModel('restricted', [replica.endpoint], { owner: 'team:00000000-0000-4000-8000-000000000001' });
+    const ask = async (model: string) => {
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      return { status: res.status, body: (await res.text()).replace(model, 'NAME') };
+    };
+    const hidden = await ask('restricted');
+    const unknown = await ask('made-up');
+    expect(hidden.status).toBe(404);
+    expect(hidden).toEqual(unknown);
+    const listed = (await client().models.list()).data.map((m) => m.id);
+    expect(listed).toContain('tiny');
+    expect(listed).not.toContain('restricted');
+    // An admin calls everything.
+    const admin = await t.token('ADMIN', 'admin-app');
+    expect((await client(admin).models.list()).data.map((m) => m.id)).toContain('restricted');
+  });
+
+  it('refuses a body that is not JSON, one without a model, and one too large, naming what is wrong', async () => {
+    const post = (body: string) =>
+      fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body,
+      });
+    const notJson = await post('{"model": ');
+    expect(notJson.status).toBe(400);
+    expect(((await notJson.json()) as { error: { message: string } }).error.message).toMatch(
+      /could not parse the JSON/,
+    );
+    const noModel = await post('{"messages": []}');
+    expect(noModel.status).toBe(400);
+    expect(((await noModel.json()) as { error: { param: string } }).error.param).toBe('model');
+    const large = await post(
+      JSON.stringify({ model: 'tiny', messages: [{ role: 'user', content: 'x'.repeat(5 << 20) }] }),
+    );
+    expect(large.status).toBe(413);
+    const unknownRoute = await fetch(`${base}/v1/files`, { headers: { authorization: `Bearer ${token}` } });
+    expect(unknownRoute.status).toBe(404);
+    expect(((await unknownRoute.json()) as { error: { code: string } }).error.code).toBe('unknown_url');
+  });
+
+  it('cuts off a body that never ends, in OpenAI’s shape', async () => {
+    const { port } = new URL(base);
+    const status = await new Promise<number>((resolve, reject) => {
+      const req = http.request({
+        host: '127.0.0.1',
+        port,
+        path: '/v1/chat/completions',
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': '1000' },
+      });
+      req.on('response', (res) => resolve(res.statusCode ?? 0));
+      req.on('error', reject);
+      req.write('{"model": "tiny"');
+    });
+    expect(status).toBe(408);
+  });
+
+  it('sends a request whose replica cannot be reached, or fails before its first byte, to another one', async () => {
+    const closedPort = await freePort();
+    const failing = http.createServer((_req, res) => {
+      res.writeHead(500, { 'content-type': 'application/json' }).end('{"error":{"message":"boom"}}');
+    });
+    await new Promise<void>((r) => failing.listen(0, '127.0.0.1', r));
+    const failingUrl = `http://127.0.0.1:${(failing.address() as AddressInfo).port}/v1`;
+    try {
+      for (const [name, bad, why] of [
+        ['refusing', `http://127.0.0.1:${closedPort}/v1`, /ECONNREFUSED/],
+        ['erring', failingUrl, /answered 500/],
+      ] as const) {
+        const { replicas } = await addModel(name, [bad, replica.endpoint]);
+        // Ties are taken in turn, so one of two requests picks the bad replica first.
+        for (let i = 0; i < 2; i++) {
+          const answer = await client().chat.completions.create({
+            model: name,
+            messages: [{ role: 'user', content: 'hi' }],
+            stream: true,
+          });
+          let text = '';
+          for await (const chunk of answer) text += chunk.choices[0]?.delta?.content ?? '';
+          expect(text).toBe(replica.words.join(''));
+        }
+        expect(t.app.services.gateway.load(replicas[0]!.id).failing).toMatch(why);
+        expect(t.app.services.gateway.load(replicas[1]!.id)).toMatchObject({ inFlight: 0, failing: null });
+      }
+    } finally {
+      failing.close();
+    }
+  });
+
+  it('answers 503 with the reason and Retry-After for a stopped model', async () => {
+    await addModel('parked', [], { minReplicas: 0, maxReplicas: 0 });
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'parked', messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBe('60');
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/stopped by an operator/);
+  });
+});

@@ -1,0 +1,521 @@
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { pipeline } from 'node:stream/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { AuditService } from '../audit/audit.service.js';
+import type { AuthService } from '../auth/auth.service.js';
+import type { Config } from '../config.js';
+import type { Db } from '../db/client.js';
+import type { FleetService } from '../fleet/fleet.service.js';
+import type { Logger } from '../lib/log.js';
+import { ApiError, invalid, modelNotFound, sendError } from '../lib/openai-error.js';
+import type { OrgService } from '../org/org.service.js';
+import type { PubSub } from '../pubsub.js';
+import { admits, type Caller, Callers } from './callers.js';
+import { JsonTap, SseTap, send, UpstreamUnreached, type Usage } from './proxy.js';
+import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
+import { type Outcome, UsageRecorder } from './usage.js';
+
+// The request path applications use: OpenAI's API on the control plane's own port. A name resolves to a model or
+// an adapter the caller may see (anything else is the same 404 as a name nobody has), a READY replica holding it
+// answers (the one with the fewest requests in flight from this server), an on-demand model is woken and the
+// request waits for it, bounded. What a replica sends is passed through as it comes, with backpressure; a client
+// that goes away aborts the replica's work at once. Every request is accounted (usage.ts).
+
+export type GatewayDeps = {
+  db: Db;
+  config: Config;
+  log: Logger;
+  auth: AuthService;
+  org: OrgService;
+  fleet: FleetService;
+  audit: AuditService;
+  pubsub: PubSub;
+  /** Whether this process hears the database's events (callers are cached only while it does). */
+  listening: () => boolean;
+};
+
+/** A request body larger than this is refused, as a node's endpoint refuses it (agent/openai/http.ts). */
+const MAX_BODY_BYTES = 4 * 1024 * 1024;
+/** A replica that failed a request is skipped this long (it is tried again after, or when it is the only one). */
+const FAILING_MS = 10_000;
+
+const POST_ROUTES = new Set(['/chat/completions', '/completions', '/embeddings']);
+
+export type ReplicaLoad = { inFlight: number; failing: string | null; failingUntil: Date | null };
+
+export class Gateway {
+  readonly routes: RouteTable;
+  readonly usage: UsageRecorder;
+  readonly callers: Callers;
+  private readonly inFlight = new Map<string, number>();
+  private readonly failing = new Map<string, { until: number; why: string }>();
+  private readonly waitingFor = new Map<string, number>();
+  private turn = 0;
+
+  constructor(private readonly deps: GatewayDeps) {
+    this.routes = new RouteTable(deps.db, deps.log);
+    this.usage = new UsageRecorder(deps.db, deps.log);
+    this.callers = new Callers({
+      auth: deps.auth,
+      org: deps.org,
+      pubsub: deps.pubsub,
+      log: deps.log,
+      listening: deps.listening,
+    });
+  }
+
+  async start() {
+    this.callers.start();
+    this.usage.start();
+    await this.routes.start();
+  }
+
+  async stop() {
+    this.routes.stop();
+    this.callers.stop();
+    await this.usage.stop();
+  }
+
+  /** How loaded a replica is as this server sees it, for the Models page. */
+  load(replicaId: string): ReplicaLoad {
+    const f = this.failing.get(replicaId);
+    const live = f && f.until > Date.now() ? f : undefined;
+    return {
+      inFlight: this.inFlight.get(replicaId) ?? 0,
+      failing: live?.why ?? null,
+      failingUntil: live ? new Date(live.until) : null,
+    };
+  }
+
+  /** Requests in this process waiting for a model to start. */
+  waiting(model: string): number {
+    return this.waitingFor.get(model) ?? 0;
+  }
+
+  /** Answers a request under /v1. */
+  async handle(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const route = path.slice('/v1'.length);
+    const isModels = route === '/models' || route.startsWith('/models/');
+    if (!(req.method === 'GET' && isModels) && !(req.method === 'POST' && POST_ROUTES.has(route))) {
+      return refuseEarly(
+        req,
+        res,
+        new ApiError(404, `Invalid URL (${req.method} ${path})`, 'invalid_request_error', null, 'unknown_url'),
+      );
+    }
+    const who = await this.callers.identify(req);
+    if (!who.ok) {
+      return refuseEarly(req, res, new ApiError(401, who.reason, 'invalid_request_error', null, 'invalid_api_key'));
+    }
+    if (isModels) return this.listModels(res, who.caller, route === '/models' ? null : route.slice('/models/'.length));
+
+    const raw = await readBody(req, res, this.deps.config.bodyTimeoutMs);
+    if (!raw) return;
+    let body: Record<string, unknown>;
+    try {
+      body = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
+      if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new Error('not an object');
+    } catch {
+      return sendError(
+        res,
+        invalid(
+          'We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, such as {"model": "…", "messages": […]}.',
+          null,
+          null,
+        ),
+      );
+    }
+    if (typeof body.model !== 'string' || !body.model) {
+      return sendError(res, invalid("Missing required parameter: 'model'.", 'model', 'missing_required_parameter'));
+    }
+    const target = this.visible(who.caller, body.model);
+    if (!target) return sendError(res, modelNotFound(body.model));
+    await this.forward(res, route, body, raw, target, who.caller);
+  }
+
+  /** The name as this caller may call it; undefined for one they may not see, exactly as for one nobody has. */
+  private visible(caller: Caller, name: string): Target | undefined {
+    const target = this.routes.lookup(name);
+    if (!target || !admits(caller, target.model.owner)) return undefined;
+    if (target.adapter && !admits(caller, target.adapter.owner)) return undefined;
+    return target;
+  }
+
+  private async listModels(res: ServerResponse, caller: Caller, one: string | null) {
+    const cards: Record<string, unknown>[] = [];
+    const models = this.routes.models().filter((m) => m.mode !== 'STOPPED' && admits(caller, m.owner));
+    const owners = [...new Set(models.flatMap((m) => [m.owner, ...[...m.adapters.values()].map((a) => a.owner)]))]
+      .filter((o): o is string => o !== null)
+      .map((o) => {
+        const [scope, id] = o.split(':') as [never, string];
+        return { scope, id };
+      });
+    const labels = owners.length ? await this.deps.org.formatOwners(owners) : new Map<string, string>();
+    const ownedBy = (owner: string | null) => (owner ? (labels.get(owner) ?? owner) : 'hangar');
+    for (const m of models) {
+      const created = Math.floor(m.createdAt.getTime() / 1000);
+      cards.push({ id: m.name, object: 'model', created, owned_by: ownedBy(m.owner) });
+      for (const a of m.adapters.values()) {
+        if (!admits(caller, a.owner)) continue;
+        // vLLM's shape for a LoRA adapter: the base it runs on as `parent` and `root`.
+        cards.push({ id: a.name, object: 'model', created, owned_by: ownedBy(a.owner), parent: m.name, root: m.name });
+      }
+    }
+    if (one !== null) {
+      const name = decodeURIComponent(one);
+      const card = cards.find((c) => c.id === name);
+      return card ? json(res, 200, card) : sendError(res, modelNotFound(name));
+    }
+    json(res, 200, { object: 'list', data: cards });
+  }
+
+  private async forward(
+    res: ServerResponse,
+    route: string,
+    body: Record<string, unknown>,
+    raw: Buffer,
+    target: Target,
+    caller: Caller,
+  ) {
+    const started = performance.now();
+    const at = new Date();
+    const abort = new AbortController();
+    const gone = () => {
+      if (!res.writableFinished) abort.abort(new Error('the client went away'));
+    };
+    res.once('close', gone);
+    const stream = body.stream === true;
+    const options = body.stream_options as { include_usage?: unknown } | null | undefined;
+    const clientWantsUsage = options?.include_usage === true;
+    // Every engine is asked for its usage, so each streamed request is accounted; the client still gets exactly
+    // what it asked for (SseTap strips the chunk it did not).
+    const outBody =
+      stream && !clientWantsUsage && route !== '/embeddings'
+        ? Buffer.from(JSON.stringify({ ...body, stream_options: { ...(options ?? {}), include_usage: true } }))
+        : raw;
+    this.usage.touch(target.model.name);
+
+    let replica: RouteReplica | undefined;
+    let outcome: Outcome = 'error';
+    let usage: Usage | null = null;
+    let firstAt: number | null = null;
+    try {
+      const tried = new Set<string>();
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const picked =
+          this.pick(target, tried) ?? (attempt === 0 ? await this.waitFor(target, caller, abort.signal) : undefined);
+        if (abort.signal.aborted) {
+          outcome = 'aborted';
+          return;
+        }
+        if (!picked) {
+          if (!tried.size) return; // waitFor answered (503 with the fleet's reason) or the request was refused
+          break;
+        }
+        if (picked instanceof ApiError) return void sendError(res, picked);
+        replica = picked;
+        tried.add(replica.id);
+        this.inFlight.set(replica.id, (this.inFlight.get(replica.id) ?? 0) + 1);
+        try {
+          const upstream = await send({
+            endpoint: replica.endpoint as string,
+            route,
+            engineKey: replica.engineKey as string,
+            body: outBody,
+            stream,
+            firstByteMs: this.deps.config.gatewayFirstByteMs,
+            signal: abort.signal,
+          });
+          const status = upstream.statusCode ?? 502;
+          if (status >= 500 && attempt === 0) {
+            // Nothing reached the client yet: the replica is set aside and another one gets the request.
+            upstream.resume();
+            this.markFailing(replica, `answered ${status}`);
+            continue;
+          }
+          const headers: Record<string, string> = {
+            'content-type': String(upstream.headers['content-type'] ?? 'application/json'),
+          };
+          for (const h of ['retry-after', 'x-request-id', 'cache-control']) {
+            const v = upstream.headers[h];
+            if (typeof v === 'string') headers[h] = v;
+          }
+          res.writeHead(status, headers);
+          res.flushHeaders();
+          const sse = String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream');
+          const tap = sse ? new SseTap(!clientWantsUsage) : new JsonTap();
+          try {
+            await pipeline(upstream, tap, res);
+            outcome = status < 400 ? 'ok' : 'error';
+          } catch (err) {
+            if (abort.signal.aborted || res.destroyed) {
+              outcome = res.writableFinished ? 'ok' : 'aborted';
+            } else {
+              // The replica went away mid-answer: the client hears it as an error, and nobody retries it (bytes
+              // already reached the client).
+              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
+              if (sse && !res.writableEnded) {
+                sendError(
+                  res,
+                  new ApiError(502, `The replica serving ${target.model.name} stopped mid-answer.`, 'server_error'),
+                );
+              } else res.destroy();
+            }
+          }
+          usage = tap.usage;
+          firstAt = tap instanceof SseTap ? tap.firstEventAt : tap.firstByteAt;
+          return;
+        } catch (err) {
+          if (abort.signal.aborted) {
+            outcome = 'aborted';
+            return;
+          }
+          if (err instanceof UpstreamUnreached) {
+            this.markFailing(replica, err.message);
+            continue;
+          }
+          throw err;
+        } finally {
+          this.inFlight.set(replica.id, Math.max(0, (this.inFlight.get(replica.id) ?? 1) - 1));
+        }
+      }
+      sendError(
+        res,
+        new ApiError(
+          502,
+          `No replica of ${target.model.name} answered (the last ${replica ? this.failing.get(replica.id)?.why : 'could not be reached'}); try again shortly.`,
+          'server_error',
+          null,
+          null,
+          { 'retry-after': '5' },
+        ),
+      );
+    } finally {
+      res.off('close', gone);
+      this.usage.record({
+        at,
+        tokenId: caller.tokenId,
+        userId: caller.userId,
+        model: target.model.name,
+        adapter: target.adapter?.name ?? '',
+        node: replica?.nodeName ?? '',
+        replicaId: replica?.id ?? '',
+        outcome,
+        promptTokens: usage?.promptTokens ?? 0,
+        completionTokens: usage?.completionTokens ?? 0,
+        ttftMs: firstAt === null ? null : firstAt - started,
+        durationMs: performance.now() - started,
+      });
+    }
+  }
+
+  /** A READY replica holding the name, the least busy (ties taken in turn); undefined when none is. */
+  private pick(target: Target, skip: ReadonlySet<string> = new Set()): RouteReplica | undefined {
+    const model = this.routes.lookup(target.model.name)?.model ?? target.model;
+    const now = Date.now();
+    const ready = model.replicas.filter(
+      (r) =>
+        r.state === 'READY' &&
+        r.endpoint &&
+        r.engineKey &&
+        !skip.has(r.id) &&
+        (!target.adapter || r.adapters.has(target.adapter.name)),
+    );
+    // A replica that just failed is used only when nothing else is.
+    const healthy = ready.filter((r) => (this.failing.get(r.id)?.until ?? 0) <= now);
+    const pool = healthy.length ? healthy : ready;
+    if (!pool.length) return undefined;
+    let least = Number.POSITIVE_INFINITY;
+    for (const r of pool) least = Math.min(least, this.inFlight.get(r.id) ?? 0);
+    const tied = pool.filter((r) => (this.inFlight.get(r.id) ?? 0) === least);
+    return tied[this.turn++ % tied.length];
+  }
+
+  private markFailing(replica: RouteReplica, why: string) {
+    this.failing.set(replica.id, { until: Date.now() + FAILING_MS, why });
+    this.deps.log.warn('gateway: a replica failed a request; others get the next ones', {
+      replicaId: replica.id,
+      node: replica.nodeName,
+      why,
+    });
+  }
+
+  /**
+   * Waits for a replica of the target to be READY (waking an on-demand model), up to HANGAR_GATEWAY_WAKE_SECONDS.
+   * Resolves to the replica, or to the 503 to answer with the fleet's reason; undefined when the client left.
+   */
+  private async waitFor(
+    target: Target,
+    caller: Caller,
+    signal: AbortSignal,
+  ): Promise<RouteReplica | ApiError | undefined> {
+    const { name } = target.model;
+    const { gatewayWakeSeconds, gatewayWakeQueue } = this.deps.config;
+    if (target.model.mode === 'STOPPED') {
+      return unavailable(`${name} is stopped by an operator: it serves no requests until it is started again`, 60);
+    }
+    const waiting = this.waiting(name);
+    if (waiting >= gatewayWakeQueue) {
+      return unavailable(
+        `${waiting} requests already wait for ${name} to start, the most this server holds (HANGAR_GATEWAY_WAKE_QUEUE); try again shortly`,
+        5,
+      );
+    }
+    this.waitingFor.set(name, waiting + 1);
+    try {
+      if (target.model.mode === 'ON_DEMAND') await this.wake(target.model, caller);
+      const deadline = Date.now() + gatewayWakeSeconds * 1000;
+      for (;;) {
+        const current = this.routes.lookup(target.adapter?.name ?? name);
+        if (!current) return modelNotFound(target.adapter?.name ?? name);
+        const picked = this.pick(current);
+        if (picked) return picked;
+        const why = whyNotReady(current);
+        if (why.final) return unavailable(`${name} cannot start: ${why.text}`, 30);
+        if (current.model.mode === 'STOPPED') return unavailable(`${name} was stopped by an operator`, 60);
+        if (Date.now() >= deadline) {
+          return unavailable(
+            `${target.adapter?.name ?? name} did not become ready within ${gatewayWakeSeconds} s (HANGAR_GATEWAY_WAKE_SECONDS): ${why.text}`,
+            10,
+          );
+        }
+        try {
+          await sleep(250, undefined, { signal });
+        } catch {
+          return undefined;
+        }
+        await this.routes.refresh();
+      }
+    } finally {
+      const left = (this.waitingFor.get(name) ?? 1) - 1;
+      if (left > 0) this.waitingFor.set(name, left);
+      else this.waitingFor.delete(name);
+    }
+  }
+
+  /** Wakes an on-demand model that is asleep (audited once per wake, as wakeModel is) and runs placement now. */
+  private async wake(model: RouteModel, caller: Caller) {
+    const woken = await this.deps.db.$transaction(async (tx) => {
+      const rows = await tx.$queryRaw<{ awakeUntil: Date }[]>`
+        UPDATE "CatalogModel" SET "awakeUntil" = now() + "idleSeconds" * interval '1 second'
+        WHERE id = ${model.id}::uuid AND "minReplicas" = 0 AND "maxReplicas" > 0
+          AND ("awakeUntil" IS NULL OR "awakeUntil" < now())
+        RETURNING "awakeUntil"`;
+      const row = rows[0];
+      if (row) {
+        await this.deps.audit.done(
+          tx,
+          { viewer: caller.viewer, requestId: randomUUID() },
+          {
+            action: 'wakeModel',
+            target: model.name,
+            message: `woken by a request; awake until ${row.awakeUntil.toISOString()}`,
+          },
+        );
+      }
+      return Boolean(row);
+    });
+    if (woken) this.deps.log.info('gateway: woke an on-demand model for a request', { model: model.name });
+    await this.deps.fleet.place();
+    await this.routes.refresh();
+  }
+}
+
+/** Why nothing serves a model now, in the fleet's words; `final` when waiting will not change it. */
+function whyNotReady(target: Target): { text: string; final: boolean } {
+  const { model, adapter } = target;
+  const unplaced = model.replicas.find((r) => r.state === 'PENDING' && !r.nodeName && r.message);
+  if (unplaced?.message?.startsWith('fits on no node')) return { text: unplaced.message, final: true };
+  if (unplaced?.message) return { text: unplaced.message, final: false };
+  const loading = model.replicas.find((r) => r.state === 'LOADING' || r.state === 'PENDING');
+  if (loading) {
+    return {
+      text: `a replica is loading on ${loading.nodeName ?? 'a node'}${loading.message ? `: ${loading.message}` : ''}`,
+      final: false,
+    };
+  }
+  if (adapter && model.replicas.some((r) => r.state === 'READY')) {
+    return { text: `no replica has loaded the adapter ${adapter.name} yet`, final: false };
+  }
+  if (model.failed) return { text: `its last replica failed: ${model.failed}`, final: false };
+  return { text: 'no replica is placed yet', final: false };
+}
+
+function unavailable(message: string, retryAfterSeconds: number): ApiError {
+  return new ApiError(503, message, 'server_error', null, 'model_unavailable', {
+    'retry-after': String(retryAfterSeconds),
+  });
+}
+
+function json(res: ServerResponse, status: number, body: unknown) {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
+  res.end(text);
+}
+
+/** Answers before reading the body, then closes: an unread body must not be read as the next request. */
+function refuseEarly(req: IncomingMessage, res: ServerResponse, err: ApiError) {
+  const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;
+  if (hasBody && !req.complete) res.setHeader('connection', 'close');
+  sendError(res, err);
+  if (hasBody && !req.complete) res.once('finish', () => req.socket.destroy());
+}
+
+/** The whole body, or undefined when it was refused (too large, too slow: already answered). */
+function readBody(req: IncomingMessage, res: ServerResponse, timeoutMs: number): Promise<Buffer | undefined> {
+  const declared = Number(req.headers['content-length'] ?? Number.NaN);
+  const tooLarge = () =>
+    new ApiError(
+      413,
+      `The request body is larger than ${MAX_BODY_BYTES} bytes, the most the gateway accepts; send a shorter prompt.`,
+      'invalid_request_error',
+      null,
+      'request_too_large',
+    );
+  if (declared > MAX_BODY_BYTES) {
+    refuseEarly(req, res, tooLarge());
+    return Promise.resolve(undefined);
+  }
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (value: Buffer | undefined) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      req.off('data', onData);
+      resolve(value);
+    };
+    // A body that never ends holds nothing for long (HANGAR_BODY_TIMEOUT_MS, as every small body).
+    const timer = setTimeout(() => {
+      refuseEarly(
+        req,
+        res,
+        new ApiError(
+          408,
+          `The request body did not arrive within ${timeoutMs} ms; send it whole, promptly.`,
+          'invalid_request_error',
+          null,
+          'request_timeout',
+          { 'x-should-retry': 'false' },
+        ),
+      );
+      finish(undefined);
+    }, timeoutMs);
+    timer.unref();
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_BODY_BYTES) {
+        refuseEarly(req, res, tooLarge());
+        return finish(undefined);
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('end', () => finish(Buffer.concat(chunks)));
+    req.once('error', () => finish(undefined));
+    req.once('close', () => finish(undefined));
+  });
+}

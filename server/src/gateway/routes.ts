@@ -1,0 +1,149 @@
+import { type Mode, modeOf } from '../catalog/catalog.service.js';
+import type { Db } from '../db/client.js';
+import type { Logger } from '../lib/log.js';
+
+// What the gateway routes by: every catalog model with its adapters and its running replicas, read from
+// PostgreSQL as one snapshot and refreshed every second. A request looks its name up here, in memory, so the
+// hot path makes no database round-trip; and every server replica reads the same rows, so they agree without
+// talking to each other. A model, an adapter or a replica that appears is routable within a refresh: publishing
+// an adapter needs no restart.
+
+export type RouteReplica = {
+  id: string;
+  modelId: string;
+  state: 'PENDING' | 'LOADING' | 'READY';
+  nodeName: string | null;
+  /** The replica's OpenAI base URL (…/v1) and the engine key it accepts; both null until its agent reported. */
+  endpoint: string | null;
+  engineKey: string | null;
+  adapters: ReadonlySet<string>;
+  message: string | null;
+};
+
+export type RouteAdapter = { name: string; owner: string | null };
+
+export type RouteModel = {
+  id: string;
+  name: string;
+  mode: Mode;
+  owner: string | null;
+  idleSeconds: number;
+  awakeUntil: Date | null;
+  createdAt: Date;
+  adapters: Map<string, RouteAdapter>;
+  replicas: RouteReplica[];
+  /** The last thing the fleet said of a replica of it that failed lately: why nothing serves it, if nothing does. */
+  failed: string | null;
+};
+
+/** A name as a caller sends it: a model, or an adapter and the model it runs on. */
+export type Target = { model: RouteModel; adapter?: RouteAdapter };
+
+export class RouteTable {
+  private byName = new Map<string, Target>();
+  private list: RouteModel[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  private refreshing: Promise<void> | undefined;
+  private loadedAt = 0;
+  private lastError: string | undefined;
+
+  constructor(
+    private readonly db: Db,
+    private readonly log: Logger,
+    private readonly everyMs = 1000,
+  ) {}
+
+  start(): Promise<void> {
+    this.timer = setInterval(() => void this.refresh(), this.everyMs);
+    this.timer.unref();
+    return this.refresh();
+  }
+
+  stop() {
+    clearInterval(this.timer);
+  }
+
+  /** A model or adapter by the name requests use; undefined for a name the catalog does not have. */
+  lookup(name: string): Target | undefined {
+    return this.byName.get(name);
+  }
+
+  models(): readonly RouteModel[] {
+    return this.list;
+  }
+
+  /** How old the snapshot is; a refresh that failed (the database away) keeps serving the last one. */
+  ageMs(): number {
+    return Date.now() - this.loadedAt;
+  }
+
+  /** Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. */
+  refresh(): Promise<void> {
+    this.refreshing ??= this.load()
+      .catch((err: unknown) => {
+        const message = (err as Error).message;
+        if (message !== this.lastError) {
+          this.log.warn('gateway: could not read the catalog; routing by the last snapshot', { error: message });
+        }
+        this.lastError = message;
+      })
+      .finally(() => {
+        this.refreshing = undefined;
+      });
+    return this.refreshing;
+  }
+
+  private async load() {
+    const since = new Date(Date.now() - 10 * 60_000);
+    const rows = await this.db.catalogModel.findMany({
+      include: {
+        adapters: { select: { name: true, owner: true } },
+        replicas: {
+          where: {
+            OR: [
+              { desired: 'RUN', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+              { state: 'FAILED', updatedAt: { gt: since } },
+            ],
+          },
+          include: { node: { select: { name: true } }, engineKey: { select: { key: true } } },
+          orderBy: { updatedAt: 'desc' },
+        },
+      },
+    });
+    const byName = new Map<string, Target>();
+    const list: RouteModel[] = [];
+    for (const m of rows) {
+      const model: RouteModel = {
+        id: m.id,
+        name: m.name,
+        mode: modeOf(m),
+        owner: m.owner,
+        idleSeconds: m.idleSeconds,
+        awakeUntil: m.awakeUntil,
+        createdAt: m.createdAt,
+        adapters: new Map(m.adapters.map((a) => [a.name, { name: a.name, owner: a.owner }])),
+        replicas: m.replicas
+          .filter((r) => r.state !== 'FAILED')
+          .map((r) => ({
+            id: r.id,
+            modelId: m.id,
+            state: r.state as RouteReplica['state'],
+            nodeName: r.node?.name ?? null,
+            endpoint: r.endpoint,
+            engineKey: r.engineKey?.key ?? null,
+            adapters: new Set(r.adapters),
+            message: r.message,
+          })),
+        failed: m.replicas.find((r) => r.state === 'FAILED')?.message ?? null,
+      };
+      list.push(model);
+      byName.set(model.name, { model });
+      for (const adapter of model.adapters.values()) byName.set(adapter.name, { model, adapter });
+    }
+    this.byName = byName;
+    this.list = list;
+    this.loadedAt = Date.now();
+    if (this.lastError) this.log.info('gateway: reads the catalog again');
+    this.lastError = undefined;
+  }
+}
