@@ -129,6 +129,26 @@ describe('the gateway at /v1', () => {
     });
   });
 
+  it('refuses a revoked token at once, though callers are kept for a few seconds', async () => {
+    const admin = await t.login();
+    const made = await t.gql(
+      'mutation { createApiToken(input: { name: "soon-revoked", role: VIEWER }) { ... on CreatedApiToken { secret token { id } } } }',
+      {},
+      admin,
+    );
+    const { secret, token: created } = made.data?.createApiToken as { secret: string; token: { id: string } };
+    expect((await client(secret).models.list()).data.length).toBeGreaterThan(0);
+    await t.gql('mutation($id: ID!) { revokeApiToken(id: $id) { __typename } }', { id: created.id }, admin);
+    // The revocation's event drops the kept caller; without it the token would stand for 5 s more.
+    const deadline = Date.now() + 1500;
+    let status = 200;
+    while (Date.now() < deadline && status === 200) {
+      status = (await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${secret}` } })).status;
+      if (status === 200) await new Promise((r) => setTimeout(r, 50));
+    }
+    expect(status).toBe(401);
+  });
+
   it('answers a name nobody has and one the caller may not see exactly alike', async () => {
     await addModel('restricted', [replica.endpoint], { owner: 'team:00000000-0000-4000-8000-000000000001' });
     const ask = async (model: string) => {
