@@ -85,6 +85,36 @@ describe('the gateway at /v1', () => {
     expect(usage).toEqual([{ prompt_tokens: 4, completion_tokens: 3, total_tokens: 7 }]);
   });
 
+  it('never passes a caller’s own `lora` on, and names the adapter asked for by its place on the replica', async () => {
+    const stream = async (model: string, extra: Record<string, unknown> = {}) => {
+      const res = await fetch(`${base}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], stream: true, ...extra }),
+      });
+      await res.text();
+      return { status: res.status, sent: replica.requests.at(-1)?.body };
+    };
+    // llama-server would apply adapter 0 to a base-model request that carried this.
+    const base1 = await stream('tiny', { lora: [{ id: 0, scale: 1 }] });
+    expect(base1.status).toBe(200);
+    expect(base1.sent).not.toHaveProperty('lora');
+    const { model } = await addModel('with-adapters', []);
+    const r = await t.app.db.prisma.replica.create({
+      data: { modelId: model.id, nodeId, state: 'READY', endpoint: replica.endpoint, adapters: ['first', 'second'] },
+    });
+    await t.app.db.prisma.engineKey.create({ data: { replicaId: r.id, key: KEY } });
+    for (const name of ['first', 'second']) {
+      await t.app.db.prisma.adapter.create({
+        data: { name, source: `http://mirror.example/mirror/${name}/v1/a.gguf`, modelId: model.id },
+      });
+    }
+    await t.app.services.gateway.routes.refresh();
+    const second = await stream('second', { lora: [{ id: 0, scale: 1 }] });
+    expect(second.status).toBe(200);
+    expect(second.sent).toMatchObject({ model: 'second', lora: [{ id: 1, scale: 1 }] });
+  });
+
   it('accounts each request in a usage row, written in a batch', async () => {
     await t.app.services.gateway.usage.flush();
     const before = await t.app.db.prisma.usageMinute.aggregate({
@@ -136,7 +166,7 @@ describe('the gateway at /v1', () => {
       {},
       admin,
     );
-    const { secret, token: created } = made.data?.createApiToken as { secret: string; token: { id: string } };
+    const { secret, token: created } = made.data!.createApiToken as { secret: string; token: { id: string } };
     expect((await client(secret).models.list()).data.length).toBeGreaterThan(0);
     await t.gql('mutation($id: ID!) { revokeApiToken(id: $id) { __typename } }', { id: created.id }, admin);
     // The revocation's event drops the kept caller; without it the token would stand for 5 s more.

@@ -190,10 +190,20 @@ export class Gateway {
     const clientWantsUsage = options?.include_usage === true;
     // Every engine is asked for its usage, so each streamed request is accounted; the client still gets exactly
     // what it asked for (SseTap strips the chunk it did not).
-    const outBody =
-      stream && !clientWantsUsage && route !== '/embeddings'
-        ? Buffer.from(JSON.stringify({ ...body, stream_options: { ...(options ?? {}), include_usage: true } }))
-        : raw;
+    const askUsage = stream && !clientWantsUsage && route !== '/embeddings';
+    // llama-server applies an adapter by its place in the list it was started with (`lora: [{id, scale}]`), not by
+    // name: a caller's own `lora` field could reach an adapter it may not see, so it is never passed on, and the
+    // gateway sets it for the adapter asked for, per replica (the agent's own endpoint and vLLM go by `model`
+    // and ignore the field).
+    const plain = !askUsage && !('lora' in body) && !target.adapter;
+    const bodyFor = (r: RouteReplica): Buffer => {
+      if (plain) return raw;
+      const { lora: _dropped, ...rest } = body;
+      const out: Record<string, unknown> = rest;
+      if (askUsage) out.stream_options = { ...(options ?? {}), include_usage: true };
+      if (target.adapter) out.lora = [{ id: [...r.adapters].indexOf(target.adapter.name), scale: 1 }];
+      return Buffer.from(JSON.stringify(out));
+    };
     this.usage.touch(target.model.name);
 
     let replica: RouteReplica | undefined;
@@ -222,7 +232,7 @@ export class Gateway {
             endpoint: replica.endpoint as string,
             route,
             engineKey: replica.engineKey as string,
-            body: outBody,
+            body: bodyFor(replica),
             stream,
             firstByteMs: this.deps.config.gatewayFirstByteMs,
             signal: abort.signal,
@@ -246,9 +256,14 @@ export class Gateway {
           const sse = String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream');
           const tap = sse ? new SseTap(!clientWantsUsage) : new JsonTap();
           try {
-            await pipeline(upstream, tap, res);
+            // Not pipeline(upstream, tap, res): on a replica's failure that destroys the client's response too,
+            // so the client would hear no reason and the failure would count as the client leaving. The client
+            // going away is what the abort signal says (it aborts the upstream request, ending this pipeline).
+            tap.pipe(res);
+            await pipeline(upstream, tap);
             outcome = status < 400 ? 'ok' : 'error';
           } catch (err) {
+            tap.unpipe(res);
             if (abort.signal.aborted || res.destroyed) {
               outcome = res.writableFinished ? 'ok' : 'aborted';
             } else {
@@ -380,6 +395,9 @@ export class Gateway {
             10,
           );
         }
+        // A waiting request is a request: the idle clock must not run out (and the placement pass stop the
+        // replica it waits for) while a model takes longer to load than its idle time.
+        this.usage.touch(name);
         try {
           await sleep(250, undefined, { signal });
         } catch {
