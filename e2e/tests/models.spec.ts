@@ -44,6 +44,8 @@ test('an operator serves a mirrored version after seeing its plan, then changes 
 
   await page.getByRole('navigation').getByRole('link', { name: 'Models' }).click();
   await expect(page.getByText('PENDING: no node is online')).toBeVisible();
+  // The card's live usage, read from the server's usage query: nothing has called it yet.
+  await expect(page.getByTestId('model-e2e-llama').getByText('No requests in the last hour.')).toBeVisible();
   await snap(page, '18-models-pending');
 
   await page.getByLabel('Mode', { exact: true }).selectOption('STOPPED');

@@ -40,6 +40,8 @@ test('an operator signs in, makes a token, uses it, revokes it, and finds both i
   await page.reload();
   await expect(page.getByTestId('token-secret')).toHaveCount(0);
   const row = page.getByRole('row', { name: /e2e-script/ });
+  // Its day's usage, read from the server: a GraphQL call is not a model request.
+  await expect(row.getByTestId('token-usage')).toHaveText('no requests');
   await row.getByRole('button', { name: 'Revoke' }).click();
   await expect(row).toContainText(/revoked/i);
   await snap(page, '04-token-revoked');

@@ -13,6 +13,8 @@ import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
 import { pendingMigrations } from './db/migrate.js';
 import { FleetService } from './fleet/fleet.service.js';
+import { Gateway } from './gateway/gateway.js';
+import { UsageService } from './gateway/usage.service.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
 import { guardBody, isUpload, type ReadinessCheck, readiness, urlHasNul, withDeadline } from './http/edge.js';
@@ -58,9 +60,10 @@ export async function createApp({
     org: new OrgService(prisma, audit),
     fleet: new FleetService(prisma, audit, log),
     mirror: new MirrorService(prisma, audit, config, log),
+    usage: new UsageService(prisma),
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror);
-  services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log);
+  services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log, services.org);
   services.serveJobs = new ServeJobService(
     prisma,
     audit,
@@ -98,6 +101,17 @@ export async function createApp({
     throw err;
   }
   const listener = await listen(db.url, pubsub, log);
+  services.gateway = new Gateway({
+    db: prisma,
+    config,
+    log,
+    auth: services.auth,
+    org: services.org,
+    fleet: services.fleet,
+    audit,
+    pubsub,
+    listening: () => listener.listening(),
+  });
 
   const live = new LiveCallers({
     auth: services.auth,
@@ -151,6 +165,8 @@ export async function createApp({
       try {
         if (draining) res.setHeader('connection', 'close');
         if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, path);
+        // The gateway guards its own bodies, to refuse them in OpenAI's words.
+        if (path.startsWith('/v1/')) return await services.gateway.handle(req, res, path);
         guardBody(req, res, isUpload(req.method, path), config, log, path);
         if (path === '/graphql') return await yoga.requestListener(req, res);
         if (path === '/healthz') return json(res, 200, { ok: true });
@@ -280,6 +296,7 @@ export async function createApp({
           listeningUrl = url;
           // Downloads left unfinished by the last run resume now, not at the first request.
           services.fleet.startPlacement();
+          void services.gateway.start();
           services.serveJobs.start();
           services.train.start();
           services.mirror.start(db.embedded).then(() => {
@@ -307,6 +324,7 @@ export async function createApp({
         await trainStopped;
         await services.mirror.stop();
         await services.fleet.stopPlacement();
+        await services.gateway.stop();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();

@@ -8,6 +8,8 @@ import type { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
+import type { Gateway } from './gateway/gateway.js';
+import type { UsageService } from './gateway/usage.service.js';
 import type { Logger } from './lib/log.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { OrgService } from './org/org.service.js';
@@ -23,12 +25,14 @@ export type Services = {
   access: AccessService;
   org: OrgService;
   fleet: FleetService;
+  gateway: Gateway;
   mirror: MirrorService;
   registry: RegistryService;
   catalog: CatalogService;
   serveJobs: ServeJobService;
   train: TrainService;
   trainArtifacts: TrainArtifacts;
+  usage: UsageService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

@@ -19,6 +19,7 @@ import { Route as AppNodesRouteImport } from './routes/_app/nodes';
 import { Route as AppRegistryRouteImport } from './routes/_app/registry';
 import { Route as AppTokensRouteImport } from './routes/_app/tokens';
 import { Route as AppUsersRouteImport } from './routes/_app/users';
+import { Route as AppModelsNameRouteImport } from './routes/_app/models_.$name';
 import { Route as AppTrainingIndexRouteImport } from './routes/_app/training.index';
 import { Route as AppTrainingIdRouteImport } from './routes/_app/training.$id';
 import { Route as AppTrainingNewRouteImport } from './routes/_app/training.new';
@@ -72,6 +73,11 @@ const AppUsersRoute = AppUsersRouteImport.update({
   path: '/users',
   getParentRoute: () => AppRoute,
 } as any);
+const AppModelsNameRoute = AppModelsNameRouteImport.update({
+  id: '/models_/$name',
+  path: '/models/$name',
+  getParentRoute: () => AppRoute,
+} as any);
 const AppTrainingIndexRoute = AppTrainingIndexRouteImport.update({
   id: '/training/',
   path: '/training/',
@@ -98,6 +104,7 @@ export interface FileRoutesByFullPath {
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
   '/users': typeof AppUsersRoute;
+  '/models/$name': typeof AppModelsNameRoute;
   '/training/$id': typeof AppTrainingIdRoute;
   '/training/new': typeof AppTrainingNewRoute;
   '/training/': typeof AppTrainingIndexRoute;
@@ -112,6 +119,7 @@ export interface FileRoutesByTo {
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
   '/users': typeof AppUsersRoute;
+  '/models/$name': typeof AppModelsNameRoute;
   '/training/$id': typeof AppTrainingIdRoute;
   '/training/new': typeof AppTrainingNewRoute;
   '/training': typeof AppTrainingIndexRoute;
@@ -128,6 +136,7 @@ export interface FileRoutesById {
   '/_app/registry': typeof AppRegistryRoute;
   '/_app/tokens': typeof AppTokensRoute;
   '/_app/users': typeof AppUsersRoute;
+  '/_app/models_/$name': typeof AppModelsNameRoute;
   '/_app/training/$id': typeof AppTrainingIdRoute;
   '/_app/training/new': typeof AppTrainingNewRoute;
   '/_app/training/': typeof AppTrainingIndexRoute;
@@ -144,6 +153,7 @@ export interface FileRouteTypes {
     | '/registry'
     | '/tokens'
     | '/users'
+    | '/models/$name'
     | '/training/$id'
     | '/training/new'
     | '/training/';
@@ -158,6 +168,7 @@ export interface FileRouteTypes {
     | '/registry'
     | '/tokens'
     | '/users'
+    | '/models/$name'
     | '/training/$id'
     | '/training/new'
     | '/training';
@@ -173,6 +184,7 @@ export interface FileRouteTypes {
     | '/_app/registry'
     | '/_app/tokens'
     | '/_app/users'
+    | '/_app/models_/$name'
     | '/_app/training/$id'
     | '/_app/training/new'
     | '/_app/training/';
@@ -256,6 +268,13 @@ declare module '@tanstack/react-router' {
       preLoaderRoute: typeof AppUsersRouteImport;
       parentRoute: typeof AppRoute;
     };
+    '/_app/models_/$name': {
+      id: '/_app/models_/$name';
+      path: '/models/$name';
+      fullPath: '/models/$name';
+      preLoaderRoute: typeof AppModelsNameRouteImport;
+      parentRoute: typeof AppRoute;
+    };
     '/_app/training/': {
       id: '/_app/training/';
       path: '/training';
@@ -288,6 +307,7 @@ interface AppRouteChildren {
   AppRegistryRoute: typeof AppRegistryRoute;
   AppTokensRoute: typeof AppTokensRoute;
   AppUsersRoute: typeof AppUsersRoute;
+  AppModelsNameRoute: typeof AppModelsNameRoute;
   AppTrainingIdRoute: typeof AppTrainingIdRoute;
   AppTrainingNewRoute: typeof AppTrainingNewRoute;
   AppTrainingIndexRoute: typeof AppTrainingIndexRoute;
@@ -301,6 +321,7 @@ const AppRouteChildren: AppRouteChildren = {
   AppRegistryRoute: AppRegistryRoute,
   AppTokensRoute: AppTokensRoute,
   AppUsersRoute: AppUsersRoute,
+  AppModelsNameRoute: AppModelsNameRoute,
   AppTrainingIdRoute: AppTrainingIdRoute,
   AppTrainingNewRoute: AppTrainingNewRoute,
   AppTrainingIndexRoute: AppTrainingIndexRoute,

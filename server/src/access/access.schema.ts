@@ -35,6 +35,10 @@ export const ApiTokenRef = builder.prismaObject('ApiToken', {
     name: t.exposeString('name'),
     prefix: t.exposeString('prefix', { description: 'The first characters of the secret, to tell tokens apart.' }),
     role: t.expose('role', { type: RoleEnum }),
+    callerOnly: t.exposeBoolean('callerOnly', {
+      description:
+        'Calls models at /v1 and nothing else: refused on GraphQL, /mirror and /api, so a key handed to an application cannot read or change the control plane.',
+    }),
     owner: t.relation('user'),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     expiresAt: t.expose('expiresAt', { type: 'DateTime', nullable: true }),
@@ -61,6 +65,12 @@ const CreateApiTokenInput = builder.inputType('CreateApiTokenInput', {
     name: t.string({ required: true, description: 'What uses it, such as "ci-deploy".' }),
     role: t.field({ type: RoleEnum, required: true, description: 'At most the role of the user creating it.' }),
     expiresAt: t.field({ type: 'DateTime', required: false, description: 'Empty: the token does not expire.' }),
+    callerOnly: t.boolean({
+      required: false,
+      defaultValue: false,
+      description:
+        'A caller token: calls the models its user may call at /v1, and is refused everywhere else (GraphQL, /mirror, /api).',
+    }),
   }),
 });
 

@@ -22,6 +22,7 @@ const createTokenInput = z.object({
   name: tokenName,
   role: roles,
   expiresAt: z.date().nullish(),
+  callerOnly: z.boolean().nullish(),
 });
 
 const createUserInput = z.object({
@@ -58,6 +59,7 @@ export class AccessService {
     const parsed = parseInput(createTokenInput, input);
     if (!parsed.ok) return parsed;
     const { name, role, expiresAt } = parsed.value;
+    const callerOnly = parsed.value.callerOnly ?? false;
     if (ctx.viewer.kind !== 'user' && ctx.viewer.kind !== 'token') {
       return fail(new ForbiddenError('API tokens belong to users: sign in as one to create a token'));
     }
@@ -86,6 +88,7 @@ export class AccessService {
           name,
           role,
           expiresAt: expiresAt ?? null,
+          callerOnly,
           userId,
           tokenHash: hashSecret(secret),
           prefix: secret.slice(0, 10),
@@ -94,7 +97,7 @@ export class AccessService {
       await this.audit.done(tx, ctx, {
         action: 'createApiToken',
         target: name,
-        message: `role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
+        message: `${callerOnly ? 'caller-only (calls models at /v1, nothing else), ' : ''}role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
       });
       return t;
     });

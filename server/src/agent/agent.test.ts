@@ -6,8 +6,10 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sha256 } from '../../test/fixtures/fault-upstream.js';
 import { tinyLlama } from '../../test/fixtures/tiny-llama.js';
+import { writeAdapterDir } from '../../test/fixtures/training.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { createLogger } from '../lib/log.js';
+import { peftToGguf } from '../train/gguf-adapter.js';
 import { createAgent } from './agent.js';
 import { loadAgentConfig } from './config.js';
 import { ControlPlaneError, GraphqlControlPlane } from './control-plane.js';
@@ -136,6 +138,80 @@ describe('the agent and the real server', () => {
       expect(agent.runner.snapshot()).toEqual([]);
     } finally {
       await agent.stop();
+    }
+  });
+
+  it('loads an adapter published while its replica runs, and the control plane learns which adapters it holds', async () => {
+    const operator = await t.token('OPERATOR', 'agent-adapters');
+    const served = await t.gql(
+      'mutation { serveMirrorVersion(model: "tiny-llama", version: "v1", name: "tiny-follow") { __typename ... on Error { message } } }',
+      {},
+      { token: operator },
+    );
+    expect(served.data?.serveMirrorVersion).toEqual({ __typename: 'ServePlaced' });
+    const from = await writeAdapterDir();
+    const lora = peftToGguf({
+      config: JSON.parse(await fs.readFile(path.join(from, 'adapter_config.json'), 'utf8')),
+      safetensors: await fs.readFile(path.join(from, 'adapter_model.safetensors')),
+      base: { architecture: 'llama', headCount: 4, headCountKv: 4 },
+    });
+    await fs.rm(from, { recursive: true, force: true });
+    const put = await fetch(`${base}/mirror/tiny-follow-lora/v1/adapter.gguf`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${admin}`, 'x-content-sha256': sha256(lora) },
+      body: new Uint8Array(lora),
+    });
+    expect(put.status).toBe(201);
+    const config = loadAgentConfig({
+      HANGAR_URL: base,
+      HANGAR_NODE_TOKEN: nodeToken,
+      HANGAR_AGENT_DIR: path.join(dir, 'adapters'),
+      HANGAR_AGENT_GPUS: '[{"name":"RTX 4090","totalMiB":24564,"freeMiB":20000}]',
+      HANGAR_AGENT_THREADS: '1',
+      HANGAR_AGENT_POLL_MS: '100',
+      HANGAR_LOG_LEVEL: 'silent',
+    });
+    const agent = createAgent(config, { log: createLogger('silent') });
+    type Seen = { state: string; message: string | null; adapters: string[] };
+    const until = async (check: (r: Seen) => boolean, what: string) => {
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const now = (
+          await t.gql('{ model(name: "tiny-follow") { replicas { state message adapters } } }', {}, { token: operator })
+        ).data?.model.replicas?.[0] as Seen | undefined;
+        if (now && check(now)) return now;
+        if (Date.now() > deadline) throw new Error(`${what}: the replica is ${JSON.stringify(now)}`);
+        await t.app.services.fleet.place();
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    };
+    try {
+      await agent.start();
+      expect(await until((r) => r.state === 'READY', 'READY')).toMatchObject({ adapters: [] });
+      // Published as publishTrainJob does: a catalog row whose source is the file in the mirror.
+      const model = await t.app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'tiny-follow' } });
+      await t.app.db.prisma.adapter.create({
+        data: {
+          name: 'tiny-follow-lora',
+          source: `${base}/mirror/tiny-follow-lora/v1/adapter.gguf`,
+          modelId: model.id,
+        },
+      });
+      const loaded = await until((r) => r.adapters.includes('tiny-follow-lora'), 'the adapter reported');
+      expect(loaded.state).toBe('READY');
+      expect(loaded.message).toMatch(/; adapters: tiny-follow-lora \(\d+ tokens\)$/);
+
+      await t.app.db.prisma.adapter.delete({ where: { name: 'tiny-follow-lora' } });
+      const gone = await until((r) => r.adapters.length === 0, 'the adapter no longer reported');
+      expect(gone.state).toBe('READY');
+      expect(gone.message).not.toMatch(/adapters/);
+    } finally {
+      await agent.stop();
+      await t.gql(
+        'mutation { setModelMode(name: "tiny-follow", mode: STOPPED) { __typename } }',
+        {},
+        { token: operator },
+      );
     }
   });
 

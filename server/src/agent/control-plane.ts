@@ -47,6 +47,12 @@ export type ReplicaReport = {
   gpuLayers?: number | null;
   totalLayers?: number | null;
   vramUsedBytes?: number | null;
+  /**
+   * The adapters the replica answers for now, by catalog name: the gateway sends an adapter's requests only to
+   * replicas that list it. Absent leaves what the control plane has as it is (an agent from before adapters
+   * were reported).
+   */
+  adapters?: string[] | null;
 };
 
 export interface ControlPlane {
@@ -92,17 +98,20 @@ const ASSIGNMENTS = `query Agent_Assignments {
   nodeAssignments { replicaId model engine source contextSize desired parallel adapters { name source } }
 }`;
 
-// The input is spelled out field by field, so this document does not depend on the input type's name.
-const REPORT_REPLICA = `mutation Agent_ReportReplica(
+// The input is spelled out field by field, so this document does not depend on the input type's name. Without
+// `adapters` for a control plane from before replicas reported them (see reportReplica).
+const reportReplicaDocument = (adapters: boolean) => `mutation Agent_ReportReplica(
   $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float,
-  $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes
+  $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes${adapters ? ', $adapters: [String!]' : ''}
 ) {
   reportReplica(input: {
     replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond,
     endpoint: $endpoint, engineKey: $engineKey, gpuLayers: $gpuLayers, totalLayers: $totalLayers,
-    vramUsedBytes: $vramUsedBytes
+    vramUsedBytes: $vramUsedBytes${adapters ? ', adapters: $adapters' : ''}
   }) { __typename ... on Error { message } }
 }`;
+const REPORT_REPLICA = reportReplicaDocument(true);
+const REPORT_REPLICA_WITHOUT_ADAPTERS = reportReplicaDocument(false);
 
 /**
  * A replica's engine key: 256 random bits, made by the agent when the replica starts, required as the bearer
@@ -115,6 +124,9 @@ export function newEngineKey(): string {
 
 /** The control plane over HTTP. */
 export class GraphqlControlPlane implements ControlPlane {
+  /** Set once the control plane refused `adapters` as a field it does not have: an older server. */
+  private withoutAdapters = false;
+
   constructor(
     private readonly url: string,
     private readonly token: string,
@@ -138,7 +150,7 @@ export class GraphqlControlPlane implements ControlPlane {
   }
 
   async reportReplica(report: ReplicaReport) {
-    const data = await this.request(REPORT_REPLICA, {
+    const variables = {
       replicaId: report.replicaId,
       state: report.state,
       message: clip(report.message),
@@ -149,7 +161,20 @@ export class GraphqlControlPlane implements ControlPlane {
       gpuLayers: report.gpuLayers ?? null,
       totalLayers: report.totalLayers ?? null,
       vramUsedBytes: report.vramUsedBytes ?? null,
-    });
+    };
+    const withAdapters = report.adapters != null && !this.withoutAdapters;
+    let data: Record<string, unknown>;
+    try {
+      data = withAdapters
+        ? await this.request(REPORT_REPLICA, { ...variables, adapters: report.adapters })
+        : await this.request(REPORT_REPLICA_WITHOUT_ADAPTERS, variables);
+    } catch (err) {
+      // A control plane older than this agent refuses the whole document for the one field it lacks; the state
+      // matters more than the adapters, so it goes again without them (and so does every later report).
+      if (!withAdapters || !isUnknownAdaptersField(err)) throw err;
+      this.withoutAdapters = true;
+      data = await this.request(REPORT_REPLICA_WITHOUT_ADAPTERS, variables);
+    }
     refusedIfError(data.reportReplica, 'reportReplica');
   }
 
@@ -206,6 +231,15 @@ export async function graphqlRequest(
   }
   if (!body?.data) throw new ControlPlaneError(`${url} answered ${res.status} without data`, 'refused');
   return body.data;
+}
+
+/** graphql-js's refusal of an input field the server's schema does not have, for `adapters`. */
+function isUnknownAdaptersField(err: unknown) {
+  return (
+    err instanceof ControlPlaneError &&
+    err.kind === 'refused' &&
+    /Field "adapters" is not defined by type "ReplicaReportInput"/.test(err.message)
+  );
 }
 
 /**

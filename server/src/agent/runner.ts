@@ -50,6 +50,8 @@ export type RunnerOptions = {
    * but nothing can call it, and the control plane records it FAILED.
    */
   serving?: { http: OpenAiServer; endpoint: () => string; queueLimit?: number };
+  /** How long an adapter that could not be fetched waits before it is tried again (ADAPTER_FETCH_RETRY_MS). */
+  adapterFetchRetryMs?: number;
 };
 
 /** Requests that may wait for a sequence beyond those generating, per replica, before it answers 429. */
@@ -74,7 +76,40 @@ type Replica = {
   stopping?: Promise<void>;
   /** No longer assigned: forgotten once its STOPPED has been reported. */
   forget?: boolean;
+  /** The adapters it answers for now (READY), by name: sent with every report, for the gateway's routing. */
+  answers: () => string[];
+  /** What the message says of the load, before what it says of the adapters (which changes as they do). */
+  loadNote?: string;
+  /** The model's adapters as the latest assignment lists them. */
+  wanted: Assignment['adapters'];
+  /** In-process llama.cpp: the served model, whose adapters follow the assignment while it runs. */
+  model?: LlamaServedModel;
+  /** Adapters loaded on `model`, by name, with the source they came from and what the message says of them. */
+  held: Map<string, AdapterNote>;
+  /** Adapters that would not load, by name: not tried again until their source changes (or `until`). */
+  refused: Map<string, AdapterNote & { until?: number }>;
+  /** The one adapter sync running on this replica; a newer assignment waits for it and goes next. */
+  syncing?: Promise<void>;
+  /** Adapters being unloaded, by name: each resolves once its last request is done and its context is gone. */
+  leaving: Map<string, Promise<void>>;
+  /** An external engine: the adapters it was started with (whether or not it took them). */
+  startedWith?: Assignment['adapters'];
 };
+
+type AdapterNote = { source: string; note: string };
+
+/**
+ * An adapter that could not be fetched (the mirror down, a file cut short) is tried again after this long; one
+ * llama.cpp refused is not, until it is published again: loading a broken file at every poll helps nobody.
+ */
+const ADAPTER_FETCH_RETRY_MS = 60_000;
+
+/** Resolves when the signal aborts (never rejects): for racing a wait that a stop should cut short. */
+const aborted = (signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (signal.aborted) resolve();
+    else signal.addEventListener('abort', () => resolve(), { once: true });
+  });
 
 /** What a READY report carries beyond the state: the control plane smoke-tests `endpoint` with `engineKey`. */
 export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'>;
@@ -146,6 +181,7 @@ export class Runner {
         // A replica that failed stays failed until the control plane places it again (under a new id): retrying
         // here would load a broken file every two seconds.
         if (!r || (r.state === 'STOPPED' && !r.stopping)) this.launch(a);
+        else if (r.state === 'READY' && !r.stopping) this.followAdapters(r, a.adapters ?? []);
       } else if (!r) {
         // Not running here (an agent restart, say): confirm it, once.
         const stopped = this.track(a, 'STOPPED');
@@ -178,6 +214,11 @@ export class Runner {
       version: 1,
       reported: 0,
       abort: new AbortController(),
+      answers: () => [],
+      wanted: a.adapters ?? [],
+      held: new Map(),
+      refused: new Map(),
+      leaving: new Map(),
     };
     this.replicas.set(a.replicaId, r);
     return r;
@@ -217,14 +258,16 @@ export class Runner {
         queueLimit: this.o.serving?.queueLimit ?? DEFAULT_QUEUE_LIMIT,
       });
       const serving = this.o.serving;
+      r.model = served;
       r.release = async () => {
         serving?.http.unserve(a.model);
         // Requests being answered finish first; the weights go only once nothing uses them.
         await served.drain();
+        await Promise.all(r.leaving.values());
         await loaded.dispose();
       };
       signal.throwIfAborted();
-      const adapters = await this.loadAdapters(a, served, signal);
+      for (const adapter of r.wanted) await this.addAdapter(r, served, adapter, signal);
       const smoke = await served.smoke({ signal });
       signal.throwIfAborted();
       let report: Served | null = null;
@@ -234,8 +277,10 @@ export class Runner {
         const { gpuLayers, totalLayers, vramUsedBytes } = loaded.memory;
         report = { endpoint: serving.endpoint(), engineKey, gpuLayers, totalLayers, vramUsedBytes };
       }
+      r.answers = () => served.adapters();
+      r.loadNote = `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`;
       this.set(r, 'READY', {
-        message: `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms${adapters}`,
+        message: this.messageOf(r),
         smokeText: smoke.text,
         tokensPerSecond: Math.round(smoke.tokensPerSecond * 100) / 100,
         served: report,
@@ -263,6 +308,8 @@ export class Runner {
     let said = '';
     /** llama-server without its adapters, for when it will not start with them. */
     let withoutAdapters: string[] | undefined;
+    /** The adapters the engine serves once it answers: those it was started with and took. */
+    let accepted: string[] = [];
     if (a.engine === 'vllm') {
       const vllm = await this.o.vllmCommand();
       if (!vllm) throw new Error('vLLM is not installed on this node (no vllm on PATH, no HANGAR_AGENT_VLLM_COMMAND)');
@@ -276,6 +323,7 @@ export class Runner {
         (a.adapters ?? []).map((x) => `${x.name}=${x.source}`),
       );
       if (a.adapters?.length) said = `; adapters as LoRA modules: ${a.adapters.map((x) => x.name).join(', ')}`;
+      accepted = (a.adapters ?? []).map((x) => x.name);
     } else {
       kind = 'llama-server';
       command = ext.llamaServer ?? [];
@@ -289,6 +337,7 @@ export class Runner {
           const f = await this.o.cache.fetchModel(resolve(adapter.source), signal);
           named.push(`${adapter.name} (lora id ${files.length})`);
           files.push(f.file);
+          accepted.push(adapter.name);
         } catch (err) {
           signal.throwIfAborted();
           named.push(`adapter "${adapter.name}" was not fetched: ${(err as Error).message}`);
@@ -332,6 +381,7 @@ export class Runner {
       if (!withoutAdapters || !(err instanceof EngineStartError) || !err.exitedAtStart) throw err;
       signal.throwIfAborted();
       said = `; adapters ${(a.adapters ?? []).map((x) => `"${x.name}"`).join(', ')} were refused (${err.message}), the base model serves without them`;
+      accepted = [];
       engine = await start(withoutAdapters);
     }
     r.release = () => engine.stop();
@@ -343,38 +393,173 @@ export class Runner {
     signal.throwIfAborted();
     // The engine is reached at the agent's advertised host (it binds the agent's listen host), on its own port.
     const host = this.o.serving ? new URL(this.o.serving.endpoint()).hostname : urlHost(ext.host);
+    r.answers = () => accepted;
+    r.startedWith = a.adapters ?? [];
+    r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${said}`;
     this.set(r, 'READY', {
-      message: `${kind} answers on port ${engine.port} (pid ${engine.pid})${said}`,
+      message: this.messageOf(r),
       served: { endpoint: `http://${host}:${engine.port}/v1`, engineKey },
     });
   }
 
   /**
-   * The model's LoRA adapters, each fetched like the weights (sha256 against the mirror's ETag) and smoke-tested
-   * in its own context. One that fails to load is said in the message and leaves the base model serving: a bad
-   * adapter must not take the model down for every caller who does not use it.
+   * Loads one of the model's LoRA adapters: fetched like the weights (sha256 against the mirror's ETag) and
+   * smoke-tested in its own context before any request can ask for it. One that fails is refused by name in the
+   * message and leaves the base model and the other adapters serving: a bad adapter must not take the model down
+   * for every caller who does not use it.
    */
-  private async loadAdapters(a: Assignment, served: LlamaServedModel, signal: AbortSignal): Promise<string> {
-    const said: string[] = [];
-    for (const adapter of a.adapters ?? []) {
-      try {
-        const file = await this.o.cache.fetchModel(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal);
-        signal.throwIfAborted();
-        const smoke = await served.addAdapter(adapter.name, file.file);
-        said.push(`${adapter.name} (${smoke.tokens} tokens)`);
-      } catch (err) {
-        signal.throwIfAborted();
-        // The served model's refusal names the adapter and gives llama.cpp's reason.
-        said.push((err as Error).message);
-      }
+  private async addAdapter(
+    r: Replica,
+    served: LlamaServedModel,
+    adapter: Assignment['adapters'][number],
+    signal: AbortSignal,
+  ) {
+    let file: string;
+    try {
+      file = (await this.o.cache.fetchModel(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal)).file;
+    } catch (err) {
+      signal.throwIfAborted();
+      const retryMs = this.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
+      const note = `adapter "${adapter.name}" was not fetched: ${(err as Error).message}; it is tried again in ${Math.ceil(retryMs / 1000)} s`;
+      r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
+      this.o.log.warn('an adapter was not fetched', {
+        replicaId: r.assignment.replicaId,
+        adapter: adapter.name,
+        error: note,
+      });
+      return;
     }
-    return said.length ? `; adapters: ${said.join(', ')}` : '';
+    signal.throwIfAborted();
+    try {
+      const smoke = await served.addAdapter(adapter.name, file);
+      r.refused.delete(adapter.name);
+      r.held.set(adapter.name, { source: adapter.source, note: `${adapter.name} (${smoke.tokens} tokens)` });
+      this.o.log.info('an adapter is loaded', { replicaId: r.assignment.replicaId, adapter: adapter.name });
+    } catch (err) {
+      signal.throwIfAborted();
+      // The served model's refusal names the adapter and gives llama.cpp's reason.
+      const note = (err as Error).message ?? String(err);
+      r.refused.set(adapter.name, { source: adapter.source, note });
+      this.o.log.warn('an adapter was refused', {
+        replicaId: r.assignment.replicaId,
+        adapter: adapter.name,
+        error: note,
+      });
+    }
+  }
+
+  /**
+   * A running replica follows its model's adapters as the assignment lists them: one published after it started
+   * is loaded, one withdrawn is unloaded once its requests are done, one published again from another file is
+   * replaced. One sync at a time per replica; a newer list waits for the running sync and goes next.
+   */
+  private followAdapters(r: Replica, wanted: Assignment['adapters']) {
+    r.wanted = wanted;
+    const model = r.model;
+    if (!model) {
+      if (r.startedWith) this.noteUnstarted(r);
+      return;
+    }
+    r.syncing ??= (async () => {
+      let synced: Assignment['adapters'] | undefined;
+      while (synced !== r.wanted && r.state === 'READY' && !r.abort.signal.aborted) {
+        synced = r.wanted;
+        await this.syncAdapters(r, model, synced);
+      }
+    })()
+      .catch((err) => {
+        if (!r.abort.signal.aborted)
+          this.o.log.error('following the adapters failed', { replicaId: r.assignment.replicaId, error: err });
+      })
+      .finally(() => {
+        r.syncing = undefined;
+      });
+  }
+
+  private async syncAdapters(r: Replica, model: LlamaServedModel, wanted: Assignment['adapters']) {
+    const signal = r.abort.signal;
+    const want = new Map(wanted.map((a) => [a.name, a.source]));
+    const now = Date.now();
+    let changed = false;
+    for (const [name, x] of r.refused)
+      if (want.get(name) !== x.source || (x.until !== undefined && x.until <= now)) {
+        r.refused.delete(name);
+        changed = true;
+      }
+    for (const [name, x] of r.held) {
+      if (want.get(name) === x.source) continue;
+      r.held.delete(name);
+      changed = true;
+      this.o.log.info(want.has(name) ? 'an adapter is replaced: published again' : 'an adapter is unloaded', {
+        replicaId: r.assignment.replicaId,
+        adapter: name,
+      });
+      // New requests for it are refused at once (and the report below says so), those running finish first.
+      const leaving = model
+        .removeAdapter(name)
+        .catch((err) => {
+          this.o.log.warn('unloading an adapter did not go cleanly', {
+            replicaId: r.assignment.replicaId,
+            adapter: name,
+            error: err,
+          });
+        })
+        .finally(() => {
+          if (r.leaving.get(name) === leaving) r.leaving.delete(name);
+        });
+      r.leaving.set(name, leaving);
+    }
+    if (changed) this.adaptersChanged(r);
+    for (const adapter of wanted) {
+      if (r.held.has(adapter.name) || r.refused.has(adapter.name)) continue;
+      // Republished: the old file goes first (its requests finishing), as both cannot hold one name. A stop
+      // does not wait for those requests here: releasing the replica drains them.
+      const leaving = r.leaving.get(adapter.name);
+      if (leaving) await Promise.race([leaving, aborted(signal)]);
+      if (signal.aborted) return;
+      await this.addAdapter(r, model, adapter, signal);
+      this.adaptersChanged(r);
+    }
+  }
+
+  /** Says what the replica holds now: its message, its memory and the adapters it answers for, reported. */
+  private adaptersChanged(r: Replica) {
+    if (r.state !== 'READY' || r.abort.signal.aborted) return;
+    if (r.served && r.model) r.served = { ...r.served, vramUsedBytes: r.model.loaded.memory.vramUsedBytes };
+    this.set(r, 'READY', { message: this.messageOf(r) });
+  }
+
+  /**
+   * An external engine serves the adapters it was started with: one published since is named in its message,
+   * truthfully, as served from its next start, not now.
+   */
+  private noteUnstarted(r: Replica) {
+    const message = this.messageOf(r);
+    if (message !== r.message) this.set(r, 'READY', { message });
+  }
+
+  /** The load as it was said, then each of the assigned adapters: loaded (with its smoke tokens) or refused and why. */
+  private messageOf(r: Replica): string {
+    if (r.startedWith) {
+      const started = new Map(r.startedWith.map((a) => [a.name, a.source]));
+      const later = r.wanted.filter((a) => started.get(a.name) !== a.source).map((a) => `"${a.name}"`);
+      return later.length
+        ? `${r.loadNote}; adapters ${later.join(', ')} were published after it started: it serves them from its next start`
+        : (r.loadNote ?? '');
+    }
+    const said = r.wanted.flatMap((a) => {
+      const x = r.held.get(a.name) ?? r.refused.get(a.name);
+      return x && x.source === a.source ? [x.note] : [];
+    });
+    return `${r.loadNote ?? ''}${said.length ? `; adapters: ${said.join(', ')}` : ''}`;
   }
 
   private stop(r: Replica, why: string): Promise<void> {
     r.stopping ??= (async () => {
       r.abort.abort(new Error('the replica was stopped'));
       await r.starting?.catch(() => {});
+      // An adapter being loaded finishes (or is refused) before the weights under it go.
+      await r.syncing?.catch(() => {});
       try {
         await r.release?.();
       } catch (err) {
@@ -421,6 +606,7 @@ export class Runner {
             tokensPerSecond: r.tokensPerSecond,
             // The key travels with the READY report only, over the node's authenticated channel; never logged.
             ...(r.state === 'READY' && r.served ? r.served : {}),
+            adapters: r.state === 'READY' ? r.answers() : [],
           });
           r.reported = version;
         } catch (err) {

@@ -1,6 +1,8 @@
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
 import { ModelMode } from '../mirror/mirror.schema.js';
+import { ownerLabel } from '../org/org.schema.js';
+import { parseOwnerKey } from '../org/org.service.js';
 import { builder } from '../schema/builder.js';
 import { memoryEstimateError, modeOf, type ServePlan } from './catalog.service.js';
 
@@ -59,12 +61,30 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
       resolve: (m) => m.maxReplicas,
     }),
     declared: t.exposeBoolean('declared', { description: 'Read from hangar.yaml: change it there, not here.' }),
+    owner: t.string({
+      nullable: true,
+      description:
+        'Who may call it at /v1, as "team:acme/research" or "user:alice@example.com"; null is every caller. Its adapters are narrowed by their own owners.',
+      resolve: (m, _args, ctx) => {
+        if (m.owner === null) return null;
+        const parsed = parseOwnerKey(m.owner);
+        return parsed ? ownerLabel(ctx, parsed) : m.owner;
+      },
+    }),
     adapters: t.relation('adapters', { type: AdapterRef }),
     replicas: t.relation('replicas', { query: { orderBy: { createdAt: 'asc' } } }),
     awakeUntil: t.expose('awakeUntil', {
       type: 'DateTime',
       nullable: true,
       description: 'An on-demand model woken with wakeModel runs until then.',
+    }),
+    lastRequestAt: t.expose('lastRequestAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'The last request the gateway routed to it (written in batches, so up to a few seconds late).',
+    }),
+    idleSeconds: t.exposeInt('idleSeconds', {
+      description: 'An on-demand model stops this long after its last request (or its wake, with none since).',
     }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
   }),
@@ -162,6 +182,22 @@ builder.mutationFields((t) => ({
       }),
     },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx, args)),
+  }),
+  setModelOwner: t.field({
+    type: CatalogModelRef,
+    description:
+      "Restricts who may call the model at /v1 to the callers an owner admits (its members, or that user or key); null makes it every caller's again.",
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: {
+      name: t.arg.string({ required: true }),
+      owner: t.arg.string({
+        required: false,
+        description:
+          'org:<name or id>, team:<org/team or id>, project:<org/team/project or id>, user:<email or id> or key:<API token id>; null for every caller.',
+      }),
+    },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setOwner(ctx, args)),
   }),
   wakeModel: t.field({
     type: CatalogModelRef,

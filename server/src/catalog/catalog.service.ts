@@ -21,6 +21,7 @@ import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
+import { lockOrgTree, type OrgService, ownerKey } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
 
 export type Mode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
@@ -89,6 +90,7 @@ export class CatalogService {
     private readonly mirror: MirrorService,
     private readonly fleet: FleetService,
     private readonly log: Logger,
+    private readonly org: OrgService,
   ) {}
 
   list() {
@@ -294,6 +296,44 @@ export class CatalogService {
     );
     void this.fleet.place();
     return result;
+  }
+
+  /**
+   * Who may call a model at /v1: an owner in the forms OrgService.resolveOwner reads (org:, team:, project:,
+   * user:, key:), or null for every caller again. Its adapters are narrowed by their own owners on top.
+   */
+  async setOwner(ctx: Context, input: { name: string; owner?: string | null }): Promise<Result<CatalogModel>> {
+    const parsed = parseInput(
+      z.object({ name: catalogName, owner: z.string().max(400, 'at most 400 characters').nullish() }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    // An empty owner from a cleared form field means public, as null does.
+    const wanted = parsed.value.owner?.trim() ? parsed.value.owner.trim() : null;
+    const before = m.owner ? await this.org.formatOwner(m.owner) : 'every caller';
+    return this.db.$transaction(async (tx) => {
+      let owner: string | null = null;
+      let label = 'every caller';
+      if (wanted) {
+        // Under the organisation tree's lock the owner cannot be deleted between this check and the commit.
+        await lockOrgTree(tx);
+        const resolved = await this.org.resolveOwner(wanted, { db: tx });
+        if (!resolved.ok) return resolved;
+        owner = ownerKey(resolved.value);
+        label = resolved.value.label;
+      }
+      const updated = await tx.catalogModel.update({ where: { id: m.id }, data: { owner } });
+      await this.audit.done(tx, ctx, {
+        action: 'setModelOwner',
+        target: m.name,
+        message: `owner ${before} → ${label}`,
+      });
+      return ok(updated);
+    });
   }
 
   async wake(ctx: Context, input: { name: string }): Promise<Result<CatalogModel>> {

@@ -174,6 +174,97 @@ describe('serving a mirrored version', () => {
     });
   });
 
+  it('restricts who may call a model to an owner, shown as its name, audited; null makes it public again', async () => {
+    const admin = await t.token('ADMIN', 'catalog-owner-admin');
+    await t.gql('mutation { createOrg(name: "acme") { __typename } }', {}, { token: admin });
+    const team = await t.gql(
+      'mutation { createTeam(org: "acme", name: "research") { ... on Team { id } } }',
+      {},
+      {
+        token: admin,
+      },
+    );
+    const teamId = team.data?.createTeam.id as string;
+    const SET = `mutation($n: String!, $o: String) {
+      setModelOwner(name: $n, owner: $o) {
+        __typename ... on Model { name owner } ... on ValidationError { field } ... on Error { message }
+      }
+    }`;
+    const set = await t.gql(SET, { n: 'llama-7b', o: 'team:acme/research' }, { token: operator });
+    expect(set.data?.setModelOwner).toEqual({ __typename: 'Model', name: 'llama-7b', owner: 'team:acme/research' });
+    const row = await t.app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'llama-7b' } });
+    expect(row.owner).toBe(`team:${teamId}`);
+    const listed = await t.gql('{ models { name owner } }', {}, { token: operator });
+    expect(listed.data?.models).toContainEqual({ name: 'llama-7b', owner: 'team:acme/research' });
+
+    // The team cannot go while it owns the model: nobody but admins could call it any more.
+    const del = await t.gql(
+      'mutation($id: ID!) { deleteTeam(id: $id) { __typename ... on Error { message } } }',
+      {
+        id: teamId,
+      },
+      { token: admin },
+    );
+    expect(del.data?.deleteTeam).toEqual({
+      __typename: 'ConflictError',
+      message:
+        'team acme/research still holds model llama-7b: delete it first (a model may instead be given another owner with setModelOwner), so nothing is left owned by a part of the tree that is gone',
+    });
+
+    expect((await t.gql(SET, { n: 'llama-7b', o: 'team:acme/nope' }, { token: operator })).data?.setModelOwner).toEqual(
+      {
+        __typename: 'ValidationError',
+        field: 'owner',
+        message: 'owner: org acme has no team nope',
+      },
+    );
+    expect((await t.gql(SET, { n: 'llama-7b', o: 'acme' }, { token: operator })).data?.setModelOwner).toMatchObject({
+      __typename: 'ValidationError',
+      field: 'owner',
+    });
+    expect((await t.gql(SET, { n: 'no-such-model', o: null }, { token: operator })).data?.setModelOwner).toEqual({
+      __typename: 'NotFoundError',
+      message: 'the catalog has no model no-such-model',
+    });
+    const viewer = await t.token('VIEWER', 'catalog-viewer');
+    expect((await t.gql(SET, { n: 'llama-7b', o: null }, { token: viewer })).data?.setModelOwner).toMatchObject({
+      __typename: 'ForbiddenError',
+    });
+    await t.app.db.prisma.catalogModel.create({
+      data: { name: 'declared-owned', source: 'http://mirror.example/m.gguf', engine: 'llamacpp', declared: true },
+    });
+    expect(
+      (await t.gql(SET, { n: 'declared-owned', o: 'team:acme/research' }, { token: operator })).data?.setModelOwner,
+    ).toEqual({
+      __typename: 'ConflictError',
+      message: 'declared-owned is declared in hangar.yaml: change it there; it is read at every start',
+    });
+    await t.app.db.prisma.catalogModel.delete({ where: { name: 'declared-owned' } });
+    // Refusals changed nothing.
+    expect((await t.app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'llama-7b' } })).owner).toBe(
+      `team:${teamId}`,
+    );
+
+    const cleared = await t.gql(SET, { n: 'llama-7b', o: null }, { token: operator });
+    expect(cleared.data?.setModelOwner).toEqual({ __typename: 'Model', name: 'llama-7b', owner: null });
+    const audits = await t.app.db.prisma.auditEvent.findMany({
+      where: { action: 'setModelOwner', outcome: 'DONE' },
+      orderBy: { id: 'asc' },
+    });
+    expect(audits.map((a) => [a.target, a.actor, a.message])).toEqual([
+      ['llama-7b', 'token:catalog-ops (admin@example.com)', 'owner every caller → team:acme/research'],
+      ['llama-7b', 'token:catalog-ops (admin@example.com)', 'owner team:acme/research → every caller'],
+    ]);
+    const refusedAudits = await t.app.db.prisma.auditEvent.count({
+      where: { action: 'setModelOwner', outcome: 'REFUSED' },
+    });
+    expect(refusedAudits).toBe(5);
+    expect(
+      (await t.gql('mutation($id: ID!) { deleteTeam(id: $id) { __typename } }', { id: teamId }, { token: admin })).data
+        ?.deleteTeam.__typename,
+    ).toBe('Org');
+  });
+
   it('removes a model, after which its mirror version may go', async () => {
     const refused = await t.gql(
       'mutation { removeMirrorVersion(model: "llama-vocab", version: "v1") { __typename } }',

@@ -100,6 +100,10 @@ export const ReplicaRef = builder.prismaObject('Replica', {
       description: 'GPU memory the replica really holds after loading (free before minus free after).',
       resolve: (r) => r.vramUsedBytes,
     }),
+    adapters: t.exposeStringList('adapters', {
+      description:
+        "The model's adapters this replica answers for, as its agent last reported them (an adapter published while it runs joins once loaded).",
+    }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
   }),
 });
@@ -130,7 +134,8 @@ const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
     desired: t.field({ type: ReplicaDesiredEnum, resolve: (a) => a.desired }),
     adapters: t.field({
       type: [AssignmentAdapter],
-      description: "The model's LoRA adapters (llama.cpp: GGUF files in the mirror), loaded when the replica starts.",
+      description:
+        "The model's LoRA adapters (llama.cpp: GGUF files in the mirror), loaded when the replica starts and, on the embedded llama.cpp, followed while it runs.",
       resolve: (a) => a.model.adapters,
     }),
   }),
@@ -164,6 +169,11 @@ const ReplicaReportInput = builder.inputType('ReplicaReportInput', {
     gpuLayers: t.int({ required: false }),
     totalLayers: t.int({ required: false }),
     vramUsedBytes: t.field({ type: 'Bytes', required: false }),
+    adapters: t.stringList({
+      required: false,
+      description:
+        "The adapters the replica answers for now, by name (sent again whenever they change); the gateway sends an adapter's requests only to replicas listing it. Absent leaves what was reported before.",
+    }),
   }),
 });
 

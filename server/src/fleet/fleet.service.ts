@@ -65,7 +65,18 @@ const reportReplicaInput = z.object({
   gpuLayers: z.number().int().min(0).max(100_000).nullish(),
   totalLayers: z.number().int().min(0).max(100_000).nullish(),
   vramUsedBytes: z.number().int().min(0).nullish(),
+  // Absent (an agent from before it reported them) leaves the column as it is.
+  adapters: z
+    .array(resourceName('an adapter name'))
+    .max(1000, 'at most 1000 adapters')
+    .refine((a) => new Set(a).size === a.length, 'each adapter once')
+    .nullish(),
 });
+
+/** The adapters a report lists, as the column's update; nothing when the report has none to say. */
+function adaptersOf(r: { adapters?: string[] | null }) {
+  return r.adapters == null ? {} : { adapters: r.adapters };
+}
 
 /** A smoke test claimed by a server holds the replica this long; a server that dies leaves it to the next. */
 const SMOKE_LEASE_MS = 90_000;
@@ -354,8 +365,9 @@ export class FleetService {
       const u = await tx.replica.update({
         where: { id: replica.id },
         data: keepFailure
-          ? {}
+          ? adaptersOf(r)
           : {
+              ...adaptersOf(r),
               state: r.state,
               message: r.message ?? null,
               // Loading again (an agent that restarted, say): the endpoint and key it had are no longer what
@@ -405,6 +417,8 @@ export class FleetService {
       void this.place();
       return ok(failed);
     }
+    // The same endpoint and key again: a retry that got through before, or the agent saying that the adapters it
+    // holds changed. Smoke-tested already: not again.
     const sameServing =
       replica.state === 'READY' &&
       replica.endpoint === r.endpoint &&
@@ -419,13 +433,17 @@ export class FleetService {
         totalLayers: r.totalLayers ?? null,
         vramUsedBytes: r.vramUsedBytes == null ? null : BigInt(r.vramUsedBytes),
       };
-      // The agent sent its report again (a retry that did get through before): nothing to test again.
+      // What the agent says of the load now (an adapter added, or refused and why) replaces what it said before.
       const u = sameServing
-        ? await tx.replica.update({ where: { id: replica.id }, data: memory })
+        ? await tx.replica.update({
+            where: { id: replica.id },
+            data: { ...memory, ...adaptersOf(r), ...(r.message != null ? { message: r.message } : {}) },
+          })
         : await tx.replica.update({
             where: { id: replica.id },
             data: {
               ...memory,
+              ...adaptersOf(r),
               state: 'LOADING',
               endpoint: r.endpoint,
               servingAt: new Date(),

@@ -276,6 +276,67 @@ describe('a replica is ready when a request through its endpoint answers', () =>
     }
   });
 
+  it('keeps the adapters a replica reports, follows them while it serves, and keeps them when a report says none', async () => {
+    const { replicaId } = await placed('with-adapters');
+    const adaptersOf = async () =>
+      (await t.app.db.prisma.replica.findUniqueOrThrow({ where: { id: replicaId } })).adapters;
+    await report({ replicaId, state: 'LOADING', message: 'fetching the model', adapters: [] });
+    const own = await startStandInReplica({ key: KEY, model: 'with-adapters' });
+    try {
+      await report({
+        replicaId,
+        state: 'READY',
+        message: 'loaded',
+        endpoint: own.endpoint,
+        engineKey: KEY,
+        adapters: ['wa-one'],
+      });
+      const ready = await settled('with-adapters');
+      expect(ready.state).toBe('READY');
+      expect(await adaptersOf()).toEqual(['wa-one']);
+      const shown = await t.gql('{ model(name: "with-adapters") { replicas { adapters } } }', {}, { token: viewer });
+      expect(shown.data?.model.replicas).toEqual([{ adapters: ['wa-one'] }]);
+
+      // Its agent loaded one published since, through its own client: the replica stays READY, not tested again.
+      const smokes = own.requests.length;
+      const agent = new GraphqlControlPlane(base, nodeToken);
+      await agent.reportReplica({
+        replicaId,
+        state: 'READY',
+        message: 'loaded; adapters: wa-one (8 tokens), wa-two (8 tokens)',
+        endpoint: own.endpoint,
+        engineKey: KEY,
+        adapters: ['wa-one', 'wa-two'],
+      });
+      expect(await adaptersOf()).toEqual(['wa-one', 'wa-two']);
+      expect(await replicaOf('with-adapters')).toMatchObject({
+        state: 'READY',
+        smokedAt: ready.smokedAt,
+        message: 'loaded; adapters: wa-one (8 tokens), wa-two (8 tokens)',
+      });
+      await t.app.services.fleet.smokeDue();
+      expect(own.requests.length).toBe(smokes);
+
+      // An agent from before adapters were reported says nothing of them: what was reported stays.
+      await report({ replicaId, state: 'READY', endpoint: own.endpoint, engineKey: KEY });
+      expect(await adaptersOf()).toEqual(['wa-one', 'wa-two']);
+      const bad = await report({
+        replicaId,
+        state: 'READY',
+        endpoint: own.endpoint,
+        engineKey: KEY,
+        adapters: ['a b'],
+      });
+      expect(bad.data?.reportReplica.message).toMatch(/^input\.adapters\.0: an adapter name is letters, digits/);
+      expect(await adaptersOf()).toEqual(['wa-one', 'wa-two']);
+
+      await agent.reportReplica({ replicaId, state: 'STOPPED', message: 'stopped', adapters: [] });
+      expect(await adaptersOf()).toEqual([]);
+    } finally {
+      await own.close();
+    }
+  });
+
   it('sets how many requests a replica answers at once, 1 to 64', async () => {
     const set = await t.gql(
       'mutation { setModelMode(name: "served", mode: ALWAYS, parallel: 8) { __typename ... on Model { parallel } } }',

@@ -1,7 +1,6 @@
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { Transform, type TransformCallback } from 'node:stream';
-import { StringDecoder } from 'node:string_decoder';
 
 // The gateway's side of a replica's endpoint: one request out, with the replica's engine key, over kept-alive
 // connections (a new TCP connection per request would be most of the gateway's added latency), and taps that
@@ -72,6 +71,10 @@ const readUsage = (u: unknown): Usage | null => {
   };
 };
 
+const EMPTY = Buffer.alloc(0);
+const EVENT_END = Buffer.from('\n\n');
+const USAGE_MARK = Buffer.from('"usage":{');
+
 /**
  * Passes a stream of server-sent events through, noting when the first event came and the usage the engine
  * sent in its last one. The gateway asks every engine for that usage chunk (stream_options.include_usage);
@@ -80,8 +83,8 @@ const readUsage = (u: unknown): Usage | null => {
 export class SseTap extends Transform {
   firstEventAt: number | null = null;
   usage: Usage | null = null;
-  private readonly decoder = new StringDecoder('utf8');
-  private pending = '';
+  /** The bytes after the last whole event, waiting for the rest of it. */
+  private pending: Buffer = EMPTY;
 
   constructor(private readonly strip: boolean) {
     super();
@@ -89,18 +92,20 @@ export class SseTap extends Transform {
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) {
     this.firstEventAt ??= performance.now();
-    const text = this.pending + this.decoder.write(chunk);
-    // Only whole events are looked into: a usage chunk split across reads is still found.
-    const end = text.lastIndexOf('\n\n');
+    const bytes = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
+    // Only whole events are looked into: a usage chunk split across reads is still found. Cut at the bytes of
+    // a blank line, which is never inside a UTF-8 character, so nothing is decoded that does not need to be.
+    const end = bytes.lastIndexOf(EVENT_END);
     if (end < 0) {
-      this.pending = text;
+      this.pending = bytes;
       return done();
     }
-    this.pending = text.slice(end + 2);
-    const events = text.slice(0, end + 2);
-    if (!events.includes('"usage":{')) return done(null, events);
+    this.pending = end + 2 < bytes.length ? bytes.subarray(end + 2) : EMPTY;
+    const events = end + 2 < bytes.length ? bytes.subarray(0, end + 2) : bytes;
+    // The common case, a token's chunk: the same bytes go on, undecoded and uncopied (this runs per token).
+    if (events.indexOf(USAGE_MARK) < 0) return done(null, events);
     let out = '';
-    for (const event of events.split('\n\n')) {
+    for (const event of events.toString('utf8').split('\n\n')) {
       if (!event) continue;
       if (event.includes('"usage":{')) {
         const data = event.startsWith('data: ') ? event.slice(6) : event.replace(/^data:/, '');
@@ -118,7 +123,7 @@ export class SseTap extends Transform {
   }
 
   override _flush(done: TransformCallback) {
-    done(null, this.pending + this.decoder.end());
+    done(null, this.pending.length ? this.pending : undefined);
   }
 }
 

@@ -64,7 +64,10 @@ export class UsageRecorder {
   ) {}
 
   start(everyMs = 1000) {
-    this.timer = setInterval(() => void this.flush(), everyMs);
+    // A write still under way (the database slow or away) is not queued behind: the next tick takes its rows.
+    this.timer = setInterval(() => {
+      if (!this.writing) void this.flush();
+    }, everyMs);
     this.timer.unref();
   }
 
@@ -119,9 +122,14 @@ export class UsageRecorder {
     this.touch(e.model, e.at);
   }
 
-  /** Writes what gathered since the last write; overlapping calls share one. */
-  flush(): Promise<void> {
-    this.writing ??= this.write().finally(() => {
+  /**
+   * Writes everything recorded before the call. A write already under way took only the rows gathered before it
+   * began, so this waits for it and then writes the rest (at shutdown, the last requests are not lost to the
+   * timer's write). One write at a time.
+   */
+  async flush(): Promise<void> {
+    while (this.writing) await this.writing;
+    this.writing = this.write().finally(() => {
       this.writing = undefined;
     });
     return this.writing;

@@ -40,7 +40,12 @@ export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustP
           method: 'GET',
         };
         const viewer = await auth.identify(credentials);
-        if (viewer.kind === 'anonymous') return false;
+        if (viewer.kind === 'anonymous') {
+          // 4403 as graphql-ws would close it (the console reads it as "signed out"), but with the reason, such
+          // as "… is a caller token: it calls models at /v1 and nothing else", rather than a bare "Forbidden".
+          if (viewer.reason) ctx.extra.socket.close(4403, closeReason(viewer.reason));
+          return false;
+        }
         ctx.extra.viewer = viewer;
         ctx.extra.address = clientAddress(
           ctx.extra.request.socket.remoteAddress,

@@ -164,7 +164,11 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
           cookie: req.headers.cookie ?? null,
           method: 'GET',
         });
-    if (requireToken && viewer.kind === 'anonymous') {
+    // A bearer token that was shown and refused (revoked, or a caller token, which only calls models at /v1) is
+    // answered with why, even on a mirror open to anonymous callers: the script should learn its token does not
+    // stand here, not be served as if it had sent none.
+    const refusedBearer = viewer.kind === 'anonymous' && Boolean(viewer.reason) && Boolean(req.headers.authorization);
+    if ((requireToken || refusedBearer) && viewer.kind === 'anonymous') {
       res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
       res.end(
         `${viewer.reason ?? 'the mirror needs a credential: Authorization: Bearer <node or API token>, or sign in to the console'}\n`,

@@ -3,11 +3,12 @@ import type { AuditService } from '../audit/audit.service.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Context } from '../context.js';
 import type { Db, Tx } from '../db/client.js';
-import type { ApiToken, Collection, Membership, Org, Project, Team, User } from '../generated/prisma/client.js';
+import type { ApiToken, Collection, Membership, Org, Prisma, Project, Team, User } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
 
 // The organisation tree (org → team → project, with users and API tokens as members) and the one question
 // training asks of it: may the owner of an adapter read the knowledge bases its pairs come from?
@@ -539,6 +540,7 @@ export class OrgService {
         return fail(new ConflictError(`${label} is already a member of ${place}`));
       }
       const membership = await tx.membership.create({ data: { ...at, ...who } });
+      await membersChanged(tx, { id: membership.id });
       await this.audit.done(tx, ctx, { action: 'addMember', target: place, message: label });
       return ok(membership);
     });
@@ -549,6 +551,7 @@ export class OrgService {
     return this.change(async (tx) => {
       const m = isId(id) ? await tx.membership.findUnique({ where: { id }, include: memberInclude }) : null;
       if (!m) return fail(new NotFoundError(`no membership with id ${id}`));
+      await membersChanged(tx, { id });
       await tx.membership.delete({ where: { id } });
       await this.audit.done(tx, ctx, { action: 'removeMember', target: placeOf(m), message: memberLabel(m) });
       return ok(m.org);
@@ -628,7 +631,7 @@ export class OrgService {
       if (!p) return fail(new NotFoundError(`no project with id ${id}`));
       const held = await this.holdings(tx, `project ${projectPath(p)}`, { projectIds: [p.id] });
       if (!held.ok) return held;
-      const members = await tx.membership.count({ where: { projectId: p.id } });
+      const members = await membersChanged(tx, { projectId: p.id });
       await tx.project.delete({ where: { id } });
       await this.audit.done(tx, ctx, {
         action: 'deleteProject',
@@ -651,7 +654,8 @@ export class OrgService {
         projectIds: team.projects.map((p) => p.id),
       });
       if (!held.ok) return held;
-      const members = await tx.membership.count({ where: { teamId: team.id } });
+      // A project's membership records its team too: this counts (and tells) the projects' members as well.
+      const members = await membersChanged(tx, { teamId: team.id });
       await tx.team.delete({ where: { id } });
       await this.audit.done(tx, ctx, {
         action: 'deleteTeam',
@@ -675,7 +679,7 @@ export class OrgService {
         projectIds: org.teams.flatMap((t) => t.projects.map((p) => p.id)),
       });
       if (!held.ok) return held;
-      const members = await tx.membership.count({ where: { orgId: org.id } });
+      const members = await membersChanged(tx, { orgId: org.id });
       const projects = org.teams.reduce((n, t) => n + t.projects.length, 0);
       await tx.org.delete({ where: { id } });
       await this.audit.done(tx, ctx, {
@@ -704,7 +708,7 @@ export class OrgService {
       ...teamIds.map((id) => `team:${id}`),
       ...projectIds.map((id) => `project:${id}`),
     ];
-    const [collections, adapters, jobs] = await Promise.all([
+    const [collections, models, adapters, jobs] = await Promise.all([
       tx.collection.findMany({
         where: {
           OR: [
@@ -716,11 +720,13 @@ export class OrgService {
         select: { name: true },
         orderBy: { name: 'asc' },
       }),
+      tx.catalogModel.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
       tx.adapter.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
       tx.trainJob.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
     ]);
     const held = [
       ...collections.map((c) => `collection ${c.name}`),
+      ...models.map((m) => `model ${m.name}`),
       ...adapters.map((a) => `adapter ${a.name}`),
       ...jobs.map((j) => `training job ${j.name}`),
     ];
@@ -728,10 +734,26 @@ export class OrgService {
     const shown = held.slice(0, 5).join(', ') + (held.length > 5 ? ` and ${held.length - 5} more` : '');
     return fail(
       new ConflictError(
-        `${what} still holds ${shown}: delete ${held.length > 1 ? 'them' : 'it'} first, so nothing is left owned by a part of the tree that is gone`,
+        `${what} still holds ${shown}: delete ${held.length > 1 ? 'them' : 'it'} first${models.length ? ' (a model may instead be given another owner with setModelOwner)' : ''}, so nothing is left owned by a part of the tree that is gone`,
       ),
     );
   }
+}
+
+/**
+ * Tells each user behind these memberships (a member user, or the user of a member API token) that whom their
+ * credentials stand for changed: the gateway caches which owners a caller reaches, and live connections check
+ * again. Queued in the changing transaction, so it is heard on commit and not at all on a rollback; call it
+ * before deleting the rows. Answers how many memberships there were.
+ */
+async function membersChanged(tx: Tx, where: Prisma.MembershipWhereInput): Promise<number> {
+  const rows = await tx.membership.findMany({
+    where,
+    select: { userId: true, apiToken: { select: { userId: true } } },
+  });
+  const users = new Set(rows.map((r) => r.userId ?? r.apiToken?.userId).filter((u): u is string => Boolean(u)));
+  for (const user of users) await notify(tx, 'credentials', `user:${user}`);
+  return rows.length;
 }
 
 export function teamPath(team: Team & { org: Pick<Org, 'name'> }): string {

@@ -3,6 +3,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
+import { createLogger } from '../lib/log.js';
+import { type Listener, listen, makePubSub, notify } from '../pubsub.js';
 import type { OrgService } from './org.service.js';
 import { ownerKey, parseOwnerKey } from './org.service.js';
 
@@ -816,5 +818,85 @@ describe('deleting', () => {
     expect(await db().membership.count({ where: { orgId: o.id } })).toBe(0);
     expect(await refused('deleteOrg', { id: o.id })).toMatchObject({ __typename: 'NotFoundError' });
     expect(await refused('deleteTeam', { id: team.id })).toMatchObject({ __typename: 'NotFoundError' });
+  });
+});
+
+describe('membership changes are heard by the callers they concern', () => {
+  // The gateway caches which owners a caller reaches, and live connections hold credentials: both drop what they
+  // hold for a user when the 'credentials' topic names them. Heard here as another server replica would hear it,
+  // through PostgreSQL's NOTIFY, so an event counts only once its change has committed.
+  const pubsub = makePubSub();
+  const events: string[] = [];
+  let listener: Listener;
+  let people: Record<'bob' | 'carol' | 'dave', { id: string }>;
+  let daveKey: { id: string };
+
+  beforeAll(async () => {
+    listener = await listen(t.app.db.url, pubsub, createLogger('silent'));
+    const end = Date.now() + 10_000;
+    while (!listener.listening() && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    void (async () => {
+      for await (const holder of pubsub.subscribe('credentials')) events.push(holder);
+    })();
+    people = {
+      bob: await user('bob@heard.test'),
+      carol: await user('carol@heard.test'),
+      dave: await user('dave@heard.test'),
+    };
+    daveKey = await key('dave-ci', people.dave.id);
+    await done('createOrg', { name: 'heard' });
+    await done('createTeam', { org: 'heard', name: 'crew' });
+    await done('createProject', { team: 'heard/crew', name: 'side' });
+  });
+  afterAll(() => listener.stop());
+
+  /** The users named on the topic while `work` ran (in the order heard), up to a marker sent after it. */
+  async function heardDuring(work: () => Promise<unknown>): Promise<string[]> {
+    const from = events.length;
+    await work();
+    const marker = `marker:${randomBytes(4).toString('hex')}`;
+    await notify(db(), 'credentials', marker);
+    const end = Date.now() + 10_000;
+    while (!events.includes(marker) && Date.now() < end) await new Promise((r) => setTimeout(r, 20));
+    expect(events).toContain(marker);
+    return events.slice(from, events.indexOf(marker));
+  }
+  const holder = (who: { id: string }) => `user:${who.id}`;
+
+  it('adding or removing a user names that user; an API token names its user', async () => {
+    let bobIn: { id: string } | undefined;
+    expect(
+      await heardDuring(async () => {
+        bobIn = await done('addMember', { i: { org: 'heard', user: 'bob@heard.test' } });
+      }),
+    ).toEqual([holder(people.bob)]);
+    expect(
+      await heardDuring(() => done('addMember', { i: { org: 'heard', team: 'crew', apiToken: daveKey.id } })),
+    ).toEqual([holder(people.dave)]);
+    expect(await heardDuring(() => done('removeMember', { id: bobIn?.id }))).toEqual([holder(people.bob)]);
+  });
+
+  it('a refused change is heard by nobody', async () => {
+    await done('addMember', { i: { org: 'heard', user: 'carol@heard.test' } });
+    expect(await heardDuring(() => refused('addMember', { i: { org: 'heard', user: 'carol@heard.test' } }))).toEqual(
+      [],
+    );
+  });
+
+  it('deleting a project, a team or an org names each user who was a member there, once', async () => {
+    await done('addMember', { i: { org: 'heard', project: 'heard/crew/side', user: 'carol@heard.test' } });
+    await done('addMember', { i: { org: 'heard', project: 'heard/crew/side', apiToken: daveKey.id } });
+    await done('addMember', { i: { org: 'heard', team: 'crew', user: 'bob@heard.test' } });
+    const side = await db().project.findFirstOrThrow({ where: { name: 'side', team: { name: 'crew' } } });
+    const crew = await db().team.findFirstOrThrow({ where: { name: 'crew', org: { name: 'heard' } } });
+    const heardOrg = await db().org.findUniqueOrThrow({ where: { name: 'heard' } });
+
+    const project = await heardDuring(() => done('deleteProject', { id: side.id }));
+    expect(project.sort()).toEqual([holder(people.carol), holder(people.dave)].sort());
+    // Dave's key is a member of the team itself as well: his user is told once.
+    const team = await heardDuring(() => done('deleteTeam', { id: crew.id }));
+    expect(team.sort()).toEqual([holder(people.bob), holder(people.dave)].sort());
+    // Carol is still a member of the org itself.
+    expect(await heardDuring(() => done('deleteOrg', { id: heardOrg.id }))).toEqual([holder(people.carol)]);
   });
 });

@@ -21,6 +21,8 @@ export const builder = new SchemaBuilder<{
   Scalars: {
     // Sizes are bytes; GraphQL's Int is 32 bits, so they travel as JSON numbers exact to 2^53.
     Bytes: { Input: number; Output: number | bigint };
+    // Requests and tokens summed over a range: past Int's 2^31 on a busy month, exact as JSON numbers to 2^53.
+    Count: { Input: number; Output: number | bigint };
     DateTime: { Input: Date; Output: Date };
     JSON: { Input: unknown; Output: unknown };
   };

@@ -12,6 +12,7 @@ import '../catalog/catalog.schema.js';
 import '../serve/serve-job.schema.js';
 import '../org/org.schema.js';
 import '../train/train.schema.js';
+import '../gateway/usage.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

@@ -20,6 +20,25 @@ builder.scalarType('Bytes', {
   },
 });
 
+builder.scalarType('Count', {
+  description: 'A count (requests, tokens), as a JSON number: exact up to 2^53, where Int stops at 2^31.',
+  serialize: (v) => {
+    const n = typeof v === 'bigint' ? Number(v) : v;
+    if (!Number.isSafeInteger(n)) throw new GraphQLError(`a count past 2^53 cannot be sent exactly: ${String(v)}`);
+    return n;
+  },
+  parseValue: (v) => {
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) {
+      throw new GraphQLError('Count is a whole, non-negative number');
+    }
+    return v;
+  },
+  parseLiteral: (ast) => {
+    if (ast.kind !== Kind.INT) throw new GraphQLError('Count is a whole, non-negative number');
+    return Number(ast.value);
+  },
+});
+
 builder.scalarType('DateTime', {
   description: 'An instant, as an ISO 8601 string in UTC.',
   serialize: (v) => (v instanceof Date ? v.toISOString() : new Date(String(v)).toISOString()),

@@ -279,7 +279,7 @@ export class TrainArtifacts {
       await notify(tx, 'trainJob', id);
     });
     const note = llama
-      ? `llama.cpp loads adapters when a replica starts: restart ${model.name}'s replicas (set its mode to stopped, then back) so they load ${job.name}; each replica's message then lists the adapters it loaded`
+      ? `${model.name}'s llama.cpp replicas load ${job.name} within seconds, without a restart: each one's agent fetches it at its next poll and lists it in the replica's message once loaded, and requests for it go to the replicas that hold it (replicas run by llama-server load it at their next start)`
       : `the PEFT files are at ${source}; the agent's vLLM replicas do not load adapters yet: start vLLM with --enable-lora --lora-modules ${job.name}=<a local copy of those files>`;
     return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note });
   }

@@ -640,7 +640,9 @@ describe('artifacts and publishing', () => {
       model: 'tiny',
       owner: null,
     });
-    expect(pub.data?.publishTrainJob.note).toMatch(/restart tiny's replicas/);
+    expect(pub.data?.publishTrainJob.note).toMatch(
+      /^tiny's llama.cpp replicas load \S+ within seconds, without a restart/,
+    );
     const served = await fetch(pub.data?.publishTrainJob.source, {
       headers: { authorization: `Bearer ${w.operator}` },
     });

@@ -25,6 +25,9 @@ export type DateTime = string;
 /** Bytes: a JSON number, exact up to 2^53. */
 export type Bytes = number;
 
+/** Count: requests or tokens summed, a JSON number exact up to 2^53 (past Int's 2^31). */
+export type Count = number;
+
 /** What every typed refusal carries (the `Error` interface, plus `field` on ValidationError). */
 export type Refusal = {
   __typename:

@@ -81,7 +81,7 @@ const alive = (pid: number) => {
 
 describe('external engines', () => {
   it('runs llama-server on a port it assigns with a key it makes, READY once /health answers, stopped on STOP', async () => {
-    const { cp, until } = setup({ llamaServer: engine('--stand-in-load-ms', '300') });
+    const { cp, runner, until } = setup({ llamaServer: engine('--stand-in-load-ms', '300') });
     cp.assign({
       replicaId: 'ls1',
       source: up.url('tiny.gguf'),
@@ -92,6 +92,7 @@ describe('external engines', () => {
     expect(ready.endpoint).toMatch(/^http:\/\/127\.0\.0\.1:\d+\/v1$/);
     expect(ready.engineKey).toMatch(/\S{20,}/);
     expect(ready.message).toMatch(/^llama-server answers on port \d+ \(pid \d+\); adapters: tiny-lora \(lora id 0\)$/);
+    expect(ready.adapters).toEqual(['tiny-lora']);
     // The key travels in the report's own field, never in words someone reads.
     for (const r of cp.replicaReports) expect(r.message ?? '').not.toContain(ready.engineKey);
 
@@ -106,6 +107,25 @@ describe('external engines', () => {
       lora: [{ id: 0, scale: 1 }],
     })) as OpenAI.ChatCompletion;
     expect(withAdapter.choices[0]?.message.content).toMatch(/adapter=\S+\.gguf$/);
+
+    // Published after it started: llama-server takes adapters at start only, so the message says when it serves
+    // it and the report does not claim it.
+    cp.assign({
+      replicaId: 'ls1',
+      source: up.url('tiny.gguf'),
+      adapters: [
+        { name: 'tiny-lora', source: up.url('tiny-lora.gguf') },
+        { name: 'later', source: up.url('tiny-lora.gguf') },
+      ],
+    });
+    await runner.poll();
+    expect(cp.last('ls1')).toMatchObject({
+      state: 'READY',
+      adapters: ['tiny-lora'],
+      message: expect.stringMatching(
+        /; adapters: tiny-lora \(lora id 0\); adapters "later" were published after it started: it serves them from its next start$/,
+      ),
+    });
 
     const stranger = new OpenAI({ baseURL: ready.endpoint!, apiKey: 'not-the-key', maxRetries: 0 });
     await expect(
@@ -135,6 +155,7 @@ describe('external engines', () => {
     });
     const ready = await until('v1', 'READY');
     expect(ready.message).toMatch(/^vllm answers on port \d+ \(pid \d+\); adapters as LoRA modules: sql$/);
+    expect(ready.adapters).toEqual(['sql']);
     const client = new OpenAI({ baseURL: ready.endpoint!, apiKey: ready.engineKey!, maxRetries: 0 });
     expect((await client.models.list()).data.map((m) => m.id)).toEqual(['org/tiny', 'sql']);
     const viaAdapter = await client.chat.completions.create({
@@ -182,6 +203,7 @@ describe('external engines', () => {
     expect(ready.message).toMatch(
       /^llama-server answers on port \d+ \(pid \d+\); adapters "tiny-lora", "broken" were refused \(.*exited with code 1; its last lines: .*failed to load lora adapter\), the base model serves without them$/,
     );
+    expect(ready.adapters).toEqual([]);
     const client = new OpenAI({ baseURL: ready.endpoint!, apiKey: ready.engineKey!, maxRetries: 0 });
     const base = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hi' }] });
     expect(base.choices[0]?.message.content).toMatch(/adapter=none$/);

@@ -6,8 +6,11 @@ import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { modeWords } from '../mirror/mirror-parts';
+import { ModelLive } from './model-live';
+import { ModelOwnerForm, ownerWords } from './model-owner';
 
 export type ReplicaState = 'PENDING' | 'LOADING' | 'READY' | 'FAILED' | 'STOPPED' | 'LOST';
 
@@ -43,6 +46,8 @@ export type ModelCard_Model = {
   mode: ModelMode;
   wantedReplicas: number;
   declared: boolean;
+  /** Who may call it at /v1, as the server names the owner ("team:acme/research"); null is every caller. */
+  owner: string | null;
   awakeUntil: string | null;
   adapters: { __typename?: 'Adapter'; id: string; name: string; source: string; owner: string | null }[];
   replicas: ModelCard_Replica[];
@@ -63,6 +68,7 @@ export const ModelCard_ModelFragment = gql<ModelCard_Model>`
     mode
     wantedReplicas
     declared
+    owner
     awakeUntil
     adapters {
       id
@@ -219,7 +225,19 @@ export const declaredHint = (name: string) =>
  * One catalog model: what it is, how it runs and where. Its mode changes in place (applied with a button); a
  * declared model's configuration lives in hangar.yaml, so it offers no changes and says where to make them.
  */
-export function ModelCard({ model, canChange }: { model: ModelCard_Model; canChange: boolean }) {
+/** A model's own page (its playground): /models/<name>. */
+export const modelPath = (name: string) => `/models/${encodeURIComponent(name)}`;
+
+export function ModelCard({
+  model,
+  canChange,
+  onModelPage = false,
+}: {
+  model: ModelCard_Model;
+  canChange: boolean;
+  /** On the model's own page the card does not link to it. */
+  onModelPage?: boolean;
+}) {
   const titleId = useId();
   const [confirming, setConfirming] = useState(false);
   const [wakeState, wake] = useMutation(ModelCard_WakeMutation);
@@ -236,7 +254,13 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
     <article className="panel model-card" aria-labelledby={titleId} data-testid={`model-${model.name}`}>
       <header className="model-head">
         <h2 id={titleId} className="model-name">
-          {model.name}
+          {onModelPage ? (
+            model.name
+          ) : (
+            <PageLink to={modelPath(model.name)} className="model-link">
+              {model.name}
+            </PageLink>
+          )}
         </h2>
         <span className="badge muted">{engineWords[model.engine] ?? model.engine}</span>
         <span className="badge">{modeWords[model.mode]}</span>
@@ -250,6 +274,11 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
             awake until <TimeAgo at={model.awakeUntil} />
           </span>
         ) : null}
+        {onModelPage ? null : (
+          <PageLink to={modelPath(model.name)} className="button small model-open">
+            Playground
+          </PageLink>
+        )}
       </header>
       <dl className="facts model-facts">
         <div className="grow">
@@ -283,6 +312,12 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
           <dt>At once</dt>
           <dd>{model.parallel === 1 ? '1 request' : `${model.parallel} requests`} per replica</dd>
         </div>
+        <div>
+          <dt>Owner</dt>
+          <dd data-testid="model-owner" title="Who may call it at /v1: the callers its owner admits">
+            {ownerWords(model.owner)}
+          </dd>
+        </div>
       </dl>
       {model.replicas.length ? (
         <ul className="chips" aria-label={`Replicas of ${model.name}`}>
@@ -293,6 +328,7 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
       ) : (
         <p className="muted">No replicas.</p>
       )}
+      <ModelLive name={model.name} ownOnly={!canChange} />
       {model.adapters.length ? (
         <ul className="chips" aria-label={`Adapters of ${model.name}`}>
           {model.adapters.map((a) => (
@@ -308,7 +344,10 @@ export function ModelCard({ model, canChange }: { model: ModelCard_Model; canCha
         model.declared ? (
           <p className="hint declared-hint">{declaredHint(model.name)}</p>
         ) : (
-          <ModeForm key={`${model.mode}:${model.wantedReplicas}:${model.parallel}`} model={model} />
+          <>
+            <ModeForm key={`${model.mode}:${model.wantedReplicas}:${model.parallel}`} model={model} />
+            <ModelOwnerForm model={model} />
+          </>
         )
       ) : null}
       {canChange ? (

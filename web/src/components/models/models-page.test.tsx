@@ -1,9 +1,10 @@
 import { render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
 import { ModelCard_SetModeMutation, ModelCard_WakeMutation, smokeWords } from './model-card';
+import { ModelOwner_SetMutation } from './model-owner';
 import { ModelsPage, ModelsPage_ModelsQuery } from './models-page';
 
 const GiB = 1024 ** 3;
@@ -47,6 +48,7 @@ function model(name: string, over: Record<string, unknown> = {}) {
     mode: 'ALWAYS',
     wantedReplicas: 2,
     declared: false,
+    owner: null,
     awakeUntil: null,
     adapters: [],
     replicas: [],
@@ -229,6 +231,66 @@ describe('ModelsPage', () => {
     refuse = true;
     await user.click(within(coder).getByRole('button', { name: 'Wake' }));
     expect(await within(coder).findByRole('alert')).toHaveTextContent('coder is stopped: nothing to wake');
+  });
+
+  it('shows who may call a model, and lets an operator set the owner or make it public again', async () => {
+    const owners: Record<string, string | null> = { 'team:acme/research': 'team:acme/research' };
+    let current: string | null = null;
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b', { owner: current })] })),
+      answer(ModelOwner_SetMutation, ({ owner }) => {
+        if (owner !== null && !(owner in owners)) {
+          return {
+            setModelOwner: {
+              __typename: 'ValidationError',
+              message: 'owner: org acme has no team nope',
+              code: 'VALIDATION',
+              field: 'owner',
+            },
+          };
+        }
+        current = owner === null ? null : (owners[owner] ?? null);
+        return { setModelOwner: { __typename: 'Model', id: 'm-qwen3-8b', owner: current } };
+      }),
+    ]);
+    renderPage(fake);
+    const user = userEvent.setup();
+    const qwen = await card('qwen3-8b');
+    expect(within(qwen).getByTestId('model-owner')).toHaveTextContent('none: every caller');
+    const form = within(qwen).getByRole('form', { name: 'Owner of qwen3-8b' });
+    expect(within(form).queryByRole('button', { name: 'Make public' })).toBeNull();
+    expect(within(form).getByRole('button', { name: 'Set owner' })).toBeDisabled();
+
+    await user.type(within(form).getByLabelText('Owner'), 'team:acme/nope');
+    await user.click(within(form).getByRole('button', { name: 'Set owner' }));
+    expect(await within(form).findByRole('alert')).toHaveTextContent('owner: org acme has no team nope');
+    expect(within(qwen).getByTestId('model-owner')).toHaveTextContent('none: every caller');
+
+    await user.clear(within(form).getByLabelText('Owner'));
+    await user.type(within(form).getByLabelText('Owner'), 'team:acme/research');
+    await user.click(within(form).getByRole('button', { name: 'Set owner' }));
+    await vi.waitFor(() => expect(within(qwen).getByTestId('model-owner')).toHaveTextContent('team:acme/research'));
+    expect(fake.sent(ModelOwner_SetMutation).map((o) => o.variables)).toEqual([
+      { name: 'qwen3-8b', owner: 'team:acme/nope' },
+      { name: 'qwen3-8b', owner: 'team:acme/research' },
+    ]);
+    expect(within(form).queryByRole('alert')).toBeNull();
+    expect(within(form).getByLabelText('Owner')).toHaveValue('');
+
+    await user.click(within(form).getByRole('button', { name: 'Make public' }));
+    await vi.waitFor(() => expect(within(qwen).getByTestId('model-owner')).toHaveTextContent('none: every caller'));
+    expect(fake.sent(ModelOwner_SetMutation)[2]?.variables).toEqual({ name: 'qwen3-8b', owner: null });
+  });
+
+  it('shows the owner to viewers without a form, and offers none for a declared model', async () => {
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({
+        models: [model('owned', { owner: 'user:ana@example.com' }), model('kept', { declared: true })],
+      })),
+    ]);
+    renderPage(fake, false);
+    expect(within(await card('owned')).getByTestId('model-owner')).toHaveTextContent('user:ana@example.com');
+    expect(screen.queryByRole('form', { name: /Owner of/ })).toBeNull();
   });
 
   it('explains how a model gets into an empty catalog', async () => {

@@ -12,7 +12,7 @@ type Created = { __typename: 'CreatedApiToken'; secret: string; token: TokenTabl
 /** The new token joins the cached `apiTokens` list through graphcache's updater (graphql/cache.ts). */
 export const CreateTokenForm_CreateMutation = gql<
   { createApiToken: Outcome<Created> },
-  { input: { name: string; role: Role; expiresAt: string | null } }
+  { input: { name: string; role: Role; expiresAt: string | null; callerOnly: boolean } }
 >`
   mutation CreateTokenForm_Create($input: CreateApiTokenInput!) {
     createApiToken(input: $input) {
@@ -53,6 +53,7 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         name: String(form.get('name') ?? '').trim(),
         role: String(form.get('role')) as Role,
         expiresAt: endOfDay(String(form.get('expiresAt') ?? '')),
+        callerOnly: form.get('callerOnly') === 'on',
       },
     });
     const outcome = result.data?.createApiToken;
@@ -82,6 +83,10 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
           <span>Expires</span>
           <input name="expiresAt" type="date" aria-describedby="expires-hint" />
         </label>
+        <label className="check">
+          <input name="callerOnly" type="checkbox" aria-describedby="caller-hint" />
+          caller only (calls models at /v1, nothing else)
+        </label>
         <button type="submit" className="button primary" disabled={fetching}>
           Create token
         </button>
@@ -90,13 +95,20 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         A token can hold at most your own role. Without an expiry date it works until it is revoked; with one, it stops
         at the end of that day.
       </p>
+      <p id="caller-hint" className="hint">
+        A caller token is for an application: it calls the models and adapters its user may call, with the OpenAI API at
+        /v1, and is refused on GraphQL, /mirror and /api.
+      </p>
       <FormError refusal={refusal} error={error} />
     </section>
   );
 }
 
 function SecretOnce({ created, origin, onDone }: { created: Created; origin: string; onDone: () => void }) {
-  const curl = `curl -s ${origin}/graphql -H 'Authorization: Bearer ${created.secret}' -H 'Content-Type: application/json' -d '{"query":"{ viewer { user { email } role } }"}'`;
+  // A caller token is refused on /graphql: its example is the call it is for.
+  const curl = created.token.callerOnly
+    ? `curl -s ${origin}/v1/models -H 'Authorization: Bearer ${created.secret}'`
+    : `curl -s ${origin}/graphql -H 'Authorization: Bearer ${created.secret}' -H 'Content-Type: application/json' -d '{"query":"{ viewer { user { email } role } }"}'`;
   return (
     <div className="secret-once" role="status">
       <p>

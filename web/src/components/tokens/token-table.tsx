@@ -1,7 +1,8 @@
 import { useState } from 'react';
 import { gql, useMutation } from 'urql';
-import type { Outcome, Role } from '../../graphql/types';
+import type { Count, Outcome, Refusal, Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
+import { formatCount } from '../../lib/format';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { TimeAgo } from '../common/time-ago';
 
@@ -11,6 +12,8 @@ export type TokenTable_Token = {
   name: string;
   prefix: string;
   role: Role;
+  /** Calls models at /v1 and nothing else. */
+  callerOnly: boolean;
   createdAt: string;
   expiresAt: string | null;
   lastUsedAt: string | null;
@@ -24,6 +27,7 @@ export const TokenTable_TokenFragment = gql<TokenTable_Token>`
     name
     prefix
     role
+    callerOnly
     createdAt
     expiresAt
     lastUsedAt
@@ -50,12 +54,33 @@ export const TokenRow_RevokeMutation = gql<
   ${FormError_RefusalFragment}
 `;
 
+/** What a token was used for over the Tokens page's range (the last 24 hours). */
+export type TokenUsage = { requests: Count; errors: Count; promptTokens: Count; completionTokens: Count };
+
+/** "12 requests · 3.4K tokens · 1 error"; the prompt and completion split goes in a title. */
+export function usageWords(u: TokenUsage): string {
+  if (u.requests === 0) return 'no requests';
+  const parts = [
+    u.requests === 1 ? '1 request' : `${formatCount(u.requests)} requests`,
+    `${formatCount(u.promptTokens + u.completionTokens)} tokens`,
+  ];
+  if (u.errors > 0) parts.push(u.errors === 1 ? '1 error' : `${formatCount(u.errors)} errors`);
+  return parts.join(' · ');
+}
+
 export function tokenState(token: TokenTable_Token): 'active' | 'revoked' | 'expired' {
   if (token.revokedAt) return 'revoked';
   return token.active ? 'active' : 'expired';
 }
 
-export function TokenTable({ tokens }: { tokens: TokenTable_Token[] }) {
+export function TokenTable({
+  tokens,
+  usage,
+}: {
+  tokens: TokenTable_Token[];
+  /** Each token's last 24 hours, by id; a token not in it yet shows a dash. */
+  usage?: ReadonlyMap<string, TokenUsage | Refusal>;
+}) {
   if (tokens.length === 0) {
     return <p className="empty">No API tokens yet. Create one below for a script or a CI job.</p>;
   }
@@ -70,6 +95,7 @@ export function TokenTable({ tokens }: { tokens: TokenTable_Token[] }) {
             <th scope="col">Created</th>
             <th scope="col">Expires</th>
             <th scope="col">Last used</th>
+            <th scope="col">Last 24 h</th>
             <th scope="col">State</th>
             <th scope="col">
               <span className="visually-hidden">Actions</span>
@@ -78,7 +104,7 @@ export function TokenTable({ tokens }: { tokens: TokenTable_Token[] }) {
         </thead>
         <tbody>
           {tokens.map((t) => (
-            <TokenRow key={t.id} token={t} />
+            <TokenRow key={t.id} token={t} usage={usage?.get(t.id)} />
           ))}
         </tbody>
       </table>
@@ -88,7 +114,7 @@ export function TokenTable({ tokens }: { tokens: TokenTable_Token[] }) {
 
 const stateClass = { active: 'ok', revoked: 'muted', expired: 'warn' } as const;
 
-function TokenRow({ token }: { token: TokenTable_Token }) {
+function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage | Refusal | undefined }) {
   const [{ fetching }, revoke] = useMutation(TokenRow_RevokeMutation);
   const [problem, setProblem] = useState<string>();
   const state = tokenState(token);
@@ -101,7 +127,17 @@ function TokenRow({ token }: { token: TokenTable_Token }) {
   };
   return (
     <tr>
-      <th scope="row">{token.name}</th>
+      <th scope="row">
+        {token.name}
+        {token.callerOnly ? (
+          <>
+            {' '}
+            <span className="badge muted" title="Calls models at /v1; refused on GraphQL, /mirror and /api">
+              caller
+            </span>
+          </>
+        ) : null}
+      </th>
       <td className="mono">{token.prefix}…</td>
       <td>{token.role}</td>
       <td>
@@ -112,6 +148,20 @@ function TokenRow({ token }: { token: TokenTable_Token }) {
       </td>
       <td>
         <TimeAgo at={token.lastUsedAt} empty="never" />
+      </td>
+      <td className="token-usage" data-testid="token-usage">
+        {usage == null ? (
+          <span className="muted">—</span>
+        ) : 'message' in usage ? (
+          <span className="form-error inline">{usage.message}</span>
+        ) : (
+          <span
+            className={usage.requests === 0 ? 'muted' : undefined}
+            title={`${usage.promptTokens.toLocaleString('en')} prompt + ${usage.completionTokens.toLocaleString('en')} completion tokens`}
+          >
+            {usageWords(usage)}
+          </span>
+        )}
       </td>
       <td>
         <span className={`badge ${stateClass[state]}`}>{state}</span>

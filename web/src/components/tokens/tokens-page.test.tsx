@@ -13,6 +13,7 @@ const existing = {
   name: 'nightly-sync',
   prefix: 'hgr_a1b2',
   role: 'VIEWER',
+  callerOnly: false,
   createdAt: '2026-01-01T00:00:00.000Z',
   expiresAt: null,
   lastUsedAt: null,
@@ -36,6 +37,7 @@ function setup() {
             name: input.name,
             prefix: 'hgr_c3d4',
             role: input.role,
+            callerOnly: input.callerOnly,
             expiresAt: input.expiresAt,
             createdAt: new Date().toISOString(),
           },
@@ -73,8 +75,9 @@ describe('TokensPage', () => {
       `curl -s ${window.location.origin}/graphql -H 'Authorization: Bearer ${secret}'`,
     );
     expect(fake.sent(CreateTokenForm_CreateMutation)[0]?.variables).toEqual({
-      input: { name: 'ci-deploy', role: 'OPERATOR', expiresAt: null },
+      input: { name: 'ci-deploy', role: 'OPERATOR', expiresAt: null, callerOnly: false },
     });
+    expect(screen.queryByText('caller')).toBeNull();
     // The new token joins the list (graphcache's updater) without a refetch, newest first.
     await vi.waitFor(() => {
       const rows = screen.getAllByRole('row').slice(1);
@@ -94,6 +97,30 @@ describe('TokensPage', () => {
     expect(await screen.findByRole('rowheader', { name: 'ci-deploy' })).toBeInTheDocument();
     expect(screen.queryByTestId('token-secret')).toBeNull();
     expect(document.body).not.toHaveTextContent(secret);
+  });
+
+  it('makes a caller token when asked: its example calls /v1, and its row says caller', async () => {
+    const { fake } = setup();
+    const user = userEvent.setup();
+    expect(await screen.findByRole('rowheader', { name: 'nightly-sync' })).toBeInTheDocument();
+    await user.type(screen.getByLabelText('Token name'), 'chat-app');
+    await user.click(screen.getByRole('checkbox', { name: 'caller only (calls models at /v1, nothing else)' }));
+    await user.click(screen.getByRole('button', { name: 'Create token' }));
+
+    expect(await screen.findByTestId('token-secret')).toHaveTextContent(secret);
+    expect(fake.sent(CreateTokenForm_CreateMutation)[0]?.variables).toEqual({
+      input: { name: 'chat-app', role: 'VIEWER', expiresAt: null, callerOnly: true },
+    });
+    // The control plane refuses a caller token: the example is the call it is for.
+    expect(screen.getByTestId('token-curl')).toHaveTextContent(
+      `curl -s ${window.location.origin}/v1/models -H 'Authorization: Bearer ${secret}'`,
+    );
+    const row = (await screen.findByRole('rowheader', { name: /chat-app/ })).closest('tr') as HTMLElement;
+    expect(within(row).getByText('caller')).toBeInTheDocument();
+    const other = screen.getByRole('rowheader', { name: 'nightly-sync' }).closest('tr') as HTMLElement;
+    expect(within(other).queryByText('caller')).toBeNull();
+    // The form is ready for the next token, a normal one.
+    expect(screen.getByRole('checkbox', { name: /caller only/ })).not.toBeChecked();
   });
 
   it('revokes a token: its row then says revoked and offers no Revoke', async () => {

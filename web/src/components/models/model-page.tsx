@@ -1,0 +1,84 @@
+import { useEffect } from 'react';
+import { gql, useQuery } from 'urql';
+import { describeError } from '../common/form-error';
+import { PageLink } from '../common/page-link';
+import { ModelCard, type ModelCard_Model, ModelCard_ModelFragment } from './model-card';
+import { SETTLING_REFRESH_MS } from './models-page';
+import { Playground } from './playground';
+
+export const ModelPage_ModelQuery = gql<{ model: ModelCard_Model | null }, { name: string }>`
+  query ModelPage_Model($name: String!) {
+    model(name: $name) {
+      ...ModelCard_Model
+    }
+  }
+  ${ModelCard_ModelFragment}
+`;
+
+/** One model: its card, as on the Models page, and a playground to call it or one of its adapters. */
+export function ModelPage({
+  name,
+  canChange,
+  call,
+  onCallChange,
+  fetchImpl,
+}: {
+  name: string;
+  canChange: boolean;
+  /** The model or adapter the playground calls (the URL's ?call=). */
+  call?: string;
+  onCallChange: (call: string | undefined) => void;
+  fetchImpl?: typeof fetch;
+}) {
+  const [{ data, fetching, error }, refetch] = useQuery({
+    query: ModelPage_ModelQuery,
+    variables: { name },
+    requestPolicy: 'cache-and-network',
+  });
+  const model = data?.model;
+  // As on the Models page: read again while a replica is on its way, so the playground's hint follows it.
+  const settling = model?.replicas.some((r) => r.state === 'PENDING' || r.state === 'LOADING');
+  useEffect(() => {
+    if (!settling) return;
+    const t = setInterval(() => {
+      if (document.visibilityState === 'visible') refetch({ requestPolicy: 'network-only' });
+    }, SETTLING_REFRESH_MS);
+    return () => clearInterval(t);
+  }, [settling, refetch]);
+
+  return (
+    <section className="model-page">
+      <header className="page-header">
+        <p className="crumbs">
+          <PageLink to="/models">Models</PageLink> /
+        </p>
+        <h1>{name}</h1>
+      </header>
+      {error ? (
+        <p role="alert" className="form-error">
+          {describeError(error)}
+        </p>
+      ) : null}
+      {!data && fetching ? <p className="muted">Loading…</p> : null}
+      {data && !model ? (
+        <p className="empty">
+          The catalog holds no model named {name}: it may have been removed.{' '}
+          <PageLink to="/models">See every model</PageLink>.
+        </p>
+      ) : null}
+      {model ? (
+        <>
+          {/* The playground first: it is what the page is for; the card is the Models page's, for reference. */}
+          <Playground
+            model={model}
+            target={call}
+            // The model itself is the default: the URL names only an adapter.
+            onTargetChange={(next) => onCallChange(next === model.name ? undefined : next)}
+            fetchImpl={fetchImpl}
+          />
+          <ModelCard model={model} canChange={canChange} onModelPage />
+        </>
+      ) : null}
+    </section>
+  );
+}
