@@ -1,3 +1,8 @@
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
 import { expect, type Page, test } from '@playwright/test';
 import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
@@ -6,12 +11,15 @@ import { adminApi, signIn, snap } from '../fixtures/hangar.js';
 // The playground on a model's page, through the gateway to a real replica: the tiny random-weight llama in the
 // mirror, served, loaded by a real node agent with llama.cpp on CPU (its GPU is declared: this machine has none),
 // and called from the console as the signed-in admin, streaming. What it answers is noise: the test asserts that
-// text streams in and the figures appear, not what it says.
+// text streams in and the figures appear, not what it says. The calls the page offers to copy are copied with its
+// buttons and run as an application would: curl by a shell, the Node snippet by node with the real `openai` client,
+// each with a caller-only token.
 
 const NODE = 'e2e-playground-node';
 const MODEL = 'e2e-playground';
 
 let agent: RunningAgent | undefined;
+const run = promisify(execFile);
 
 test.afterEach(async () => {
   await agent?.stop();
@@ -22,7 +30,7 @@ test.afterEach(async () => {
 const stats = (page: Page) => page.getByTestId('answer-stats').last();
 const answer = (page: Page) => page.getByTestId('answer').last();
 
-test('the playground streams an answer from a real replica, with time to first token and tokens/s, and Stop ends one', async ({
+test('the playground streams an answer from a real replica, with time to first token and tokens/s, Stop ends one, and its copied calls run as they are', async ({
   page,
   request,
   baseURL,
@@ -89,6 +97,37 @@ test('the playground streams an answer from a real replica, with time to first t
   await page.setViewportSize({ width: 800, height: 800 });
   await snap(page, 'playground-2-answer-800');
   await page.setViewportSize({ width: 1280, height: 800 });
+
+  // The exact call, copied with its buttons, run as an application runs it with a caller-only token.
+  const caller = (
+    await gql(
+      'mutation { createApiToken(input: { name: "e2e-playground-app", role: VIEWER, callerOnly: true }) { ... on CreatedApiToken { secret } } }',
+    )
+  ).data.createApiToken.secret as string;
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: baseURL });
+  const copied = async (button: string, testId: string) => {
+    // The block the snippet is in: its button says Copied once the clipboard holds it.
+    const block = page.getByTestId(testId).locator('..');
+    await block.getByRole('button', { name: button }).click();
+    await expect(block.getByRole('button', { name: 'Copied' })).toBeVisible();
+    return await page.evaluate(() => navigator.clipboard.readText());
+  };
+  const curl = await copied('Copy curl', 'call-curl');
+  expect(curl).toBe(await page.getByTestId('call-curl').textContent());
+  const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', HANGAR_TOKEN: caller };
+  const byCurl = (await run('sh', ['-c', curl], { env, timeout: 30_000 })).stdout;
+  expect(byCurl).toMatch(/"completion_tokens":\d+/);
+  expect(byCurl.trimEnd().endsWith('data: [DONE]')).toBe(true);
+  // The Node snippet imports `openai`: run from a folder whose node_modules holds the server's copy of it.
+  const dir = await mkdtemp(path.join(os.tmpdir(), 'hangar-e2e-call-'));
+  try {
+    await symlink(path.resolve('../server/node_modules'), path.join(dir, 'node_modules'));
+    await writeFile(path.join(dir, 'call.mjs'), await copied('Copy Node', 'call-node'));
+    const byNode = (await run(process.execPath, ['call.mjs'], { cwd: dir, env, timeout: 30_000 })).stdout;
+    expect(byNode).toMatch(/\n\d+ tokens\n$/);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 
   // Stop, mid-answer. The tiny llama makes a few hundred tokens a second on this machine, faster than a test can
   // click; the browser's network is slowed (Chromium's own throttling, as DevTools does it) so the answer arrives

@@ -128,4 +128,63 @@ describe('ModelCache', () => {
     up.files.set('nodigest.gguf', { body: bytes(100), noDigest: true });
     await expect(cache.fetch(up.url('nodigest.gguf'))).rejects.toThrow(/did not give the file's sha256 as its ETag/);
   });
+
+  it('fetches a version’s set whole into one directory of links by name, each verified; reused, and shared', async () => {
+    const files = {
+      'config.json': Buffer.from('{"architectures":["LlamaForCausalLM"]}'),
+      'sub/w.safetensors': bytes(9000, 21),
+    };
+    const at = publishSet('set/v1/', files);
+    const cache = await fresh();
+    const fetched = () => up.requests.filter((r) => r.name.startsWith('set/v1/') && r.name !== 'set/v1/').length;
+    // Two replicas asking at once share one fetch: each file is asked for once.
+    const [got, same] = await Promise.all([cache.fetchDir(at), cache.fetchDir(at)]);
+    expect(same).toBe(got);
+    expect(got).toMatchObject({ files: 2, bytes: 9000 + files['config.json'].length, reused: false });
+    expect(fetched()).toBe(2);
+    for (const [name, body] of Object.entries(files)) {
+      expect(sha256(await fs.readFile(path.join(got.dir, name)))).toBe(sha256(body));
+      expect((await fs.lstat(path.join(got.dir, name))).isSymbolicLink()).toBe(true);
+    }
+    // Already there: checked again on disk, the mirror only asked for the listing.
+    expect(await cache.fetchDir(at)).toEqual({ ...got, reused: true });
+    expect(fetched()).toBe(2);
+    // A file changed on disk since (a disk fault, a hand) is fetched again, not handed over.
+    const blob = path.join(cache.modelsDir, `${sha256(files['sub/w.safetensors'])}.gguf`);
+    await fs.writeFile(blob, 'not the weights');
+    expect((await cache.fetchDir(at)).reused).toBe(false);
+    expect(sha256(await fs.readFile(path.join(got.dir, 'sub/w.safetensors')))).toBe(sha256(files['sub/w.safetensors']));
+    expect(fetched()).toBe(3);
+  });
+
+  it('hands over no directory for a set with a file that does not verify, or one the mirror holds only part of', async () => {
+    const cache = await fresh();
+    const at = publishSet('bad/v1/', { 'config.json': Buffer.from('{}'), 'w.safetensors': bytes(5000, 22) });
+    up.files.set('bad/v1/w.safetensors', { body: bytes(5000, 22), fault: { kind: 'wrong-bytes' } });
+    await expect(cache.fetchDir(at)).rejects.toThrow(/the bytes were changed on the way/);
+    // Nothing in sets/: not a directory with config.json and no weights.
+    expect(await fs.readdir(path.join(cache.dir, 'sets')).catch(() => [])).toEqual([]);
+
+    const part = publishSet('part/v1/', { 'config.json': Buffer.from('{}') }, false);
+    await expect(cache.fetchDir(part)).rejects.toThrow(/the mirror holds only part of this version \(1 files verified/);
+    await expect(cache.fetchDir(up.url('part/v1/config.json'))).rejects.toThrow(/is not a mirror version/);
+    await expect(cache.fetchDir(setUrl('none/v1/'))).rejects.toThrow(/answered 404 to the version's listing/);
+    up.files.set('evil/v1/', {
+      body: Buffer.from(
+        JSON.stringify({ complete: true, files: [{ name: '../../x', size: 1, sha256: 'a'.repeat(64) }] }),
+      ),
+    });
+    await expect(cache.fetchDir(setUrl('evil/v1/'))).rejects.toThrow(/is not a relative path inside the version/);
+  });
 });
+
+/** A version as the mirror lists it (GET /mirror/<model>/<version>/) with its files; returns the version's URL. */
+function publishSet(version: string, files: Record<string, Buffer>, complete = true) {
+  for (const [name, body] of Object.entries(files)) up.files.set(`${version}${name}`, { body });
+  const listed = Object.entries(files).map(([name, body]) => ({ name, size: body.length, sha256: sha256(body) }));
+  up.files.set(version, { body: Buffer.from(JSON.stringify({ complete, files: listed })) });
+  return setUrl(version);
+}
+
+/** A version's URL ends in `/`, as the mirror's does (the upstream's url() would escape it). */
+const setUrl = (version: string) => `${up.url(version.slice(0, -1))}/`;

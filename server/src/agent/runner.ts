@@ -1,3 +1,4 @@
+import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '../lib/log.js';
 import {
@@ -94,9 +95,22 @@ type Replica = {
   leaving: Map<string, Promise<void>>;
   /** An external engine: the adapters it was started with (whether or not it took them). */
   startedWith?: Assignment['adapters'];
+  /**
+   * Where the replica's adapters are loaded and unloaded while it runs: the in-process model, or vLLM's runtime
+   * API. Without one (llama-server, vLLM that refused LoRA) they change only at the next start.
+   */
+  adapterHost?: AdapterHost;
+  /** vLLM would not start with LoRA enabled (a model it has no LoRA support for): why, in its words. */
+  noLora?: string;
 };
 
 type AdapterNote = { source: string; note: string };
+
+/** Loads one adapter (noting it in `held` or `refused`), or unloads one (resolving once it is gone). */
+type AdapterHost = {
+  load(adapter: Assignment['adapters'][number], signal: AbortSignal): Promise<void>;
+  unload(name: string): Promise<void>;
+};
 
 /**
  * An adapter that could not be fetched (the mirror down, a file cut short) is tried again after this long; one
@@ -116,6 +130,28 @@ export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' 
 
 /** How long an external engine may take to load before its replica fails: vLLM reads big weights onto the GPU. */
 const ENGINE_READY_MS: Record<EngineKind, number> = { vllm: 10 * 60_000, 'llama-server': 5 * 60_000 };
+
+/** vLLM's error message, from its JSON (flat in older releases, under `error` in newer ones) or its text. */
+function vllmError(text: string): string {
+  try {
+    const body = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } };
+    const message = body.error?.message ?? body.message;
+    if (typeof message === 'string') return message;
+  } catch {
+    // Not JSON: its own words, as they came.
+  }
+  return text.trim().slice(0, 500) || '(no body)';
+}
+
+/** A PEFT adapter's rank (adapter_config.json's `r`), for vLLM's --max-lora-rank; 0 when it does not say. */
+async function loraRank(dir: string): Promise<number> {
+  try {
+    const config = JSON.parse(await fs.readFile(path.join(dir, 'adapter_config.json'), 'utf8')) as { r?: unknown };
+    return typeof config.r === 'number' ? config.r : 0;
+  } catch {
+    return 0;
+  }
+}
 
 /** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
 export const MAX_CONTEXT = 2048;
@@ -259,6 +295,10 @@ export class Runner {
       });
       const serving = this.o.serving;
       r.model = served;
+      r.adapterHost = {
+        load: (adapter, sig) => this.addAdapter(r, served, adapter, sig),
+        unload: (name) => served.removeAdapter(name),
+      };
       r.release = async () => {
         serving?.http.unserve(a.model);
         // Requests being answered finish first; the weights go only once nothing uses them.
@@ -310,20 +350,32 @@ export class Runner {
     let withoutAdapters: string[] | undefined;
     /** The adapters the engine serves once it answers: those it was started with and took. */
     let accepted: string[] = [];
+    /** vLLM's LoRA modules, by name, with the source each came from: held once the engine answers. */
+    const modules = new Map<string, AdapterNote>();
     if (a.engine === 'vllm') {
       const vllm = await this.o.vllmCommand();
       if (!vllm) throw new Error('vLLM is not installed on this node (no vllm on PATH, no HANGAR_AGENT_VLLM_COMMAND)');
       kind = 'vllm';
       command = vllm;
-      // lead: vLLM reads a local directory; fetching a safetensors set whole from the mirror into one (verified)
-      // is still to come, so the source goes as the assignment gives it, as before.
-      args = vllmArgs(
-        a,
-        a.source,
-        (a.adapters ?? []).map((x) => `${x.name}=${x.source}`),
-      );
-      if (a.adapters?.length) said = `; adapters as LoRA modules: ${a.adapters.map((x) => x.name).join(', ')}`;
-      accepted = (a.adapters ?? []).map((x) => x.name);
+      // vLLM reads a local directory, not a URL: the mirror version's files, fetched whole and verified, are
+      // handed to it as one directory of the cache (model-cache.ts fetchDir), and each PEFT adapter the same way.
+      this.set(r, 'LOADING', { message: 'fetching the weights from the mirror' });
+      const weights = await this.o.cache.fetchDir(resolve(a.source), signal);
+      signal.throwIfAborted();
+      const paths: string[] = [];
+      let rank = 0;
+      for (const adapter of a.adapters ?? []) {
+        const dir = await this.fetchAdapterDir(r, adapter, signal);
+        if (!dir) continue;
+        paths.push(`${adapter.name}=${dir}`);
+        rank = Math.max(rank, await loraRank(dir));
+        modules.set(adapter.name, { source: adapter.source, note: adapter.name });
+      }
+      said = weights.reused ? ' (weights from the cache)' : '';
+      args = vllmArgs(a, weights.dir, paths, rank);
+      // vLLM refuses to start with LoRA enabled for a model it has no LoRA support for: it is started again
+      // without, and serves the base model.
+      withoutAdapters = vllmArgs(a, weights.dir, null);
     } else {
       kind = 'llama-server';
       command = ext.llamaServer ?? [];
@@ -370,6 +422,10 @@ export class Runner {
           HANGAR_MODEL: a.model,
           HANGAR_MODEL_SOURCE: a.source,
           HANGAR_CONTEXT_SIZE: a.contextSize == null ? '' : String(a.contextSize),
+          // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with this set: an adapter
+          // published while the replica runs is loaded there (behind the engine key, which only the agent and the
+          // control plane hold).
+          ...(kind === 'vllm' ? { VLLM_ALLOW_RUNTIME_LORA_UPDATING: 'True' } : {}),
         },
       });
     let engine: Awaited<ReturnType<typeof start>>;
@@ -379,8 +435,16 @@ export class Runner {
       // llama-server refuses to start at all when one --lora file is bad and does not say which in a way to rely
       // on: the base model is started again without them, and the adapters are named as refused with its words.
       if (!withoutAdapters || !(err instanceof EngineStartError) || !err.exitedAtStart) throw err;
+      // vLLM is started again only when its words are about LoRA: one that cannot load its weights would fail
+      // the same way twice, and loading a large model twice only delays the reason.
+      if (kind === 'vllm' && !/lora/i.test(err.message)) throw err;
       signal.throwIfAborted();
-      said = `; adapters ${(a.adapters ?? []).map((x) => `"${x.name}"`).join(', ')} were refused (${err.message}), the base model serves without them`;
+      if (kind === 'vllm') {
+        r.noLora = err.message;
+        for (const name of modules.keys()) modules.delete(name);
+      } else {
+        said = `; adapters ${(a.adapters ?? []).map((x) => `"${x.name}"`).join(', ')} were refused (${err.message}), the base model serves without them`;
+      }
       accepted = [];
       engine = await start(withoutAdapters);
     }
@@ -393,8 +457,15 @@ export class Runner {
     signal.throwIfAborted();
     // The engine is reached at the agent's advertised host (it binds the agent's listen host), on its own port.
     const host = this.o.serving ? new URL(this.o.serving.endpoint()).hostname : urlHost(ext.host);
-    r.answers = () => accepted;
-    r.startedWith = a.adapters ?? [];
+    if (kind === 'vllm') {
+      // Its adapters follow the assignment while it runs, through its own API, as the in-process model's do.
+      for (const [name, note] of modules) r.held.set(name, note);
+      r.answers = () => [...r.held.keys()];
+      if (!r.noLora) r.adapterHost = this.vllmAdapters(r, `http://${urlHost(ext.host)}:${engine.port}`, engineKey);
+    } else {
+      r.answers = () => accepted;
+      r.startedWith = a.adapters ?? [];
+    }
     r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${said}`;
     this.set(r, 'READY', {
       message: this.messageOf(r),
@@ -449,22 +520,99 @@ export class Runner {
   }
 
   /**
+   * A PEFT adapter's directory for vLLM, fetched whole from its mirror version like the weights; null (the
+   * adapter named as not fetched, tried again after a while) when it cannot be.
+   */
+  private async fetchAdapterDir(r: Replica, adapter: Assignment['adapters'][number], signal: AbortSignal) {
+    try {
+      return (await this.o.cache.fetchDir(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal)).dir;
+    } catch (err) {
+      signal.throwIfAborted();
+      const retryMs = this.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
+      const note = `adapter "${adapter.name}" was not fetched: ${(err as Error).message}; it is tried again in ${Math.ceil(retryMs / 1000)} s`;
+      r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
+      this.o.log.warn('an adapter was not fetched', {
+        replicaId: r.assignment.replicaId,
+        adapter: adapter.name,
+        error: note,
+      });
+      return null;
+    }
+  }
+
+  /**
+   * vLLM's own runtime LoRA API (POST /v1/load_lora_adapter {lora_name, lora_path}, /v1/unload_lora_adapter
+   * {lora_name}; on with VLLM_ALLOW_RUNTIME_LORA_UPDATING), called with the engine key. vLLM loads the adapter
+   * onto the engine before it answers 200, so a broken one is refused by name with vLLM's words and the base
+   * and the other adapters keep serving. Unloading takes the name away from new requests at once.
+   */
+  private vllmAdapters(r: Replica, base: string, key: string): AdapterHost {
+    const call = async (route: string, body: Record<string, string>, signal?: AbortSignal) => {
+      const res = await fetch(`${base}/v1/${route}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+        // Loading reads the adapter onto the GPU: seconds, not minutes.
+        signal: AbortSignal.any([AbortSignal.timeout(120_000), ...(signal ? [signal] : [])]),
+      });
+      const text = await res.text();
+      return { status: res.status, said: vllmError(text) };
+    };
+    return {
+      load: async (adapter, signal) => {
+        const dir = await this.fetchAdapterDir(r, adapter, signal);
+        if (!dir) return;
+        signal.throwIfAborted();
+        let note: string;
+        try {
+          const res = await call('load_lora_adapter', { lora_name: adapter.name, lora_path: dir }, signal);
+          if (res.status === 200) {
+            r.refused.delete(adapter.name);
+            r.held.set(adapter.name, { source: adapter.source, note: adapter.name });
+            this.o.log.info('an adapter is loaded', { replicaId: r.assignment.replicaId, adapter: adapter.name });
+            return;
+          }
+          note = `adapter "${adapter.name}" was refused by vLLM (HTTP ${res.status}): ${res.said}`;
+          r.refused.set(adapter.name, { source: adapter.source, note });
+        } catch (err) {
+          signal.throwIfAborted();
+          // vLLM did not answer (busy, restarting): not its verdict on the adapter, so it is asked again later.
+          const retryMs = this.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
+          note = `adapter "${adapter.name}" could not be loaded: vLLM did not answer (${(err as Error).message}); it is tried again in ${Math.ceil(retryMs / 1000)} s`;
+          r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
+        }
+        this.o.log.warn('an adapter was refused', {
+          replicaId: r.assignment.replicaId,
+          adapter: adapter.name,
+          error: note,
+        });
+      },
+      unload: async (name) => {
+        const res = await call('unload_lora_adapter', { lora_name: name });
+        // 404: vLLM no longer has it, which is what was asked.
+        if (res.status !== 200 && res.status !== 404)
+          throw new Error(`vLLM answered ${res.status} to unloading "${name}": ${res.said}`);
+      },
+    };
+  }
+
+  /**
    * A running replica follows its model's adapters as the assignment lists them: one published after it started
    * is loaded, one withdrawn is unloaded once its requests are done, one published again from another file is
    * replaced. One sync at a time per replica; a newer list waits for the running sync and goes next.
    */
   private followAdapters(r: Replica, wanted: Assignment['adapters']) {
     r.wanted = wanted;
-    const model = r.model;
-    if (!model) {
-      if (r.startedWith) this.noteUnstarted(r);
+    const host = r.adapterHost;
+    if (!host) {
+      if (r.startedWith || r.noLora) this.noteUnstarted(r);
       return;
     }
     r.syncing ??= (async () => {
       let synced: Assignment['adapters'] | undefined;
       while (synced !== r.wanted && r.state === 'READY' && !r.abort.signal.aborted) {
         synced = r.wanted;
-        await this.syncAdapters(r, model, synced);
+        await this.syncAdapters(r, host, synced);
       }
     })()
       .catch((err) => {
@@ -476,7 +624,7 @@ export class Runner {
       });
   }
 
-  private async syncAdapters(r: Replica, model: LlamaServedModel, wanted: Assignment['adapters']) {
+  private async syncAdapters(r: Replica, host: AdapterHost, wanted: Assignment['adapters']) {
     const signal = r.abort.signal;
     const want = new Map(wanted.map((a) => [a.name, a.source]));
     const now = Date.now();
@@ -495,8 +643,8 @@ export class Runner {
         adapter: name,
       });
       // New requests for it are refused at once (and the report below says so), those running finish first.
-      const leaving = model
-        .removeAdapter(name)
+      const leaving = host
+        .unload(name)
         .catch((err) => {
           this.o.log.warn('unloading an adapter did not go cleanly', {
             replicaId: r.assignment.replicaId,
@@ -517,7 +665,7 @@ export class Runner {
       const leaving = r.leaving.get(adapter.name);
       if (leaving) await Promise.race([leaving, aborted(signal)]);
       if (signal.aborted) return;
-      await this.addAdapter(r, model, adapter, signal);
+      await host.load(adapter, signal);
       this.adaptersChanged(r);
     }
   }
@@ -530,8 +678,8 @@ export class Runner {
   }
 
   /**
-   * An external engine serves the adapters it was started with: one published since is named in its message,
-   * truthfully, as served from its next start, not now.
+   * llama-server serves the adapters it was started with: one published since is named in its message,
+   * truthfully, as served from its next start, not now. vLLM that refused LoRA serves none of them.
    */
   private noteUnstarted(r: Replica) {
     const message = this.messageOf(r);
@@ -540,6 +688,10 @@ export class Runner {
 
   /** The load as it was said, then each of the assigned adapters: loaded (with its smoke tokens) or refused and why. */
   private messageOf(r: Replica): string {
+    if (r.noLora)
+      return r.wanted.length
+        ? `${r.loadNote}; adapters ${r.wanted.map((a) => `"${a.name}"`).join(', ')} are not served: vLLM would not start with LoRA enabled for this model (${r.noLora}), so it serves the base model alone`
+        : (r.loadNote ?? '');
     if (r.startedWith) {
       const started = new Map(r.startedWith.map((a) => [a.name, a.source]));
       const later = r.wanted.filter((a) => started.get(a.name) !== a.source).map((a) => `"${a.name}"`);

@@ -185,6 +185,8 @@ export class Gateway {
       if (!res.writableFinished) abort.abort(new Error('the client went away'));
     };
     res.once('close', gone);
+    // The tap is piped into res by hand (below), and an 'error' nobody listens for would end the process.
+    res.on('error', gone);
     const stream = body.stream === true;
     const options = body.stream_options as { include_usage?: unknown } | null | undefined;
     const clientWantsUsage = options?.include_usage === true;
@@ -308,6 +310,8 @@ export class Gateway {
       );
     } finally {
       res.off('close', gone);
+      // A long answer keeps its model awake to its end: idle time counts from when the last request ended.
+      this.usage.touch(target.model.name);
       this.usage.record({
         at,
         tokenId: caller.tokenId,

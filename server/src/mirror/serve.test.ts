@@ -104,6 +104,48 @@ describe('serving mirror files', () => {
     expect(sha256(joined)).toBe(digest);
   });
 
+  it('lists a version’s present files with their size and sha256, for a node fetching a set whole', async () => {
+    const config = Buffer.from('{"architectures":["LlamaForCausalLM"]}');
+    const shard = bytes(5000, 7);
+    for (const [file, b] of [
+      ['config.json', config],
+      ['sub/model.safetensors', shard],
+    ] as const) {
+      const put = await fetch(`${base}/mirror/set/v1/${file}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${operator}` },
+        body: new Uint8Array(b),
+      });
+      expect(put.status).toBe(201);
+    }
+    const list = await fetch(`${base}/mirror/set/v1/`, { headers: { authorization: `Bearer ${operator}` } });
+    expect(list.status).toBe(200);
+    expect(list.headers.get('content-type')).toBe('application/json');
+    expect(await list.json()).toEqual({
+      model: 'set',
+      version: 'v1',
+      complete: true,
+      files: [
+        { name: 'config.json', size: config.length, sha256: sha256(config) },
+        { name: 'sub/model.safetensors', size: shard.length, sha256: sha256(shard) },
+      ],
+    });
+    // A file that is not present (failed, still fetching) is left out, and the set is said to be incomplete.
+    await t.app.db.prisma.mirrorFile.updateMany({
+      where: { model: 'set', version: 'v1', file: 'config.json' },
+      data: { state: 'FAILED' },
+    });
+    const partial = await (
+      await fetch(`${base}/mirror/set/v1/`, { headers: { authorization: `Bearer ${operator}` } })
+    ).json();
+    expect(partial).toMatchObject({ complete: false, files: [{ name: 'sub/model.safetensors' }] });
+    const missing = await fetch(`${base}/mirror/set/v9/`, { headers: { authorization: `Bearer ${operator}` } });
+    expect(missing.status).toBe(404);
+    expect(await missing.text()).toBe('no such version in the mirror\n');
+    // The same credential as the files (HANGAR_MIRROR_REQUIRE_TOKEN).
+    expect((await fetch(`${base}/mirror/set/v1/`)).status).toBe(401);
+  });
+
   it('refuses an upload whose bytes do not match, keeps nothing, and audits it', async () => {
     const r = await fetch(`${base}/mirror/served/v2/bad.gguf`, {
       method: 'PUT',

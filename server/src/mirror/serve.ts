@@ -8,7 +8,8 @@ import type { Logger } from '../lib/log.js';
 import type { MirrorService } from './mirror.service.js';
 import type { MirrorPaths } from './paths.js';
 
-// GET/HEAD /mirror/<model>/<version>/<file>: what the nodes load weights from. Only PRESENT files, whose bytes
+// GET/HEAD /mirror/<model>/<version>/<file>: what the nodes load weights from (and …/<version>/, the version's
+// files as JSON, for a node fetching a set whole). Only PRESENT files, whose bytes
 // were verified; a single Range (RFC 9110 §14); ETag = the file's sha256, so a node can check what it got
 // against what the mirror verified; streamed from disk with backpressure.
 //
@@ -191,6 +192,10 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
       res.writeHead(404, { 'content-type': 'text/plain; charset=utf-8' });
       res.end(`${why}\n`);
     };
+    // GET /mirror/<model>/<version>/ (the version's URL, as a vLLM source is): what a node needs to fetch a
+    // safetensors set whole, file by file, each checked against its sha256 (the ETag of its own GET).
+    if (model && version && rest.length === 1 && rest[0] === '' && parts.slice(0, 2).every(safePart))
+      return listVersion(db, owners, viewer, model, version, req, res, notFound);
     if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.' || p.includes('\0')))
       return notFound('no such file in the mirror');
     // Before anything about the file is said (not even its state), so a refusal reads as "no such file".
@@ -251,6 +256,44 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
       log.warn('serving a mirror file failed', { file: onDisk, error: err });
     }
   };
+}
+
+const safePart = (p: string) => Boolean(p) && p !== '..' && p !== '.' && !p.includes('\0');
+
+/**
+ * The listing of a version, as JSON: `{ model, version, complete, files: [{ name, size, sha256 }] }`, only the
+ * PRESENT files (verified, so their sha256 is known); `complete` is false while any file of the version is not
+ * present (still fetching, failed), and a node must not hand such a set to an engine. An owned adapter's version
+ * is listed to those who may fetch its files, and is the same 404 as a missing version to anyone else.
+ */
+async function listVersion(
+  db: Db,
+  owners: Deps['owners'],
+  viewer: Viewer,
+  model: string,
+  version: string,
+  req: IncomingMessage,
+  res: ServerResponse,
+  notFound: (why: string) => void,
+) {
+  const owned = await ownedAdapter(db, model, version);
+  if (owned && !(await mayFetchOwned(db, owners, viewer, owned))) return notFound('no such version in the mirror');
+  const rows = await db.mirrorFile.findMany({ where: { model, version }, orderBy: { file: 'asc' } });
+  if (!rows.length) return notFound('no such version in the mirror');
+  const present = rows.filter((r) => r.state === 'PRESENT' && r.actualSha256);
+  const body = JSON.stringify({
+    model,
+    version,
+    complete: present.length === rows.length,
+    files: present.map((r) => ({ name: r.file, size: Number(r.bytesDone), sha256: r.actualSha256 })),
+  });
+  res.writeHead(200, {
+    'content-type': 'application/json',
+    'content-length': Buffer.byteLength(body),
+    'cache-control': owned ? 'private, no-cache' : 'no-cache',
+    'x-content-type-options': 'nosniff',
+  });
+  res.end(req.method === 'HEAD' ? undefined : body);
 }
 
 /**

@@ -252,6 +252,11 @@ describe('an owned adapter published into the mirror (GET /mirror/…)', () => {
           .toString(),
         label,
       ).toBe('GGUF');
+      // Its version's listing (what a vLLM node fetches a PEFT set by) follows the same rules.
+      const list = await get(ownedSource.replace(/[^/]+$/, ''), c);
+      expect(list.status, label).toBe(200);
+      expect(list.headers.get('cache-control'), label).toMatch(/^private/);
+      expect((await list.json()).files, label).toHaveLength(1);
     }
   });
 
@@ -272,6 +277,9 @@ describe('an owned adapter published into the mirror (GET /mirror/…)', () => {
         expect(r.headers.get('etag'), label).toBeNull();
         if (method === 'GET') expect(await r.text(), label).toBe(nothing);
       }
+      const list = await get(ownedSource.replace(/[^/]+$/, ''), c);
+      expect(list.status, `listing ${label}`).toBe(404);
+      expect(await list.text(), label).toBe('no such version in the mirror\n');
     }
   });
 

@@ -189,13 +189,29 @@ export function llamaServerArgs(o: { file: string; contextSize: number; parallel
   return args;
 }
 
+/** The --max-lora-rank values vLLM accepts (its CLI refuses others). */
+const VLLM_LORA_RANKS = [8, 16, 32, 64, 128, 256, 320, 512];
+
 /**
- * vLLM's arguments: what it loads, under the model's name (so requests say `model: "<name>"`), and its adapters
- * as LoRA modules requests name as models.
+ * vLLM's arguments: what it loads (a local directory: the mirror version's files in the cache), under the model's
+ * name (so requests say `model: "<name>"`), and its adapters as LoRA modules requests name as models. LoRA is
+ * on even with no adapter yet, so one published later loads at runtime (/v1/load_lora_adapter); `adapters`
+ * null starts it without LoRA. --max-lora-rank is raised to fit the highest rank it starts with (vLLM's default
+ * is 16; the trainer's ranks go to 256); one loaded later above it is refused by vLLM, by name.
  */
-export function vllmArgs(a: Pick<Assignment, 'model' | 'contextSize'>, weights: string, adapters: string[]) {
+export function vllmArgs(
+  a: Pick<Assignment, 'model' | 'contextSize'>,
+  weights: string,
+  adapters: string[] | null,
+  rank = 0,
+) {
   const args = [weights, '--served-model-name', a.model];
   if (a.contextSize) args.push('--max-model-len', String(a.contextSize));
-  if (adapters.length) args.push('--enable-lora', '--lora-modules', ...adapters);
+  if (adapters) {
+    args.push('--enable-lora');
+    const fits = VLLM_LORA_RANKS.find((r) => r >= rank);
+    if (rank > 16 && fits) args.push('--max-lora-rank', String(fits));
+    if (adapters.length) args.push('--lora-modules', ...adapters);
+  }
   return args;
 }
