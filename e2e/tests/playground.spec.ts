@@ -194,4 +194,17 @@ test('the playground streams an answer from a real replica, with time to first t
     (await gql(`mutation { removeMirrorVersion(model: "${MODEL}", version: "v1") { __typename } }`)).data
       .removeMirrorVersion.__typename,
   ).toBe('RemovedMirrorVersion');
+  // A node counts as online for 30 s after its last report (NODE_ONLINE_MS), and nodes cannot be removed: the
+  // specs after this one place replicas and read the fleet's fit, so they wait until this node is offline.
+  await agent?.stop();
+  agent = undefined;
+  await expect
+    .poll(
+      async () =>
+        (await gql('{ nodes { name online } }')).data.nodes.some(
+          (n: { name: string; online: boolean }) => n.name === NODE && n.online,
+        ),
+      { timeout: 60_000, intervals: [1000] },
+    )
+    .toBe(false);
 });

@@ -160,7 +160,7 @@ const at = (xs: number[], q: number) => {
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
 };
 const median = (xs: number[]) => at(xs, 0.5);
-const until = async (what: string, ok: () => Promise<boolean> | boolean, ms = 15_000) => {
+const until = async (what: string, ok: () => Promise<boolean> | boolean, ms = 30_000) => {
   const deadline = Date.now() + ms;
   while (!(await ok())) {
     if (Date.now() > deadline) {

@@ -95,7 +95,9 @@ export class SseTap extends Transform {
     const bytes = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
     // Only whole events are looked into: a usage chunk split across reads is still found. Cut at the bytes of
     // a blank line, which is never inside a UTF-8 character, so nothing is decoded that does not need to be.
-    const end = bytes.lastIndexOf(EVENT_END);
+    const n = bytes.length;
+    // Most reads end with an event's end: looked at directly, not searched for.
+    const end = n >= 2 && bytes[n - 1] === 10 && bytes[n - 2] === 10 ? n - 2 : bytes.lastIndexOf(EVENT_END);
     if (end < 0) {
       this.pending = bytes;
       return done();

@@ -280,7 +280,7 @@ export class TrainArtifacts {
     });
     const note = llama
       ? `${model.name}'s llama.cpp replicas load ${job.name} within seconds, without a restart: each one's agent fetches it at its next poll and lists it in the replica's message once loaded, and requests for it go to the replicas that hold it (replicas run by llama-server load it at their next start)`
-      : `the PEFT files are at ${source}; the agent's vLLM replicas do not load adapters yet: start vLLM with --enable-lora --lora-modules ${job.name}=<a local copy of those files>`;
+      : `the PEFT files are at ${source}; ${model.name}'s vLLM replicas load ${job.name} without a restart: each one's agent fetches the version's files whole (each verified) at its next poll, loads them with vLLM's /v1/load_lora_adapter and lists it in the replica's message once vLLM took it; requests for it go to the replicas that hold it`;
     return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note });
   }
 

@@ -712,7 +712,9 @@ describe('artifacts and publishing', () => {
     );
     expect(pub.data?.publishTrainJob.__typename).toBe('TrainJobPublished');
     expect(pub.data?.publishTrainJob.source).toBe(`${base}/mirror/${job.name}/job-${job.id.slice(0, 8)}/`);
-    expect(pub.data?.publishTrainJob.note).toMatch(/--lora-modules/);
+    expect(pub.data?.publishTrainJob.note).toMatch(
+      /vLLM replicas load \S+ without a restart: .*\/v1\/load_lora_adapter/,
+    );
     const files = await t.app.db.prisma.mirrorFile.findMany({ where: { model: job.name }, orderBy: { file: 'asc' } });
     expect(files.map((f) => [f.file, f.state])).toEqual([
       ['adapter_config.json', 'PRESENT'],

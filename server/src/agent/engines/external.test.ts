@@ -5,10 +5,11 @@ import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeControlPlane } from '../../../test/fixtures/fake-control-plane.js';
-import { startUpstream, type Upstream } from '../../../test/fixtures/fault-upstream.js';
+import { bytes, sha256, startUpstream, type Upstream } from '../../../test/fixtures/fault-upstream.js';
 import { createLogger } from '../../lib/log.js';
 import { ModelCache } from '../model-cache.js';
 import { Runner } from '../runner.js';
+import { EngineStartError, startExternalEngine } from './external.js';
 
 // The runner with engines as child processes: llama-server and vLLM are played by the stand-in engine (a Node
 // script speaking their flags and HTTP protocol over a real socket; neither can be installed here), files come
@@ -24,8 +25,31 @@ beforeAll(async () => {
   // llama-server is handed the cached file's path; the stand-in does not read it, so any bytes do.
   up.files.set('tiny.gguf', { body: Buffer.from('GGUF stand-in weights') });
   up.files.set('tiny-lora.gguf', { body: Buffer.from('GGUF stand-in adapter') });
+  // vLLM's weights and adapters are mirror versions, listed and fetched whole into a directory of the cache.
+  publishSet('org-tiny/v1/', { 'config.json': CONFIG, 'model.safetensors': bytes(20_000, 3) });
+  publishSet('sql/job-1/', peft(8, 1));
+  publishSet('later/job-2/', peft(8, 2));
+  publishSet('later/job-3/', peft(8, 3));
+  publishSet('wide/job-4/', peft(64, 4));
+  // A version with weights and no adapter_config.json: vLLM finds no adapter there.
+  publishSet('broken/job-5/', { 'adapter_model.safetensors': bytes(100, 5) });
   dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-external-'));
 });
+
+const CONFIG = Buffer.from('{"architectures":["LlamaForCausalLM"],"model_type":"llama"}');
+/** A PEFT adapter's files as the trainer publishes them (the stand-in reads only the config's rank). */
+const peft = (r: number, seed: number) => ({
+  'adapter_config.json': Buffer.from(JSON.stringify({ peft_type: 'LORA', r, lora_alpha: 2 * r })),
+  'adapter_model.safetensors': bytes(1000, seed),
+});
+/** A version as the mirror lists it (GET /mirror/<model>/<version>/) with its files. */
+function publishSet(version: string, files: Record<string, Buffer>) {
+  for (const [name, body] of Object.entries(files)) up.files.set(`${version}${name}`, { body });
+  const listed = Object.entries(files).map(([name, body]) => ({ name, size: body.length, sha256: sha256(body) }));
+  up.files.set(version, { body: Buffer.from(JSON.stringify({ complete: true, files: listed })) });
+}
+/** A version's URL ends in `/`, as the mirror's does (the upstream's url() would escape it). */
+const setUrl = (version: string) => `${up.url(version.slice(0, -1))}/`;
 afterAll(async () => {
   await up.close();
   await fs.rm(dir, { recursive: true, force: true });
@@ -144,20 +168,28 @@ describe('external engines', () => {
     await expect(fetch(`${ready.endpoint}/models`)).rejects.toThrow();
   });
 
-  it('runs vLLM under the model name with its key; READY once /v1/models answers with that key', async () => {
+  it('runs vLLM on a verified local copy of the mirror version, under the model name with its key', async () => {
     const { cp, until } = setup({ vllm: engine('serve') });
     cp.assign({
       replicaId: 'v1',
       model: 'org/tiny',
       engine: 'vllm',
-      source: '/models/org-tiny',
-      adapters: [{ name: 'sql', source: '/adapters/sql' }],
+      source: setUrl('org-tiny/v1/'),
+      adapters: [{ name: 'sql', source: setUrl('sql/job-1/') }],
     });
     const ready = await until('v1', 'READY');
-    expect(ready.message).toMatch(/^vllm answers on port \d+ \(pid \d+\); adapters as LoRA modules: sql$/);
+    expect(cp.replicaReports.map((r) => r.message)).toContain('fetching the weights from the mirror');
+    expect(ready.message).toMatch(/^vllm answers on port \d+ \(pid \d+\); adapters: sql$/);
     expect(ready.adapters).toEqual(['sql']);
     const client = new OpenAI({ baseURL: ready.endpoint!, apiKey: ready.engineKey!, maxRetries: 0 });
-    expect((await client.models.list()).data.map((m) => m.id)).toEqual(['org/tiny', 'sql']);
+    const models = (await client.models.list()).data as (OpenAI.Model & { root: string })[];
+    expect(models.map((m) => m.id)).toEqual(['org/tiny', 'sql']);
+    // What vLLM was given: a directory on this node holding the version's files, byte for byte.
+    const weights = models[0]!.root;
+    expect(weights.startsWith(path.join(dir, 'cache-'))).toBe(true);
+    expect(await fs.readFile(path.join(weights, 'config.json'))).toEqual(CONFIG);
+    expect(sha256(await fs.readFile(path.join(weights, 'model.safetensors')))).toBe(sha256(bytes(20_000, 3)));
+    expect(JSON.parse(await fs.readFile(path.join(models[1]!.root, 'adapter_config.json'), 'utf8')).r).toBe(8);
     const viaAdapter = await client.chat.completions.create({
       model: 'sql',
       messages: [{ role: 'user', content: 'hi' }],
@@ -168,6 +200,129 @@ describe('external engines', () => {
     ).rejects.toMatchObject({ status: 401 });
   });
 
+  it('loads an adapter published after vLLM started with its runtime API, unloads one withdrawn, refuses a bad one by name', async () => {
+    const { cp, runner, until } = setup({ vllm: engine('serve') });
+    const assign = (...adapters: [string, string][]) =>
+      cp.assign({
+        replicaId: 'v2',
+        model: 'org/tiny',
+        engine: 'vllm',
+        source: setUrl('org-tiny/v1/'),
+        adapters: adapters.map(([name, version]) => ({ name, source: setUrl(version) })),
+      });
+    assign();
+    const ready = await until('v2', 'READY');
+    expect(ready.adapters).toEqual([]);
+    const client = new OpenAI({ baseURL: ready.endpoint!, apiKey: ready.engineKey!, maxRetries: 0 });
+    const ask = async (model: string) =>
+      (await client.chat.completions.create({ model, messages: [{ role: 'user', content: 'hi' }] })).choices[0]?.message
+        .content;
+    const roots = async () =>
+      Object.fromEntries(
+        ((await client.models.list()).data as (OpenAI.Model & { root: string })[]).map((m) => [m.id, m.root]),
+      );
+    const reported = async (check: (adapters: string[], message: string) => boolean) => {
+      const deadline = Date.now() + 20_000;
+      for (;;) {
+        const last = cp.last('v2');
+        if (last && check(last.adapters ?? [], last.message ?? '')) return last;
+        if (Date.now() > deadline) throw new Error(`the last report is ${JSON.stringify(last)} after 20 s`);
+        await runner.poll();
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    await expect(ask('sql')).rejects.toMatchObject({ status: 404 });
+
+    // Published while it runs: fetched whole, loaded with POST /v1/load_lora_adapter, reported, answered.
+    assign(['sql', 'sql/job-1/'], ['later', 'later/job-2/']);
+    let last = await reported((a) => a.length === 2);
+    expect(last).toMatchObject({ state: 'READY', adapters: ['sql', 'later'] });
+    expect(last.message).toMatch(/^vllm answers on port \d+ \(pid \d+\); adapters: sql, later$/);
+    expect(await ask('later')).toBe('stand-in vllm model=org/tiny adapter=later');
+    const first = (await roots()).later;
+
+    // Published again from another version: unloaded, then loaded from the new directory under the same name.
+    assign(['sql', 'sql/job-1/'], ['later', 'later/job-3/']);
+    await reported(() => true);
+    const deadline = Date.now() + 20_000;
+    while ((await roots()).later === first || !(await roots()).later) {
+      if (Date.now() > deadline) throw new Error('later was not loaded again from its new version');
+      await runner.poll();
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(JSON.parse(await fs.readFile(path.join((await roots()).later!, 'adapter_config.json'), 'utf8'))).toEqual(
+      JSON.parse(peft(8, 3)['adapter_config.json'].toString()),
+    );
+
+    // Withdrawn: unloaded, no longer answered, no longer reported. A broken one and one above vLLM's
+    // --max-lora-rank are refused by name with vLLM's words; the base and the others keep serving.
+    assign(['later', 'later/job-3/'], ['broken', 'broken/job-5/'], ['wide', 'wide/job-4/']);
+    last = await reported((a, m) => !a.includes('sql') && /"wide"/.test(m) && /"broken"/.test(m));
+    expect(last.adapters).toEqual(['later']);
+    expect(last.message).toMatch(
+      /adapter "broken" was refused by vLLM \(HTTP 404\): Loading lora broken failed: No adapter found for \S+/,
+    );
+    expect(last.message).toMatch(
+      /adapter "wide" was refused by vLLM \(HTTP 400\): LoRA rank 64 is greater than max_lora_rank 16\./,
+    );
+    await expect(ask('sql')).rejects.toMatchObject({ status: 404 });
+    expect(Object.keys(await roots())).toEqual(['org/tiny', 'later']);
+    expect(await ask('org/tiny')).toBe('stand-in vllm model=org/tiny adapter=none');
+    expect(await ask('later')).toBe('stand-in vllm model=org/tiny adapter=later');
+  });
+
+  it('starts vLLM with a rank that fits its adapters, and without LoRA when the model has none', async () => {
+    const wide = setup({ vllm: engine('serve') });
+    wide.cp.assign({
+      replicaId: 'v3',
+      model: 'org/tiny',
+      engine: 'vllm',
+      source: setUrl('org-tiny/v1/'),
+      adapters: [{ name: 'wide', source: setUrl('wide/job-4/') }],
+    });
+    const started = await wide.until('v3', 'READY');
+    expect(started.adapters).toEqual(['wide']);
+    const pid = Number(started.message?.match(/pid (\d+)/)?.[1]);
+    expect((await fs.readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0')).toEqual(
+      expect.arrayContaining(['--enable-lora', '--max-lora-rank', '64']),
+    );
+
+    const none = setup({ vllm: engine('serve', '--stand-in-no-lora') });
+    none.cp.assign({
+      replicaId: 'v4',
+      model: 'org/tiny',
+      engine: 'vllm',
+      source: setUrl('org-tiny/v1/'),
+      adapters: [{ name: 'sql', source: setUrl('sql/job-1/') }],
+    });
+    const base = await none.until('v4', 'READY');
+    expect(base.adapters).toEqual([]);
+    expect(base.message).toMatch(
+      /; adapters "sql" are not served: vLLM would not start with LoRA enabled for this model \(.*does not support LoRA yet\.\), so it serves the base model alone$/,
+    );
+  });
+
+  it('gives vLLM no URL: a source that is not a mirror version fails, and vLLM itself refuses a non-directory', async () => {
+    const { cp, until } = setup({ vllm: engine('serve') });
+    cp.assign({ replicaId: 'url', engine: 'vllm', source: up.url('tiny.gguf') });
+    expect((await until('url', 'FAILED')).message).toMatch(
+      /is not a mirror version \(…\/mirror\/<model>\/<version>\/\)/,
+    );
+    // The stand-in refuses what vLLM refuses: weights that are not a local directory.
+    const refused = await startExternalEngine({
+      kind: 'vllm',
+      command: engine('serve'),
+      args: [setUrl('org-tiny/v1/'), '--served-model-name', 'org/tiny'],
+      host: '127.0.0.1',
+      key: 'k'.repeat(32),
+      readyMs: 10_000,
+      graceMs: 1000,
+      probeMs: 50,
+    }).catch((e: unknown) => e);
+    expect(refused).toBeInstanceOf(EngineStartError);
+    expect((refused as EngineStartError).message).toMatch(/is not a local folder and is not a valid model identifier/);
+  });
+
   it('fails with the engine’s last lines when it exits at start, and at the deadline when it never answers', async () => {
     const { cp, until } = setup({
       llamaServer: engine('--stand-in-exit-at-start'),
@@ -175,7 +330,7 @@ describe('external engines', () => {
       readyMs: 1500,
     });
     cp.assign({ replicaId: 'dies', source: up.url('tiny.gguf') });
-    cp.assign({ replicaId: 'hangs', engine: 'vllm', source: '/models/x' });
+    cp.assign({ replicaId: 'hangs', engine: 'vllm', source: setUrl('org-tiny/v1/') });
     expect((await until('dies', 'FAILED')).message).toMatch(
       /exited with code 1; its last lines: .*tensor data is not within the file bounds \| main: exiting due to model loading error$/,
     );
