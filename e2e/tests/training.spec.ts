@@ -149,9 +149,9 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   await expect(artifacts.getByRole('row', { name: /gguf/ })).toBeVisible();
 
   await page.getByRole('button', { name: 'Publish' }).click();
-  // The answer says where it went and what to do for replicas to load it.
+  // The answer says where it went and that running replicas load it without a restart.
   const answer = page.getByRole('status').filter({ hasText: `Published as ${MODEL}'s adapter ${JOB}:` });
-  await expect(answer).toContainText('llama.cpp loads adapters when a replica starts');
+  await expect(answer).toContainText(`load ${JOB} within seconds, without a restart`);
   await expect(answer).toContainText(`/mirror/${JOB}/`);
   await expect(answer.getByRole('link', { name: `see it under ${MODEL} on the Models page` })).toBeVisible();
   await snap(page, 'training-job');

@@ -88,7 +88,7 @@ function renderPage(state: { job: ReturnType<typeof job>; metrics: number }) {
         model: 'tiny-llama',
         source: 'http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf',
         owner: null,
-        note: 'llama.cpp loads adapters when a replica starts: restart tiny-llama’s replicas',
+        note: 'tiny-llama’s llama.cpp replicas load it within seconds, without a restart',
       },
     })),
     answer(TrainJobActions_DeleteMutation, () => ({
@@ -151,7 +151,7 @@ describe('TrainJobPage', () => {
     expect(answered).toHaveTextContent(
       "Published as tiny-llama's adapter support-tone: see it under tiny-llama on the Models page.",
     );
-    expect(answered).toHaveTextContent('restart tiny-llama’s replicas');
+    expect(answered).toHaveTextContent('load it within seconds, without a restart');
     expect(screen.getByText('http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf')).toBeInTheDocument();
     expect(screen.queryByRole('button', { name: 'Publish' })).toBeNull();
 
