@@ -33,6 +33,9 @@ const MAX_KEPT = 10_000;
 
 export class Callers {
   private readonly kept = new Map<string, { at: number; caller: Caller }>();
+  private readonly lookups = new Map<string, Promise<Identified>>();
+  /** When each holder's credentials last changed (for KEEP_MS), so a lookup that straddled it is not kept. */
+  private readonly changedAt = new Map<string, number>();
   private stopListening: (() => void) | undefined;
 
   constructor(
@@ -54,6 +57,9 @@ export class Callers {
         const event = await events.next();
         if (event.done) return;
         const holder = event.value;
+        const now = Date.now();
+        this.changedAt.set(holder, now);
+        for (const [h, at] of this.changedAt) if (now - at > KEEP_MS) this.changedAt.delete(h);
         for (const [key, entry] of this.kept) if (`user:${entry.caller.userId}` === holder) this.kept.delete(key);
       }
     })().catch((err: unknown) => {
@@ -75,10 +81,21 @@ export class Callers {
     const authorization = req.headers.authorization;
     const cacheable = Boolean(authorization && this.stopListening && this.deps.listening());
     const key = cacheable ? hashSecret(authorization as string) : undefined;
-    if (key) {
-      const hit = this.kept.get(key);
-      if (hit && Date.now() - hit.at < KEEP_MS) return { ok: true, caller: hit.caller };
+    if (!key) return this.lookUp(req);
+    const hit = this.kept.get(key);
+    if (hit && Date.now() - hit.at < KEEP_MS) return { ok: true, caller: hit.caller };
+    // A burst of requests with a token whose entry just ran out makes one lookup, not one each.
+    let pending = this.lookups.get(key);
+    if (!pending) {
+      pending = this.lookUp(req, key).finally(() => this.lookups.delete(key));
+      this.lookups.set(key, pending);
     }
+    return pending;
+  }
+
+  private async lookUp(req: IncomingMessage, key?: string): Promise<Identified> {
+    const startedAt = Date.now();
+    const authorization = req.headers.authorization;
     const viewer = await this.deps.auth.identify({
       authorization: authorization ?? null,
       cookie: req.headers.cookie ?? null,
@@ -102,7 +119,8 @@ export class Callers {
       admin: roleAtLeast(viewer.role, 'ADMIN'),
       reach: await this.deps.org.callerReach({ userId: viewer.user.id, tokenId: tokenId || undefined }),
     };
-    if (key) {
+    // Not kept when the user's credentials changed while it was being looked up: it may predate the change.
+    if (key && (this.changedAt.get(`user:${caller.userId}`) ?? 0) < startedAt) {
       if (this.kept.size >= MAX_KEPT) this.kept.clear();
       this.kept.set(key, { at: Date.now(), caller });
     }

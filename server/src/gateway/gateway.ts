@@ -12,7 +12,7 @@ import { ApiError, invalid, modelNotFound, sendError } from '../lib/openai-error
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
 import { admits, type Caller, Callers } from './callers.js';
-import { JsonTap, SseTap, send, UpstreamUnreached, type Usage } from './proxy.js';
+import { JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
 import { type Outcome, UsageRecorder } from './usage.js';
 
@@ -39,6 +39,8 @@ export type GatewayDeps = {
 const MAX_BODY_BYTES = 4 * 1024 * 1024;
 /** A replica that failed a request is skipped this long (it is tried again after, or when it is the only one). */
 const FAILING_MS = 10_000;
+/** A non-streamed answer up to this size is passed on whole, in one write; a larger one streams through. */
+const WHOLE_MAX_BYTES = 1024 * 1024;
 
 const POST_ROUTES = new Set(['/chat/completions', '/completions', '/embeddings']);
 
@@ -253,9 +255,41 @@ export class Gateway {
             const v = upstream.headers[h];
             if (typeof v === 'string') headers[h] = v;
           }
-          res.writeHead(status, headers);
-          res.flushHeaders();
           const sse = String(upstream.headers['content-type'] ?? '').startsWith('text/event-stream');
+          const length = Number(upstream.headers['content-length']);
+          if (!sse && Number.isFinite(length) && length <= WHOLE_MAX_BYTES) {
+            // A whole JSON answer (most non-streamed ones) is read, then sent in one write with its length: no
+            // stream machinery per request, and the client gets a Content-Length rather than chunks.
+            const headersAt = performance.now();
+            let whole: Buffer;
+            try {
+              const chunks: Buffer[] = [];
+              for await (const chunk of upstream) chunks.push(chunk as Buffer);
+              whole = Buffer.concat(chunks);
+            } catch (err) {
+              if (abort.signal.aborted) {
+                outcome = 'aborted';
+                return;
+              }
+              // Nothing reached the client yet, so this counts as failing before the first byte.
+              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
+              if (attempt === 0) continue;
+              sendError(
+                res,
+                new ApiError(502, `The replica serving ${target.model.name} stopped mid-answer.`, 'server_error'),
+              );
+              return;
+            }
+            usage = usageOfJson(whole);
+            firstAt = headersAt;
+            res.writeHead(status, { ...headers, 'content-length': String(whole.length) });
+            res.end(whole);
+            outcome = status < 400 ? 'ok' : 'error';
+            return;
+          }
+          res.writeHead(status, headers);
+          // Streams get their headers at once: a client waits on them before its first token.
+          if (sse) res.flushHeaders();
           const tap = sse ? new SseTap(!clientWantsUsage) : new JsonTap();
           try {
             // Not pipeline(upstream, tap, res): on a replica's failure that destroys the client's response too,

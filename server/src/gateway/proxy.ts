@@ -129,6 +129,15 @@ export class SseTap extends Transform {
   }
 }
 
+/** The usage of a whole JSON answer; null when it has none or is not JSON. */
+export function usageOfJson(bytes: Buffer): Usage | null {
+  try {
+    return readUsage((JSON.parse(bytes.toString('utf8')) as { usage?: unknown }).usage);
+  } catch {
+    return null;
+  }
+}
+
 /** Passes a JSON answer through untouched and reads its `usage` at the end (from at most 1 MiB of it). */
 export class JsonTap extends Transform {
   firstByteAt: number | null = null;
