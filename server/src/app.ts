@@ -101,6 +101,7 @@ export async function createApp({
     throw err;
   }
   const listener = await listen(db.url, pubsub, log);
+  services.auth.keepCredentials({ pubsub, listeningSince: () => listener.listeningSince(), log });
   services.gateway = new Gateway({
     db: prisma,
     config,
@@ -330,6 +331,7 @@ export async function createApp({
         server.closeAllConnections();
         await closed;
         live.stop();
+        services.auth.stopKeepingCredentials();
         await listener.stop();
         await loginLimits.close();
         if (!database) await db.close();

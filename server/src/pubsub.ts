@@ -36,11 +36,28 @@ export type PubSub = ReturnType<typeof makePubSub>;
 /** Queues an event in the current transaction (or at once, outside one); it is published on commit. */
 export async function notify(db: Db | Tx, topic: Topic, id: string): Promise<void> {
   await db.$executeRaw`SELECT pg_notify(${CHANNEL}, ${JSON.stringify({ topic, id })})`;
+  for (const hook of localHooks) hook(topic, id);
+}
+
+type LocalHook = (topic: Topic, id: string) => void;
+const localHooks = new Set<LocalHook>();
+
+/**
+ * Hears this process's own events when they are queued, before they commit and long before they come back
+ * over LISTEN: a cache of credentials (auth/credential-cache.ts) drops a revoked token at once, so the admin's
+ * very next request with it is refused rather than served in the milliseconds the event takes to return.
+ * Nothing must be published from here: the change may not have committed yet, and may roll back.
+ */
+export function onLocalNotify(hook: LocalHook): () => void {
+  localHooks.add(hook);
+  return () => localHooks.delete(hook);
 }
 
 export type Listener = {
   /** Whether the database's events reach this process now; /readyz says so when they do not. */
   listening(): boolean;
+  /** Since when they have reached it without a break (a Date.now()); undefined while they do not. */
+  listeningSince(): number | undefined;
   stop(): Promise<void>;
 };
 
@@ -55,6 +72,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
   let retry: NodeJS.Timeout | undefined;
   let failures = 0;
   let lostAt: number | null = null;
+  let connectedAt = 0;
 
   const lost = (err: unknown) => {
     if (lostAt !== null) return;
@@ -110,6 +128,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
       return;
     }
     client = c;
+    connectedAt = Date.now();
     failures = 0;
     if (lostAt !== null) {
       log.info('live events: listening again', { afterSeconds: Math.round((Date.now() - lostAt) / 1000) });
@@ -119,6 +138,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
   await connect();
   return {
     listening: () => client !== undefined,
+    listeningSince: () => (client !== undefined ? connectedAt : undefined),
     stop: async () => {
       closed = true;
       if (retry) clearTimeout(retry);

@@ -1,5 +1,6 @@
 import { type Client, createClient } from 'graphql-ws';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { type Ending, LiveCallers } from '../src/auth/live.js';
 import { createLogger } from '../src/lib/log.js';
@@ -312,5 +313,106 @@ describe('live subscriptions end with their credentials', () => {
     const body = await within('the response to end', res.text());
     expect(body).toMatch(/"code":"UNAUTHENTICATED"/);
     expect(body).toContain('event: complete');
+  });
+});
+
+// AuthService keeps an identified token or session for a few seconds (auth/credential-cache.ts). Each test
+// below first makes sure the credential is kept (a request that reads none of its tables), then changes it and
+// expects the very next request refused.
+describe('with identified credentials kept for a few seconds', () => {
+  const VIEWER = '{ viewer { role user { email } } }';
+
+  /** The SQL statements on the credential tables that `run` makes (the tables a lookup reads). */
+  async function credentialQueries(run: () => Promise<unknown>): Promise<string[]> {
+    const spy = vi.spyOn(pg.Client.prototype, 'query');
+    try {
+      await run();
+      return spy.mock.calls
+        .map(([q]) => (typeof q === 'string' ? q : (q as { text?: string }).text) ?? '')
+        .filter((sql) => /"(ApiToken|Session|User)"/.test(sql));
+    } finally {
+      spy.mockRestore();
+    }
+  }
+
+  async function keptToken(token: string) {
+    expect((await t.gql(VIEWER, {}, { token })).data?.viewer.role).toBeDefined();
+    const again = await credentialQueries(() => t.gql(VIEWER, {}, { token }));
+    expect(again).toEqual([]);
+  }
+
+  it('answers a kept token, and the viewer’s user, without a database round-trip', async () => {
+    const p = await person('OPERATOR');
+    await t.gql(VIEWER, {}, { token: p.token });
+    const answers: { data?: { viewer?: unknown } }[] = [];
+    const sql = await credentialQueries(async () => answers.push(await t.gql(VIEWER, {}, { token: p.token })));
+    expect(answers[0]?.data?.viewer).toEqual({ role: 'OPERATOR', user: { email: p.email } });
+    expect(sql).toEqual([]);
+    // A field identifying did not load still comes from the database.
+    const more = await credentialQueries(() =>
+      t.gql('{ viewer { user { email createdAt } } }', {}, { token: p.token }),
+    );
+    expect(more).toHaveLength(1);
+  });
+
+  it('answers the viewer’s new name on the very next request once it is renamed', async () => {
+    const p = await person('VIEWER');
+    await keptToken(p.token);
+    await updateUser(p.id, { name: 'Renamed Person' });
+    const r = await t.gql('{ viewer { user { name } } }', {}, { token: p.token });
+    expect(r.data?.viewer.user.name).toBe('Renamed Person');
+  });
+
+  it('refuses a kept token on the very next request once it is revoked', async () => {
+    const p = await person('VIEWER');
+    await keptToken(p.token);
+    await t.gql('mutation($id: ID!) { revokeApiToken(id: $id) { __typename } }', { id: p.tokenId }, p.session);
+    const r = await t.gql('{ nodes { id } }', {}, { token: p.token });
+    expect(r.errors?.[0]?.extensions?.code).toBe('UNAUTHENTICATED');
+    expect(r.errors?.[0]?.message).toMatch(/was revoked/);
+  });
+
+  it('refuses a kept token on the very next request once its user is disabled', async () => {
+    const p = await person('OPERATOR');
+    await keptToken(p.token);
+    await updateUser(p.id, { disabled: true });
+    const r = await t.gql('{ nodes { id } }', {}, { token: p.token });
+    expect(r.errors?.[0]?.message).toMatch(/belongs to a disabled user/);
+  });
+
+  it('carries the lower role on the very next request once its user is demoted', async () => {
+    const p = await person('ADMIN');
+    await keptToken(p.token);
+    await updateUser(p.id, { role: 'VIEWER' });
+    expect((await t.gql('{ viewer { role } }', {}, { token: p.token })).data?.viewer.role).toBe('VIEWER');
+  });
+
+  it('refuses a kept session on the very next request once it signs out, and checks CSRF on every hit', async () => {
+    const p = await person('VIEWER');
+    expect((await t.gql(VIEWER, {}, p.session)).data?.viewer.role).toBe('VIEWER');
+    expect(await credentialQueries(() => t.gql(VIEWER, {}, p.session))).toEqual([]);
+    const forged = await t.gql('{ nodes { id } }', {}, { cookie: p.session.cookie, csrf: 'not-the-token' });
+    expect(forged.errors?.[0]?.message).toMatch(/without its CSRF token/);
+    const bare = await t.gql('{ nodes { id } }', {}, { cookie: p.session.cookie });
+    expect(bare.errors?.[0]?.message).toMatch(/without its CSRF token/);
+    expect((await t.gql(VIEWER, {}, p.session)).data?.viewer.role).toBe('VIEWER');
+    await t.gql('mutation { logout { __typename } }', {}, p.session);
+    expect((await t.gql(VIEWER, {}, p.session)).data?.viewer).toBeNull();
+  });
+
+  it('refuses a kept token at its expiry (an expiry sends no event)', async () => {
+    const p = await person('VIEWER');
+    const expiresAt = new Date(Date.now() + 1500);
+    const made = await t.gql(
+      'mutation($i: CreateApiTokenInput!) { createApiToken(input: $i) { __typename ... on CreatedApiToken { secret } ... on Error { message } } }',
+      { i: { name: 'short-lived', role: 'VIEWER', expiresAt: expiresAt.toISOString() } },
+      p.session,
+    );
+    const token = made.data?.createApiToken.secret as string;
+    expect(token, JSON.stringify(made)).toBeTruthy();
+    await keptToken(token);
+    await new Promise((r) => setTimeout(r, expiresAt.getTime() - Date.now() + 10));
+    const r = await t.gql('{ nodes { id } }', {}, { token });
+    expect(r.errors?.[0]?.message).toMatch(/expired on/);
   });
 });

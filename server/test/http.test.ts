@@ -1,5 +1,7 @@
 import fs from 'node:fs/promises';
+import http from 'node:http';
 import path from 'node:path';
+import zlib from 'node:zlib';
 import { serverAudits } from 'graphql-http';
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -8,6 +10,9 @@ import { startTestApp, type TestApp } from './harness.js';
 
 let t: TestApp;
 let url: string;
+const BIG_ASSET = Array.from({ length: 400 }, (_, i) => `export const row${i} = { id: ${i}, name: "row ${i}" };`).join(
+  '\n',
+);
 beforeAll(async () => {
   t = await startTestApp();
   // A built console stand-in, so the fallback to index.html can be checked without building the web package.
@@ -15,6 +20,7 @@ beforeAll(async () => {
   await fs.mkdir(path.join(dist, 'assets'), { recursive: true });
   await fs.writeFile(path.join(dist, 'index.html'), '<!doctype html><title>Hangar</title>');
   await fs.writeFile(path.join(dist, 'assets', 'app-1234.js'), 'console.log(1)');
+  await fs.writeFile(path.join(dist, 'assets', 'big-5678.js'), BIG_ASSET);
   url = await t.app.start();
 });
 afterAll(() => t.close());
@@ -206,5 +212,126 @@ describe('live updates', () => {
     });
     expect((closed as { code?: number }).code).toBe(4403);
     await client.dispose();
+  });
+});
+
+/** One request over a real socket, the body as the bytes that came (fetch would decompress them unasked). */
+function raw(
+  at: string,
+  o: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<{ status: number; headers: http.IncomingHttpHeaders; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(`${url}${at}`, { method: o.method ?? 'GET', headers: o.headers }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.end(o.body);
+  });
+}
+
+function decoded(r: { headers: http.IncomingHttpHeaders; body: Buffer }): string {
+  const encoding = r.headers['content-encoding'];
+  if (encoding === 'br') return zlib.brotliDecompressSync(r.body).toString();
+  if (encoding === 'gzip') return zlib.gunzipSync(r.body).toString();
+  return r.body.toString();
+}
+
+describe('compression', () => {
+  let token: string;
+  beforeAll(async () => {
+    token = await t.token('VIEWER', 'compression');
+  });
+  const ask = (query: string, acceptEncoding?: string) =>
+    raw('/graphql', {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${token}`,
+        ...(acceptEncoding ? { 'accept-encoding': acceptEncoding } : {}),
+      },
+      body: JSON.stringify({ query }),
+    });
+
+  it('compresses a GraphQL answer for a client that accepts it, and only then', async () => {
+    const query = '{ __schema { types { name description } } }';
+    const plain = await ask(query);
+    expect(plain.status).toBe(200);
+    expect(plain.headers['content-encoding']).toBeUndefined();
+    expect(plain.headers.vary).toMatch(/accept-encoding/i);
+    expect(plain.body.length).toBeGreaterThan(4096);
+    const text = plain.body.toString();
+    expect(JSON.parse(text).data.__schema.types.length).toBeGreaterThan(20);
+
+    const br = await ask(query, 'gzip, deflate, br');
+    expect(br.headers['content-encoding']).toBe('br');
+    expect(br.headers.vary).toMatch(/accept-encoding/i);
+    expect(Number(br.headers['content-length'])).toBe(br.body.length);
+    expect(br.body.length).toBeLessThan(plain.body.length / 3);
+    expect(decoded(br)).toBe(text);
+
+    const gzip = await ask(query, 'gzip;q=1, br;q=0');
+    expect(gzip.headers['content-encoding']).toBe('gzip');
+    expect(decoded(gzip)).toBe(text);
+
+    expect((await ask(query, 'identity')).headers['content-encoding']).toBeUndefined();
+    // A few bytes are not worth the encoding's own overhead.
+    const tiny = await ask('{ __typename }', 'br');
+    expect(tiny.headers['content-encoding']).toBeUndefined();
+    expect(JSON.parse(tiny.body.toString())).toEqual({ data: { __typename: 'Query' } });
+  });
+
+  it("compresses the console's assets once, and serves them as they are to a client that does not accept it", async () => {
+    const plain = await raw('/assets/big-5678.js');
+    expect(plain.headers['content-encoding']).toBeUndefined();
+    expect(plain.headers.vary).toMatch(/accept-encoding/i);
+    expect(plain.body.toString()).toBe(BIG_ASSET);
+    for (const encoding of ['br', 'gzip'] as const) {
+      const packed = await raw('/assets/big-5678.js', { headers: { 'accept-encoding': encoding } });
+      expect(packed.headers['content-encoding']).toBe(encoding);
+      expect(packed.headers['cache-control']).toContain('immutable');
+      expect(Number(packed.headers['content-length'])).toBe(packed.body.length);
+      expect(packed.body.length).toBeLessThan(BIG_ASSET.length / 4);
+      expect(decoded(packed)).toBe(BIG_ASSET);
+      const head = await raw('/assets/big-5678.js', { method: 'HEAD', headers: { 'accept-encoding': encoding } });
+      expect(head.headers['content-length']).toBe(packed.headers['content-length']);
+      expect(head.body.length).toBe(0);
+    }
+    const tiny = await raw('/assets/app-1234.js', { headers: { 'accept-encoding': 'br' } });
+    expect(tiny.headers['content-encoding']).toBeUndefined();
+    expect(tiny.body.toString()).toBe('console.log(1)');
+  });
+
+  it('leaves an SSE subscription uncompressed, so its events arrive as they happen', async () => {
+    const admin = await t.token('ADMIN', 'sse-compression-admin');
+    const req = http.request(`${url}/graphql`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        accept: 'text/event-stream',
+        'accept-encoding': 'br, gzip',
+        authorization: `Bearer ${token}`,
+      },
+    });
+    req.end(JSON.stringify({ query: 'subscription { auditEventAdded { target } }' }));
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      req.on('response', resolve);
+      req.on('error', reject);
+    });
+    expect(res.headers['content-type']).toMatch(/text\/event-stream/);
+    // Yoga says "none" outright, so no proxy in between compresses the stream either.
+    expect(res.headers['content-encoding'] ?? 'none').toBe('none');
+    let text = '';
+    const arrived = new Promise<void>((resolve) =>
+      res.on('data', (c: Buffer) => {
+        text += c.toString();
+        if (text.includes('gpu-sse-plain')) resolve();
+      }),
+    );
+    setTimeout(() => t.gql('mutation { createNode(name: "gpu-sse-plain") { __typename } }', {}, { token: admin }), 200);
+    await arrived; // while the stream is still open: nothing held it back in a compressor
+    expect(text).toContain('"target":"gpu-sse-plain"');
+    req.destroy();
   });
 });

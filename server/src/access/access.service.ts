@@ -178,7 +178,10 @@ export class AccessService {
         // A disabled user or a changed password ends every open console session of that user.
         if (disabled || passwordHash) await tx.session.deleteMany({ where: { userId: id } });
         // Live subscriptions were authorized with the old role or credentials: each is checked again on commit.
-        if (disabled || passwordHash || (role && role !== user.role)) await notify(tx, 'credentials', `user:${id}`);
+        // A new name too, since identified callers are kept for a few seconds (auth/credential-cache.ts) and
+        // `viewer { user { name } }` is answered from them.
+        if (disabled || passwordHash || (role && role !== user.role) || (name && name !== user.name))
+          await notify(tx, 'credentials', `user:${id}`);
         await this.audit.done(tx, ctx, {
           action: 'updateUser',
           target: user.email,

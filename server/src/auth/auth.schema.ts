@@ -1,4 +1,6 @@
+import { type GraphQLResolveInfo, Kind } from 'graphql';
 import { RoleEnum, UserRef } from '../access/access.schema.js';
+import type { User } from '../generated/prisma/client.js';
 import { TooManyAttemptsError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 import type { ViewerUser } from './viewer.js';
@@ -12,13 +14,31 @@ const Viewer = builder
     fields: (t) => ({
       user: t.prismaField({
         type: 'User',
-        resolve: (query, v, _args, ctx) => ctx.prisma.user.findUniqueOrThrow({ ...query, where: { id: v.user.id } }),
+        resolve: (query, v, _args, ctx, info) =>
+          // The caller was identified with these fields a moment ago; asking the database again for them
+          // would double the cost of the console's most frequent query.
+          onlyAsks(info, IDENTIFIED_FIELDS)
+            ? (v.user as User)
+            : ctx.prisma.user.findUniqueOrThrow({ ...query, where: { id: v.user.id } }),
       }),
       role: t.field({ type: RoleEnum, resolve: (v) => v.role }),
       via: t.string({ description: '"session" for the console, "token" for an API token.', resolve: (v) => v.via }),
       tokenName: t.string({ nullable: true, resolve: (v) => v.tokenName }),
     }),
   });
+
+/** What identifying a caller already loaded of their user (a ViewerUser). */
+const IDENTIFIED_FIELDS = new Set(['__typename', 'id', 'email', 'name', 'role']);
+
+/**
+ * Whether the field's selection asks only for these fields. A fragment of any kind counts as asking for more:
+ * looking into it is not worth the risk of answering a field the object does not hold.
+ */
+function onlyAsks(info: GraphQLResolveInfo, fields: Set<string>): boolean {
+  return info.fieldNodes.every((node) =>
+    (node.selectionSet?.selections ?? []).every((s) => s.kind === Kind.FIELD && fields.has(s.name.value)),
+  );
+}
 
 const LoginPayload = builder.objectRef<{ user: ViewerUser; csrfToken: string }>('LoginPayload').implement({
   fields: (t) => ({

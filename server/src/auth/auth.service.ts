@@ -17,6 +17,7 @@ import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import { CSRF_COOKIE, CSRF_HEADER, parseCookies, SESSION_COOKIE, serializeCookie } from './cookies.js';
+import { CredentialCache, type CredentialEvents } from './credential-cache.js';
 import type { LoginLimits } from './login-limits.js';
 import { crossSiteSignIn } from './origin.js';
 import { hashPassword, hashSecret, newSecret, sameSecret, secretKind, verifyPassword } from './secrets.js';
@@ -50,9 +51,35 @@ export type Credentials = {
    * models at /v1. A caller-only token stands only for the second.
    */
   purpose?: 'control' | 'call';
+  /**
+   * Looked up in the database past any answer kept for a few seconds: for the checks of live connections
+   * (auth/live.ts), which exist to catch what no event announced.
+   */
+  fresh?: boolean;
 };
 
+/** What a token's lookup found: the token as it stands, or why it does not. */
+type TokenFound =
+  | {
+      ok: true;
+      user: ViewerUser;
+      token: { id: string; name: string; role: ViewerUser['role']; callerOnly: boolean; expiresAt: Date | null };
+    }
+  | { ok: false; viewer: Viewer };
+
+/** What a session's lookup found; the CSRF header is checked against it on every request, hit or not. */
+type SessionFound =
+  | { ok: true; user: ViewerUser; sessionId: string; csrfToken: string; expiresAt: Date }
+  | { ok: false; viewer: Viewer };
+
 export class AuthService {
+  private readonly tokens = new CredentialCache<TokenFound>((f) =>
+    f.ok ? { userId: f.user.id, expiresAt: f.token.expiresAt } : undefined,
+  );
+  private readonly sessions = new CredentialCache<SessionFound>((f) =>
+    f.ok ? { userId: f.user.id, expiresAt: f.expiresAt } : undefined,
+  );
+
   constructor(
     private readonly db: Db,
     private readonly config: Config,
@@ -61,19 +88,33 @@ export class AuthService {
     private readonly limits: LoginLimits,
   ) {}
 
+  /**
+   * Keeps identified tokens and sessions for a few seconds from now on, dropping them as the 'credentials'
+   * events say (auth/credential-cache.ts). Called once the process listens for the database's events.
+   */
+  keepCredentials(events: CredentialEvents): void {
+    this.tokens.start(events);
+    this.sessions.start(events);
+  }
+
+  stopKeepingCredentials(): void {
+    this.tokens.stop();
+    this.sessions.stop();
+  }
+
   /** Who sent a request: an API or node token (Authorization: Bearer), or the console's session cookie. */
   async identify(c: Credentials): Promise<Viewer> {
     const bearer = c.authorization?.match(/^Bearer\s+(\S+)\s*$/i)?.[1];
     if (c.authorization && !bearer) {
       return { kind: 'anonymous', reason: 'the Authorization header is not "Bearer <token>"' };
     }
-    if (bearer) return this.identifyToken(bearer, c.purpose ?? 'control');
+    if (bearer) return this.identifyToken(bearer, c.purpose ?? 'control', c.fresh ?? false);
     const session = parseCookies(c.cookie).get(SESSION_COOKIE);
     if (session) return this.identifySession(session, c);
     return { kind: 'anonymous' };
   }
 
-  private async identifyToken(secret: string, purpose: 'control' | 'call'): Promise<Viewer> {
+  private async identifyToken(secret: string, purpose: 'control' | 'call', fresh: boolean): Promise<Viewer> {
     const kind = secretKind(secret);
     const tokenHash = hashSecret(secret);
     if (kind === 'node') {
@@ -85,19 +126,12 @@ export class AuthService {
     if (kind !== 'api') {
       return { kind: 'anonymous', reason: 'not a Hangar token: API tokens start with hgr_, node tokens with hgn_' };
     }
-    const token = await this.db.apiToken.findUnique({ where: { tokenHash }, include: { user: true } });
-    if (!token) return { kind: 'anonymous', reason: 'this API token is not known' };
-    if (token.revokedAt) {
-      return {
-        kind: 'anonymous',
-        reason: `the API token "${token.name}" was revoked on ${token.revokedAt.toISOString()}`,
-      };
-    }
+    const found = await this.tokens.get(tokenHash, () => this.findToken(tokenHash), fresh);
+    if (!found.ok) return found.viewer;
+    const { token, user } = found;
+    // Checked on every request, kept or not: a kept token must not outlive its expiry by a moment.
     if (token.expiresAt && token.expiresAt <= new Date()) {
       return { kind: 'anonymous', reason: `the API token "${token.name}" expired on ${token.expiresAt.toISOString()}` };
-    }
-    if (token.user.disabledAt) {
-      return { kind: 'anonymous', reason: `the API token "${token.name}" belongs to a disabled user` };
     }
     if (token.callerOnly && purpose !== 'call') {
       return {
@@ -105,31 +139,45 @@ export class AuthService {
         reason: `the API token "${token.name}" is a caller token: it calls models at /v1 and nothing else`,
       };
     }
-    const now = Date.now();
-    if (!token.lastUsedAt || now - token.lastUsedAt.getTime() > LAST_USED_RESOLUTION_MS) {
-      await this.db.apiToken.update({ where: { id: token.id }, data: { lastUsedAt: new Date(now) } });
-    }
     return {
       kind: 'token',
-      user: toViewerUser(token.user),
+      user: toViewerUser(user),
       // A token made by an admin who has since been demoted carries the user's role now, not the one it was
       // made with: otherwise a demotion would leave every earlier token as a way back up.
-      role: lowerRole(token.role, token.user.role),
+      role: lowerRole(token.role, user.role),
       tokenId: token.id,
       tokenName: token.name,
       callerOnly: token.callerOnly,
     };
   }
 
+  private async findToken(tokenHash: string): Promise<TokenFound> {
+    const token = await this.db.apiToken.findUnique({ where: { tokenHash }, include: { user: true } });
+    if (!token) return { ok: false, viewer: { kind: 'anonymous', reason: 'this API token is not known' } };
+    const refused = (reason: string): TokenFound => ({ ok: false, viewer: { kind: 'anonymous', reason } });
+    if (token.revokedAt) {
+      return refused(`the API token "${token.name}" was revoked on ${token.revokedAt.toISOString()}`);
+    }
+    if (token.expiresAt && token.expiresAt <= new Date()) {
+      return refused(`the API token "${token.name}" expired on ${token.expiresAt.toISOString()}`);
+    }
+    if (token.user.disabledAt) return refused(`the API token "${token.name}" belongs to a disabled user`);
+    // Written only when the token is looked up, not on a kept answer: the time is coarse anyway.
+    const now = Date.now();
+    if (!token.lastUsedAt || now - token.lastUsedAt.getTime() > LAST_USED_RESOLUTION_MS) {
+      await this.db.apiToken.update({ where: { id: token.id }, data: { lastUsedAt: new Date(now) } });
+    }
+    const { id, name, role, callerOnly, expiresAt } = token;
+    return { ok: true, user: toViewerUser(token.user), token: { id, name, role, callerOnly, expiresAt } };
+  }
+
   private async identifySession(secret: string, c: Credentials): Promise<Viewer> {
-    const session = await this.db.session.findUnique({
-      where: { tokenHash: hashSecret(secret) },
-      include: { user: true },
-    });
-    if (!session || session.expiresAt <= new Date()) {
+    const tokenHash = hashSecret(secret);
+    const session = await this.sessions.get(tokenHash, () => this.findSession(tokenHash), c.fresh ?? false);
+    if (!session.ok) return session.viewer;
+    if (session.expiresAt <= new Date()) {
       return { kind: 'anonymous', reason: 'the session has ended: sign in again' };
     }
-    if (session.user.disabledAt) return { kind: 'anonymous', reason: 'this user is disabled' };
     // A cookie travels with any request the browser makes, including one forged by another site; the CSRF
     // header proves the request came from the console itself. GET carries no mutation (Yoga refuses them).
     if (c.method !== 'GET' && !(c.csrf && sameSecret(c.csrf, session.csrfToken))) {
@@ -138,7 +186,17 @@ export class AuthService {
         reason: `the session cookie came without its CSRF token: send the ${CSRF_COOKIE} cookie's value as the ${CSRF_HEADER} header`,
       };
     }
-    return { kind: 'user', user: toViewerUser(session.user), role: session.user.role, sessionId: session.id };
+    return { kind: 'user', user: toViewerUser(session.user), role: session.user.role, sessionId: session.sessionId };
+  }
+
+  private async findSession(tokenHash: string): Promise<SessionFound> {
+    const session = await this.db.session.findUnique({ where: { tokenHash }, include: { user: true } });
+    if (!session || session.expiresAt <= new Date()) {
+      return { ok: false, viewer: { kind: 'anonymous', reason: 'the session has ended: sign in again' } };
+    }
+    if (session.user.disabledAt) return { ok: false, viewer: { kind: 'anonymous', reason: 'this user is disabled' } };
+    const { id: sessionId, csrfToken, expiresAt } = session;
+    return { ok: true, user: toViewerUser(session.user), sessionId, csrfToken, expiresAt };
   }
 
   async login(

@@ -190,7 +190,8 @@ export class LiveConnection {
     if (this.ending || this.closed) return;
     let now: Viewer;
     try {
-      now = await this.live.deps.auth.identify(this.credentials);
+      // Past the few seconds AuthService keeps an answer: this check is what catches a change no event told of.
+      now = await this.live.deps.auth.identify({ ...this.credentials, fresh: true });
     } catch (err) {
       // The periodic sweep in a database outage would say this for every connection each minute; the loops
       // already say once that the database is gone.

@@ -11,6 +11,7 @@ import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Context, Services } from '../context.js';
 import type { Db } from '../db/client.js';
+import { compressAnswers } from '../http/compress.js';
 import { GRAPHIQL_HEADERS } from '../http/static.js';
 import { isHangarError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
@@ -188,6 +189,7 @@ export function buildYoga(deps: YogaDeps) {
         // Handled above, per caller: armor's switch is all or nothing.
         blockFieldSuggestion: { enabled: false },
       }),
+      compressAnswers(),
     ],
     context: async (initial): Promise<Context> => {
       // WebSocket operations arrive with their viewer already set (graphql/ws.ts); HTTP ones are looked up.

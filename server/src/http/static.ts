@@ -2,6 +2,7 @@ import { createReadStream, existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
+import { acceptedEncoding, compress, compressible, MIN_COMPRESSED_BYTES } from './compress.js';
 
 const types: Record<string, string> = {
   '.html': 'text/html; charset=utf-8',
@@ -72,6 +73,8 @@ export function serveConsole(dist: string, options: { imageSources?: string[] } 
   const root = path.resolve(dist);
   const index = path.join(root, 'index.html');
   const csp = consoleCsp(options.imageSources);
+  const packs = new PackedFiles();
+  void packs.warm(root);
   return async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
     for (const [name, value] of Object.entries(pageHeaders)) res.setHeader(name, value);
     res.setHeader('content-security-policy', csp);
@@ -104,16 +107,66 @@ export function serveConsole(dist: string, options: { imageSources?: string[] } 
     }
     const immutable = file.includes(`${path.sep}assets${path.sep}`);
     const body = await fs.stat(file);
-    res.writeHead(200, {
-      'content-type': types[path.extname(file)] ?? 'application/octet-stream',
+    const type = types[path.extname(file)] ?? 'application/octet-stream';
+    const headers: Record<string, string | number> = {
+      'content-type': type,
       'content-length': body.size,
       // Built assets carry a content hash in their name; index.html must always be re-read to find new ones.
       'cache-control': immutable ? 'public, max-age=31536000, immutable' : 'no-cache',
-    });
+    };
+    const packable = compressible(type) && body.size >= MIN_COMPRESSED_BYTES && body.size <= MAX_KEPT_BYTES;
+    if (packable) headers.vary = 'accept-encoding';
+    const encoding = packable ? acceptedEncoding(req.headers['accept-encoding']) : null;
+    const packed = encoding ? (await packs.of(file, body))?.[encoding] : undefined;
+    if (encoding && packed) {
+      headers['content-encoding'] = encoding;
+      headers['content-length'] = packed.length;
+    }
+    res.writeHead(200, headers);
     if (req.method === 'HEAD') {
       res.end();
       return;
     }
-    createReadStream(file).pipe(res);
+    if (packed) res.end(packed);
+    else createReadStream(file).pipe(res);
   };
+}
+
+/** Larger files (a source map of a big bundle) are sent as they are rather than held in memory twice more. */
+const MAX_KEPT_BYTES = 16 * 1024 * 1024;
+
+type Packed = { br: Buffer; gzip: Buffer };
+
+/**
+ * The console's files compressed once, at their best (brotli 11 takes a second on the main bundle, off the event
+ * loop), and kept in memory: every later request is a write of bytes already made. Started for every file when
+ * the server starts, so the first page load rarely waits; a file rebuilt since (another size or time) is
+ * compressed again.
+ */
+class PackedFiles {
+  private readonly kept = new Map<string, { size: number; mtimeMs: number; packed: Promise<Packed | null> }>();
+
+  of(file: string, stat: { size: number; mtimeMs: number }): Promise<Packed | null> {
+    const hit = this.kept.get(file);
+    if (hit && hit.size === stat.size && hit.mtimeMs === stat.mtimeMs) return hit.packed;
+    // A file that cannot be read or compressed (gone in a rebuild) is sent as the plain path would send it.
+    const packed = fs
+      .readFile(file)
+      .then(async (bytes) => ({ br: await compress(bytes, 'br', 'best'), gzip: await compress(bytes, 'gzip', 'best') }))
+      .catch(() => null);
+    this.kept.set(file, { size: stat.size, mtimeMs: stat.mtimeMs, packed });
+    return packed;
+  }
+
+  /** Compresses what a built console holds now, in the background. */
+  async warm(root: string) {
+    const entries = await fs.readdir(root, { recursive: true, withFileTypes: true }).catch(() => []);
+    for (const e of entries) {
+      if (!e.isFile()) continue;
+      const file = path.join(e.parentPath, e.name);
+      if (!compressible(types[path.extname(file)])) continue;
+      const stat = await fs.stat(file).catch(() => undefined);
+      if (stat && stat.size >= MIN_COMPRESSED_BYTES && stat.size <= MAX_KEPT_BYTES) await this.of(file, stat);
+    }
+  }
 }
