@@ -111,7 +111,7 @@ export async function createApp({
     fleet: services.fleet,
     audit,
     pubsub,
-    listening: () => listener.listening(),
+    listeningSince: () => listener.listeningSince(),
   });
 
   const live = new LiveCallers({

@@ -1,10 +1,9 @@
 import type { IncomingMessage } from 'node:http';
 import type { AuthService } from '../auth/auth.service.js';
+import { CredentialCache, type CredentialEvents } from '../auth/credential-cache.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
-import type { Logger } from '../lib/log.js';
 import type { OrgService, Reach } from '../org/org.service.js';
 import { parseOwnerKey } from '../org/org.service.js';
-import type { PubSub } from '../pubsub.js';
 
 // Who calls /v1, and whom they stand for. The first is AuthService's answer (kept briefly there, with expiry,
 // CSRF and revocation checked on every request). The second costs database round-trips (the user's and the
@@ -27,55 +26,29 @@ export type Caller = {
 
 export type Identified = { ok: true; caller: Caller } | { ok: false; reason: string };
 
-const KEEP_MS = 5000;
-const MAX_KEPT = 10_000;
-
 export class Callers {
-  private readonly kept = new Map<string, { at: number; userId: string; reach: Reach }>();
-  private readonly lookups = new Map<string, Promise<Reach>>();
-  /** When each holder's credentials last changed (for KEEP_MS), so a lookup that straddled it is not kept. */
-  private readonly changedAt = new Map<string, number>();
-  private stopListening: (() => void) | undefined;
+  // The same rules as AuthService's cache of tokens and sessions (auth/credential-cache.ts), by (user, token).
+  private readonly reaches = new CredentialCache<{ userId: string; reach: Reach }>((v) => ({
+    userId: v.userId,
+    expiresAt: null,
+  }));
 
   constructor(
     private readonly deps: {
       auth: AuthService;
       org: OrgService;
-      pubsub: PubSub;
-      log: Logger;
-      /** Whether this process hears the database's events now. */
-      listening: () => boolean;
+      events: CredentialEvents;
     },
   ) {}
 
   start() {
-    const events = this.deps.pubsub.subscribe('credentials')[Symbol.asyncIterator]();
-    this.stopListening = () => void events.return?.();
-    void (async () => {
-      for (;;) {
-        const event = await events.next();
-        if (event.done) return;
-        const holder = event.value;
-        const now = Date.now();
-        this.changedAt.set(holder, now);
-        for (const [h, at] of this.changedAt) if (now - at > KEEP_MS) this.changedAt.delete(h);
-        for (const [key, entry] of this.kept) if (`user:${entry.userId}` === holder) this.kept.delete(key);
-      }
-    })().catch((err: unknown) => {
-      this.deps.log.error('gateway: stopped hearing credentials changes; callers are checked on every request', {
-        error: err,
-      });
-      this.stopListening = undefined;
-    });
+    this.reaches.start(this.deps.events);
   }
 
   stop() {
-    this.stopListening?.();
-    this.stopListening = undefined;
-    this.kept.clear();
+    this.reaches.stop();
   }
 
-  /** The caller of a /v1 request: an API token (any, caller-only included), or a console session with its CSRF header. */
   async identify(req: IncomingMessage): Promise<Identified> {
     // Who it is comes from AuthService every time: its own short cache keeps that cheap, and it alone checks
     // expiry, the CSRF header and revocation. What is kept here is whom the caller stands for (memberships).
@@ -105,29 +78,12 @@ export class Callers {
     return { ok: true, caller };
   }
 
-  private reachOf(userId: string, tokenId: string): Promise<Reach> {
-    const lookUp = () => this.deps.org.callerReach({ userId, tokenId: tokenId || undefined });
-    if (!this.stopListening || !this.deps.listening()) return lookUp();
-    const key = `${userId}:${tokenId}`;
-    const hit = this.kept.get(key);
-    if (hit && Date.now() - hit.at < KEEP_MS) return Promise.resolve(hit.reach);
-    // A burst of requests whose entry just ran out makes one lookup, not one each.
-    let pending = this.lookups.get(key);
-    if (!pending) {
-      const startedAt = Date.now();
-      pending = lookUp()
-        .then((reach) => {
-          // Not kept when the user's credentials changed while it was being looked up: it may predate the change.
-          if ((this.changedAt.get(`user:${userId}`) ?? 0) < startedAt) {
-            if (this.kept.size >= MAX_KEPT) this.kept.clear();
-            this.kept.set(key, { at: Date.now(), userId, reach });
-          }
-          return reach;
-        })
-        .finally(() => this.lookups.delete(key));
-      this.lookups.set(key, pending);
-    }
-    return pending;
+  private async reachOf(userId: string, tokenId: string): Promise<Reach> {
+    const kept = await this.reaches.get(`${userId}:${tokenId}`, async () => ({
+      userId,
+      reach: await this.deps.org.callerReach({ userId, tokenId: tokenId || undefined }),
+    }));
+    return kept.reach;
   }
 }
 

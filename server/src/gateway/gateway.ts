@@ -8,7 +8,7 @@ import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { Logger } from '../lib/log.js';
-import { ApiError, invalid, modelNotFound, sendError } from '../lib/openai-error.js';
+import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '../lib/openai-error.js';
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
 import { admits, type Caller, Callers } from './callers.js';
@@ -31,8 +31,8 @@ export type GatewayDeps = {
   fleet: FleetService;
   audit: AuditService;
   pubsub: PubSub;
-  /** Whether this process hears the database's events (callers are cached only while it does). */
-  listening: () => boolean;
+  /** Since when this process has heard the database's events unbroken (callers are kept only while it does). */
+  listeningSince: () => number | undefined;
 };
 
 /** A request body larger than this is refused, as a node's endpoint refuses it (agent/openai/http.ts). */
@@ -61,9 +61,7 @@ export class Gateway {
     this.callers = new Callers({
       auth: deps.auth,
       org: deps.org,
-      pubsub: deps.pubsub,
-      log: deps.log,
-      listening: deps.listening,
+      events: { pubsub: deps.pubsub, listeningSince: deps.listeningSince, log: deps.log },
     });
   }
 
@@ -112,21 +110,20 @@ export class Gateway {
     }
     if (isModels) return this.listModels(res, who.caller, route === '/models' ? null : route.slice('/models/'.length));
 
-    const raw = await readBody(req, res, this.deps.config.bodyTimeoutMs);
+    const raw = await readBody(req, {
+      maxBytes: MAX_BODY_BYTES,
+      // HANGAR_BODY_TIMEOUT_MS, as for every small body.
+      timeoutMs: this.deps.config.bodyTimeoutMs,
+      who: 'the gateway',
+      refuse: (err) => refuseEarly(req, res, err),
+    });
     if (!raw) return;
     let body: Record<string, unknown>;
     try {
       body = JSON.parse(raw.toString('utf8')) as Record<string, unknown>;
       if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new Error('not an object');
     } catch {
-      return sendError(
-        res,
-        invalid(
-          'We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, such as {"model": "…", "messages": […]}.',
-          null,
-          null,
-        ),
-      );
+      return sendError(res, notJson());
     }
     if (typeof body.model !== 'string' || !body.model) {
       return sendError(res, invalid("Missing required parameter: 'model'.", 'model', 'missing_required_parameter'));
@@ -516,62 +513,4 @@ function refuseEarly(req: IncomingMessage, res: ServerResponse, err: ApiError) {
   if (hasBody && !req.complete) res.setHeader('connection', 'close');
   sendError(res, err);
   if (hasBody && !req.complete) res.once('finish', () => req.socket.destroy());
-}
-
-/** The whole body, or undefined when it was refused (too large, too slow: already answered). */
-function readBody(req: IncomingMessage, res: ServerResponse, timeoutMs: number): Promise<Buffer | undefined> {
-  const declared = Number(req.headers['content-length'] ?? Number.NaN);
-  const tooLarge = () =>
-    new ApiError(
-      413,
-      `The request body is larger than ${MAX_BODY_BYTES} bytes, the most the gateway accepts; send a shorter prompt.`,
-      'invalid_request_error',
-      null,
-      'request_too_large',
-    );
-  if (declared > MAX_BODY_BYTES) {
-    refuseEarly(req, res, tooLarge());
-    return Promise.resolve(undefined);
-  }
-  return new Promise((resolve) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    let done = false;
-    const finish = (value: Buffer | undefined) => {
-      if (done) return;
-      done = true;
-      clearTimeout(timer);
-      req.off('data', onData);
-      resolve(value);
-    };
-    // A body that never ends holds nothing for long (HANGAR_BODY_TIMEOUT_MS, as every small body).
-    const timer = setTimeout(() => {
-      refuseEarly(
-        req,
-        res,
-        new ApiError(
-          408,
-          `The request body did not arrive within ${timeoutMs} ms; send it whole, promptly.`,
-          'invalid_request_error',
-          null,
-          'request_timeout',
-          { 'x-should-retry': 'false' },
-        ),
-      );
-      finish(undefined);
-    }, timeoutMs);
-    timer.unref();
-    const onData = (chunk: Buffer) => {
-      size += chunk.length;
-      if (size > MAX_BODY_BYTES) {
-        refuseEarly(req, res, tooLarge());
-        return finish(undefined);
-      }
-      chunks.push(chunk);
-    };
-    req.on('data', onData);
-    req.once('end', () => finish(Buffer.concat(chunks)));
-    req.once('error', () => finish(undefined));
-    req.once('close', () => finish(undefined));
-  });
 }

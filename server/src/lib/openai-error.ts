@@ -1,4 +1,4 @@
-import type { ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 
 // OpenAI's error body, as both of Hangar's OpenAI-compatible servers answer it (a node's endpoint and the
 // gateway): `{"error":{"message","type","param","code"}}` with the status OpenAI uses for it, so the official
@@ -48,4 +48,74 @@ export function sendError(res: ServerResponse, err: ApiError) {
     ...err.headers,
   });
   res.end(body);
+}
+
+/** OpenAI's words for a body that is not JSON, as both servers answer it. */
+export const notJson = () =>
+  invalid(
+    'We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, such as {"model": "…", "messages": […]}.',
+    null,
+    null,
+  );
+
+/**
+ * A request's whole body, capped in size and in time; undefined when it was refused (413, 408: answered through
+ * `refuse`, which must not read the rest) or the client went away. `who` names the server in the 413.
+ */
+export function readBody(
+  req: IncomingMessage,
+  o: { maxBytes: number; timeoutMs: number; who: string; refuse: (err: ApiError) => void; onTimeout?: () => void },
+): Promise<Buffer | undefined> {
+  const tooLarge = () =>
+    new ApiError(
+      413,
+      `The request body is larger than ${o.maxBytes} bytes, the most ${o.who} accepts; send a shorter prompt.`,
+      'invalid_request_error',
+      null,
+      'request_too_large',
+    );
+  if (Number(req.headers['content-length'] ?? Number.NaN) > o.maxBytes) {
+    o.refuse(tooLarge());
+    return Promise.resolve(undefined);
+  }
+  return new Promise((resolve) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let done = false;
+    const finish = (value: Buffer | undefined) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      req.off('data', onData);
+      resolve(value);
+    };
+    // A body that never ends holds nothing for long.
+    const timer = setTimeout(() => {
+      o.onTimeout?.();
+      o.refuse(
+        new ApiError(
+          408,
+          `The request body did not arrive within ${o.timeoutMs} ms; send it whole, promptly.`,
+          'invalid_request_error',
+          null,
+          'request_timeout',
+          { 'x-should-retry': 'false' },
+        ),
+      );
+      finish(undefined);
+    }, o.timeoutMs);
+    timer.unref();
+    const onData = (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > o.maxBytes) {
+        o.refuse(tooLarge());
+        return finish(undefined);
+      }
+      chunks.push(chunk);
+    };
+    req.on('data', onData);
+    req.once('end', () => finish(Buffer.concat(chunks)));
+    req.once('error', () => finish(undefined));
+    req.once('close', () => finish(undefined));
+  });
 }

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import { hashSecret, sameSecret } from '../../auth/secrets.js';
 import type { Logger } from '../../lib/log.js';
-import { ApiError, invalid, modelNotFound, sendError } from '../../lib/openai-error.js';
+import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '../../lib/openai-error.js';
 import { type ChatMessage, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
 
 // The agent's OpenAI-compatible endpoint: one listening port per agent, every replica on the node behind it,
@@ -339,83 +339,26 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
   }
 
   /** The body as JSON, or undefined when it was refused (already answered). Capped in size and in time. */
-  function readJson(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
-    const declared = Number(req.headers['content-length'] ?? Number.NaN);
-    if (declared > maxBodyBytes) {
-      refuseEarly(req, res, tooLarge());
-      return Promise.resolve(undefined);
-    }
-    return new Promise((resolve) => {
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let done = false;
-      const finish = (value: unknown) => {
-        if (done) return;
-        done = true;
-        clearTimeout(timer);
-        req.off('data', onData);
-        resolve(value);
-      };
-      const timer = setTimeout(() => {
+  async function readJson(req: IncomingMessage, res: ServerResponse): Promise<unknown> {
+    const raw = await readBody(req, {
+      maxBytes: maxBodyBytes,
+      timeoutMs: bodyTimeoutMs,
+      who: 'this node',
+      refuse: (err) => refuseEarly(req, res, err),
+      onTimeout: () =>
         log.warn('cut off a request whose body did not arrive in time', {
           path: req.url?.split('?')[0],
           remote: req.socket.remoteAddress,
           ms: bodyTimeoutMs,
-        });
-        refuseEarly(
-          req,
-          res,
-          new ApiError(
-            408,
-            `The request body did not arrive within ${bodyTimeoutMs} ms; send it whole, promptly.`,
-            'invalid_request_error',
-            null,
-            'request_timeout',
-            { 'x-should-retry': 'false' },
-          ),
-        );
-        finish(undefined);
-      }, bodyTimeoutMs);
-      timer.unref();
-      const onData = (chunk: Buffer) => {
-        size += chunk.length;
-        if (size > maxBodyBytes) {
-          refuseEarly(req, res, tooLarge());
-          return finish(undefined);
-        }
-        chunks.push(chunk);
-      };
-      req.on('data', onData);
-      req.once('end', () => {
-        if (done) return;
-        const text = Buffer.concat(chunks).toString('utf8');
-        try {
-          finish(JSON.parse(text) as unknown);
-        } catch {
-          sendError(
-            res,
-            invalid(
-              'We could not parse the JSON body of your request. The OpenAI API expects a JSON payload, such as {"model": "…", "messages": […]}.',
-              null,
-              null,
-            ),
-          );
-          finish(undefined);
-        }
-      });
-      req.once('error', () => finish(undefined));
-      req.once('close', () => finish(undefined));
+        }),
     });
-  }
-
-  function tooLarge() {
-    return new ApiError(
-      413,
-      `The request body is larger than ${maxBodyBytes} bytes, the most this node accepts; send a shorter prompt.`,
-      'invalid_request_error',
-      null,
-      'request_too_large',
-    );
+    if (!raw) return undefined;
+    try {
+      return JSON.parse(raw.toString('utf8')) as unknown;
+    } catch {
+      sendError(res, notJson());
+      return undefined;
+    }
   }
 
   /**
