@@ -153,13 +153,7 @@ export class JsonTap extends Transform {
   }
 
   override _flush(done: TransformCallback) {
-    if (this.size <= 1 << 20) {
-      try {
-        this.usage = readUsage((JSON.parse(Buffer.concat(this.chunks).toString('utf8')) as { usage?: unknown }).usage);
-      } catch {
-        // An answer that is not JSON carries no usage.
-      }
-    }
+    if (this.size <= 1 << 20) this.usage = usageOfJson(Buffer.concat(this.chunks));
     this.chunks = [];
     done();
   }

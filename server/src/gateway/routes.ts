@@ -44,7 +44,6 @@ export class RouteTable {
   private list: RouteModel[] = [];
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
-  private loadedAt = 0;
   private lastError: string | undefined;
 
   constructor(
@@ -70,11 +69,6 @@ export class RouteTable {
 
   models(): readonly RouteModel[] {
     return this.list;
-  }
-
-  /** How old the snapshot is; a refresh that failed (the database away) keeps serving the last one. */
-  ageMs(): number {
-    return Date.now() - this.loadedAt;
   }
 
   /** Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. */
@@ -142,7 +136,6 @@ export class RouteTable {
     }
     this.byName = byName;
     this.list = list;
-    this.loadedAt = Date.now();
     if (this.lastError) this.log.info('gateway: reads the catalog again');
     this.lastError = undefined;
   }
