@@ -194,8 +194,8 @@ test('the playground streams an answer from a real replica, with time to first t
     (await gql(`mutation { removeMirrorVersion(model: "${MODEL}", version: "v1") { __typename } }`)).data
       .removeMirrorVersion.__typename,
   ).toBe('RemovedMirrorVersion');
-  // A node counts as online for 30 s after its last report (NODE_ONLINE_MS), and nodes cannot be removed: the
-  // specs after this one place replicas and read the fleet's fit, so they wait until this node is offline.
+  // The specs after this one place replicas and read the fleet's fit: they need this node offline. A stopped agent
+  // says it is leaving (leaveNode), so it is at once rather than 30 s after its last report.
   await agent?.stop();
   agent = undefined;
   await expect

@@ -69,24 +69,31 @@ test('an operator finds a model in the registry, sees how each set would fit, an
   await expect(qwen).toContainText('at 4,096 tokens');
   await expect(page).toHaveURL(/[?&]ctx=4096/);
 
-  // A set that cannot be served is refused with the reason; only then is "Fetch anyway" offered.
-  await mmproj.getByRole('button', { name: 'Fetch', exact: true }).click();
-  await expect(detail.getByRole('alert')).toContainText(
-    'not fetched: a vision/audio projector (mmproj): it is loaded beside a model with --mmproj, never as a model. Fetch it anyway with force: true',
-  );
-  await expect(mmproj.getByRole('button', { name: 'Fetch anyway' })).toBeVisible();
-  await snap(page, '13-registry-fetch-refused');
+  // A set that cannot be served shows its reason and no Fetch button; forcing it is behind "Fetch anyway…" and a
+  // tick that says what it means.
+  await expect(mmproj.getByRole('button', { name: 'Fetch', exact: true })).toHaveCount(0);
+  await mmproj.getByText('Fetch anyway…').click();
+  const anyway = mmproj.getByRole('button', { name: 'Fetch anyway' });
+  await expect(anyway).toBeDisabled();
+  await expect(mmproj.getByLabel('Fetch it although it cannot be served here')).not.toBeChecked();
+  await snap(page, '13-registry-fetch-anyway-offered');
+  await page.setViewportSize({ width: 800, height: 900 });
+  await mmproj.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: 'artifacts/screens/13-registry-fetch-anyway-offered-800.png' });
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   // The small one, under the names shown: the answer stays beside it, and the mirror above lists it live.
   await expect(tiny.getByLabel('Model')).toHaveValue('tiny-llama');
-  await expect(tiny.getByLabel('Version')).toHaveValue('feedbee');
+  // A version per set (the revision and the quantisation): the 5 GiB qwen beside it would not land in the same one.
+  await expect(tiny.getByLabel('Version')).toHaveValue('feedbee-f32');
+  await expect(qwen.getByLabel('Version')).toHaveValue('feedbee-q4_k_m');
   await tiny.getByRole('button', { name: 'Fetch', exact: true }).click();
-  await expect(detail.getByRole('status')).toHaveText('started fetching 1 file into tiny-llama/feedbee');
-  const version = page.getByTestId('version-tiny-llama/feedbee');
+  await expect(detail.getByRole('status')).toContainText('started fetching 1 file into tiny-llama/feedbee-f32');
+  const version = page.getByTestId('version-tiny-llama/feedbee-f32');
   await expect(version.getByText('present', { exact: true })).toBeVisible({ timeout: 30_000 });
   await expect(version.getByText('verified', { exact: true })).toBeVisible();
-  await expect(detail).toContainText('tiny-llama/feedbee is now present');
-  await expect(page.getByLabel('The mirror')).toContainText('Present1');
+  await expect(detail).toContainText('tiny-llama/feedbee-f32 is now present');
+  await expect(page.getByLabel('The mirror', { exact: true })).toContainText('Present1');
   await detail.getByText('Model card').click();
   await expect(detail.getByRole('heading', { name: 'Tiny Llama' })).toBeVisible();
   await snap(page, '14-registry-fetched');

@@ -2,7 +2,7 @@ import path from 'node:path';
 import { expect, type Page, test } from '@playwright/test';
 import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
-import { adminApi, signIn, snap } from '../fixtures/hangar.js';
+import { adminApi, overflows, signIn, snap } from '../fixtures/hangar.js';
 import { trainBaseRepo } from '../fixtures/stand-in-hub.js';
 
 // A LoRA training job from the console to the catalog, with a real node agent: the tiny llama GGUF in the mirror
@@ -147,6 +147,19 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   const artifacts = page.getByRole('region', { name: 'Artifacts' });
   await expect(artifacts.getByRole('row', { name: /peft/ })).toBeVisible();
   await expect(artifacts.getByRole('row', { name: /gguf/ })).toBeVisible();
+
+  // The loss chart reads out the step and the loss under the pointer.
+  const loss = page.getByRole('figure', { name: /^Loss/ });
+  await loss.getByRole('img').hover({ position: { x: 30, y: 40 } });
+  await expect(loss.getByRole('status')).toHaveText(/^step \d+ loss \d/);
+  await snap(page, 'training-job-loss-hover');
+  // The page fits at both widths: no table scrolls its Download buttons out of sight.
+  for (const width of [1280, 800]) {
+    await page.setViewportSize({ width, height: 800 });
+    expect(await overflows(page)).toEqual([]);
+    await snap(page, `training-job-${width}`);
+  }
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   await page.getByRole('button', { name: 'Publish' }).click();
   // The answer says where it went and that running replicas load it without a restart.

@@ -8,6 +8,7 @@ import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
 import { isOwnOrigin } from './auth/origin.js';
 import { CatalogService } from './catalog/catalog.service.js';
+import { installModelEvents } from './catalog/model-events.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
@@ -17,9 +18,21 @@ import { Gateway } from './gateway/gateway.js';
 import { UsageService } from './gateway/usage.service.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
-import { guardBody, isUpload, type ReadinessCheck, readiness, urlHasNul, withDeadline } from './http/edge.js';
+import { hfRoutes } from './hf/hf.http.js';
+import { HfMirror } from './hf/hf.service.js';
+import {
+  guardBody,
+  isApiPath,
+  isUpload,
+  type ReadinessCheck,
+  readiness,
+  urlHasNul,
+  withDeadline,
+} from './http/edge.js';
 import { serveConsole } from './http/static.js';
 import type { Logger } from './lib/log.js';
+import { listenForMetrics, metricsRoute } from './metrics/metrics.http.js';
+import { Metrics } from './metrics/metrics.js';
 import { MirrorService } from './mirror/mirror.service.js';
 import { serveMirror, uploadToMirror } from './mirror/serve.js';
 import { OrgService } from './org/org.service.js';
@@ -38,6 +51,9 @@ export type App = {
   yoga: ReturnType<typeof buildYoga>;
   db: Database;
   services: Services;
+  metrics: Metrics;
+  /** Where HANGAR_METRICS_LISTEN's listener serves, once started; undefined when /metrics is on the main port. */
+  metricsUrl(): string | undefined;
 };
 
 export type AppOptions = { config: Config; log: Logger; print?: (text: string) => void; database?: Database };
@@ -63,6 +79,8 @@ export async function createApp({
     usage: new UsageService(prisma),
   } as Services;
   services.registry = new RegistryService(config, services.fleet, services.mirror);
+  // A fetch by URL reads each GGUF's header first, with the reader the explorer uses (it knows the nodes' llama.cpp).
+  services.mirror.lookBeforeFetch((files) => services.registry.lookAtSources(files));
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log, services.org);
   services.serveJobs = new ServeJobService(
     prisma,
@@ -88,6 +106,7 @@ export async function createApp({
   try {
     // First: a replica on storage the database's mirror is not on refuses before it changes anything.
     await services.mirror.openStorage();
+    await installModelEvents(prisma);
     await services.catalog.loadDeclared();
   } catch (err) {
     // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
@@ -102,6 +121,12 @@ export async function createApp({
   }
   const listener = await listen(db.url, pubsub, log);
   services.auth.keepCredentials({ pubsub, listeningSince: () => listener.listeningSince(), log });
+  const metrics = new Metrics({
+    db: prisma,
+    log,
+    isOnline: (node) => services.fleet.isOnline(node),
+    gatewayInFlight: () => services.gateway.inFlightTotal(),
+  });
   services.gateway = new Gateway({
     db: prisma,
     config,
@@ -112,6 +137,7 @@ export async function createApp({
     audit,
     pubsub,
     listeningSince: () => listener.listeningSince(),
+    onUsage: metrics.observeGateway,
   });
 
   const live = new LiveCallers({
@@ -121,14 +147,27 @@ export async function createApp({
     limits: { perConnection: config.maxSubscriptionsPerConnection, perCaller: config.maxSubscriptionsPerCaller },
   });
   live.start();
-  const yoga = buildYoga({ prisma, config, log, pubsub, services, live });
+  const yoga = buildYoga({ prisma, config, log, pubsub, services, live, metrics: metrics.registry });
+  const metricsHttp = metricsRoute({ metrics, auth: services.auth, listenElsewhere: Boolean(config.metricsListen) });
+  let metricsListener: Awaited<ReturnType<typeof listenForMetrics>> | undefined;
   // Model cards show the Hub's images, and an internal Hub may be plain http.
-  const consoleHandler = serveConsole(config.webDist, { imageSources: [new URL(config.hubUrl).origin] });
+  const consoleHandler = serveConsole(config.webDist, {
+    imageSources: config.hubUrl ? [new URL(config.hubUrl).origin] : [],
+  });
   const mirrorFiles = serveMirror({
     db: prisma,
     paths: services.mirror.paths,
     auth: services.auth,
     owners: services.org,
+    requireToken: config.mirrorRequireToken,
+    internalToken: services.mirror.internalToken,
+    log,
+  });
+  // The same files and token rules, in the Hugging Face Hub's protocol (HF_ENDPOINT=<hangar>/hf).
+  const hfFiles = hfRoutes({
+    hf: new HfMirror({ db: prisma, hubUrl: config.hubUrl }),
+    paths: services.mirror.paths,
+    auth: services.auth,
     requireToken: config.mirrorRequireToken,
     internalToken: services.mirror.internalToken,
     log,
@@ -142,6 +181,7 @@ export async function createApp({
   let listeningUrl = `http://${config.host}:${config.port}`;
   services.mirror.setBaseUrl(() => listeningUrl);
   services.train.setBaseUrl(() => listeningUrl);
+  services.fleet.setAgentUrl(() => config.publicUrl ?? listeningUrl);
   const train = trainRoutes({
     train: services.train,
     artifacts: services.trainArtifacts,
@@ -167,15 +207,23 @@ export async function createApp({
         if (draining) res.setHeader('connection', 'close');
         if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, path);
         // The gateway guards its own bodies, to refuse them in OpenAI's words.
-        if (path.startsWith('/v1/')) return await services.gateway.handle(req, res, path);
+        if (path === '/v1' || path.startsWith('/v1/')) return await services.gateway.handle(req, res, path);
         guardBody(req, res, isUpload(req.method, path), config, log, path);
         if (path === '/graphql') return await yoga.requestListener(req, res);
         if (path === '/healthz') return json(res, 200, { ok: true });
         if (path === '/readyz') return await readyz(res);
+        if (path === '/metrics') return await metricsHttp(req, res);
         if (path.startsWith('/mirror/')) {
           return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
         }
+        if (path === '/hf' || path.startsWith('/hf/')) return await hfFiles(req, res, path);
         if (path.startsWith('/api/train/') && (await train(req, res, path))) return;
+        if (isApiPath(path)) {
+          return json(res, 404, {
+            error: `nothing is served at ${path}: the APIs are /graphql, /v1 (OpenAI's), /mirror/<model>/<version>/<file>, /hf (the Hub's protocol) and /api/train/; see README.md`,
+            code: 'NOT_FOUND',
+          });
+        }
         if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
         json(res, 405, { error: `${req.method} is not served at ${path}` });
       } catch (err) {
@@ -287,10 +335,20 @@ export async function createApp({
     yoga,
     db,
     services,
+    metrics,
+    metricsUrl: () => metricsListener?.url,
     start: () =>
       new Promise((resolve, reject) => {
         server.once('error', reject);
-        server.listen(config.port, config.host, () => {
+        server.listen(config.port, config.host, async () => {
+          if (config.metricsListen) {
+            try {
+              metricsListener = await listenForMetrics(metrics, config.metricsListen, log);
+            } catch (err) {
+              server.close();
+              return reject(new Error(`HANGAR_METRICS_LISTEN: cannot listen there (${String(err)})`));
+            }
+          }
           const address = server.address();
           const port = typeof address === 'object' && address ? address.port : config.port;
           const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
@@ -330,6 +388,7 @@ export async function createApp({
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();
         await closed;
+        await metricsListener?.close();
         live.stop();
         services.auth.stopKeepingCredentials();
         await listener.stop();

@@ -18,6 +18,16 @@ describe('config', () => {
     expect(loadConfig({ PORT: '' }).port).toBe(4000);
   });
 
+  it('turns the registry off with HANGAR_HUB_URL=off or empty, and refuses anything else that is not a URL', () => {
+    expect(loadConfig({ HANGAR_HUB_URL: 'off' }).hubUrl).toBeNull();
+    // Empty is off here, not unset: falling back to huggingface.co would bring back a search box that times out.
+    expect(loadConfig({ HANGAR_HUB_URL: '' }).hubUrl).toBeNull();
+    expect(loadConfig({ HANGAR_HUB_URL: 'http://hub.internal:8080/' }).hubUrl).toBe('http://hub.internal:8080');
+    expect(() => loadConfig({ HANGAR_HUB_URL: 'nowhere' })).toThrow(
+      /HANGAR_HUB_URL="nowhere" is not accepted: the registry's http:\/\/ or https:\/\/ URL.*or off/,
+    );
+  });
+
   it('names each bad variable and what it accepts', () => {
     const attempt = () => loadConfig({ PORT: 'eighty', DATABASE_URL: 'mysql://x', HANGAR_PUBLIC_URL: 'ftp://x' });
     expect(attempt).toThrow(ConfigError);
@@ -45,5 +55,19 @@ describe('config', () => {
     expect(() => loadConfig({ HANGAR_FETCH_ALLOW: '10.0.0.0/8,http://files.internal/' })).toThrow(
       /HANGAR_FETCH_ALLOW="10\.0\.0\.0\/8,http:\/\/files\.internal\/" is not accepted: a comma-separated list of host names and networks: "http:\/\/files\.internal\/" is neither a host name, an address nor a network/,
     );
+  });
+
+  it("reads the mirror's give-up deadline as a duration and its bandwidth as a rate, naming what is accepted", () => {
+    const c = loadConfig({});
+    expect([c.mirrorGiveUpAfterMs, c.mirrorRetryMaxMs, c.mirrorBandwidth]).toEqual([6 * 3_600_000, 60_000, null]);
+    expect(loadConfig({ HANGAR_MIRROR_GIVE_UP_AFTER: '1h30m' }).mirrorGiveUpAfterMs).toBe(5_400_000);
+    expect(loadConfig({ HANGAR_MIRROR_GIVE_UP_AFTER: '90' }).mirrorGiveUpAfterMs).toBe(90_000);
+    expect(() => loadConfig({ HANGAR_MIRROR_GIVE_UP_AFTER: 'soon' })).toThrow(
+      /HANGAR_MIRROR_GIVE_UP_AFTER="soon" is not accepted: a duration such as 6h or 90m/,
+    );
+    expect(loadConfig({ HANGAR_MIRROR_BANDWIDTH: '50MB/s' }).mirrorBandwidth).toBe(50_000_000);
+    expect(loadConfig({ HANGAR_MIRROR_BANDWIDTH: '800KiB/s' }).mirrorBandwidth).toBe(819_200);
+    expect(loadConfig({ HANGAR_MIRROR_BANDWIDTH: 'off' }).mirrorBandwidth).toBeNull();
+    expect(() => loadConfig({ HANGAR_MIRROR_BANDWIDTH: '10' })).toThrow(/at least 64KiB\/s/);
   });
 });

@@ -28,6 +28,48 @@ function isOrigin(value: string): boolean {
 
 const bool = z.enum(['true', 'false', '1', '0']).transform((v) => v === 'true' || v === '1');
 
+const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+
+/** A duration as people write it ("90s", "30m", "6h", "1h30m"; a bare number is seconds), in milliseconds. */
+const duration = (example: string) =>
+  z.string().transform((v, ctx) => {
+    const text = v.trim().toLowerCase();
+    const parts = [...text.matchAll(/(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)/g)];
+    const whole = /^\d+(\.\d+)?$/.test(text);
+    if (!whole && (parts.length === 0 || parts.map((p) => p[0]).join('') !== text.replace(/\s+/g, ''))) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `a duration such as ${example}: a number with s, m, h or d (a bare number is seconds)`,
+      });
+      return z.NEVER;
+    }
+    return whole
+      ? Number(text) * 1000
+      : parts.reduce((n, p) => n + Number(p[1]) * (DURATION_UNITS[p[2] as string] ?? 0), 0);
+  });
+
+const RATE_UNITS: Record<string, number> = {
+  b: 1,
+  kb: 1e3,
+  mb: 1e6,
+  gb: 1e9,
+  kib: 1024,
+  mib: 1024 ** 2,
+  gib: 1024 ** 3,
+};
+
+/** A rate as "50MB/s", "800KiB/s" or plain bytes per second; "0" or "off" is no limit (null). */
+export function parseRate(v: string): number | null | string {
+  const text = v.trim().toLowerCase().replace(/\s+/g, '');
+  if (text === '0' || text === 'off' || text === 'none') return null;
+  const m = /^(\d+(?:\.\d+)?)(b|kb|mb|gb|kib|mib|gib)?(?:\/s|ps)?$/.exec(text);
+  if (!m) return 'a rate such as 50MB/s, 800KiB/s or 1000000 (bytes per second); 0 or off for no limit';
+  const bytes = Math.floor(Number(m[1]) * (RATE_UNITS[m[2] ?? 'b'] ?? 1));
+  // Slower than this, each 64 KiB the limit lets through would wait long enough to look like a stall.
+  if (bytes < 65_536) return `at least 64KiB/s (65536 bytes per second): ${v} is ${bytes} bytes per second`;
+  return bytes;
+}
+
 const schema = z.object({
   PORT: port.default(4000),
   HOST: z.string().min(1, 'a host name or address, such as 127.0.0.1').default('127.0.0.1'),
@@ -36,14 +78,18 @@ const schema = z.object({
     .string()
     .refine((u) => /^postgres(ql)?:\/\//.test(u), 'a postgres:// or postgresql:// connection URL')
     .optional(),
-  REDIS_URL: z
-    .string()
-    .refine((u) => /^rediss?:\/\//.test(u), 'a redis:// or rediss:// URL')
-    .optional(),
   HANGAR_PUBLIC_URL: httpUrl.optional(),
   HANGAR_ADMIN_EMAIL: z.string().email('an email address such as admin@example.com').optional(),
   HANGAR_ADMIN_PASSWORD: z.string().min(12, 'at least 12 characters').optional(),
-  HANGAR_HUB_URL: httpUrl.default('https://huggingface.co'),
+  // "off" turns the registry explorer off (an air-gapped site: a search box that can only time out is worse than
+  // none). An empty value is off too, unlike the other variables: see loadConfig.
+  HANGAR_HUB_URL: z
+    .string()
+    .refine(
+      (v) => v === 'off' || httpUrl.safeParse(v).success,
+      "the registry's http:// or https:// URL, such as https://huggingface.co, or off to turn the explorer off",
+    )
+    .default('https://huggingface.co'),
   HANGAR_HUB_TOKEN: z.string().optional(),
   HANGAR_FETCH_ALLOW: z
     .string()
@@ -137,6 +183,23 @@ const schema = z.object({
   HANGAR_MIRROR_CONCURRENCY: z.coerce.number().int().min(1, 'at least 1').max(64, 'at most 64').default(3),
   HANGAR_MIRROR_STALL_SECONDS: z.coerce.number().int().min(1, 'at least 1').max(3600, 'at most 3600').default(30),
   HANGAR_MIRROR_ATTEMPTS: z.coerce.number().int().min(1, 'at least 1').max(100, 'at most 100').default(8),
+  HANGAR_MIRROR_GIVE_UP_AFTER: duration('6h or 90m')
+    .refine((ms) => ms >= 1000 && ms <= 30 * 86_400_000, 'from 1s to 30d')
+    .default(6 * 3_600_000),
+  HANGAR_MIRROR_RETRY_MAX: duration('60s or 2m')
+    .refine((ms) => ms >= 10 && ms <= 3_600_000, 'from 10ms to 1h')
+    .default(60_000),
+  HANGAR_MIRROR_BANDWIDTH: z
+    .string()
+    .transform((v, ctx) => {
+      const r = parseRate(v);
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r });
+        return z.NEVER;
+      }
+      return r;
+    })
+    .default(null),
   // On by default: a node token or an API token is cheap to hand out, and a server on 0.0.0.0 serving weights to
   // anyone who can reach the port is not. The console (its session), nodes and the server itself all send one.
   HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(true),
@@ -157,6 +220,13 @@ const schema = z.object({
     .default(32_768),
   HANGAR_GATEWAY_WAKE_SECONDS: z.coerce.number().int().min(0, 'at least 0').max(3600, 'at most 3600').default(120),
   HANGAR_GATEWAY_WAKE_QUEUE: z.coerce.number().int().min(0, 'at least 0').max(100_000, 'at most 100000').default(64),
+  // host:port of a second listener that serves only /metrics, without credentials (a network the site controls);
+  // unset, /metrics is on the main port and needs an API token.
+  HANGAR_METRICS_LISTEN: z
+    .string()
+    .regex(/^(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):\d{1,5}$/, 'host:port, such as 127.0.0.1:9464')
+    .refine((v) => Number(v.slice(v.lastIndexOf(':') + 1)) <= 65_535, 'a port from 0 to 65535')
+    .optional(),
   HANGAR_GATEWAY_FIRST_BYTE_MS: z.coerce
     .number()
     .int()
@@ -170,11 +240,11 @@ export type Config = {
   host: string;
   dataDir: string;
   databaseUrl: string | undefined;
-  redisUrl: string | undefined;
   publicUrl: string | undefined;
   adminEmail: string | undefined;
   adminPassword: string | undefined;
-  hubUrl: string;
+  /** The registry the explorer browses and training's base repositories come from; null when turned off. */
+  hubUrl: string | null;
   hubToken: string | undefined;
   /**
    * Host names and networks the server may fetch from although they are loopback, private, link-local or
@@ -216,8 +286,20 @@ export type Config = {
   mirrorConcurrency: number;
   /** Seconds without a byte before a transfer counts as stalled and is resumed. */
   mirrorStallSeconds: number;
-  /** Tries per file (each resuming where the last stopped) before it is marked failed. */
+  /**
+   * Tries in a row that bring no bytes (a body cut short at once, an HTML page) before a file is failed; any try
+   * that moves bytes starts the count again. An unreachable upstream is not counted here: see mirrorGiveUpAfterMs.
+   */
   mirrorAttempts: number;
+  /**
+   * How long an upstream may stay unreachable (refused or reset connections, timeouts, 5xx, 429) before a file is
+   * failed. Hours by default: a mirror left alone overnight should ride out an outage of the Hub or a proxy.
+   */
+  mirrorGiveUpAfterMs: number;
+  /** The longest wait between two tries at an unreachable upstream (the backoff's cap; Retry-After may ask more). */
+  mirrorRetryMaxMs: number;
+  /** Bytes per second all of the mirror's downloads share (per server process); null for no limit. */
+  mirrorBandwidth: number | null;
   /** Whether GET /mirror/… needs a credential (node or API token, or a console session); on unless set false. */
   mirrorRequireToken: boolean;
   /**
@@ -243,7 +325,16 @@ export type Config = {
    * tries another. Generous: a long prompt on a busy replica is slow to start, and retrying it doubles the load.
    */
   gatewayFirstByteMs: number;
+  /**
+   * Where /metrics is served without credentials ({host, port}); undefined: on the main port, for an API token.
+   */
+  metricsListen: { host: string; port: number } | undefined;
 };
+
+function hostPort(value: string): { host: string; port: number } {
+  const at = value.lastIndexOf(':');
+  return { host: value.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(value.slice(at + 1)) };
+}
 
 export class ConfigError extends Error {
   override name = 'ConfigError';
@@ -268,11 +359,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     host: c.HOST,
     dataDir,
     databaseUrl: c.DATABASE_URL,
-    redisUrl: c.REDIS_URL,
     publicUrl: c.HANGAR_PUBLIC_URL?.replace(/\/+$/, ''),
     adminEmail: c.HANGAR_ADMIN_EMAIL,
     adminPassword: c.HANGAR_ADMIN_PASSWORD,
-    hubUrl: c.HANGAR_HUB_URL.replace(/\/+$/, ''),
+    // Set and empty is "off", not "unset": `HANGAR_HUB_URL=` in a site's environment file is how people write
+    // "no registry here", and falling back to huggingface.co would put back the search box that only times out.
+    hubUrl: env.HANGAR_HUB_URL === '' || c.HANGAR_HUB_URL === 'off' ? null : c.HANGAR_HUB_URL.replace(/\/+$/, ''),
     hubToken: c.HANGAR_HUB_TOKEN,
     fetchAllow: c.HANGAR_FETCH_ALLOW,
     configFile: c.HANGAR_CONFIG,
@@ -294,6 +386,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mirrorConcurrency: c.HANGAR_MIRROR_CONCURRENCY,
     mirrorStallSeconds: c.HANGAR_MIRROR_STALL_SECONDS,
     mirrorAttempts: c.HANGAR_MIRROR_ATTEMPTS,
+    mirrorGiveUpAfterMs: c.HANGAR_MIRROR_GIVE_UP_AFTER,
+    mirrorRetryMaxMs: c.HANGAR_MIRROR_RETRY_MAX,
+    mirrorBandwidth: c.HANGAR_MIRROR_BANDWIDTH,
     mirrorRequireToken: c.HANGAR_MIRROR_REQUIRE_TOKEN,
     mirrorFsync: c.HANGAR_MIRROR_FSYNC,
     hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
@@ -303,5 +398,6 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayWakeSeconds: c.HANGAR_GATEWAY_WAKE_SECONDS,
     gatewayWakeQueue: c.HANGAR_GATEWAY_WAKE_QUEUE,
     gatewayFirstByteMs: c.HANGAR_GATEWAY_FIRST_BYTE_MS,
+    metricsListen: c.HANGAR_METRICS_LISTEN ? hostPort(c.HANGAR_METRICS_LISTEN) : undefined,
   };
 }

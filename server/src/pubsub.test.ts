@@ -66,3 +66,34 @@ describe('listen', () => {
     await listener.stop();
   });
 });
+
+describe('makePubSub', () => {
+  it('hands an event to 1000 subscribers with one read between them, and warns of no leak', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(`${w.name}: ${w.message}`);
+    process.on('warning', onWarning);
+    const pubsub = makePubSub();
+    const its = Array.from({ length: 1000 }, () => pubsub.subscribe('mirrorVersion')[Symbol.asyncIterator]());
+    const first = its.map((it) => it.next());
+    // A Repeater starts listening at its first next(); let them all get there.
+    await new Promise((r) => setImmediate(r));
+    let reads = 0;
+    const read = async () => ({ read: ++reads });
+    pubsub.publish('mirrorVersion', 'm/v1');
+    const heard = await Promise.all(first.map((p) => p.then((r) => r.value)));
+    expect(heard.every((id) => id === 'm/v1')).toBe(true);
+    const got = await Promise.all(heard.map((id) => pubsub.shared('mirrorVersion', id as string, 'version', read)));
+    expect(reads).toBe(1);
+    expect(new Set(got).size).toBe(1);
+
+    // The next event reads again: what was read for the last one may be out of date.
+    const second = its.map((it) => it.next());
+    pubsub.publish('mirrorVersion', 'm/v1');
+    await Promise.all(second);
+    expect(await pubsub.shared('mirrorVersion', 'm/v1', 'version', read)).toEqual({ read: 2 });
+    await Promise.all(its.map((it) => it.return?.()));
+    await new Promise((r) => setImmediate(r));
+    process.off('warning', onWarning);
+    expect(warnings).toEqual([]);
+  });
+});

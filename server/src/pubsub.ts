@@ -1,4 +1,4 @@
-import { createPubSub } from 'graphql-yoga';
+import { Repeater } from 'graphql-yoga';
 import pg from 'pg';
 import type { Db, Tx } from './db/client.js';
 import { outageReason } from './db/outage.js';
@@ -19,6 +19,11 @@ export type Topics = {
   credentials: [holder: string];
   /** "model/version": a version's files changed (state, bytes, removal). */
   mirrorVersion: [key: string];
+  /**
+   * A catalog model's id: it, one of its replicas or one of its adapters changed (or it was removed). Sent by the
+   * database itself (the triggers catalog/model-events.ts installs at start), not by the services.
+   */
+  model: [id: string];
   /** A serve job's id: its state or a step changed. */
   serveJob: [id: string];
   /** A training job's id: its state, progress, events or artifacts changed. */
@@ -30,8 +35,71 @@ export type Topic = keyof Topics;
 
 const CHANNEL = 'hangar_events';
 
-export const makePubSub = () => createPubSub<Topics>();
-export type PubSub = ReturnType<typeof makePubSub>;
+export type PubSub = {
+  subscribe<T extends Topic>(topic: T): AsyncIterable<Topics[T][0]>;
+  publish<T extends Topic>(topic: T, ...args: Topics[T]): void;
+  /**
+   * One read per event, shared by every subscriber that resolves it: the first call for (topic, id, read) since
+   * that event was published loads, the others get the same promise (and so the same object). `read` names
+   * what is loaded and everything it depends on: a read that differs by who asks puts the asker's class in it.
+   * Each subscriber still passes its own authorization first; only the loading is shared.
+   */
+  shared<R>(topic: Topic, id: string, read: string, load: () => Promise<R>): Promise<R>;
+};
+
+/** How long an event's reads are kept for subscribers still resolving it; a later one reads again (fresher). */
+const SHARED_FOR_MS = 5000;
+
+/**
+ * Each event is resolved once for all its subscribers, not once by each: at 1000 subscribers every event
+ * used to read the same row 1000 times, and the delay and memory grew with them (#17). Fanned out here rather
+ * than through an EventTarget, which warns of a leak past 10 listeners and would at every busy page.
+ */
+export function makePubSub(): PubSub {
+  const subscribers = new Map<Topic, Set<(id: string) => unknown>>();
+  // By `${topic} ${id}`, oldest first: the reads made since that key's latest event.
+  const reads = new Map<string, { at: number; loads: Map<string, Promise<unknown>> }>();
+  return {
+    subscribe: (topic) =>
+      new Repeater<string>(async (push, stop) => {
+        let set = subscribers.get(topic);
+        if (!set) {
+          set = new Set();
+          subscribers.set(topic, set);
+        }
+        set.add(push);
+        await stop;
+        set.delete(push);
+      }),
+    publish: (topic, id) => {
+      const now = Date.now();
+      for (const [key, entry] of reads) {
+        if (now - entry.at < SHARED_FOR_MS) break;
+        reads.delete(key);
+      }
+      // A new event: what was read for the one before may be out of date, so its reads are not handed out again.
+      const key = `${topic} ${id}`;
+      reads.delete(key);
+      reads.set(key, { at: now, loads: new Map() });
+      for (const push of subscribers.get(topic) ?? []) push(id);
+    },
+    shared: <R>(topic: Topic, id: string, read: string, load: () => Promise<R>): Promise<R> => {
+      const loads = reads.get(`${topic} ${id}`)?.loads;
+      // No event of this key in the last few seconds (a subscriber far behind): its own read, not kept.
+      if (!loads) return load();
+      let loading = loads.get(read) as Promise<R> | undefined;
+      if (!loading) {
+        loading = load();
+        loads.set(read, loading);
+        // A failed read is not handed to the next subscriber: it tries for itself.
+        loading.catch(() => {
+          if (loads.get(read) === loading) loads.delete(read);
+        });
+      }
+      return loading;
+    },
+  };
+}
 
 /** Queues an event in the current transaction (or at once, outside one); it is published on commit. */
 export async function notify(db: Db | Tx, topic: Topic, id: string): Promise<void> {
@@ -145,4 +213,35 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
       await client?.end().catch(() => {});
     },
   };
+}
+
+const fieldReads = new WeakMap<object, Map<string, Promise<unknown>>>();
+
+/**
+ * A field's own read on an entity an event was resolved to once (PubSub.shared hands each subscriber the same
+ * object): made once for all of them, keyed by that object, so it lasts as long as the event's delivery does.
+ * Only in subscriptions: a query's or a mutation's parent is its own, and a mutation may change what is read.
+ */
+export function sharedField<R>(
+  parent: object,
+  info: { operation: { operation: string } },
+  read: string,
+  load: () => Promise<R>,
+): Promise<R> {
+  if (info.operation.operation !== 'subscription') return load();
+  let loads = fieldReads.get(parent);
+  if (!loads) {
+    loads = new Map();
+    fieldReads.set(parent, loads);
+  }
+  let loading = loads.get(read) as Promise<R> | undefined;
+  if (!loading) {
+    loading = load();
+    loads.set(read, loading);
+    const mine = loads;
+    loading.catch(() => {
+      if (mine.get(read) === loading) mine.delete(read);
+    });
+  }
+  return loading;
 }

@@ -62,6 +62,26 @@ describe('the HTTP edge', () => {
     expect((await fetch(`${url}/..%2f..%2fetc/passwd`)).status).toBe(404);
   });
 
+  it("answers an unknown API path with a 404 in JSON, never the console's page", async () => {
+    for (const p of ['/api/nope', '/api', '/api/train/nope/x', '/hf/api/models', '/graphql/extra']) {
+      const r = await fetch(`${url}${p}`);
+      expect([p, r.status, r.headers.get('content-type')]).toEqual([p, 404, 'application/json']);
+      expect(((await r.json()) as { code: string }).code).toBe('NOT_FOUND');
+    }
+    // /v1 speaks OpenAI's error shape, the bare prefix included.
+    for (const p of ['/v1', '/v1/nope']) {
+      const r = await fetch(`${url}${p}`);
+      expect([p, r.status]).toEqual([p, 404]);
+      expect(((await r.json()) as { error: { code: string } }).error.code).toBe('unknown_url');
+    }
+    // The mirror's file server answers for itself (plain text, as a file server does; 401 before any 404 when it
+    // needs a token), never with the console's page.
+    const file = await fetch(`${url}/mirror/no/such/file.gguf`);
+    expect([file.status, file.headers.get('content-type')]).toEqual([401, 'text/plain; charset=utf-8']);
+    // The console's own pages of the same first word are still the console's.
+    expect(await (await fetch(`${url}/mirror`)).text()).toContain('<title>Hangar</title>');
+  });
+
   it('serves GraphiQL without reaching a CDN', async () => {
     const page = await (await fetch(`${url}/graphql`, { headers: { accept: 'text/html' } })).text();
     expect(page).toContain('graphiql');

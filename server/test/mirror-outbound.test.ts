@@ -9,8 +9,9 @@ import { startTestApp } from './harness.js';
 // running server: a stand-in Hub that records the Authorization it was sent, a stand-in CDN and an "evil" host
 // (fault upstreams, all on loopback), and a fake disk size for the free-space reservation.
 
+// fetchAnyway: these files are random bytes under GGUF names, and the requests counted here are the downloads'.
 const FETCH = `mutation($model: String!, $version: String!, $sources: [MirrorSourceInput!]!) {
-  fetchToMirror(model: $model, version: $version, sources: $sources) {
+  fetchToMirror(model: $model, version: $version, sources: $sources, fetchAnyway: true) {
     __typename
     ... on Error { message }
     ... on ValidationError { field }

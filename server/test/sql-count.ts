@@ -8,6 +8,7 @@ import pg from 'pg';
  * again; a transaction's client is taken directly. Patches pg's prototypes once per process.
  */
 const current = new AsyncLocalStorage<string[]>();
+const everywhere = new Set<string[]>();
 let installed = false;
 
 function textOf(args: unknown[]): string {
@@ -21,6 +22,7 @@ function install() {
   const clientQuery = pg.Client.prototype.query as (...a: unknown[]) => unknown;
   pg.Client.prototype.query = function (this: pg.Client, ...args: unknown[]) {
     current.getStore()?.push(textOf(args));
+    if (everywhere.size) for (const list of everywhere) list.push(textOf(args));
     return clientQuery.apply(this, args);
   } as typeof pg.Client.prototype.query;
   const poolQuery = pg.Pool.prototype.query as (...a: unknown[]) => unknown;
@@ -35,4 +37,20 @@ export async function recordSql<T>(run: () => Promise<T>): Promise<{ result: T; 
   const statements: string[] = [];
   const result = await current.run(statements, run);
   return { result, statements };
+}
+
+/**
+ * Every statement any pg client of this process sends while `run` runs, whatever async context it comes from: a
+ * subscription's resolvers run in their connection's context, not the test's. The server's background loops send
+ * theirs meanwhile, so a test picks out the statements it is about.
+ */
+export async function recordAllSql<T>(run: () => Promise<T>): Promise<{ result: T; statements: string[] }> {
+  install();
+  const statements: string[] = [];
+  everywhere.add(statements);
+  try {
+    return { result: await run(), statements };
+  } finally {
+    everywhere.delete(statements);
+  }
 }

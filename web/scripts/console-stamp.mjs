@@ -1,6 +1,7 @@
 // Whether web/dist is the build of the console's sources as they are now. `pnpm start` asks before building, so
 // a start with nothing changed skips a Vite build of several seconds; `pnpm build` and the browser tests still
-// build every time. The stamp is a hash of what the build reads, written into dist after a build succeeds.
+// build every time. The stamp is a hash of what the build reads, written into dist by every Vite build that
+// succeeds (stampPlugin), so a console built by `pnpm build` or the browser tests counts as current too.
 // Plain JavaScript (type-checked through JSDoc): Node runs it as it is, without tsx, whose loader alone adds
 // 0.2–0.4 s to every start.
 import { createHash } from 'node:crypto';
@@ -80,8 +81,7 @@ export async function checkBuild(webDir, distDir = path.join(webDir, 'dist')) {
 }
 
 /**
- * Builds when the check says so. The hash is the one taken before the build: a source edited while Vite runs
- * then makes the next start build again, rather than a stamp vouching for a bundle made from older sources.
+ * Builds when the check says so; the build stamps dist itself (stampPlugin).
  * @param {string} webDir
  * @param {(why: string) => Promise<void>} build
  * @param {string} [distDir]
@@ -93,6 +93,30 @@ export async function buildIfChanged(webDir, build, distDir = path.join(webDir, 
   // A build that fails halfway must not leave the old stamp beside a partial dist.
   await rm(path.join(distDir, stampName), { force: true });
   await build(check.why);
-  await writeFile(path.join(distDir, stampName), `${check.hash}\n`);
   return { built: true, why: check.why };
+}
+
+/**
+ * The Vite plugin that stamps every successful build, whichever command ran it. The hash is taken when the build
+ * starts: a source edited while Vite runs then makes the next start build again, rather than a stamp vouching for
+ * a bundle made from older sources. writeBundle runs only once every file is written; a build that fails after
+ * Vite emptied dist leaves no stamp, and one that fails before leaves the old stamp beside the old bundle it
+ * describes.
+ * @param {string} webDir
+ */
+export function stampPlugin(webDir) {
+  /** @type {string | undefined} */
+  let hash;
+  return {
+    name: 'hangar-console-stamp',
+    /** @type {'build'} */
+    apply: 'build',
+    async buildStart() {
+      hash = await hashBuildInputs(webDir);
+    },
+    /** @param {{ dir?: string }} output */
+    async writeBundle(output) {
+      if (hash) await writeFile(path.join(output.dir ?? path.join(webDir, 'dist'), stampName), `${hash}\n`);
+    },
+  };
 }

@@ -4,7 +4,7 @@ import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
 import { describe, expect, it } from 'vitest';
 import { LoginForm_LoginMutation } from './components/auth/login-form';
-import { AppLayout_ViewerQuery } from './components/layout/app-layout';
+import { AppLayout_RegistrySettingsQuery, AppLayout_ViewerQuery } from './components/layout/app-layout';
 import { MirrorPage_MirrorQuery } from './components/mirror/mirror-page';
 import { TokensPage_TokensQuery } from './components/tokens/tokens-page';
 import { makeRouter } from './router';
@@ -24,6 +24,9 @@ const viewer = (role: Role) => ({
 function renderApp(path: string, state: { signedInAs: Role | null }) {
   const fake = fakeClient([
     answer(AppLayout_ViewerQuery, () => ({ viewer: state.signedInAs ? viewer(state.signedInAs) : null })),
+    answer(AppLayout_RegistrySettingsQuery, () => ({
+      registrySettings: { __typename: 'RegistrySettings', enabled: true, siteUrl: 'https://huggingface.co' },
+    })),
     answer(LoginForm_LoginMutation, () => {
       state.signedInAs = 'OPERATOR';
       return {

@@ -3,7 +3,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { buildIfChanged } from '../scripts/console-stamp.mjs';
+import { buildIfChanged, checkBuild, stampPlugin } from '../scripts/console-stamp.mjs';
 
 // `pnpm start` builds the console only when what the build reads changed; here a checkout of real files in a
 // temporary directory, and a build that does what Vite does to dist (empties it, writes the page).
@@ -17,10 +17,14 @@ describe('pnpm start: the console is built only when its sources changed', () =>
     await writeFile(path.join(webDir, file), content);
   }
 
+  // What Vite does with the plugin vite.config.ts installs: hooks in the order Vite calls them.
   async function viteLikeBuild(why: string) {
     builds.push(why);
+    const plugin = stampPlugin(webDir);
+    await plugin.buildStart();
     await rm(path.join(webDir, 'dist'), { recursive: true, force: true });
     await put('dist/index.html', '<!doctype html><script src="/assets/main.js"></script>');
+    await plugin.writeBundle({ dir: path.join(webDir, 'dist') });
   }
 
   beforeEach(async () => {
@@ -67,14 +71,32 @@ describe('pnpm start: the console is built only when its sources changed', () =>
     expect(builds).toHaveLength(2);
   });
 
-  it('builds again when dist was deleted, or rebuilt by `pnpm build` (which leaves no stamp)', async () => {
+  it('builds again when dist was deleted, or a build left no stamp', async () => {
     await buildIfChanged(webDir, viteLikeBuild);
     await rm(path.join(webDir, 'dist'), { recursive: true });
     expect(await buildIfChanged(webDir, viteLikeBuild)).toEqual({ built: true, why: 'no console build yet' });
-    await viteLikeBuild('pnpm build');
+    await rm(path.join(webDir, 'dist', '.hangar-build-stamp'));
     expect(await buildIfChanged(webDir, viteLikeBuild)).toEqual({
       built: true,
       why: 'the console build has no stamp',
+    });
+  });
+
+  it('takes a console built by another command (`pnpm build`, the browser tests) for current', async () => {
+    await viteLikeBuild('pnpm build');
+    expect(await checkBuild(webDir)).toEqual({ current: true });
+    expect(await buildIfChanged(webDir, viteLikeBuild)).toEqual({ built: false });
+  });
+
+  it('stamps with the sources as the build started: an edit during the build builds again', async () => {
+    const plugin = stampPlugin(webDir);
+    await plugin.buildStart();
+    await put('src/main.tsx', 'render(<App edited />);\n');
+    await put('dist/index.html', '<!doctype html>');
+    await plugin.writeBundle({ dir: path.join(webDir, 'dist') });
+    expect(await checkBuild(webDir)).toMatchObject({
+      current: false,
+      why: 'the console sources changed since the last build',
     });
   });
 

@@ -12,6 +12,7 @@ import { Route as rootRouteImport } from './routes/__root';
 import { Route as IndexRouteImport } from './routes/index';
 import { Route as AppRouteImport } from './routes/_app';
 import { Route as LoginRouteImport } from './routes/login';
+import { Route as AppAccountRouteImport } from './routes/_app/account';
 import { Route as AppAuditRouteImport } from './routes/_app/audit';
 import { Route as AppMirrorRouteImport } from './routes/_app/mirror';
 import { Route as AppModelsRouteImport } from './routes/_app/models';
@@ -37,6 +38,11 @@ const LoginRoute = LoginRouteImport.update({
   id: '/login',
   path: '/login',
   getParentRoute: () => rootRouteImport,
+} as any);
+const AppAccountRoute = AppAccountRouteImport.update({
+  id: '/account',
+  path: '/account',
+  getParentRoute: () => AppRoute,
 } as any);
 const AppAuditRoute = AppAuditRouteImport.update({
   id: '/audit',
@@ -97,6 +103,7 @@ const AppTrainingNewRoute = AppTrainingNewRouteImport.update({
 export interface FileRoutesByFullPath {
   '/': typeof IndexRoute;
   '/login': typeof LoginRoute;
+  '/account': typeof AppAccountRoute;
   '/audit': typeof AppAuditRoute;
   '/mirror': typeof AppMirrorRoute;
   '/models': typeof AppModelsRoute;
@@ -112,6 +119,7 @@ export interface FileRoutesByFullPath {
 export interface FileRoutesByTo {
   '/': typeof IndexRoute;
   '/login': typeof LoginRoute;
+  '/account': typeof AppAccountRoute;
   '/audit': typeof AppAuditRoute;
   '/mirror': typeof AppMirrorRoute;
   '/models': typeof AppModelsRoute;
@@ -129,6 +137,7 @@ export interface FileRoutesById {
   '/': typeof IndexRoute;
   '/_app': typeof AppRouteWithChildren;
   '/login': typeof LoginRoute;
+  '/_app/account': typeof AppAccountRoute;
   '/_app/audit': typeof AppAuditRoute;
   '/_app/mirror': typeof AppMirrorRoute;
   '/_app/models': typeof AppModelsRoute;
@@ -146,6 +155,7 @@ export interface FileRouteTypes {
   fullPaths:
     | '/'
     | '/login'
+    | '/account'
     | '/audit'
     | '/mirror'
     | '/models'
@@ -161,6 +171,7 @@ export interface FileRouteTypes {
   to:
     | '/'
     | '/login'
+    | '/account'
     | '/audit'
     | '/mirror'
     | '/models'
@@ -177,6 +188,7 @@ export interface FileRouteTypes {
     | '/'
     | '/_app'
     | '/login'
+    | '/_app/account'
     | '/_app/audit'
     | '/_app/mirror'
     | '/_app/models'
@@ -218,6 +230,13 @@ declare module '@tanstack/react-router' {
       fullPath: '/login';
       preLoaderRoute: typeof LoginRouteImport;
       parentRoute: typeof rootRouteImport;
+    };
+    '/_app/account': {
+      id: '/_app/account';
+      path: '/account';
+      fullPath: '/account';
+      preLoaderRoute: typeof AppAccountRouteImport;
+      parentRoute: typeof AppRoute;
     };
     '/_app/audit': {
       id: '/_app/audit';
@@ -300,6 +319,7 @@ declare module '@tanstack/react-router' {
 }
 
 interface AppRouteChildren {
+  AppAccountRoute: typeof AppAccountRoute;
   AppAuditRoute: typeof AppAuditRoute;
   AppMirrorRoute: typeof AppMirrorRoute;
   AppModelsRoute: typeof AppModelsRoute;
@@ -314,6 +334,7 @@ interface AppRouteChildren {
 }
 
 const AppRouteChildren: AppRouteChildren = {
+  AppAccountRoute: AppAccountRoute,
   AppAuditRoute: AppAuditRoute,
   AppMirrorRoute: AppMirrorRoute,
   AppModelsRoute: AppModelsRoute,

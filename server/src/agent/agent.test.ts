@@ -65,7 +65,6 @@ describe('the agent and the real server', () => {
     const agent = createAgent(config, { log: createLogger('info', (l) => lines.push(l)) });
     await agent.start();
     await agent.heartbeat();
-    await agent.stop();
 
     const nodes = await t.gql(
       '{ nodes { name online agentVersion diskFreeBytes gpus { name totalMiB } engines { name version build } } }',
@@ -74,6 +73,9 @@ describe('the agent and the real server', () => {
     );
     const node = nodes.data?.nodes[0];
     expect(node).toMatchObject({ name: 'cpu-1', online: true, agentVersion: '0.1.0' });
+    // Stopped, it says it is leaving: offline at once, not 30 s later.
+    await agent.stop();
+    expect((await t.gql('{ nodes { online } }', {}, { token: admin })).data?.nodes).toEqual([{ online: false }]);
     expect(node.diskFreeBytes).toBeGreaterThan(0);
     if (!(await onPath('nvidia-smi', config.searchPath)))
       expect(node.gpus).toEqual([{ name: 'RTX 4090', totalMiB: 24564 }]);
@@ -132,7 +134,14 @@ describe('the agent and the real server', () => {
         { token: operator },
       );
       expect(stop.data?.setModelMode).toEqual({ __typename: 'Model' });
-      await until('STOPPED');
+      // Stopped by its agent: the row says so, and the model lists no replica (a stopped one is history).
+      const deadline = Date.now() + 20_000;
+      while ((await t.app.db.prisma.replica.findFirst({ where: { model: { name: 'tiny' } } }))?.state !== 'STOPPED') {
+        if (Date.now() > deadline) throw new Error('the replica did not stop');
+        await t.app.services.fleet.place();
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(await replicas()).toEqual([]);
       // Reported and no longer assigned: the agent lets it go.
       await agent.runner.poll();
       expect(agent.runner.snapshot()).toEqual([]);

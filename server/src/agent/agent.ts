@@ -88,6 +88,8 @@ export function createAgent(
   let llamaEngine: EngineReport | null = null;
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
+  /** The heartbeat being sent, so a stop waits for it: landing after leaveNode it would bring the node back. */
+  let beating: Promise<void> | undefined;
   let lastError: string | undefined;
 
   const inventory = async (): Promise<NodeReport> => {
@@ -141,7 +143,8 @@ export function createAgent(
       }
       const loop = async () => {
         if (stopped) return;
-        await heartbeat();
+        beating = heartbeat();
+        await beating;
         if (!stopped) timer = setTimeout(loop, config.heartbeatMs);
       };
       await loop();
@@ -151,6 +154,16 @@ export function createAgent(
     async stop() {
       stopped = true;
       clearTimeout(timer);
+      await beating?.catch(() => {});
+      // Said first, so the control plane places this node's replicas elsewhere while these ones stop.
+      try {
+        await controlPlane.leave?.();
+        log.info('told the control plane this node is leaving');
+      } catch (err) {
+        log.warn('could not tell the control plane this node is leaving; it shows offline once heartbeats stop', {
+          error: (err as Error).message,
+        });
+      }
       await Promise.all([runner.stopAll(), trainer.stop()]);
       await http.close();
       if (runtime) await (await runtime.catch(() => undefined))?.dispose();

@@ -26,6 +26,8 @@ export type Assignment = {
   adapters: { name: string; source: string }[];
   /** Requests the replica answers at once (sequences of one context); more wait in its queue. */
   parallel: number;
+  /** The GPU (by the index this agent reported) the replica is placed on; null: the node as a whole. */
+  gpuIndex?: number | null;
 };
 
 export type ReplicaState = 'LOADING' | 'READY' | 'FAILED' | 'STOPPED';
@@ -59,6 +61,8 @@ export interface ControlPlane {
   reportNode(report: NodeReport): Promise<void>;
   assignments(): Promise<Assignment[]>;
   reportReplica(report: ReplicaReport): Promise<void>;
+  /** Says this agent is stopping, so the node shows offline and its replicas are placed elsewhere now. */
+  leave?(): Promise<void>;
 }
 
 /**
@@ -88,6 +92,7 @@ const assignment = z.object({
   // An older control plane sends none.
   adapters: z.array(z.object({ name: z.string().min(1), source: z.string().min(1) })).default([]),
   parallel: z.number().int().min(1).max(64).default(1),
+  gpuIndex: z.number().int().min(0).nullish(),
 });
 
 const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
@@ -95,8 +100,10 @@ const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
 }`;
 
 const ASSIGNMENTS = `query Agent_Assignments {
-  nodeAssignments { replicaId model engine source contextSize desired parallel adapters { name source } }
+  nodeAssignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
 }`;
+
+const LEAVE_NODE = `mutation Agent_LeaveNode { leaveNode { __typename ... on Error { message } } }`;
 
 // The input is spelled out field by field, so this document does not depend on the input type's name. Without
 // `adapters` for a control plane from before replicas reported them (see reportReplica).
@@ -146,7 +153,13 @@ export class GraphqlControlPlane implements ControlPlane {
         `nodeAssignments answered in a shape this agent does not read: ${parsed.error.issues[0]?.message}`,
         'refused',
       );
-    return parsed.data.map((a) => ({ ...a, contextSize: a.contextSize ?? null }));
+    return parsed.data.map((a) => ({ ...a, contextSize: a.contextSize ?? null, gpuIndex: a.gpuIndex ?? null }));
+  }
+
+  async leave() {
+    // Short: the agent is exiting, and a control plane that does not answer finds the node offline soon anyway.
+    const data = await graphqlRequest(this.url, this.token, LEAVE_NODE, {}, 5000);
+    refusedIfError(data.leaveNode, 'leaveNode');
   }
 
   async reportReplica(report: ReplicaReport) {

@@ -26,6 +26,12 @@ export type LoadOptions = {
   parallel?: number;
   /** Layers offloaded to the GPU: a number the placement decided, or node-llama-cpp's 'auto' (default) or 'max'. */
   gpuLayers?: number | 'auto' | 'max';
+  /**
+   * The GPU placement chose. node-llama-cpp 3.22 has no per-model device choice (its one llama.cpp uses the
+   * process's devices), so the embedded runtime takes it as said and the message names it; a replica that must
+   * sit on its card alone runs under HANGAR_AGENT_LLAMA_SERVER, which gets CUDA_VISIBLE_DEVICES.
+   */
+  gpuIndex?: number | null;
   signal?: AbortSignal;
 };
 

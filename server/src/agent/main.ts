@@ -20,7 +20,9 @@ const shutdown = (signal: NodeJS.Signals) => {
   // A second signal means "now": the operator has waited long enough.
   if (stopping) process.exit(1);
   stopping = true;
-  log.info('stopping: replicas are being stopped and reported', { signal });
+  log.info('stopping: telling the control plane this node leaves, then stopping and reporting its replicas', {
+    signal,
+  });
   agent.stop().then(
     () => process.exit(0),
     (err: unknown) => {

@@ -288,6 +288,7 @@ export class Runner {
         contextSize: Math.min(a.contextSize ?? DEFAULT_CONTEXT, MAX_CONTEXT),
         parallel,
         signal,
+        gpuIndex: a.gpuIndex,
       });
       const served = new LlamaServedModel(a.model, loaded, {
         parallel,
@@ -300,7 +301,7 @@ export class Runner {
         unload: (name) => served.removeAdapter(name),
       };
       r.release = async () => {
-        serving?.http.unserve(a.model);
+        serving?.http.unserve(a.model, served);
         // Requests being answered finish first; the weights go only once nothing uses them.
         await served.drain();
         await Promise.all(r.leaving.values());
@@ -318,7 +319,7 @@ export class Runner {
         report = { endpoint: serving.endpoint(), engineKey, gpuLayers, totalLayers, vramUsedBytes };
       }
       r.answers = () => served.adapters();
-      r.loadNote = `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`;
+      r.loadNote = `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${a.gpuIndex != null ? `, placed on GPU ${a.gpuIndex}` : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`;
       this.set(r, 'READY', {
         message: this.messageOf(r),
         smokeText: smoke.text,
@@ -422,6 +423,9 @@ export class Runner {
           HANGAR_MODEL: a.model,
           HANGAR_MODEL_SOURCE: a.source,
           HANGAR_CONTEXT_SIZE: a.contextSize == null ? '' : String(a.contextSize),
+          // Placed on one GPU of several: the engine sees that card alone, so two replicas on a two-GPU node
+          // do not both load onto the first.
+          ...(a.gpuIndex != null ? { CUDA_VISIBLE_DEVICES: String(a.gpuIndex) } : {}),
           // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with this set: an adapter
           // published while the replica runs is loaded there (behind the engine key, which only the agent and the
           // control plane hold).
@@ -466,7 +470,7 @@ export class Runner {
       r.answers = () => accepted;
       r.startedWith = a.adapters ?? [];
     }
-    r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${said}`;
+    r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${a.gpuIndex != null ? ` on GPU ${a.gpuIndex}` : ''}${said}`;
     this.set(r, 'READY', {
       message: this.messageOf(r),
       served: { endpoint: `http://${host}:${engine.port}/v1`, engineKey },

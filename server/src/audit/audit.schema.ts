@@ -1,5 +1,6 @@
 import type { AuditEvent } from '../generated/prisma/client.js';
 import { AuditOutcome } from '../generated/prisma/enums.js';
+import { unwrap } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 
 const AuditOutcomeEnum = builder.enumType(AuditOutcome, { name: 'AuditOutcome' });
@@ -44,19 +45,32 @@ const AuditEventConnection = builder
     }),
   });
 
+const AuditFilter = builder.inputType('AuditFilter', {
+  description: 'Every field given must hold; text matches anywhere in the value, in any case.',
+  fields: (t) => ({
+    actor: t.string({ required: false, description: 'Part of the actor: "user:ops@", "node:gpu-1", "token:".' }),
+    action: t.string({ required: false, description: 'Part of the action: "login", "Token".' }),
+    target: t.string({ required: false }),
+    outcome: t.field({ type: AuditOutcomeEnum, required: false }),
+    from: t.field({ type: 'DateTime', required: false, description: 'At or after this time.' }),
+    to: t.field({ type: 'DateTime', required: false, description: 'Before this time.' }),
+  }),
+});
+
 builder.queryField('auditEvents', (t) =>
   t.field({
     type: AuditEventConnection,
-    description: 'Newest first. `after` is the endCursor of the previous page.',
+    description: 'Newest first. `after` is the endCursor of the previous page, asked with the same filter.',
     authScopes: { viewer: true },
     args: {
       first: t.arg.int({ required: false, defaultValue: 50, description: '1 to 200.' }),
       after: t.arg.string({ required: false }),
+      filter: t.arg({ type: AuditFilter, required: false }),
     },
-    resolve: (_root, args, ctx) => {
+    resolve: async (_root, args, ctx) => {
       const first = Math.min(Math.max(args.first ?? 50, 1), 200);
       const after = args.after && /^\d+$/.test(args.after) ? BigInt(args.after) : undefined;
-      return ctx.services.audit.page(first, after);
+      return unwrap(await ctx.services.audit.page(first, after, args.filter ?? undefined));
     },
   }),
 );
@@ -67,6 +81,10 @@ builder.subscriptionField('auditEventAdded', (t) =>
     description: 'Each audit event as it is committed.',
     authScopes: { viewer: true },
     subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('auditEvent'),
-    resolve: (id: string, _args, ctx) => ctx.prisma.auditEvent.findUniqueOrThrow({ where: { id: BigInt(id) } }),
+    // One read for every subscriber (pubsub.ts: shared); an audit event is the same whoever may see it.
+    resolve: (id: string, _args, ctx) =>
+      ctx.pubsub.shared('auditEvent', id, 'row', () =>
+        ctx.prisma.auditEvent.findUniqueOrThrow({ where: { id: BigInt(id) } }),
+      ),
   }),
 );

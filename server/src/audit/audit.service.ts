@@ -1,12 +1,24 @@
 import { describeActor } from '../auth/viewer.js';
 import type { Context } from '../context.js';
 import type { Db, Tx } from '../db/client.js';
+import type { AuditEvent } from '../generated/prisma/client.js';
 import type { AuditOutcome } from '../generated/prisma/enums.js';
+import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { notify } from '../pubsub.js';
 
 export type AuditEntry = { action: string; target?: string | null; message?: string | null };
 type Caller = Pick<Context, 'viewer' | 'requestId'>;
+
+/** Which events a page holds: each given field must match (text anywhere in the value, any case). */
+export type AuditFilter = {
+  actor?: string | null;
+  action?: string | null;
+  target?: string | null;
+  outcome?: AuditOutcome | null;
+  from?: Date | null;
+  to?: Date | null;
+};
 
 export class AuditService {
   constructor(
@@ -70,12 +82,34 @@ export class AuditService {
     }
   }
 
-  async page(first: number, after?: bigint) {
+  async page(
+    first: number,
+    after?: bigint,
+    filter: AuditFilter = {},
+  ): Promise<Result<{ rows: AuditEvent[]; hasNextPage: boolean }, ValidationError>> {
+    const { actor, action, target, outcome, from, to } = filter;
+    if (from && to && from >= to) {
+      return fail(
+        new ValidationError(
+          'filter.to',
+          `filter.to: ${to.toISOString()} is not after filter.from (${from.toISOString()}); swap them, or leave one empty`,
+        ),
+      );
+    }
+    const contains = (v: string | null | undefined) =>
+      v?.trim() ? { contains: v.trim(), mode: 'insensitive' as const } : undefined;
     const rows = await this.db.auditEvent.findMany({
-      where: after ? { id: { lt: after } } : undefined,
+      where: {
+        id: after ? { lt: after } : undefined,
+        actor: contains(actor),
+        action: contains(action),
+        target: contains(target),
+        outcome: outcome ?? undefined,
+        at: from || to ? { gte: from ?? undefined, lt: to ?? undefined } : undefined,
+      },
       orderBy: { id: 'desc' },
       take: first + 1,
     });
-    return { rows: rows.slice(0, first), hasNextPage: rows.length > first };
+    return ok({ rows: rows.slice(0, first), hasNextPage: rows.length > first });
   }
 }

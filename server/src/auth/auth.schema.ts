@@ -1,7 +1,7 @@
 import { type GraphQLResolveInfo, Kind } from 'graphql';
 import { RoleEnum, UserRef } from '../access/access.schema.js';
 import type { User } from '../generated/prisma/client.js';
-import { TooManyAttemptsError, unwrap, ValidationError } from '../lib/errors.js';
+import { TooManyAttemptsError, UnauthenticatedError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 import type { ViewerUser } from './viewer.js';
 
@@ -52,6 +52,19 @@ const LoginPayload = builder.objectRef<{ user: ViewerUser; csrfToken: string }>(
   }),
 });
 
+const PasswordChanged = builder.objectRef<{ signedOut: number }>('PasswordChanged').implement({
+  fields: (t) => ({
+    signedOut: t.exposeInt('signedOut', { description: 'How many of your other sessions were signed out.' }),
+  }),
+});
+
+const ChangePasswordInput = builder.inputType('ChangePasswordInput', {
+  fields: (t) => ({
+    currentPassword: t.string({ required: true }),
+    newPassword: t.string({ required: true, description: 'At least 12 characters.' }),
+  }),
+});
+
 const LogoutPayload = builder.objectRef<{ ok: boolean }>('LogoutPayload').implement({
   fields: (t) => ({ ok: t.exposeBoolean('ok') }),
 });
@@ -78,6 +91,15 @@ builder.mutationFields((t) => ({
     errors: { types: [ValidationError, TooManyAttemptsError] },
     args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.auth.login(ctx, args)),
+  }),
+  changePassword: t.field({
+    type: PasswordChanged,
+    description:
+      "Changes the caller's own password, given the current one. Every other session of the user is signed out; this one stays. An admin resets another user's password with updateUser.",
+    authScopes: { viewer: true },
+    errors: { types: [ValidationError, UnauthenticatedError, TooManyAttemptsError] },
+    args: { input: t.arg({ type: ChangePasswordInput, required: true }) },
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.auth.changePassword(ctx, input)),
   }),
   logout: t.field({
     type: LogoutPayload,

@@ -11,7 +11,7 @@ import {
   type Result,
   TooManyAttemptsError,
   UnauthenticatedError,
-  type ValidationError,
+  ValidationError,
 } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
@@ -26,6 +26,11 @@ import { lowerRole, type Viewer, type ViewerUser } from './viewer.js';
 const loginInput = z.object({
   email: z.string().trim().toLowerCase().email('an email address'),
   password: z.string().min(1, 'the password is empty').max(1024, 'at most 1024 characters'),
+});
+
+const changePasswordInput = z.object({
+  currentPassword: z.string().min(1, 'your current password, to show it is you at the keyboard').max(1024),
+  newPassword: z.string().min(12, 'at least 12 characters').max(1024, 'at most 1024 characters'),
 });
 
 // Compared against when the email is unknown, so a wrong email takes as long as a wrong password and the
@@ -336,6 +341,62 @@ export class AuthService {
   }
 
   /**
+   * The caller's own password, given the current one: a session left open on a shared machine must not be enough
+   * to take the account. Every other session of the user ends (the point of changing a password is often that
+   * someone else knows it), and live views opened with them end on commit; the session that asked stays signed
+   * in. Wrong current passwords count against the same limits as sign-ins, or this would be a way around them.
+   */
+  async changePassword(
+    ctx: Context,
+    input: unknown,
+  ): Promise<Result<{ signedOut: number }, ValidationError | UnauthenticatedError | TooManyAttemptsError>> {
+    const parsed = parseInput(changePasswordInput, input);
+    if (!parsed.ok) return parsed;
+    const viewer = ctx.viewer;
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') {
+      return fail(new UnauthenticatedError('sign in to change your password'));
+    }
+    const { currentPassword, newPassword } = parsed.value;
+    const verdict = await this.limits.attempt({ email: viewer.user.email, address: ctx.clientAddress });
+    // Refusals are audited by the schema's audit plugin, as every mutation's are.
+    if (!verdict.ok) {
+      return fail(
+        new TooManyAttemptsError(
+          `too many wrong passwords for ${viewer.user.email}: try again in ${verdict.retryAfterSeconds} seconds, or ask an admin to reset it`,
+          verdict.retryAfterSeconds,
+        ),
+      );
+    }
+    const user = await this.db.user.findUnique({ where: { id: viewer.user.id } });
+    if (!user || !(await verifyPassword(user.passwordHash, currentPassword))) {
+      return fail(
+        new ValidationError('input.currentPassword', 'input.currentPassword: this is not your current password'),
+      );
+    }
+    if (newPassword === currentPassword) {
+      return fail(
+        new ValidationError('input.newPassword', 'input.newPassword: the same as the current one; choose another'),
+      );
+    }
+    await verdict.succeeded();
+    const passwordHash = await hashPassword(newPassword);
+    const keep = viewer.kind === 'user' ? viewer.sessionId : undefined;
+    const signedOut = await this.db.$transaction(async (tx) => {
+      await tx.user.update({ where: { id: user.id }, data: { passwordHash } });
+      const ended = await tx.session.deleteMany({ where: { userId: user.id, ...(keep ? { id: { not: keep } } : {}) } });
+      // Live subscriptions of the ended sessions are checked again on commit, and end; this session's go on.
+      await notify(tx, 'credentials', `user:${user.id}`);
+      await this.audit.done(tx, ctx, {
+        action: 'changePassword',
+        target: user.email,
+        message: `changed their own password; ${ended.count} other session${ended.count === 1 ? '' : 's'} signed out`,
+      });
+      return ended.count;
+    });
+    return ok({ signedOut });
+  }
+
+  /**
    * With no user at all, the first admin comes from HANGAR_ADMIN_EMAIL / HANGAR_ADMIN_PASSWORD, or gets a
    * generated password printed once: a fresh install must be usable without editing a database by hand.
    */
@@ -361,7 +422,7 @@ export class AuthService {
     this.log.info('created the first admin', { email });
     if (generated) {
       print(
-        `\n  Hangar created its first admin.\n    email:    ${email}\n    password: ${password}\n  This is shown once. Sign in and change it, or set HANGAR_ADMIN_PASSWORD before the first start.\n`,
+        `\n  Hangar created its first admin.\n    email:    ${email}\n    password: ${password}\n  This is shown once. Sign in and change it on the console's Account page (/account: your email, top right),\n  or set HANGAR_ADMIN_PASSWORD before the first start.\n`,
       );
     }
   }

@@ -1,10 +1,12 @@
+import { currentReplicas } from '../fleet/current.js';
+import { ReplicaRef } from '../fleet/fleet.schema.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
 import { ModelMode } from '../mirror/mirror.schema.js';
 import { ownerLabel } from '../org/org.schema.js';
 import { parseOwnerKey } from '../org/org.service.js';
 import { builder } from '../schema/builder.js';
-import { memoryEstimateError, modeOf, type ServePlan } from './catalog.service.js';
+import { memoryEstimateError, modeMessage, modeOf, type ServePlan } from './catalog.service.js';
 
 // ALWAYS keeps N replicas; ON_DEMAND starts one when asked and stops it when idle; STOPPED runs none.
 const ModelModeRef = ModelMode;
@@ -21,6 +23,14 @@ const AdapterRef = builder.prismaObject('Adapter', {
       nullable: true,
       description: 'The sha256 of what was published (the GGUF, or the PEFT tar): lineage that outlives the job.',
     }),
+  }),
+});
+
+const DeclaredIn = builder.objectRef<{ file: string; key: string }>('DeclaredIn').implement({
+  description: 'Where in hangar.yaml a declared model is: the file, and its entry under models.',
+  fields: (t) => ({
+    file: t.exposeString('file'),
+    key: t.exposeString('key', { description: 'The entry, as "models.2": its mode is models.2.mode.' }),
   }),
 });
 
@@ -61,6 +71,24 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
       resolve: (m) => m.maxReplicas,
     }),
     declared: t.exposeBoolean('declared', { description: 'Read from hangar.yaml: change it there, not here.' }),
+    declaredIn: t.field({
+      type: DeclaredIn,
+      nullable: true,
+      description:
+        'Where a declared model is changed: the file and its entry ("models.2"), so its mode is models.2.mode there. Null for a model made here.',
+      resolve: (m, _args, ctx) => (m.declared ? ctx.services.catalog.declaredIn(m.name) : null),
+    }),
+    modeMessage: t.string({
+      description:
+        'What the mode means now, what happens next after a change: "stopped; its replicas are being taken down", "on demand: starts when a request asks for it, stops after 15 minutes unused", "always: 2 replicas are being placed".',
+      select: (_args, _ctx, nested) => ({
+        minReplicas: true,
+        maxReplicas: true,
+        idleSeconds: true,
+        replicas: nested({ select: { state: true, desired: true } }),
+      }),
+      resolve: (m) => modeMessage(m, m.replicas),
+    }),
     owner: t.string({
       nullable: true,
       description:
@@ -72,7 +100,18 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
       },
     }),
     adapters: t.relation('adapters', { type: AdapterRef }),
-    replicas: t.relation('replicas', { query: { orderBy: { createdAt: 'asc' } } }),
+    replicas: t.field({
+      type: [ReplicaRef],
+      description:
+        'Its replicas as they stand: placed, loading or serving, and a failed or lost one while it is why fewer serve than wanted. Stopped ones are not listed (the audit log has what happened).',
+      select: (_args, _ctx, nested) => ({
+        minReplicas: true,
+        maxReplicas: true,
+        awakeUntil: true,
+        replicas: nested({ orderBy: { createdAt: 'asc' } }),
+      }),
+      resolve: (m) => currentReplicas(m, m.replicas),
+    }),
     awakeUntil: t.expose('awakeUntil', {
       type: 'DateTime',
       nullable: true,
@@ -213,5 +252,29 @@ builder.mutationFields((t) => ({
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.remove(ctx, args)),
+  }),
+}));
+
+type ModelChange = { id: string; model: CatalogModel | null };
+const ModelChangeRef = builder.objectRef<ModelChange>('ModelChange').implement({
+  description: 'A catalog model as it is now, or that it was removed (model null).',
+  fields: (t) => ({
+    modelId: t.id({ resolve: (c) => c.id }),
+    model: t.field({ type: CatalogModelRef, nullable: true, resolve: (c) => c.model }),
+  }),
+});
+
+// The Models page follows this as the Mirror page follows mirrorChanged: a model, its replicas or adapters written
+// anywhere (the catalog, placement, an agent's report, a smoke test, the gateway) is one event from the database.
+builder.subscriptionFields((t) => ({
+  modelChanged: t.field({
+    type: ModelChangeRef,
+    description: 'Every catalog model that changes (it, a replica or an adapter), whole; model null once removed.',
+    authScopes: { viewer: true },
+    subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('model'),
+    resolve: async (id: string, _args, ctx) => ({
+      id,
+      model: await ctx.pubsub.shared('model', id, 'model', () => ctx.prisma.catalogModel.findUnique({ where: { id } })),
+    }),
   }),
 }));

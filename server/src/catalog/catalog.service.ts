@@ -19,6 +19,7 @@ import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } fr
 import type { Logger } from '../lib/log.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
+import { notAModel, versionArchitecture, versionKindOf } from '../mirror/kind.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
 import { lockOrgTree, type OrgService, ownerKey } from '../org/org.service.js';
@@ -35,6 +36,45 @@ export function memoryEstimateError(m: Pick<CatalogModel, 'memoryBytes' | 'measu
 
 export function modeOf(m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas'>): Mode {
   return m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS';
+}
+
+/** 900 → "15 minutes": the idle time as an operator reads it. */
+export function durationWords(seconds: number): string {
+  const plural = (n: number, unit: string) => `${n} ${unit}${n === 1 ? '' : 's'}`;
+  if (seconds % 3600 === 0 && seconds >= 3600) return plural(seconds / 3600, 'hour');
+  if (seconds % 60 === 0 && seconds >= 60) return plural(seconds / 60, 'minute');
+  return plural(seconds, 'second');
+}
+
+/**
+ * What the model's mode means now, in words: what happens next after a change, and what holds once it has.
+ * "stopped" alone would not say that its replicas are still going, nor "on demand" when it will stop again.
+ */
+export function modeMessage(
+  m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas' | 'idleSeconds'>,
+  replicas: readonly { state: string; desired: string }[],
+): string {
+  const running = replicas.filter((r) => ['PENDING', 'LOADING', 'READY'].includes(r.state));
+  const replicaWord = (n: number) => `${n} replica${n === 1 ? '' : 's'}`;
+  switch (modeOf(m)) {
+    case 'STOPPED':
+      return running.length
+        ? `stopped; its replicas are being taken down (${running.length} still running)`
+        : 'stopped: no replica runs; set it to always or on demand to serve it';
+    case 'ON_DEMAND': {
+      const idle = durationWords(m.idleSeconds);
+      const up = running.some((r) => r.desired === 'RUN');
+      return up
+        ? `on demand: running now; stops after ${idle} unused, and starts again when a request asks for it`
+        : `on demand: starts when a request asks for it, stops after ${idle} unused`;
+    }
+    default: {
+      const ready = replicas.filter((r) => r.state === 'READY' && r.desired === 'RUN').length;
+      return ready >= m.minReplicas
+        ? `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'runs' : 'run'}`
+        : `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'is' : 'are'} being placed${ready ? ` (${ready} ready)` : ''}`;
+    }
+  }
 }
 
 /** always = min ≥ 1 (that many replicas); on demand = min 0, max ≥ 1; stopped = max 0. */
@@ -83,6 +123,9 @@ const declaredFile = z.object({
 });
 
 export class CatalogService {
+  /** Where each declared model is in hangar.yaml (its entry's index under models), as read at start. */
+  private declaredAt = new Map<string, number>();
+
   constructor(
     private readonly db: Db,
     private readonly audit: AuditService,
@@ -133,7 +176,18 @@ export class CatalogService {
         ),
       );
     }
-    const ggufs = v.files.filter((f) => f.file.endsWith('.gguf') && !/mmproj|imatrix/i.test(f.file));
+    // What it holds, from the files' headers: only weights are served as a model. An adapter's version names the
+    // models it belongs to, where it is called (it runs on their replicas).
+    const known = await this.mirror.withKinds(v);
+    const kind = versionKindOf(known.files);
+    const adapterOf = (await this.mirror.usedBy(model, version)).flatMap((u) => (u.adapterOf ? [u.adapterOf] : []));
+    const refusal = notAModel(kind, versionArchitecture(known.files), adapterOf);
+    if (refusal) return fail(new ConflictError(`${model}/${version}: ${refusal}`));
+    // The weights by their header, never by their name: "imatrix" in a file name as often means "quantised with
+    // an importance matrix" as "is one". A file whose header could not be read is taken as weights, as before.
+    const ggufs = known.files.filter(
+      (f) => f.file.toLowerCase().endsWith('.gguf') && (f.kind === 'MODEL' || f.kind === 'OTHER' || f.kind === null),
+    );
     const name = parsed.value.name ?? model;
     if (!ggufs.length) {
       const source = this.mirror.versionUrl(model, version);
@@ -277,13 +331,29 @@ export class CatalogService {
     if (!parsed.ok) return parsed;
     const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
-    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     const s = scaling(parsed.value.mode, parsed.value.replicas ?? Math.max(1, m.maxReplicas));
     // A running replica keeps the sequences it was loaded with; new ones get the new number.
     const parallel = parsed.value.parallel ?? m.parallel;
     const result = ok(
       await this.db.$transaction(async (tx) => {
-        const updated = await tx.catalogModel.update({ where: { id: m.id }, data: { ...s, parallel } });
+        // Awake means something only on demand: a model set to always or stopped keeps no timer to show. One set
+        // on demand while a replica serves stays awake its idle time from now, as if woken, rather than having a
+        // warm replica stopped under its callers the moment the mode changes.
+        const running =
+          parsed.value.mode === 'ON_DEMAND' && modeOf(m) !== 'ON_DEMAND'
+            ? await tx.replica.count({ where: { modelId: m.id, desired: 'RUN', state: { in: ['LOADING', 'READY'] } } })
+            : 0;
+        const awakeUntil =
+          parsed.value.mode !== 'ON_DEMAND'
+            ? null
+            : running
+              ? new Date(Date.now() + m.idleSeconds * 1000)
+              : m.awakeUntil;
+        const updated = await tx.catalogModel.update({
+          where: { id: m.id },
+          data: { ...s, parallel, awakeUntil },
+        });
         const key = mirrorKeyOf(m.source);
         if (key) await notify(tx, 'mirrorVersion', key);
         await this.audit.done(tx, ctx, {
@@ -311,7 +381,7 @@ export class CatalogService {
     if (!parsed.ok) return parsed;
     const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
-    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     // An empty owner from a cleared form field means public, as null does.
     const wanted = parsed.value.owner?.trim() ? parsed.value.owner.trim() : null;
     const before = m.owner ? await this.org.formatOwner(m.owner) : 'every caller';
@@ -367,7 +437,7 @@ export class CatalogService {
     if (!parsed.ok) return parsed;
     const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
-    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.config.configFile)));
+    if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     await this.db.$transaction(async (tx) => {
       await tx.catalogModel.delete({ where: { id: m.id } });
       const key = mirrorKeyOf(m.source);
@@ -375,6 +445,16 @@ export class CatalogService {
       await this.audit.done(tx, ctx, { action: 'removeModel', target: m.name });
     });
     return ok({ name: m.name });
+  }
+
+  /**
+   * Where a declared model is changed: the file and its entry's key ("models.2", as a refusal of the file names
+   * it), so the page can say where to go rather than only that it cannot change it here.
+   */
+  declaredIn(name: string): { file: string; key: string } | null {
+    const at = this.declaredAt.get(name);
+    const file = this.config.configFile;
+    return at === undefined || !file ? null : { file, key: `models.${at}` };
   }
 
   /** Reads hangar.yaml (HANGAR_CONFIG) and makes the catalog's declared models match it exactly. */
@@ -396,6 +476,7 @@ export class CatalogService {
       throw new ConfigError(`HANGAR_CONFIG=${file}: ${issue?.path.join('.') || 'the file'}: ${issue?.message}`);
     }
     const models = parsed.data.models;
+    this.declaredAt = new Map(models.map((m, i) => [m.name, i]));
     await this.db.$transaction(async (tx) => {
       await tx.catalogModel.deleteMany({ where: { declared: true, name: { notIn: models.map((m) => m.name) } } });
       for (const m of models) {
@@ -421,6 +502,7 @@ function mirrorKeyOf(source: string): string | null {
   return m ? `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}` : null;
 }
 
-function declaredMessage(name: string, file: string | undefined) {
-  return `${name} is declared in ${file ?? 'hangar.yaml'}: change it there; it is read at every start`;
+function declaredMessage(name: string, at: { file: string; key: string } | null) {
+  const where = at ? `${at.file} (${at.key}, name: ${name})` : 'hangar.yaml';
+  return `${name} is declared in ${where}: change it there; it is read at every start`;
 }

@@ -318,7 +318,7 @@ describe('declared models (hangar.yaml)', () => {
     const r = (await res.json()) as { data?: { setModelMode: unknown } };
     expect(r.data?.setModelMode).toEqual({
       __typename: 'ConflictError',
-      message: `declared-llama is declared in ${file}: change it there; it is read at every start`,
+      message: `declared-llama is declared in ${file} (models.0, name: declared-llama): change it there; it is read at every start`,
     });
     await app.stop();
   });

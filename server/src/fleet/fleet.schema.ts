@@ -2,6 +2,7 @@ import type { Context } from '../context.js';
 import type { Node } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
+import { currentOnNode } from './current.js';
 
 type GpuReport = { index: number; name: string; totalMiB: number; freeMiB: number };
 type EngineReport = { name: string; version: string | null; build: number | null };
@@ -26,6 +27,10 @@ const EngineInfo = builder.objectRef<EngineReport>('EngineInfo').implement({
   }),
 });
 
+const AgentEnvVar = builder.objectRef<{ name: string; value: string }>('AgentEnvVar').implement({
+  fields: (t) => ({ name: t.exposeString('name'), value: t.exposeString('value') }),
+});
+
 export const NodeRef = builder.prismaObject('Node', {
   fields: (t) => ({
     id: t.exposeID('id'),
@@ -39,8 +44,29 @@ export const NodeRef = builder.prismaObject('Node', {
     }),
     diskFreeBytes: t.field({ type: 'Bytes', nullable: true, resolve: (n) => n.diskFreeBytes }),
     agentVersion: t.exposeString('agentVersion', { nullable: true }),
+    leftAt: t.expose('leftAt', {
+      type: 'DateTime',
+      nullable: true,
+      description:
+        'When its agent said it was stopping, or its token was revoked: offline from then until it reports again.',
+    }),
+    tokenChangedAt: t.expose('tokenChangedAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'When its token was last rotated or revoked; the one before is refused since.',
+    }),
+    tokenRevoked: t.boolean({
+      description: 'Its token was revoked and no new one made: its agent is refused until rotateNodeToken.',
+      resolve: (n) => n.tokenRevokedAt !== null,
+    }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
-    replicas: t.relation('replicas', { query: { orderBy: { createdAt: 'asc' } } }),
+    replicas: t.field({
+      type: [ReplicaRef],
+      description:
+        'The replicas placed on it, loading or serving, and one that failed here lately (stopped ones are not).',
+      select: (_args, _ctx, nested) => ({ replicas: nested({ orderBy: { createdAt: 'asc' } }) }),
+      resolve: (n) => currentOnNode(n.replicas),
+    }),
   }),
 });
 
@@ -49,6 +75,20 @@ const CreatedNode = builder.objectRef<{ node: Node; token: string }>('CreatedNod
     node: t.field({ type: NodeRef, resolve: (p) => p.node }),
     token: t.exposeString('token', {
       description: "The agent's node token (HANGAR_NODE_TOKEN). Shown this once: Hangar keeps only its hash.",
+    }),
+    agentEnv: t.field({
+      type: [AgentEnvVar],
+      description:
+        'What the agent on the node needs to start: HANGAR_URL (this server as sources name it) and HANGAR_NODE_TOKEN.',
+      resolve: (p, _args, ctx) => [
+        { name: 'HANGAR_URL', value: ctx.services.fleet.agentUrl() },
+        { name: 'HANGAR_NODE_TOKEN', value: p.token },
+      ],
+    }),
+    agentCommand: t.string({
+      description: 'The command line that starts its agent, run from a checkout of Hangar on the node.',
+      resolve: (p, _args, ctx) =>
+        `HANGAR_URL=${ctx.services.fleet.agentUrl()} HANGAR_NODE_TOKEN=${p.token} node --import tsx server/src/agent/main.ts`,
     }),
   }),
 });
@@ -104,6 +144,10 @@ export const ReplicaRef = builder.prismaObject('Replica', {
       description:
         "The model's adapters this replica answers for, as its agent last reported them (an adapter published while it runs joins once loaded).",
     }),
+    gpuIndex: t.exposeInt('gpuIndex', {
+      nullable: true,
+      description: "The node's GPU it was placed on (as the agent numbers them); null: the node as a whole.",
+    }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
   }),
 });
@@ -132,6 +176,11 @@ const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
       resolve: (a) => a.model.parallel,
     }),
     desired: t.field({ type: ReplicaDesiredEnum, resolve: (a) => a.desired }),
+    gpuIndex: t.exposeInt('gpuIndex', {
+      nullable: true,
+      description:
+        'The GPU (its index as the agent reported it) the replica is placed on and must run on alone; null: the node as a whole.',
+    }),
     adapters: t.field({
       type: [AssignmentAdapter],
       description:
@@ -239,5 +288,59 @@ builder.mutationField('createNode', (t) =>
     errors: { types: [ValidationError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.createNode(ctx, args)),
+  }),
+);
+
+const RemovedNode = builder.objectRef<{ name: string; message: string }>('RemovedNode').implement({
+  fields: (t) => ({
+    name: t.exposeString('name'),
+    message: t.exposeString('message', { description: 'What became of its replicas and training jobs.' }),
+  }),
+});
+
+builder.mutationField('removeNode', (t) =>
+  t.field({
+    type: RemovedNode,
+    description:
+      'Removes a node. Refused while it runs replicas or a training job, naming them; with force its replicas are placed on other nodes and its jobs failed, saying so.',
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, ConflictError, NotFoundError] },
+    args: { name: t.arg.string({ required: true }), force: t.arg.boolean({ required: false }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.removeNode(ctx, args)),
+  }),
+);
+
+builder.mutationField('rotateNodeToken', (t) =>
+  t.field({
+    type: CreatedNode,
+    description:
+      'A new token for the node, shown once; the old one is refused from now. Start its agent with the new one.',
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError] },
+    args: { name: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.rotateNodeToken(ctx, args)),
+  }),
+);
+
+builder.mutationField('revokeNodeToken', (t) =>
+  t.field({
+    type: NodeRef,
+    description:
+      "Refuses the node's token from now, with no new one: the node goes offline and its replicas are placed elsewhere.",
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError] },
+    args: { name: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.revokeNodeToken(ctx, args)),
+  }),
+);
+
+builder.mutationField('leaveNode', (t) =>
+  t.field({
+    type: NodeRef,
+    description:
+      'A node agent says it is stopping (node token only): the node is offline at once and its replicas are placed elsewhere.',
+    authScopes: { node: true },
+    errors: { types: [ConflictError] },
+    resolve: async (_root, _args, ctx) => unwrap(await ctx.services.fleet.leave(ctx)),
   }),
 );

@@ -1,8 +1,9 @@
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import { withState } from '../audit/message.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
 import type { Context } from '../context.js';
-import type { Db } from '../db/client.js';
+import { asLoop, type Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
 import type { CatalogModel, Node, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
@@ -97,6 +98,15 @@ export class FleetService {
     this.health = new LoopHealth('placement', log);
   }
 
+  private agentUrlOf: () => string = () => 'http://localhost:4000';
+  /** The URL agents are given (HANGAR_URL): the one sources name, so the node token goes to that origin only. */
+  setAgentUrl(get: () => string) {
+    this.agentUrlOf = get;
+  }
+  agentUrl() {
+    return this.agentUrlOf();
+  }
+
   /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
   startPlacement(everyMs = 5000) {
     this.smoking = true;
@@ -136,7 +146,7 @@ export class FleetService {
 
   private claimSmokes(): Promise<void> {
     if (!this.smoking) return Promise.resolve();
-    this.claimingSmokes ??= (async () => {
+    this.claimingSmokes ??= asLoop(async () => {
       try {
         while (this.smoking && this.smokes.size < SMOKE_PARALLEL) {
           const rows = await this.db.$queryRaw<{ id: string; servingAt: Date }[]>`
@@ -163,7 +173,7 @@ export class FleetService {
       } catch (err) {
         if (!this.health.failed(err)) this.log?.error('claiming smoke tests failed', { error: err });
       }
-    })().finally(() => {
+    }).finally(() => {
       this.claimingSmokes = undefined;
     });
     return this.claimingSmokes;
@@ -270,7 +280,7 @@ export class FleetService {
    */
   place(): Promise<void> {
     if (!this.placing) {
-      this.placing = this.pass()
+      this.placing = asLoop(() => this.pass())
         .then(() => this.health.ok())
         .catch((err) => {
           // The database out of reach is logged once and the pass tried again later; anything else is a bug.
@@ -316,10 +326,11 @@ export class FleetService {
           data: direct ? { desired: 'STOP', state: 'STOPPED', message: 'stopped' } : { desired: 'STOP' },
         });
       }
+      for (const id of actions.keep) await tx.replica.update({ where: { id }, data: { desired: 'RUN' } });
       for (const p of actions.place) {
-        if (p.replicaId)
-          await tx.replica.update({ where: { id: p.replicaId }, data: { nodeId: p.nodeId, message: p.message } });
-        else await tx.replica.create({ data: { modelId: p.modelId, nodeId: p.nodeId, message: p.message } });
+        const data = { nodeId: p.nodeId, message: p.message, gpuIndex: p.gpuIndex ?? null };
+        if (p.replicaId) await tx.replica.update({ where: { id: p.replicaId }, data });
+        else await tx.replica.create({ data: { modelId: p.modelId, ...data } });
       }
       // Ended replicas are kept a while so an operator can see what happened, then cleared away.
       await tx.replica.deleteMany({
@@ -379,11 +390,10 @@ export class FleetService {
       // An ended or reloading replica's key opens nothing any more: it is not kept.
       await tx.engineKey.deleteMany({ where: { replicaId: u.id } });
       if (r.state !== 'LOADING' && !keepFailure) {
-        const detail = r.message ? `: ${r.message}` : '';
         await this.audit.done(tx, ctx, {
           action: 'reportReplica',
           target: replica.model.name,
-          message: `${r.state.toLowerCase()}${detail}`,
+          message: withState(r.state, r.message),
         });
       }
       return u;
@@ -489,7 +499,7 @@ export class FleetService {
       where: { lastSeenAt: { gte: new Date(now - NODE_ONLINE_MS) } },
       orderBy: { name: 'asc' },
     });
-    return nodes;
+    return nodes.filter((n) => this.isOnline(n, now));
   }
 
   /**
@@ -510,8 +520,10 @@ export class FleetService {
     };
   }
 
-  isOnline(node: Pick<Node, 'lastSeenAt'>, now = Date.now()) {
-    return Boolean(node.lastSeenAt && now - node.lastSeenAt.getTime() < NODE_ONLINE_MS);
+  /** Seen lately, and not gone since: an agent that said it is stopping is offline at once. */
+  isOnline(node: Pick<Node, 'lastSeenAt' | 'leftAt'>, now = Date.now()) {
+    if (!node.lastSeenAt || now - node.lastSeenAt.getTime() >= NODE_ONLINE_MS) return false;
+    return !node.leftAt || node.leftAt < node.lastSeenAt;
   }
 
   /**
@@ -558,6 +570,163 @@ export class FleetService {
     return ok(node);
   }
 
+  /**
+   * Removes a node. Refused while it holds replicas that run (or are being placed there) or a training job that
+   * runs, naming them; `force` removes it anyway: its replicas are deleted and placed again on other nodes, its
+   * running and queued jobs are failed with the reason. Its token is refused from the moment this commits.
+   */
+  async removeNode(
+    ctx: Context,
+    input: { name: string; force?: boolean | null },
+  ): Promise<Result<{ name: string; message: string }>> {
+    const parsed = parseInput(z.object({ name: resourceName('a node name'), force: z.boolean().nullish() }), input, '');
+    if (!parsed.ok) return parsed;
+    const { name, force } = parsed.value;
+    const result = await this.db.$transaction(async (tx) => {
+      // The placement pass is held off meanwhile: it must not place a new replica on a node being removed.
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
+      const node = await tx.node.findUnique({ where: { name } });
+      if (!node) return fail(new NotFoundError(`no node ${name}: see Nodes for the names`));
+      const replicas = await tx.replica.findMany({
+        where: { nodeId: node.id, state: { in: ['PENDING', 'LOADING', 'READY'] } },
+        include: { model: { select: { name: true } } },
+        orderBy: { createdAt: 'asc' },
+      });
+      const running = await tx.trainJob.findMany({
+        where: { state: 'RUNNING', OR: [{ leaseOwner: node.id }, { nodeId: node.id }] },
+        select: { id: true, name: true },
+      });
+      const queued = await tx.trainJob.findMany({
+        where: { state: 'QUEUED', nodeId: node.id },
+        select: { id: true, name: true },
+      });
+      const models = [...new Set(replicas.map((r) => r.model.name))];
+      const holds = [
+        replicas.length ? `${count(replicas.length, 'replica')} (${models.join(', ')})` : null,
+        running.length ? `training job ${running.map((j) => j.name).join(', ')}` : null,
+      ].filter(Boolean);
+      if (holds.length && !force)
+        return fail(
+          new ConflictError(
+            `node ${name} still runs ${holds.join(' and ')}: stop them first (set the models' mode, cancel the job), or remove it with force, which places its replicas on other nodes and fails the job`,
+          ),
+        );
+      const reason = `node ${name} was removed`;
+      for (const j of [...running, ...queued])
+        await tx.trainJob.update({
+          where: { id: j.id },
+          data: { state: 'FAILED', message: reason, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },
+        });
+      // Its replica rows go with it (their history is in the audit log); the pass places new ones elsewhere.
+      await tx.replica.deleteMany({ where: { nodeId: node.id } });
+      await tx.node.delete({ where: { id: node.id } });
+      // Live connections of its agent end now; its token is looked up on every request, so it is refused at once.
+      await notify(tx, 'credentials', `node:${node.id}`);
+      for (const j of [...running, ...queued]) await notify(tx, 'trainJob', j.id);
+      const did = [
+        replicas.length
+          ? `${count(replicas.length, 'replica')} of ${models.join(', ')} deleted, placed again on other nodes`
+          : null,
+        running.length || queued.length
+          ? `training job ${[...running, ...queued].map((j) => j.name).join(', ')} failed ("${reason}")`
+          : null,
+      ].filter(Boolean);
+      const message = `removed node ${name}${did.length ? `: ${did.join('; ')}` : ''}. An agent still running there is refused: stop it`;
+      await this.audit.done(tx, ctx, { action: 'removeNode', target: name, message });
+      return ok({ name, message });
+    });
+    if (result.ok) void this.place();
+    return result;
+  }
+
+  /**
+   * A new token for a node's agent, shown once; the old one is refused from the moment this commits. Until the
+   * agent is started again with the new one it cannot report, and the node goes offline after NODE_ONLINE_MS.
+   */
+  async rotateNodeToken(ctx: Context, input: { name: string }): Promise<Result<{ node: Node; token: string }>> {
+    const parsed = parseInput(z.object({ name: resourceName('a node name') }), input, '');
+    if (!parsed.ok) return parsed;
+    const { name } = parsed.value;
+    const token = newSecret('node');
+    return this.db.$transaction(async (tx) => {
+      const found = await tx.node.findUnique({ where: { name } });
+      if (!found) return fail(new NotFoundError(`no node ${name}: see Nodes for the names`));
+      const node = await tx.node.update({
+        where: { id: found.id },
+        data: { tokenHash: hashSecret(token), tokenChangedAt: new Date(), tokenRevokedAt: null },
+      });
+      await notify(tx, 'credentials', `node:${node.id}`);
+      await this.audit.done(tx, ctx, {
+        action: 'rotateNodeToken',
+        target: name,
+        message: found.tokenRevokedAt ? 'a new token after revocation' : 'the old token is refused from now',
+      });
+      return ok({ node, token });
+    });
+  }
+
+  /**
+   * Cuts a node off: its token is refused at once and no new one is made (rotateNodeToken makes one). The node
+   * is offline from now, and its replicas are handled as a lost node's: replaced elsewhere.
+   */
+  async revokeNodeToken(ctx: Context, input: { name: string }): Promise<Result<Node>> {
+    const parsed = parseInput(z.object({ name: resourceName('a node name') }), input, '');
+    if (!parsed.ok) return parsed;
+    const { name } = parsed.value;
+    const result = await this.db.$transaction(async (tx) => {
+      const found = await tx.node.findUnique({ where: { name } });
+      if (!found) return fail(new NotFoundError(`no node ${name}: see Nodes for the names`));
+      const now = new Date();
+      // A hash of a secret nobody holds: the column stays unique and non-null, and nothing matches it.
+      const node = await tx.node.update({
+        where: { id: found.id },
+        data: { tokenHash: hashSecret(newSecret('node')), tokenChangedAt: now, tokenRevokedAt: now, leftAt: now },
+      });
+      await notify(tx, 'credentials', `node:${node.id}`);
+      await this.audit.done(tx, ctx, {
+        action: 'revokeNodeToken',
+        target: name,
+        message: 'its agent is refused from now; its replicas are placed elsewhere',
+      });
+      return ok(node);
+    });
+    if (result.ok) void this.place();
+    return result;
+  }
+
+  /**
+   * The agent says it is stopping (SIGTERM): the node is offline at once rather than after NODE_ONLINE_MS, and
+   * its replicas are lost and replaced elsewhere now, as for a node that went away. Its next heartbeat (an agent
+   * started again) brings it back.
+   */
+  async leave(ctx: Context): Promise<Result<Node>> {
+    if (ctx.viewer.kind !== 'node')
+      return fail(new ConflictError('leaveNode is for node agents, with their node token'));
+    const id = ctx.viewer.node.id;
+    const node = await this.db.$transaction(async (tx) => {
+      const n = await tx.node.update({ where: { id }, data: { leftAt: new Date() } });
+      const lost = await tx.replica.updateMany({
+        where: { nodeId: id, state: { in: ['LOADING', 'READY'] } },
+        data: { state: 'LOST', message: `node ${n.name} is shutting down (its agent said so)` },
+      });
+      await tx.engineKey.deleteMany({ where: { replica: { nodeId: id, state: 'LOST' } } });
+      // Placed here but not started: back in line for another node.
+      await tx.replica.updateMany({
+        where: { nodeId: id, state: 'PENDING' },
+        data: { nodeId: null, gpuIndex: null, message: `node ${n.name} is shutting down` },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'leaveNode',
+        target: n.name,
+        message: `the agent is stopping${lost.count ? `; ${count(lost.count, 'replica')} to place elsewhere` : ''}`,
+      });
+      await notify(tx, 'trainWork', n.id);
+      return n;
+    });
+    void this.place();
+    return ok(node);
+  }
+
   /** Registers a node and returns its agent's token, once: only its hash is kept. */
   async createNode(ctx: Context, input: unknown): Promise<Result<{ node: Node; token: string }>> {
     const parsed = parseInput(createNodeInput, input, '');
@@ -574,3 +743,5 @@ export class FleetService {
     return ok({ node, token });
   }
 }
+
+const count = (n: number, what: string) => `${n} ${what}${n === 1 ? '' : 's'}`;

@@ -113,3 +113,57 @@ describe('a node shutting down', () => {
     expect(a.place.map((p) => p.nodeId)).toEqual(['gpu-2']);
   });
 });
+
+describe('a node with several GPUs', () => {
+  const twoGpus = (id: string, freeGiB: number[]) =>
+    node(id, 0, {
+      gpus: freeGiB.map((f, index) => ({ index, name: 'RTX 4090', totalMiB: 24 * 1024, freeMiB: f * 1024 })),
+    });
+
+  it('places a replica on each GPU that holds one alone, recording which', () => {
+    const a = decide([model({ minReplicas: 2, maxReplicas: 2 })], [twoGpus('gpu-1', [20, 20])], [], now);
+    expect(a.place).toEqual([
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 0 },
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 1 },
+    ]);
+  });
+
+  it('prefers another machine for the second copy, and counts what is promised per GPU', () => {
+    const spread = decide(
+      [model({ minReplicas: 2, maxReplicas: 2 })],
+      [twoGpus('gpu-1', [20, 20]), node('gpu-2', 12)],
+      [],
+      now,
+    );
+    expect(spread.place.map((p) => [p.nodeId, p.gpuIndex])).toEqual([
+      ['gpu-1', 0],
+      ['gpu-2', 0],
+    ]);
+    // GPU 0 already promised to a loading replica of another model: the next goes on GPU 1.
+    const other = model({ id: 'm2', name: 'other' });
+    const promised = decide(
+      [model(), other],
+      [twoGpus('gpu-1', [15, 15])],
+      [replica({ id: 'r0', modelId: 'm2', nodeId: 'gpu-1', gpuIndex: 0, state: 'LOADING' })],
+      now,
+    );
+    expect(promised.place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 1 }]);
+  });
+
+  it('takes the node as a whole for a model that fits only split across its GPUs', () => {
+    const a = decide([model({ memoryBytes: BigInt(30 * GiB) })], [twoGpus('gpu-1', [20, 20])], [], now);
+    expect(a.place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null }]);
+  });
+});
+
+describe('a wake while a replica is being stopped', () => {
+  it('keeps the replica its agent has not stopped yet instead of placing a cold one', () => {
+    const awake = model({ minReplicas: 0, maxReplicas: 1, awakeUntil: new Date(now.getTime() + 60_000) });
+    const stopping = replica({ nodeId: 'gpu-1', state: 'READY', desired: 'STOP' });
+    const a = decide([awake], [node('gpu-1', 20)], [stopping], now);
+    expect(a.keep).toEqual(['r1']);
+    expect(a.place).toEqual([]);
+    // Asleep, it is left to stop.
+    expect(decide([model({ minReplicas: 0, maxReplicas: 1 })], [node('gpu-1', 20)], [stopping], now).keep).toEqual([]);
+  });
+});

@@ -10,19 +10,34 @@ export type PlacementModel = Pick<
 export type PlacementNode = Pick<Node, 'id' | 'name' | 'gpus' | 'engines'> & { online: boolean };
 export type PlacementReplica = Pick<Replica, 'id' | 'modelId' | 'nodeId' | 'state' | 'desired' | 'createdAt'> & {
   updatedAt?: Date;
+  gpuIndex?: number | null;
 };
 
 export type Actions = {
-  place: { modelId: string; nodeId: string | null; message: string | null; replicaId?: string }[];
+  /** `gpuIndex` absent: the node as a whole (it reports no GPU, or the model fits only split across its GPUs). */
+  place: { modelId: string; nodeId: string | null; message: string | null; replicaId?: string; gpuIndex?: number }[];
   stop: string[];
   lost: { replicaId: string; message: string }[];
+  /**
+   * Replicas asked to stop whose agent has not stopped them yet, wanted again (a wake right after the idle timer
+   * ran out): asked to run on, warm, rather than stopped and replaced by a cold one.
+   */
+  keep: string[];
 };
+
+type Gpu = { index: number; freeMiB: number };
+/** A node's GPUs as reported; a report without indexes (older agents, tests) numbers them in order. */
+const gpusOf = (n: Pick<Node, 'gpus'>): Gpu[] =>
+  (Array.isArray(n.gpus) ? (n.gpus as { index?: number; freeMiB?: number }[]) : []).map((g, i) => ({
+    index: typeof g.index === 'number' ? g.index : i,
+    freeMiB: g.freeMiB ?? 0,
+  }));
 
 const ACTIVE = new Set(['PENDING', 'LOADING', 'READY']);
 const MiB = 2 ** 20;
 
 /** How many replicas a model wants now: ALWAYS its count, ON_DEMAND one while woken, STOPPED none. */
-export function wanted(m: PlacementModel, now: Date): number {
+export function wanted(m: Pick<PlacementModel, 'minReplicas' | 'maxReplicas' | 'awakeUntil'>, now: Date): number {
   if (m.maxReplicas === 0) return 0;
   if (m.minReplicas === 0) return m.awakeUntil && m.awakeUntil > now ? 1 : 0;
   return m.minReplicas;
@@ -41,15 +56,19 @@ export function decide(
   replicas: PlacementReplica[],
   now = new Date(),
 ): Actions {
-  const actions: Actions = { place: [], stop: [], lost: [] };
+  const actions: Actions = { place: [], stop: [], lost: [], keep: [] };
   const byId = new Map(nodes.map((n) => [n.id, n]));
-  // Memory already promised on each node to replicas still loading (not yet in the node's own free figure).
+  // Memory already promised to replicas still loading (not yet in the agent's own free figures): on each node,
+  // and on each GPU for those placed on one (keyed node:index).
   const promised = new Map<string, number>();
+  const promise = (nodeId: string, gpuIndex: number | null | undefined, mib: number) => {
+    promised.set(nodeId, (promised.get(nodeId) ?? 0) + mib);
+    if (gpuIndex != null) promised.set(`${nodeId}:${gpuIndex}`, (promised.get(`${nodeId}:${gpuIndex}`) ?? 0) + mib);
+  };
   const modelById = new Map(models.map((m) => [m.id, m]));
   for (const r of replicas) {
     if (r.nodeId && (r.state === 'PENDING' || r.state === 'LOADING') && r.desired === 'RUN') {
-      const need = Number(modelById.get(r.modelId)?.memoryBytes ?? 0n) / MiB;
-      promised.set(r.nodeId, (promised.get(r.nodeId) ?? 0) + need);
+      promise(r.nodeId, r.gpuIndex, Number(modelById.get(r.modelId)?.memoryBytes ?? 0n) / MiB);
     }
   }
 
@@ -68,6 +87,23 @@ export function decide(
       .sort((a, b) => a.createdAt.getTime() - b.createdAt.getTime());
     const want = wanted(m, now);
     for (const extra of active.slice(want)) actions.stop.push(extra.id);
+    // Wanted again before its agent stopped it: it runs on (READY first, then the newest), and counts as active.
+    const stopping = mine
+      .filter(
+        (r) =>
+          r.desired === 'STOP' &&
+          (r.state === 'READY' || r.state === 'LOADING') &&
+          r.nodeId &&
+          byId.get(r.nodeId)?.online &&
+          !lostIds.has(r.id),
+      )
+      .sort((a, b) =>
+        a.state === b.state ? b.createdAt.getTime() - a.createdAt.getTime() : a.state === 'READY' ? -1 : 1,
+      );
+    for (const r of stopping.slice(0, Math.max(0, want - active.length))) {
+      actions.keep.push(r.id);
+      active.push(r);
+    }
 
     const neededMiB = Math.ceil(Number(m.memoryBytes ?? 0n) / MiB);
     const engine = engineName(m.engine);
@@ -84,13 +120,36 @@ export function decide(
         )
         .map((r) => r.nodeId),
     );
-    const used = new Set(active.map((r) => r.nodeId).filter(Boolean));
-    const choose = () => {
-      const candidates = nodes
-        .filter((n) => n.online && runs(n, engine) && !failedOn.has(n.id) && !used.has(n.id))
-        .map((n) => ({ n, free: freeMiB(n) - (promised.get(n.id) ?? 0) }));
-      const fitting = candidates.filter((c) => c.free >= neededMiB).sort((a, b) => b.free - a.free);
-      if (fitting[0]) return { node: fitting[0].n, message: null };
+    // Where this model already runs: a GPU holds one replica of it, a node taken as a whole holds one.
+    const usedGpus = new Set(active.filter((r) => r.gpuIndex != null).map((r) => `${r.nodeId}:${r.gpuIndex}`));
+    const wholeNode = new Set(active.filter((r) => r.nodeId && r.gpuIndex == null).map((r) => r.nodeId));
+    const holds = new Set(active.map((r) => r.nodeId).filter(Boolean));
+    const choose = (): { node: PlacementNode | null; gpuIndex?: number; message: string | null } => {
+      const eligible = nodes.filter((n) => n.online && runs(n, engine) && !failedOn.has(n.id) && !wholeNode.has(n.id));
+      const nodeFree = (n: PlacementNode) => freeMiB(n) - (promised.get(n.id) ?? 0);
+      // One replica per GPU that holds it alone; a node with several such GPUs takes several. A node that does
+      // not yet hold the model comes first: two copies on two machines outlive one machine going down.
+      const perGpu = eligible.flatMap((n) =>
+        gpusOf(n)
+          .filter((g) => !usedGpus.has(`${n.id}:${g.index}`))
+          .map((g) => ({
+            n,
+            gpuIndex: g.index as number | undefined,
+            free: Math.min(g.freeMiB - (promised.get(`${n.id}:${g.index}`) ?? 0), nodeFree(n)),
+          })),
+      );
+      // Else the node as a whole (llama.cpp splits a model across its GPUs; a node with no GPU runs on its CPU),
+      // once per node.
+      const whole = eligible
+        .filter((n) => !holds.has(n.id))
+        .map((n) => ({ n, gpuIndex: undefined, free: nodeFree(n) }));
+      const order = (a: { n: PlacementNode; free: number }, b: { n: PlacementNode; free: number }) =>
+        Number(holds.has(a.n.id)) - Number(holds.has(b.n.id)) || b.free - a.free;
+      const fitting =
+        perGpu.filter((c) => c.free >= neededMiB).sort(order)[0] ??
+        whole.filter((c) => c.free >= neededMiB).sort(order)[0];
+      if (fitting) return { node: fitting.n, gpuIndex: fitting.gpuIndex, message: null };
+      const candidates = whole.length ? whole : perGpu;
       const online = nodes.filter((n) => n.online);
       if (!online.length) return { node: null, message: 'no node is online' };
       if (!online.some((n) => runs(n, engine))) return { node: null, message: `no online node runs ${engine}` };
@@ -108,21 +167,30 @@ export function decide(
     // Unplaced replicas first (they keep their place in line), then new ones.
     const unplaced = active.filter((r) => r.state === 'PENDING' && !r.nodeId).slice(0, want);
     let count = Math.min(active.length, want);
+    const taken = (c: ReturnType<typeof choose>) => {
+      if (!c.node) return;
+      holds.add(c.node.id);
+      if (c.gpuIndex === undefined) wholeNode.add(c.node.id);
+      else usedGpus.add(`${c.node.id}:${c.gpuIndex}`);
+      promise(c.node.id, c.gpuIndex, neededMiB);
+    };
+    const placed = (c: ReturnType<typeof choose>) => (c.gpuIndex === undefined ? {} : { gpuIndex: c.gpuIndex });
     for (const r of unplaced) {
       const c = choose();
-      actions.place.push({ modelId: m.id, nodeId: c.node?.id ?? null, message: c.message, replicaId: r.id });
-      if (c.node) {
-        used.add(c.node.id);
-        promised.set(c.node.id, (promised.get(c.node.id) ?? 0) + neededMiB);
-      }
+      actions.place.push({
+        modelId: m.id,
+        nodeId: c.node?.id ?? null,
+        message: c.message,
+        replicaId: r.id,
+        ...placed(c),
+      });
+      taken(c);
     }
     for (; count < want; count++) {
       const c = choose();
-      actions.place.push({ modelId: m.id, nodeId: c.node?.id ?? null, message: c.message });
-      if (c.node) {
-        used.add(c.node.id);
-        promised.set(c.node.id, (promised.get(c.node.id) ?? 0) + neededMiB);
-      } else break; // one pending replica says why; more would only repeat it
+      actions.place.push({ modelId: m.id, nodeId: c.node?.id ?? null, message: c.message, ...placed(c) });
+      if (c.node) taken(c);
+      else break; // one pending replica says why; more would only repeat it
     }
   }
   return actions;

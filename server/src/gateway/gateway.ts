@@ -14,7 +14,7 @@ import type { PubSub } from '../pubsub.js';
 import { admits, type Caller, Callers } from './callers.js';
 import { JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
-import { type Outcome, UsageRecorder } from './usage.js';
+import { type Outcome, type UsageEvent, UsageRecorder } from './usage.js';
 
 // The request path applications use: OpenAI's API on the control plane's own port. A name resolves to a model or
 // an adapter the caller may see (anything else is the same 404 as a name nobody has), a READY replica holding it
@@ -33,6 +33,8 @@ export type GatewayDeps = {
   pubsub: PubSub;
   /** Since when this process has heard the database's events unbroken (callers are kept only while it does). */
   listeningSince: () => number | undefined;
+  /** Told of every request the gateway accounts (Prometheus' counters). */
+  onUsage?: (e: UsageEvent) => void;
 };
 
 /** A request body larger than this is refused, as a node's endpoint refuses it (agent/openai/http.ts). */
@@ -57,7 +59,7 @@ export class Gateway {
 
   constructor(private readonly deps: GatewayDeps) {
     this.routes = new RouteTable(deps.db, deps.log);
-    this.usage = new UsageRecorder(deps.db, deps.log);
+    this.usage = new UsageRecorder(deps.db, deps.log, deps.onUsage);
     this.callers = new Callers({
       auth: deps.auth,
       org: deps.org,
@@ -86,6 +88,13 @@ export class Gateway {
       failing: live?.why ?? null,
       failingUntil: live ? new Date(live.until) : null,
     };
+  }
+
+  /** Requests this process has sent to replicas and not yet seen answered. */
+  inFlightTotal(): number {
+    let total = 0;
+    for (const n of this.inFlight.values()) total += n;
+    return total;
   }
 
   /** Requests in this process waiting for a model to start. */

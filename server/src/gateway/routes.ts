@@ -1,5 +1,5 @@
 import { type Mode, modeOf } from '../catalog/catalog.service.js';
-import type { Db } from '../db/client.js';
+import { asLoop, type Db } from '../db/client.js';
 import type { Logger } from '../lib/log.js';
 
 // What the gateway routes by: every catalog model with its adapters and its running replicas, read from
@@ -73,7 +73,8 @@ export class RouteTable {
 
   /** Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. */
   refresh(): Promise<void> {
-    this.refreshing ??= this.load()
+    // On the loops' connections: under a flood of requests the table must still learn of new replicas.
+    this.refreshing ??= asLoop(() => this.load())
       .catch((err: unknown) => {
         const message = (err as Error).message;
         if (message !== this.lastError) {

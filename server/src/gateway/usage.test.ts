@@ -286,7 +286,8 @@ describe('the Models page fields', () => {
         minReplicas: 0,
         idleSeconds: 600,
         lastRequestAt: at(3),
-        replicas: { create: { state: 'STOPPED' } },
+        // One that serves: a stopped replica is no longer listed on its model (fleet/current.ts).
+        replicas: { create: { state: 'READY' } },
       },
     });
     const r = await t.gql(

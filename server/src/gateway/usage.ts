@@ -1,4 +1,4 @@
-import type { Db } from '../db/client.js';
+import { asLoop, type Db } from '../db/client.js';
 import type { Logger } from '../lib/log.js';
 
 // Every request the gateway answers is accounted, but never with a database round-trip on its own path: the
@@ -61,6 +61,8 @@ export class UsageRecorder {
   constructor(
     private readonly db: Db,
     private readonly log: Logger,
+    /** Told of every request as it is recorded (the Prometheus counters in metrics/metrics.ts). */
+    private readonly observe?: (e: UsageEvent) => void,
   ) {}
 
   start(everyMs = 1000) {
@@ -84,6 +86,7 @@ export class UsageRecorder {
   }
 
   record(e: UsageEvent) {
+    this.observe?.(e);
     const minute = new Date(Math.floor(e.at.getTime() / 60_000) * 60_000);
     const key = `${minute.getTime()}\u0000${e.tokenId}\u0000${e.model}\u0000${e.adapter}\u0000${e.replicaId}`;
     let row = this.rows.get(key);
@@ -129,7 +132,8 @@ export class UsageRecorder {
    */
   async flush(): Promise<void> {
     while (this.writing) await this.writing;
-    this.writing = this.write().finally(() => {
+    // On the loops' connections: a burst of model calls must not keep their usage from being written.
+    this.writing = asLoop(() => this.write()).finally(() => {
       this.writing = undefined;
     });
     return this.writing;

@@ -32,9 +32,6 @@ export function tensorBytes(type: number, elements: number): number {
   if (!t) return 0;
   return Math.ceil(elements / t.block_size) * t.type_size_bytes;
 }
-export function tensorTypeName(type: number): string | undefined {
-  return ggml.get(type)?.ggml_type;
-}
 
 type FileType = { id: number; file_name_token: string };
 const fileTypes = new Map<number, string>(

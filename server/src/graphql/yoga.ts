@@ -1,11 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
+import { usePrometheus } from '@graphql-yoga/plugin-prometheus';
 import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { GraphQLError } from 'graphql';
 import { createYoga, type Plugin } from 'graphql-yoga';
+import type { Registry } from 'prom-client';
 import { clientAddress } from '../auth/client-address.js';
-import { CSRF_HEADER } from '../auth/cookies.js';
+import { CSRF_COOKIE, CSRF_HEADER } from '../auth/cookies.js';
 import type { LiveCallers } from '../auth/live.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
@@ -31,6 +33,8 @@ export type YogaDeps = {
   services: Services;
   /** Live connections and their subscriptions: caps, and ending them when credentials change. */
   live: LiveCallers;
+  /** Where GraphQL's Prometheus figures go (metrics/metrics.ts serves them); none, none are kept. */
+  metrics?: Registry;
 };
 
 // Limits against abusive queries, the same on HTTP and WebSocket (both go through these envelop plugins).
@@ -152,12 +156,22 @@ export function buildYoga(deps: YogaDeps) {
         maxAge: 600,
       };
     },
-    renderGraphiQL,
+    renderGraphiQL: graphiqlWithSession,
     logging: {
       debug: (...a) => log.debug(String(a[0]), { args: a.slice(1) }),
       info: (...a) => log.info(String(a[0]), { args: a.slice(1) }),
       warn: (...a) => log.warn(String(a[0]), { args: a.slice(1) }),
-      error: (...a) => log.error(String(a[0]), { args: a.slice(1) }),
+      // Yoga calls this with every error that maskError replaced. Ours are refusals the caller was told about
+      // (not signed in, a revoked token, a role too low): a line at info without a stack, or an operator reading
+      // the log at level error would find every anonymous probe there. Anything else maskError has already
+      // logged at error with the request id the caller was given; Yoga's copy of it adds nothing.
+      error: (...a) => {
+        const ours = causeOf(a[0], isHangarError);
+        if (ours) log.info('refused', { code: ours.code, reason: ours.message });
+        else if (a[0] instanceof Error)
+          log.debug('masked an unexpected error (logged above)', { message: a[0].message });
+        else log.error(String(a[0]), { args: a.slice(1) });
+      },
     },
     maskedErrors: {
       // Expected failures (ours, and GraphQL's own parse and validation errors) reach the caller as they are;
@@ -190,6 +204,7 @@ export function buildYoga(deps: YogaDeps) {
         blockFieldSuggestion: { enabled: false },
       }),
       compressAnswers(),
+      ...(deps.metrics ? [graphqlMetrics(deps.metrics)] : []),
     ],
     context: async (initial): Promise<Context> => {
       // WebSocket operations arrive with their viewer already set (graphql/ws.ts); HTTP ones are looked up.
@@ -219,6 +234,31 @@ export function buildYoga(deps: YogaDeps) {
   return yoga;
 }
 
+/**
+ * GraphiQL as Yoga renders it, with the console's session: a request that carries the session cookie must carry
+ * its CSRF token as a header too (auth/auth.service.ts), and GraphiQL's own fetch sends none, so every mutation
+ * from a signed-in operator was refused as anonymous. The token is read from its cookie at each request, as the
+ * console does, so signing in again in another tab does not leave this page with a stale one. Requests that bring
+ * their own header (an Authorization typed into the headers editor) are left as they are.
+ */
+function graphiqlWithSession(options: Parameters<typeof renderGraphiQL>[0]): string {
+  const page = renderGraphiQL(options);
+  const session = `<script>
+    (function () {
+      var original = window.fetch.bind(window);
+      window.fetch = function (input, init) {
+        var url = new URL(typeof input === 'string' || input instanceof URL ? String(input) : input.url, location.href);
+        var match = document.cookie.match(/(?:^|;\\s*)${CSRF_COOKIE}=([^;]+)/);
+        if (url.origin !== location.origin || !match) return original(input, init);
+        var headers = new Headers((init && init.headers) || (input instanceof Request ? input.headers : undefined));
+        if (!headers.has('${CSRF_HEADER}')) headers.set('${CSRF_HEADER}', decodeURIComponent(match[1]));
+        return original(input, Object.assign({}, init, { headers: headers, credentials: 'same-origin' }));
+      };
+    })();
+  </script>`;
+  return page.replace('<head>', `<head>${session}`);
+}
+
 // By name, not instanceof: graphql ships as both CommonJS and ESM, and libraries may hold either copy.
 function isGraphQLError(e: unknown): e is GraphQLError {
   return e instanceof Error && e.name === 'GraphQLError';
@@ -238,3 +278,29 @@ function causeOf(error: unknown, match: (e: unknown) => boolean): unknown {
 }
 
 export type HangarYoga = ReturnType<typeof buildYoga>;
+
+/**
+ * Yoga's own Prometheus figures: requests, their duration (over HTTP and in execution) and errors, by operation.
+ * The per-phase parse/validate/context histograms are left off: each is one more observation on every request,
+ * and a slow parse shows in the request's duration anyway. /metrics is served by the HTTP edge, not by Yoga.
+ */
+function graphqlMetrics(registry: Registry): Plugin {
+  return usePrometheus({
+    registry,
+    endpoint: false,
+    metrics: {
+      graphql_envelop_request: true,
+      graphql_envelop_request_duration: true,
+      graphql_envelop_error_result: true,
+      graphql_envelop_phase_execute: true,
+      graphql_envelop_phase_subscribe: true,
+      graphql_yoga_http_duration: true,
+      graphql_envelop_phase_parse: false,
+      graphql_envelop_phase_validate: false,
+      graphql_envelop_phase_context: false,
+      graphql_envelop_request_time_summary: false,
+      graphql_envelop_deprecated_field: false,
+      graphql_envelop_schema_change: false,
+    },
+  });
+}

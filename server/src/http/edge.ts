@@ -67,6 +67,16 @@ export function guardBody(
   req.once('close', () => clearTimeout(timer));
 }
 
+// Paths that belong to APIs and never to the console: a script that asks for a wrong one must get a 404 it can
+// read, not the console's page with 200, which a client would take as an answer and fail to parse.
+// `/mirror` alone is the console's Mirror page; the mirror's files are under `/mirror/`.
+const API_PREFIXES = ['/api', '/v1', '/hf', '/graphql'];
+
+/** Whether a path lies under one of the APIs' prefixes (the prefix itself included), so it is never the console's. */
+export function isApiPath(path: string): boolean {
+  return path.startsWith('/mirror/') || API_PREFIXES.some((p) => path === p || path.startsWith(`${p}/`));
+}
+
 /** A NUL (%00) in a URL: PostgreSQL cannot store it and no name in Hangar holds one. */
 export function urlHasNul(url: string): boolean {
   return /%00/.test(url) || url.includes('\u0000');

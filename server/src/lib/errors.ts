@@ -75,6 +75,29 @@ export class UpstreamError extends HangarError {
   override name = 'UpstreamError';
 }
 
+/**
+ * A file its header says the nodes' llama.cpp cannot load, found before the download (fetchToMirror reads the
+ * header first): `field` names the source, `reason` says why; the same call with fetchAnyway takes it regardless.
+ */
+export class UnloadableError extends HangarError {
+  readonly code = 'UNLOADABLE';
+  override name = 'UnloadableError';
+  constructor(
+    message: string,
+    readonly field: string,
+    readonly file: string,
+    readonly reason: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The registry explorer is turned off on this server (HANGAR_HUB_URL=off or empty). */
+export class RegistryOffError extends HangarError {
+  readonly code = 'REGISTRY_OFF';
+  override name = 'RegistryOffError';
+}
+
 export type Result<T, E extends HangarError = HangarError> = { ok: true; value: T } | { ok: false; error: E };
 
 export const ok = <T>(value: T): { ok: true; value: T } => ({ ok: true, value });

@@ -28,8 +28,11 @@ function parseHttp(u: string | URL): URL | null {
 }
 
 /** The Hub's token, for a URL on the Hub's own origin only: never a look-alike, a suffix host or another port. */
-export function hubAuthorization(url: string, hub: { hubUrl: string; hubToken?: string }): Record<string, string> {
-  return hub.hubToken && sameOrigin(url, hub.hubUrl) ? { authorization: `Bearer ${hub.hubToken}` } : {};
+export function hubAuthorization(
+  url: string,
+  hub: { hubUrl: string | null; hubToken?: string },
+): Record<string, string> {
+  return hub.hubToken && hub.hubUrl && sameOrigin(url, hub.hubUrl) ? { authorization: `Bearer ${hub.hubToken}` } : {};
 }
 
 /** The address ranges a public URL never leads to, each in the words a refusal uses. */
@@ -134,8 +137,8 @@ export class OutboundPolicy implements OutboundGuard {
     private readonly o: {
       /** HANGAR_FETCH_ALLOW's entries. */
       allow: readonly string[];
-      /** The configured Hub, always allowed: the operator chose it. */
-      hubUrl: string;
+      /** The configured Hub, always allowed: the operator chose it. Null when the registry is turned off. */
+      hubUrl: string | null;
       /** How host names are resolved (the system's resolver; a test's stand-in). */
       resolve?: Resolve;
     },
@@ -151,7 +154,7 @@ export class OutboundPolicy implements OutboundGuard {
 
   /** Listed by name, or the Hub's origin: then any address it resolves to is the operator's choice. */
   private trusted(url: URL) {
-    return sameOrigin(url, this.o.hubUrl) || this.names.has(hostKey(url.hostname));
+    return (this.o.hubUrl !== null && sameOrigin(url, this.o.hubUrl)) || this.names.has(hostKey(url.hostname));
   }
 
   refuse(url: URL): string | null {

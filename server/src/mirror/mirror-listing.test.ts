@@ -15,7 +15,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.close());
 
-const PAGE = `{ mirror { families { name versions { id usedBy { name mode replicas declared adapterOf } } } } }`;
+const PAGE = `{ mirror { families { name versions { id usedBy { name mode replicas maxReplicas declared adapterOf } } } } }`;
 
 async function addVersions(from: number, to: number) {
   await t.app.db.prisma.mirrorFile.createMany({
@@ -53,6 +53,16 @@ describe("the Mirror page's query", () => {
         maxReplicas: 0,
       },
     });
+    // On demand: none running while idle, up to 3 when asked; the row says 3, not 0.
+    await t.app.db.prisma.catalogModel.create({
+      data: {
+        name: 'listed-on-demand',
+        source: `${base}/mirror/listed-1/v1/model.gguf`,
+        engine: 'llamacpp',
+        minReplicas: 0,
+        maxReplicas: 3,
+      },
+    });
     await t.app.db.prisma.adapter.create({
       data: { name: 'listed-lora', source: `${base}/mirror/listed-0/v1/lora.gguf`, modelId: model.id },
     });
@@ -61,14 +71,18 @@ describe("the Mirror page's query", () => {
     });
     const rows = await page();
     expect(rows.get('listed-0/v1')).toEqual([
-      { name: 'listed-model', mode: 'ALWAYS', replicas: 1, declared: false, adapterOf: null },
-      { name: 'listed-lora', mode: 'ALWAYS', replicas: 1, declared: false, adapterOf: 'listed-model' },
+      { name: 'listed-model', mode: 'ALWAYS', replicas: 1, maxReplicas: 1, declared: false, adapterOf: null },
+      { name: 'listed-lora', mode: 'ALWAYS', replicas: 1, maxReplicas: 1, declared: false, adapterOf: 'listed-model' },
     ]);
-    expect(rows.get('listed-1/v1')).toEqual([
-      { name: 'listed-stopped', mode: 'STOPPED', replicas: 0, declared: false, adapterOf: null },
-    ]);
+    expect(rows.get('listed-1/v1')).toEqual(
+      expect.arrayContaining([
+        { name: 'listed-stopped', mode: 'STOPPED', replicas: 0, maxReplicas: 0, declared: false, adapterOf: null },
+        { name: 'listed-on-demand', mode: 'ON_DEMAND', replicas: 0, maxReplicas: 3, declared: false, adapterOf: null },
+      ]),
+    );
+    expect(rows.get('listed-1/v1')).toHaveLength(2);
     expect(rows.get('listed-2/v1')).toEqual([
-      { name: 'listed-peft', mode: 'ALWAYS', replicas: 1, declared: false, adapterOf: 'listed-model' },
+      { name: 'listed-peft', mode: 'ALWAYS', replicas: 1, maxReplicas: 1, declared: false, adapterOf: 'listed-model' },
     ]);
     // One version asked alone answers the same.
     const one = await t.gql(

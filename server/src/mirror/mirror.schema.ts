@@ -1,15 +1,51 @@
 import { filter, pipe } from 'graphql-yoga';
+import type { MirrorFile } from '../generated/prisma/client.js';
 import { MirrorFileState } from '../generated/prisma/enums.js';
-import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
+import { ConflictError, NotFoundError, UnloadableError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
+import { versionArchitecture, versionKindOf } from './kind.js';
 import { type FetchStarted, type MirrorVersionView, sourceKey, type VersionUse, versionKey } from './mirror.service.js';
 
 const MirrorFileStateEnum = builder.enumType(MirrorFileState, { name: 'MirrorFileState' });
 const MirrorVersionStateEnum = builder.enumType('MirrorVersionState', {
-  values: ['QUEUED', 'FETCHING', 'VERIFYING', 'PRESENT', 'FAILED', 'CANCELLED'] as const,
+  values: ['QUEUED', 'FETCHING', 'VERIFYING', 'PRESENT', 'FAILED', 'CANCELLED', 'PAUSED'] as const,
   description:
-    "Summed from the version's files: any arriving → FETCHING; else any failed → FAILED; all present → PRESENT.",
+    "Summed from the version's files: any arriving → FETCHING; else any paused → PAUSED; else any failed → FAILED; all present → PRESENT.",
 });
+
+type Retry = { attempt: number; nextAt: Date; reason: string };
+const MirrorRetry = builder.objectRef<Retry>('MirrorRetry').implement({
+  description:
+    'A download waiting to try its upstream again: "retrying (attempt 3, next in 20 s): could not reach the upstream (ECONNREFUSED)".',
+  fields: (t) => ({
+    attempt: t.exposeInt('attempt', { description: 'The try that comes next, counted since the last byte arrived.' }),
+    nextAt: t.expose('nextAt', { type: 'DateTime' }),
+    reason: t.exposeString('reason', { description: 'What went wrong with the last try.' }),
+  }),
+});
+
+/** A file's wait to try again, while it is arriving and waiting. */
+function retryOf(f: MirrorFile): Retry | null {
+  if (f.state !== 'FETCHING' || f.retryAttempt === null || f.retryAt === null) return null;
+  return { attempt: f.retryAttempt, nextAt: f.retryAt, reason: f.retryReason ?? 'the last try failed' };
+}
+
+/**
+ * Bytes on the disk, each set once: present files with one sha256 are hard links to one copy (the mirror links
+ * a file it already holds rather than storing it again). Partials and unhashed files count as they are.
+ */
+export function bytesOnDisk(files: Iterable<MirrorFile>): number {
+  const seen = new Set<string>();
+  let n = 0;
+  for (const f of files) {
+    if (f.state === 'PRESENT' && f.actualSha256) {
+      if (seen.has(f.actualSha256)) continue;
+      seen.add(f.actualSha256);
+    }
+    n += Number(f.bytesDone);
+  }
+  return n;
+}
 export const ModelMode = builder.enumType('ModelMode', { values: ['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const });
 
 const MirrorFileRef = builder.prismaObject('MirrorFile', {
@@ -36,6 +72,12 @@ const MirrorFileRef = builder.prismaObject('MirrorFile', {
     }),
     error: t.exposeString('error', { nullable: true }),
     attempts: t.exposeInt('attempts'),
+    retry: t.field({
+      type: MirrorRetry,
+      nullable: true,
+      description: 'Set while the file waits to try its upstream again; null while bytes move.',
+      resolve: (f) => retryOf(f),
+    }),
     sourceUrl: t.exposeString('sourceUrl'),
     url: t.string({
       nullable: true,
@@ -56,6 +98,10 @@ const ModelUse = builder.objectRef<VersionUse>('ModelUse').implement({
       resolve: (m) => (m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS'),
     }),
     replicas: t.int({ resolve: (m) => m.minReplicas }),
+    maxReplicas: t.int({
+      description: 'How many replicas the model may run: an on-demand model has none running when idle (replicas 0).',
+      resolve: (m) => m.maxReplicas,
+    }),
     declared: t.exposeBoolean('declared'),
     adapterOf: t.exposeString('adapterOf', {
       nullable: true,
@@ -71,6 +117,27 @@ const ModelUse = builder.objectRef<VersionUse>('ModelUse').implement({
 // mutation may change the catalog between two of its fields.
 const usesPerQuery = new WeakMap<object, Promise<Map<string, VersionUse[]>>>();
 
+const MirrorVersionKindEnum = builder.enumType('MirrorVersionKind', {
+  description:
+    "What a version holds, read from its files' headers (general.type, adapter.type, a clip architecture): only MODEL is served as a model. UNKNOWN until every file is present and read.",
+  values: ['MODEL', 'ADAPTER', 'MMPROJ', 'IMATRIX', 'UNKNOWN'] as const,
+});
+
+// A version's files with their kinds, read once per version object (rows from before kinds were kept are read from
+// their headers on first use, and the answer stored).
+const kindsOf = new WeakMap<MirrorVersionView, Promise<MirrorVersionView>>();
+function withKinds(
+  v: MirrorVersionView,
+  ctx: { services: { mirror: { withKinds(v: MirrorVersionView): Promise<MirrorVersionView> } } },
+) {
+  let known = kindsOf.get(v);
+  if (!known) {
+    known = ctx.services.mirror.withKinds(v);
+    kindsOf.set(v, known);
+  }
+  return known;
+}
+
 export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVersion').implement({
   description: 'A model version: one row for the operator, whatever its file count.',
   fields: (t) => ({
@@ -80,6 +147,15 @@ export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVers
     state: t.field({ type: MirrorVersionStateEnum, resolve: (v) => v.state }),
     removed: t.exposeBoolean('removed', {
       description: 'True only in the last event about a version that was removed.',
+    }),
+    kind: t.field({
+      type: MirrorVersionKindEnum,
+      resolve: async (v, _args, ctx) => (v.removed ? 'UNKNOWN' : versionKindOf((await withKinds(v, ctx)).files)),
+    }),
+    architecture: t.string({
+      nullable: true,
+      description: "general.architecture of its main file: a model's, or the base an adapter is for.",
+      resolve: async (v, _args, ctx) => (v.removed ? null : versionArchitecture((await withKinds(v, ctx)).files)),
     }),
     fileCount: t.int({ resolve: (v) => v.files.length }),
     files: t.field({ type: [MirrorFileRef], resolve: (v) => v.files }),
@@ -97,6 +173,18 @@ export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVers
     }),
     bytesPerSecond: t.float({ nullable: true, resolve: (v) => v.progress.bytesPerSecond }),
     etaSeconds: t.int({ nullable: true, resolve: (v) => v.progress.etaSeconds }),
+    retry: t.field({
+      type: MirrorRetry,
+      nullable: true,
+      description:
+        'Set while every file arriving waits to try its upstream again (the one due first); null while any bytes move.',
+      resolve: (v) => {
+        const arriving = v.files.filter((f) => f.state === 'FETCHING');
+        const waits = arriving.map(retryOf);
+        if (!waits.length || waits.some((w) => w === null)) return null;
+        return (waits as Retry[]).sort((a, b) => a.nextAt.getTime() - b.nextAt.getTime())[0] ?? null;
+      },
+    }),
     error: t.string({
       nullable: true,
       description: "The first failed file's reason, and how many failed.",
@@ -120,6 +208,12 @@ export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVers
       type: [ModelUse],
       resolve: async (v, _args, ctx, info) => {
         if (v.removed) return [];
+        // An event's every subscriber gets the same uses from one read (pubsub.ts: shared).
+        if (info.operation.operation === 'subscription') {
+          return ctx.pubsub.shared('mirrorVersion', versionKey(v.model, v.version), 'usedBy', () =>
+            ctx.services.mirror.usedBy(v.model, v.version),
+          );
+        }
         if (info.operation.operation !== 'query') return ctx.services.mirror.usedBy(v.model, v.version);
         let uses = usesPerQuery.get(ctx);
         if (!uses) {
@@ -143,7 +237,11 @@ const MirrorFamily = builder.objectRef<Family>('MirrorFamily').implement({
   fields: (t) => ({
     name: t.exposeString('name'),
     modelCount: t.int({ resolve: (f) => new Set(f.versions.map((v) => v.model)).size }),
-    bytes: t.field({ type: 'Bytes', resolve: (f) => f.versions.reduce((n, v) => n + v.progress.bytesDone, 0) }),
+    bytes: t.field({
+      type: 'Bytes',
+      description: 'On the disk, a file held by several versions counted once.',
+      resolve: (f) => bytesOnDisk(f.versions.flatMap((v) => v.files)),
+    }),
     fetching: t.int({
       resolve: (f) => f.versions.filter((v) => ['QUEUED', 'FETCHING', 'VERIFYING'].includes(v.state)).length,
     }),
@@ -164,8 +262,14 @@ const Mirror = builder.objectRef<Overview>('Mirror').implement({
     failed: t.int({ resolve: (m) => m.versions.filter((v) => v.state === 'FAILED').length }),
     diskUsedBytes: t.field({
       type: 'Bytes',
-      description: 'What the versions hold on disk, partials included.',
-      resolve: (m) => m.versions.reduce((n, v) => n + v.progress.bytesDone, 0),
+      description: 'What the versions hold on disk, partials included; bytes several versions share counted once.',
+      resolve: (m) => bytesOnDisk(m.versions.flatMap((v) => v.files)),
+    }),
+    bandwidthLimit: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'Bytes per second all downloads share (HANGAR_MIRROR_BANDWIDTH); null for no limit.',
+      resolve: (_m, _a, ctx) => ctx.services.mirror.limit.limit,
     }),
     diskFreeBytes: t.field({
       type: 'Bytes',
@@ -218,6 +322,18 @@ const RemovedMirrorVersion = builder
     }),
   });
 
+const MirrorBandwidth = builder.objectRef<{ bytesPerSecond: number | null }>('MirrorBandwidth').implement({
+  description: "The mirror's bandwidth limit, as it now holds.",
+  fields: (t) => ({
+    bytesPerSecond: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'Null: no limit.',
+      resolve: (b) => b.bytesPerSecond,
+    }),
+  }),
+});
+
 builder.queryFields((t) => ({
   mirror: t.field({
     type: Mirror,
@@ -243,12 +359,17 @@ builder.mutationFields((t) => ({
   fetchToMirror: t.field({
     type: FetchStartedRef,
     authScopes: { operator: true },
-    errors: { types: [ValidationError, ConflictError] },
+    errors: { types: [ValidationError, ConflictError, UnloadableError] },
     args: {
       model: t.arg.string({ required: true }),
       version: t.arg.string({ required: true }),
       sources: t.arg({ type: [MirrorSourceInput], required: true }),
       force: t.arg.boolean({ required: false, description: 'Fetch files again even when present.' }),
+      fetchAnyway: t.arg.boolean({
+        required: false,
+        description:
+          "Fetch without reading the GGUF headers first: for a file the check refused (UnloadableError), an architecture the nodes' llama.cpp does not know yet, say.",
+      }),
     },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx, args)),
   }),
@@ -265,6 +386,31 @@ builder.mutationFields((t) => ({
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.retry(ctx, args)),
+  }),
+  pauseMirrorFetch: t.field({
+    type: MirrorVersionRef,
+    description: 'Stops the downloads of a version and keeps what arrived; resumeMirrorFetch goes on from there.',
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.pause(ctx, args)),
+  }),
+  resumeMirrorFetch: t.field({
+    type: MirrorVersionRef,
+    description: "Queues a paused version's files again, each continuing from its partial with a Range request.",
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.resume(ctx, args)),
+  }),
+  setMirrorBandwidth: t.field({
+    type: MirrorBandwidth,
+    description:
+      'Limits what all downloads of this server process share, at once, until it restarts (HANGAR_MIRROR_BANDWIDTH is the lasting setting). Null or 0: no limit.',
+    authScopes: { operator: true },
+    errors: { types: [ValidationError] },
+    args: { bytesPerSecond: t.arg({ type: 'Bytes', required: false }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.setBandwidth(ctx, args)),
   }),
   removeMirrorVersion: t.field({
     type: RemovedMirrorVersion,
@@ -289,7 +435,9 @@ builder.subscriptionFields((t) => ({
     subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('mirrorVersion'),
     resolve: (key: string, _args, ctx) => {
       const [model = '', version = ''] = key.split('/');
-      return ctx.services.mirror.versionOrRemoved(model, version);
+      return ctx.pubsub.shared('mirrorVersion', key, 'version', () =>
+        ctx.services.mirror.versionOrRemoved(model, version),
+      );
     },
   }),
   mirrorVersionChanged: t.field({
@@ -301,6 +449,9 @@ builder.subscriptionFields((t) => ({
         ctx.pubsub.subscribe('mirrorVersion'),
         filter((key: string) => key === versionKey(args.model, args.version)),
       ),
-    resolve: (_key: string, args, ctx) => ctx.services.mirror.versionOrRemoved(args.model, args.version),
+    resolve: (key: string, args, ctx) =>
+      ctx.pubsub.shared('mirrorVersion', key, 'version', () =>
+        ctx.services.mirror.versionOrRemoved(args.model, args.version),
+      ),
   }),
 }));

@@ -5,14 +5,24 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
-import type { Db } from '../db/client.js';
+import { asLoop, type Db } from '../db/client.js';
 import { LoopHealth, Stopped } from '../db/outage.js';
-import type { MirrorFile } from '../generated/prisma/client.js';
-import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
+import type { MirrorFile, Prisma } from '../generated/prisma/client.js';
+import {
+  ConflictError,
+  fail,
+  NotFoundError,
+  ok,
+  type Result,
+  UnloadableError,
+  ValidationError,
+} from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { hubAuthorization, OutboundPolicy } from '../lib/outbound.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
+import { Bandwidth, SLICE } from './bandwidth.js';
+import { readFileKind } from './kind.js';
 import { fileFromUrl, fileName, MirrorPaths, modelName, versionName } from './paths.js';
 import {
   compareVersions,
@@ -23,7 +33,7 @@ import {
   versionState,
 } from './progress.js';
 import { createStorageId, holdsAnything, MirrorStorageError, readStorageId } from './storage.js';
-import { type TransferDone, type TransferFailed, transfer } from './transfer.js';
+import { type RetryState, type TransferDone, type TransferFailed, transfer } from './transfer.js';
 
 const sha256 = z
   .string()
@@ -45,6 +55,7 @@ const fetchInput = z.object({
   version: versionName,
   sources: z.array(sourceInput).min(1, 'at least one source').max(1000, 'at most 1000 files in one version'),
   force: z.boolean().nullish(),
+  fetchAnyway: z.boolean().nullish(),
 });
 
 const nameInput = z.object({ model: modelName, version: versionName });
@@ -59,6 +70,15 @@ export type MirrorVersionView = {
   removed: boolean;
 };
 
+/** What reading a file's header before its fetch found (registry/look.ts). */
+export type SourceCheck = {
+  /** Why the nodes' llama.cpp cannot load it; null when they can, or when the header was out of reach. */
+  refusal: string | null;
+  /** One line for the answer: what the file is, or why it was not checked. */
+  note: string;
+};
+export type LookBeforeFetch = (files: { url: string; file: string }[]) => Promise<SourceCheck[]>;
+
 export type FetchStarted = {
   version: MirrorVersionView;
   started: number;
@@ -70,6 +90,8 @@ export type FetchStarted = {
 const ACTIVE = ['QUEUED', 'FETCHING', 'VERIFYING'] as const;
 const LEASE_MS = 30_000;
 const PERSIST_MS = 1000;
+/** What a row says once its transfer is not waiting to try again. */
+const NO_RETRY = { retryAttempt: null, retryAt: null, retryReason: null } as const;
 
 export class MirrorService {
   readonly paths: MirrorPaths;
@@ -86,6 +108,9 @@ export class MirrorService {
   private readonly reserved = new Map<string, number>();
   /** Which hosts and addresses the server fetches from (HANGAR_FETCH_ALLOW). */
   readonly outbound: OutboundPolicy;
+  /** HANGAR_MIRROR_BANDWIDTH, shared by every download of this process. */
+  readonly limit: Bandwidth;
+  private readonly bandwidth: { slice(): number | null; take(n: number, signal?: AbortSignal): Promise<void> };
   /** Free bytes on the mirror's filesystem; replaced in tests that need a disk of a given size. */
   diskFree: () => Promise<number> = async () => {
     await fs.mkdir(this.paths.root, { recursive: true });
@@ -97,6 +122,8 @@ export class MirrorService {
   private stopping = false;
   private ticking = false;
   private baseUrl: () => string = () => 'http://127.0.0.1';
+  /** Reads GGUF headers before a fetch (set by the app: it needs the fleet's llama.cpp build); none, nothing is read. */
+  private lookAt: LookBeforeFetch | null = null;
   /** The workers' view of the database: paused (not failed) while it is out of reach; /readyz reads it. */
   readonly health: LoopHealth;
 
@@ -109,11 +136,20 @@ export class MirrorService {
     this.paths = new MirrorPaths(config.dataDir);
     this.health = new LoopHealth('mirror downloads', log);
     this.outbound = new OutboundPolicy({ allow: config.fetchAllow, hubUrl: config.hubUrl });
+    const limit = new Bandwidth(config.mirrorBandwidth);
+    this.limit = limit;
+    this.bandwidth = {
+      slice: () => (limit.limit === null ? null : SLICE),
+      take: (n, signal) => limit.take(n, signal),
+    };
   }
 
   /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
   setBaseUrl(get: () => string) {
     this.baseUrl = get;
+  }
+  lookBeforeFetch(look: LookBeforeFetch) {
+    this.lookAt = look;
   }
   base() {
     return `${this.config.publicUrl ?? this.baseUrl()}/mirror`;
@@ -231,6 +267,24 @@ export class MirrorService {
     return null;
   }
 
+  /**
+   * The version with what each of its files holds: a file verified before kinds were recorded is read from its
+   * header now, once, and the answer kept on its row (one that cannot be read stays unknown, to try again).
+   */
+  async withKinds(v: MirrorVersionView): Promise<MirrorVersionView> {
+    if (!v.files.some((f) => f.state === 'PRESENT' && f.kind === null)) return v;
+    const files = await Promise.all(
+      v.files.map(async (f) => {
+        if (f.state !== 'PRESENT' || f.kind !== null) return f;
+        const what = await readFileKind(this.paths.file(f.model, f.version, f.file), f.file);
+        if (what.kind !== null)
+          await this.db.mirrorFile.updateMany({ where: { id: f.id, state: 'PRESENT', kind: null }, data: what });
+        return { ...f, ...what };
+      }),
+    );
+    return { ...v, files };
+  }
+
   /** Catalog models and adapters whose source is in this version: what would fail to load without it. */
   async usedBy(model: string, version: string): Promise<VersionUse[]> {
     return (await this.usesByVersion()).get(sourceKey(model, version)) ?? [];
@@ -271,7 +325,7 @@ export class MirrorService {
   async fetch(ctx: Context, input: unknown): Promise<Result<FetchStarted>> {
     const parsed = parseInput(fetchInput, input, '');
     if (!parsed.ok) return parsed;
-    const { model, version, sources, force } = parsed.value;
+    const { model, version, sources, force, fetchAnyway } = parsed.value;
     const files: { file: string; url: string; sha256: string | null; size: number | null }[] = [];
     const seen = new Set<string>();
     for (const [i, s] of sources.entries()) {
@@ -317,6 +371,31 @@ export class MirrorService {
       (ACTIVE as readonly string[]).includes(existing.get(f.file)?.state ?? ''),
     ).length;
     const alreadyPresent = force ? 0 : files.filter((f) => existing.get(f.file)?.state === 'PRESENT').length;
+
+    // Read before anything is downloaded: a file the nodes cannot load is an hour of download and a replica
+    // failing on every node. Only what is about to start, and of a split model its first shard (which carries
+    // the metadata). A header out of reach is no verdict: the download will meet the same wall and say so.
+    const notes: string[] = [];
+    if (this.lookAt && !fetchAnyway) {
+      const looked = toStart.filter((f) => /\.gguf$/i.test(f.file) && !/-(?!0*1-)\d{5}-of-\d{5}\.gguf$/i.test(f.file));
+      const checks = await this.lookAt(looked.map((f) => ({ url: f.url, file: f.file })));
+      for (const [n, check] of checks.entries()) {
+        const f = looked[n];
+        if (!f) continue;
+        if (check.refusal) {
+          const i = files.indexOf(f);
+          return fail(
+            new UnloadableError(
+              `not fetched: ${f.file}: ${check.refusal}. Its header was read before the download; fetch it anyway with fetchAnyway: true (the console's "Fetch anyway")`,
+              `sources.${i}.url`,
+              f.file,
+              check.refusal,
+            ),
+          );
+        }
+        notes.push(`${f.file}: ${check.note}`);
+      }
+    }
 
     // Checked before any byte moves: a download that fills the disk at 90 % wastes the hour it took.
     const needed = toStart.reduce((n, f) => n + (f.size ?? 0), 0);
@@ -376,7 +455,7 @@ export class MirrorService {
         ? alreadyArriving
           ? `nothing new to start: ${alreadyArriving} file(s) already arriving`
           : 'nothing to fetch: every file is already present (force fetches them again)'
-        : `started fetching ${toStart.length} file${toStart.length === 1 ? '' : 's'} into ${model}/${version}`;
+        : `started fetching ${toStart.length} file${toStart.length === 1 ? '' : 's'} into ${model}/${version}${notes.length ? ` (${notes.join('; ')})` : ''}`;
     return ok({ version: view, started: toStart.length, alreadyArriving, alreadyPresent, message });
   }
 
@@ -384,12 +463,13 @@ export class MirrorService {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
-    const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: { in: [...ACTIVE] } } });
+    const cancellable = [...ACTIVE, 'PAUSED' as const];
+    const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: { in: cancellable } } });
     if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     if (rows.length === 0) return fail(new ConflictError(`${model}/${version} is not arriving: nothing to cancel`));
     await this.db.$transaction(async (tx) => {
       await tx.mirrorFile.updateMany({
-        where: { id: { in: rows.map((r) => r.id) }, state: { in: [...ACTIVE] } },
+        where: { id: { in: rows.map((r) => r.id) }, state: { in: cancellable } },
         data: {
           state: 'CANCELLED',
           error: 'cancelled',
@@ -453,6 +533,100 @@ export class MirrorService {
     });
     this.kick();
     return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  /**
+   * Stops a version's downloads and keeps what they have: its files are never leased while paused, and resume
+   * continues each with a Range request from where its partial ends. A file being verified finishes.
+   */
+  async pause(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(nameInput, input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version } = parsed.value;
+    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    const rows = await this.db.mirrorFile.findMany({
+      where: { model, version, state: { in: ['QUEUED', 'FETCHING'] } },
+    });
+    if (rows.length === 0)
+      return fail(new ConflictError(`${model}/${version} is not downloading: nothing to pause (resume a paused one)`));
+    await this.db.$transaction(async (tx) => {
+      await tx.mirrorFile.updateMany({
+        where: { id: { in: rows.map((r) => r.id) }, state: { in: ['QUEUED', 'FETCHING'] } },
+        data: { state: 'PAUSED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'pauseMirrorFetch',
+        target: `${model}/${version}`,
+        message: `${rows.length} file(s) paused; their partials are kept`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    // This replica's transfers stop now; another replica's stop at their next progress write (the row is no
+    // longer theirs), and keep the partial either way (finish).
+    for (const r of rows) this.transfers.get(r.id)?.abort();
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  async resume(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(nameInput, input, '');
+    if (!parsed.ok) return parsed;
+    const { model, version } = parsed.value;
+    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: 'PAUSED' } });
+    if (rows.length === 0) return fail(new ConflictError(`${model}/${version} is not paused: nothing to resume`));
+    await this.db.$transaction(async (tx) => {
+      for (const r of rows) {
+        const kept = await fs.stat(this.paths.partial(r.id)).then(
+          (st) => st.size,
+          () => 0,
+        );
+        await tx.mirrorFile.updateMany({
+          where: { id: r.id, state: 'PAUSED' },
+          data: { state: 'QUEUED', attempts: 0, bytesDone: BigInt(kept), storageId: this.storageId },
+        });
+      }
+      await this.audit.done(tx, ctx, {
+        action: 'resumeMirrorFetch',
+        target: `${model}/${version}`,
+        message: `${rows.length} file(s) queued again, each from its partial`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    this.kick();
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  /**
+   * Changes the bandwidth limit every download of this server process shares, at once (the next bytes taken).
+   * Not stored: a restart goes back to HANGAR_MIRROR_BANDWIDTH, which is where a lasting limit belongs.
+   */
+  async setBandwidth(ctx: Context, input: unknown): Promise<Result<{ bytesPerSecond: number | null }>> {
+    const parsed = parseInput(
+      z.object({
+        bytesPerSecond: z
+          .number()
+          .int('a whole number of bytes per second')
+          .refine((n) => n === 0 || (n >= 65_536 && n <= 1e12), 'at least 65536 (64 KiB/s), or 0 for no limit')
+          .nullish(),
+      }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const limit = parsed.value.bytesPerSecond ? parsed.value.bytesPerSecond : null;
+    await this.db.$transaction(async (tx) => {
+      await this.audit.done(tx, ctx, {
+        action: 'setMirrorBandwidth',
+        target: 'mirror',
+        message:
+          (limit === null ? 'no limit' : `limited to ${limit} bytes per second`) +
+          ' for this server process until it restarts (was ' +
+          (this.limit.limit === null ? 'no limit' : `${this.limit.limit}`) +
+          ')',
+      });
+    });
+    this.limit.setLimit(limit);
+    return ok({ bytesPerSecond: limit });
   }
 
   async remove(
@@ -574,11 +748,14 @@ export class MirrorService {
       return fail(new ValidationError('sha256', error));
     }
     await this.promote(row, partial);
+    // What it holds, from its header, with the state that makes it listed: never a present file of unknown kind.
+    const what = await readFileKind(this.paths.file(model, version, file), file);
     await this.db.$transaction(async (tx) => {
       await tx.mirrorFile.update({
         where: { id: row.id },
         data: {
           state: 'PRESENT',
+          ...what,
           bytesDone: size,
           bytesTotal: size,
           actualSha256: digest,
@@ -716,7 +893,8 @@ export class MirrorService {
     // While the database is away the poll still ticks, but tries again only after a backoff.
     if (!this.running || this.ticking || !this.health.due()) return;
     this.ticking = true;
-    void this.fill()
+    // The transfers it starts persist their progress from inside this, on the loops' connections.
+    void asLoop(() => this.fill())
       .catch((err) => {
         if (err instanceof Stopped || this.health.failed(err)) return;
         this.log.error('mirror worker could not claim work', { error: err });
@@ -751,6 +929,7 @@ export class MirrorService {
     const rows = await this.db.$queryRaw<{ id: string }[]>`
       UPDATE "MirrorFile" SET state = 'FETCHING', "leaseOwner" = ${this.owner}, "storageId" = ${this.storageId},
         "leaseUntil" = now() + ${`${LEASE_MS} milliseconds`}::interval, attempts = attempts + 1,
+        "retryAttempt" = NULL, "retryAt" = NULL, "retryReason" = NULL,
         "startedAt" = coalesce("startedAt", now()), "updatedAt" = now()
       WHERE id = (
         SELECT id FROM "MirrorFile"
@@ -817,6 +996,10 @@ export class MirrorService {
     row: MirrorFile,
     controller: AbortController,
   ): Promise<TransferDone | TransferFailed | 'paused'> {
+    // Asked for by its sha256 and already held: not a byte is fetched (finish links it).
+    const copy = row.expectedSha256 ? await this.heldCopy(row.expectedSha256, row.id) : null;
+    if (copy && row.expectedSha256)
+      return { ok: true, held: true, size: copy.size, sha256: row.expectedSha256, upstreamSha256: null, etag: null };
     const key = versionKey(row.model, row.version);
     const partial = this.paths.partial(row.id);
     const signal = controller.signal;
@@ -839,31 +1022,53 @@ export class MirrorService {
       }
     };
 
-    const persist = (p: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => {
-      const now = Date.now();
-      if (paused || now - lastPersist < PERSIST_MS) return;
-      const instant = ((p.bytesDone - lastBytes) * 1000) / (now - lastPersist);
-      rate = rate === null ? instant : rate * 0.7 + instant * 0.3; // smoothed, so the ETA does not jump about
-      lastPersist = now;
-      lastBytes = p.bytesDone;
+    // Written only while this replica still holds the lease and nobody cancelled or paused: otherwise stop at once.
+    const record = (data: Prisma.MirrorFileUpdateManyMutationInput) => {
       persisting = persisting
         .then(async () => {
-          // Written only while this replica still holds the lease and nobody cancelled: otherwise stop at once.
           const { count } = await this.db.mirrorFile.updateMany({
             where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
-            data: {
-              bytesDone: p.bytesDone,
-              bytesTotal: p.bytesTotal ?? undefined,
-              etag: p.etag,
-              bytesPerSecond: rate,
-              leaseUntil: new Date(Date.now() + LEASE_MS),
-            },
+            data: { ...data, leaseUntil: new Date(Date.now() + LEASE_MS) },
           });
           this.health.ok();
           if (count === 0) abortLocal();
           else await notify(this.db, 'mirrorVersion', key);
         })
         .catch(writeFailed);
+    };
+    let lastByteAt = Date.now();
+    const persist = (p: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => {
+      const now = Date.now();
+      if (p.bytesDone !== lastBytes) lastByteAt = now;
+      if (paused || now - lastPersist < PERSIST_MS) return;
+      const instant = ((p.bytesDone - lastBytes) * 1000) / (now - lastPersist);
+      rate = rate === null ? instant : rate * 0.7 + instant * 0.3; // smoothed, so the ETA does not jump about
+      lastPersist = now;
+      lastBytes = p.bytesDone;
+      record({
+        bytesDone: p.bytesDone,
+        bytesTotal: p.bytesTotal ?? undefined,
+        etag: p.etag,
+        bytesPerSecond: rate,
+        ...NO_RETRY,
+      });
+    };
+    // While nothing arrives the rate is zero, not the last one heard: a row frozen at "3.6 MiB/s · about 1 min
+    // left" through an outage tells the operator the download is fine when it is not.
+    const quiet = setInterval(() => {
+      if (paused || rate === 0 || Date.now() - lastByteAt < 2 * PERSIST_MS) return;
+      rate = 0;
+      record({ bytesPerSecond: 0 });
+    }, PERSIST_MS);
+    const onRetry = (retry: RetryState | null) => {
+      if (paused || !retry) return; // cleared with the next bytes' progress
+      rate = 0;
+      record({
+        bytesPerSecond: 0,
+        retryAttempt: retry.attempt,
+        retryAt: retry.nextAt,
+        retryReason: retry.reason,
+      });
     };
 
     // The lease is renewed on a clock too, not only as bytes arrive: a stalled upstream or a long backoff between
@@ -887,6 +1092,11 @@ export class MirrorService {
       guard: this.outbound,
       stallMs: this.config.mirrorStallSeconds * 1000,
       maxAttempts: this.config.mirrorAttempts,
+      giveUpAfterMs: this.config.mirrorGiveUpAfterMs,
+      retryMaxMs: this.config.mirrorRetryMaxMs,
+      onRetry,
+      throttle: this.bandwidth,
+      alreadyHeld: async (sha) => (await this.heldCopy(sha, row.id)) !== null,
       fsync: this.config.mirrorFsync,
       signal,
       onProgress: (p) => {
@@ -897,7 +1107,10 @@ export class MirrorService {
       },
       reserveSpace: (bytes) => this.reserveSpace(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
-    }).finally(() => clearInterval(heartbeat));
+    }).finally(() => {
+      clearInterval(heartbeat);
+      clearInterval(quiet);
+    });
     await persisting;
     if (paused && !result.ok && result.reason === 'cancelled') return 'paused';
     return result;
@@ -922,7 +1135,7 @@ export class MirrorService {
           await this.db.mirrorFile
             .updateMany({
               where: { ...mine, state: 'FETCHING' },
-              data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
+              data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
             })
             .catch((err) =>
               this.log.warn('could not put a download back in the queue; it resumes when its lease runs out', {
@@ -931,7 +1144,19 @@ export class MirrorService {
               }),
             );
         } else {
-          await fs.rm(partial, { force: true });
+          // Paused keeps its partial for the resume (and one resumed at once may already be another worker's);
+          // only a cancelled or removed file's bytes are of no more use.
+          const now = await this.db.mirrorFile.findUnique({ where: { id: row.id } }).catch(() => undefined);
+          if (now === null || now?.state === 'CANCELLED') await fs.rm(partial, { force: true });
+          else if (now?.state === 'PAUSED') {
+            const kept = await fs.stat(partial).then(
+              (st) => st.size,
+              () => 0,
+            );
+            await this.db.mirrorFile
+              .updateMany({ where: { id: row.id, state: 'PAUSED' }, data: { bytesDone: kept } })
+              .then(tell, () => {});
+          }
         }
         return;
       }
@@ -950,6 +1175,7 @@ export class MirrorService {
             error: result.reason,
             bytesDone: kept,
             bytesPerSecond: null,
+            ...NO_RETRY,
             leaseOwner: null,
             leaseUntil: null,
             finishedAt: new Date(),
@@ -961,15 +1187,31 @@ export class MirrorService {
       return;
     }
 
+    // The same bytes once: a file whose sha256 the mirror already holds, verified, becomes a hard link to it,
+    // whether that was known before the download (held) or only once its bytes were hashed.
+    const copy = await this.heldCopy(result.sha256, row.id);
+    if (result.held && !copy) {
+      // The copy went (removed) between the look and now: download the file after all.
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: { ...mine, state: 'FETCHING' },
+          data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
+        }),
+      );
+      this.kick();
+      return;
+    }
+    const size = result.held && copy ? copy.size : result.size;
     const { count: stillMine } = await write(() =>
       this.db.mirrorFile.updateMany({
         where: { ...mine, state: 'FETCHING' },
         data: {
           state: 'VERIFYING',
-          bytesDone: result.size,
-          bytesTotal: result.size,
+          bytesDone: size,
+          bytesTotal: size,
           bytesPerSecond: null,
           etag: result.etag,
+          ...NO_RETRY,
         },
       }),
     );
@@ -997,12 +1239,21 @@ export class MirrorService {
       await tell();
       return;
     }
-    await this.promote(row, partial);
+    await this.promote(row, partial, copy?.path);
+    if (copy)
+      this.log.info('the mirror already held these bytes: linked, not stored twice', {
+        file: `${row.model}/${row.version}/${row.file}`,
+        sha256: result.sha256,
+        from: copy.path,
+        downloaded: !result.held,
+      });
+    const what = await readFileKind(this.paths.file(row.model, row.version, row.file), row.file);
     await write(() =>
       this.db.mirrorFile.updateMany({
         where: mine,
         data: {
           state: 'PRESENT',
+          ...what,
           actualSha256: result.sha256,
           expectedSha256: expected,
           error: null,
@@ -1015,11 +1266,67 @@ export class MirrorService {
     await tell();
   }
 
-  /** Only a verified file is moved to where it is listed and served; rename is atomic on one filesystem. */
-  private async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string) {
+  /**
+   * A present, verified file with these bytes on this storage, other than `except`, that is still on disk with
+   * its verified size: what a new file with the same sha256 is linked to.
+   */
+  private async heldCopy(sha: string, except: string): Promise<{ path: string; size: number } | null> {
+    const rows = await this.db.mirrorFile.findMany({
+      where: {
+        actualSha256: sha,
+        expectedSha256: sha,
+        state: 'PRESENT',
+        storageId: this.storageId,
+        id: { not: except },
+      },
+      orderBy: { finishedAt: 'asc' },
+      take: 5,
+    });
+    for (const r of rows) {
+      const file = this.paths.file(r.model, r.version, r.file);
+      const size = await fs.stat(file).then(
+        (st) => st.size,
+        () => null,
+      );
+      if (size !== null && (r.bytesTotal === null || BigInt(size) === r.bytesTotal)) return { path: file, size };
+    }
+    return null;
+  }
+
+  /**
+   * Only a verified file is moved to where it is listed and served; rename is atomic on one filesystem. With a
+   * `copy` of the same bytes, the listed file is a hard link to it instead: one set of blocks on the disk, freed
+   * by the filesystem only once no version links them any more.
+   */
+  private async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string, copy?: string) {
     const target = this.paths.file(row.model, row.version, row.file);
     await fs.mkdir(path.dirname(target), { recursive: true });
-    await fs.rename(partial, target);
+    if (copy) {
+      // Linked beside the target, then renamed over it: a file refetched with force is replaced in one step.
+      const tmp = path.join(this.paths.partials, `${randomUUID()}.link`);
+      const linked = await fs.link(copy, tmp).then(
+        () => true,
+        (err: NodeJS.ErrnoException) => {
+          // A filesystem without hard links (or the copy on another one): stored twice, but stored.
+          this.log.warn('could not hard-link a file the mirror already holds; keeping its own bytes', {
+            file: target,
+            error: err.code ?? err.message,
+          });
+          return false;
+        },
+      );
+      if (linked) {
+        await fs.rename(tmp, target);
+        await fs.rm(partial, { force: true });
+      } else if (
+        await fs.stat(partial).then(
+          () => true,
+          () => false,
+        )
+      )
+        await fs.rename(partial, target);
+      else await fs.copyFile(copy, target);
+    } else await fs.rename(partial, target);
     if (!this.config.mirrorFsync) return;
     // The rename is on the disk too, not only the bytes (transfer flushed them): then a file marked PRESENT is
     // there after the machine restarts.

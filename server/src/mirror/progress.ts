@@ -10,13 +10,14 @@ type FileLike = {
 // A version is what an operator sees: one row, however many files. Its state and progress are summed from its
 // files, so a fifteen-shard model fills one bar once instead of restarting it fifteen times.
 
-export type VersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED';
+export type VersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED' | 'PAUSED';
 
 export function versionState(files: readonly Pick<FileLike, 'state'>[]): VersionState {
   const has = (s: MirrorFileState) => files.some((f) => f.state === s);
   if (has('FETCHING')) return 'FETCHING';
   if (has('VERIFYING')) return 'VERIFYING';
   if (has('QUEUED')) return files.every((f) => f.state === 'QUEUED') ? 'QUEUED' : 'FETCHING';
+  if (has('PAUSED')) return 'PAUSED';
   if (has('FAILED')) return 'FAILED';
   if (files.length > 0 && files.every((f) => f.state === 'PRESENT')) return 'PRESENT';
   return 'CANCELLED';
@@ -36,7 +37,8 @@ export function versionProgress(files: readonly FileLike[]): VersionProgress {
   const bytesDone = files.reduce((n, f) => n + Number(f.bytesDone), 0);
   const totals = files.map((f) => (f.bytesTotal === null ? null : Number(f.bytesTotal)));
   const bytesTotal = totals.every((t) => t !== null) ? totals.reduce<number>((n, t) => n + (t ?? 0), 0) : null;
-  const active = files.filter((f) => f.state === 'FETCHING' && f.bytesPerSecond);
+  // Zero while the files arriving hear nothing (an outage, a wait to retry): a rate, but no ETA.
+  const active = files.filter((f) => f.state === 'FETCHING' && f.bytesPerSecond !== null);
   const bytesPerSecond = active.length ? active.reduce((n, f) => n + (f.bytesPerSecond ?? 0), 0) : null;
   // Capped below 100 until every file is verified: "100 %" on a file still being checked reads as done.
   const percent =
@@ -64,6 +66,7 @@ const rank: Record<VersionState, number> = {
   VERIFYING: 0,
   QUEUED: 0,
   FAILED: 1,
+  PAUSED: 1,
   PRESENT: 2,
   CANCELLED: 3,
 };

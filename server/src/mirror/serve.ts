@@ -151,31 +151,51 @@ async function sendRange(file: string, start: number, end: number, res: ServerRe
   }
 }
 
+/**
+ * Who reads the mirror, by its token rules (shared by /mirror and the Hub's protocol on /hf): the server's own
+ * internal token, or whom AuthService says the credential stands for; refused with why when a credential is
+ * needed (HANGAR_MIRROR_REQUIRE_TOKEN) and none stands.
+ */
+export async function mirrorCaller(
+  o: Pick<Deps, 'auth' | 'requireToken' | 'internalToken'>,
+  authorization: string | undefined,
+  cookie: string | undefined,
+): Promise<{ ok: true; viewer: Viewer } | { ok: false; reason: string; bearer: boolean }> {
+  if (authorization === `Bearer ${o.internalToken}`) return { ok: true, viewer: { kind: 'system', name: 'mirror' } };
+  const viewer = await o.auth.identify({ authorization: authorization ?? null, cookie: cookie ?? null, method: 'GET' });
+  // A bearer token that was shown and refused (revoked, or a caller token, which only calls models at /v1) is
+  // answered with why, even on a mirror open to anonymous callers: the script should learn its token does not
+  // stand here, not be served as if it had sent none.
+  const refusedBearer = viewer.kind === 'anonymous' && Boolean(viewer.reason) && Boolean(authorization);
+  if ((o.requireToken || refusedBearer) && viewer.kind === 'anonymous') {
+    return {
+      ok: false,
+      bearer: refusedBearer,
+      reason:
+        viewer.reason ??
+        'the mirror needs a credential: Authorization: Bearer <node or API token>, or sign in to the console',
+    };
+  }
+  return { ok: true, viewer };
+}
+
 export function serveMirror({ db, paths, auth, owners, requireToken, internalToken, log }: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
     }
-    const internal = req.headers.authorization === `Bearer ${internalToken}`;
-    const viewer: Viewer = internal
-      ? { kind: 'system', name: 'mirror' }
-      : await auth.identify({
-          authorization: req.headers.authorization ?? null,
-          cookie: req.headers.cookie ?? null,
-          method: 'GET',
-        });
-    // A bearer token that was shown and refused (revoked, or a caller token, which only calls models at /v1) is
-    // answered with why, even on a mirror open to anonymous callers: the script should learn its token does not
-    // stand here, not be served as if it had sent none.
-    const refusedBearer = viewer.kind === 'anonymous' && Boolean(viewer.reason) && Boolean(req.headers.authorization);
-    if ((requireToken || refusedBearer) && viewer.kind === 'anonymous') {
+    const caller = await mirrorCaller(
+      { auth, requireToken, internalToken },
+      req.headers.authorization,
+      req.headers.cookie,
+    );
+    if (!caller.ok) {
       res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
-      res.end(
-        `${viewer.reason ?? 'the mirror needs a credential: Authorization: Bearer <node or API token>, or sign in to the console'}\n`,
-      );
+      res.end(`${caller.reason}\n`);
       return;
     }
+    const viewer = caller.viewer;
     const parts = pathname
       .replace(/^\/mirror\//, '')
       .split('/')
@@ -207,55 +227,82 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
         row ? `${model}/${version}/${file} is ${row.state.toLowerCase()}, not present` : 'no such file in the mirror',
       );
     }
-    const onDisk = paths.file(model, version, file);
-    const stat = await fs.stat(onDisk).catch(() => undefined);
-    if (!stat?.isFile()) {
-      log.warn('a present mirror file is missing on disk', { file: onDisk });
-      return notFound(`${model}/${version}/${file} is listed but missing on disk`);
-    }
-    const size = stat.size;
-    const etag = `"${row.actualSha256}"`;
-    const headers: Record<string, string | number> = {
-      'accept-ranges': 'bytes',
-      etag,
-      'last-modified': stat.mtime.toUTCString(),
-      'content-type': 'application/octet-stream',
+    return sendStoredFile(req, res, {
+      onDisk: paths.file(model, version, file),
+      sha256: row.actualSha256,
       // An owned adapter must not sit in a shared cache for the next caller, whoever they are.
-      'cache-control': owned ? 'private, max-age=300' : 'public, max-age=300',
-      'x-content-type-options': 'nosniff',
-    };
-    if (req.headers['if-none-match']?.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
-      res.writeHead(304, headers).end();
-      return;
-    }
-    let range = parseRange(req.headers.range, size);
-    // If-Range: the range only holds for the representation the client already has part of.
-    const ifRange = req.headers['if-range'];
-    if (range !== 'ignore' && ifRange && ifRange !== etag && ifRange !== headers['last-modified']) range = 'ignore';
-    if (range === 'unsatisfiable' || range === 'multiple') {
-      res.writeHead(416, {
-        ...headers,
-        'content-range': `bytes */${size}`,
-        'content-type': 'text/plain; charset=utf-8',
-      });
-      res.end(range === 'multiple' ? 'one byte range per request\n' : `the file is ${size} bytes\n`);
-      return;
-    }
-    const { start, end } = range === 'ignore' ? { start: 0, end: size - 1 } : range;
-    const length = size === 0 ? 0 : end - start + 1;
-    if (range === 'ignore') res.writeHead(200, { ...headers, 'content-length': length });
-    else res.writeHead(206, { ...headers, 'content-length': length, 'content-range': `bytes ${start}-${end}/${size}` });
-    if (req.method === 'HEAD' || length === 0) {
-      res.end();
-      return;
-    }
-    try {
-      await sendRange(onDisk, start, end, res);
-    } catch (err) {
-      res.destroy(); // the Content-Length promised bytes that will not come: the client must see a cut, not an end
-      log.warn('serving a mirror file failed', { file: onDisk, error: err });
-    }
+      cacheControl: owned ? 'private, max-age=300' : 'public, max-age=300',
+      missing: () => notFound(`${model}/${version}/${file} is listed but missing on disk`),
+      log,
+    });
   };
+}
+
+/**
+ * A verified file from the mirror's disk: ETag = its sha256 (so a client can check what it got against what
+ * the mirror verified), one Range (RFC 9110 §14) with If-Range, If-None-Match, streamed with backpressure.
+ * `headers` are added to every answer (the Hub's on /hf); `missing` answers when the file is gone from disk.
+ */
+export async function sendStoredFile(
+  req: IncomingMessage,
+  res: ServerResponse,
+  o: {
+    onDisk: string;
+    sha256: string;
+    cacheControl: string;
+    headers?: Record<string, string | number>;
+    missing: () => void;
+    log: Logger;
+  },
+) {
+  const { onDisk, log } = o;
+  const stat = await fs.stat(onDisk).catch(() => undefined);
+  if (!stat?.isFile()) {
+    log.warn('a present mirror file is missing on disk', { file: onDisk });
+    return o.missing();
+  }
+  const size = stat.size;
+  const etag = `"${o.sha256}"`;
+  const headers: Record<string, string | number> = {
+    'accept-ranges': 'bytes',
+    etag,
+    'last-modified': stat.mtime.toUTCString(),
+    'content-type': 'application/octet-stream',
+    'cache-control': o.cacheControl,
+    'x-content-type-options': 'nosniff',
+    ...o.headers,
+  };
+  if (req.headers['if-none-match']?.split(',').some((t) => t.trim() === etag || t.trim() === '*')) {
+    res.writeHead(304, headers).end();
+    return;
+  }
+  let range = parseRange(req.headers.range, size);
+  // If-Range: the range only holds for the representation the client already has part of.
+  const ifRange = req.headers['if-range'];
+  if (range !== 'ignore' && ifRange && ifRange !== etag && ifRange !== headers['last-modified']) range = 'ignore';
+  if (range === 'unsatisfiable' || range === 'multiple') {
+    res.writeHead(416, {
+      ...headers,
+      'content-range': `bytes */${size}`,
+      'content-type': 'text/plain; charset=utf-8',
+    });
+    res.end(range === 'multiple' ? 'one byte range per request\n' : `the file is ${size} bytes\n`);
+    return;
+  }
+  const { start, end } = range === 'ignore' ? { start: 0, end: size - 1 } : range;
+  const length = size === 0 ? 0 : end - start + 1;
+  if (range === 'ignore') res.writeHead(200, { ...headers, 'content-length': length });
+  else res.writeHead(206, { ...headers, 'content-length': length, 'content-range': `bytes ${start}-${end}/${size}` });
+  if (req.method === 'HEAD' || length === 0) {
+    res.end();
+    return;
+  }
+  try {
+    await sendRange(onDisk, start, end, res);
+  } catch (err) {
+    res.destroy(); // the Content-Length promised bytes that will not come: the client must see a cut, not an end
+    log.warn('serving a mirror file failed', { file: onDisk, error: err });
+  }
 }
 
 const safePart = (p: string) => Boolean(p) && p !== '..' && p !== '.' && !p.includes('\0');

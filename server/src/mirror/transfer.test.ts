@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
+import { Bandwidth, SLICE } from './bandwidth.js';
 import { transfer } from './transfer.js';
 
 let up: Upstream;
@@ -139,5 +140,123 @@ describe('redirects', () => {
     } finally {
       await loop.close();
     }
+  });
+});
+
+describe('riding out outages', () => {
+  it('goes on past maxAttempts while each attempt moves bytes: progress starts the count again', async () => {
+    const body = bytes(100_000, 21);
+    // Five cuts in a row, each after 15 000 more bytes: with two attempts counted from the start it would fail.
+    up.files.set('flaky-link.bin', { body, fault: { kind: 'reset', afterBytes: 15_000, times: 5 } });
+    const r = await run('flaky-link.bin', path.join(dir, 'flaky-link.part'), { maxAttempts: 2 });
+    expect(r).toMatchObject({ ok: true, size: 100_000, sha256: sha256(body) });
+    expect(up.requests.filter((q) => q.name === 'flaky-link.bin')).toHaveLength(6);
+  });
+
+  it('retries an unreachable upstream past maxAttempts, says so while it waits, and resumes once it is back', async () => {
+    const down = await startUpstream();
+    const body = bytes(80_000, 22);
+    down.files.set('back.bin', { body });
+    await down.down();
+    const retries: { attempt: number; reason: string }[] = [];
+    const running = transfer({
+      url: down.url('back.bin'),
+      partialPath: path.join(dir, 'back.part'),
+      stallMs: 1000,
+      maxAttempts: 2,
+      giveUpAfterMs: 30_000,
+      retryMaxMs: 50,
+      signal: new AbortController().signal,
+      onProgress: () => {},
+      onRetry: (w) => {
+        if (w) retries.push({ attempt: w.attempt, reason: w.reason });
+      },
+      reserveSpace: async () => null,
+    });
+    while (retries.length < 6) await new Promise((res) => setTimeout(res, 20));
+    await down.up();
+    try {
+      expect(await running).toMatchObject({ ok: true, size: 80_000, sha256: sha256(body) });
+      expect(retries.slice(0, 3)).toEqual(
+        [2, 3, 4].map((attempt) => ({
+          attempt,
+          reason: 'could not reach the upstream (ECONNREFUSED)',
+        })),
+      );
+    } finally {
+      await down.close();
+    }
+  });
+
+  it('gives up on an unreachable upstream once the deadline passes, keeping the partial', async () => {
+    const gone = await startUpstream();
+    await gone.down();
+    const started = Date.now();
+    const r = await transfer({
+      url: gone.url('never.bin'),
+      partialPath: path.join(dir, 'never.part'),
+      stallMs: 1000,
+      maxAttempts: 1,
+      giveUpAfterMs: 1000,
+      retryMaxMs: 100,
+      signal: new AbortController().signal,
+      onProgress: () => {},
+      reserveSpace: async () => null,
+    });
+    expect(r).toEqual({
+      ok: false,
+      reason:
+        'gave up: no byte arrived for 1 s (HANGAR_MIRROR_GIVE_UP_AFTER); the last: could not reach the upstream (ECONNREFUSED); retry continues from the partial',
+      keepPartial: true,
+    });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+  });
+
+  it('fails at once on an answer that will not change, with its reason', async () => {
+    up.files.set('gated.bin', {
+      body: bytes(1000, 23),
+      fault: {
+        kind: 'status',
+        status: 403,
+        times: 99,
+        headers: { 'x-error-message': 'Access to model acme/x is restricted' },
+      },
+    });
+    const r = await run('gated.bin', path.join(dir, 'gated.part'), { giveUpAfterMs: 60_000 });
+    expect(r).toEqual({
+      ok: false,
+      reason:
+        'the upstream refused access (HTTP 403: Access to model acme/x is restricted): a gated repository needs HANGAR_HUB_TOKEN',
+      keepPartial: false,
+    });
+    const missing = await run('no-such.bin', path.join(dir, 'no-such.part'), { giveUpAfterMs: 60_000 });
+    expect(missing).toMatchObject({ ok: false, reason: 'the upstream has no such file (HTTP 404)' });
+    expect(up.requests.filter((q) => q.name === 'gated.bin' || q.name === 'no-such.bin')).toHaveLength(2);
+  });
+
+  it("waits as long as a 503's Retry-After asks, beyond the backoff", async () => {
+    const body = bytes(5000, 24);
+    up.files.set('busy.bin', {
+      body,
+      fault: { kind: 'status', status: 503, times: 1, headers: { 'retry-after': '1' } },
+    });
+    const started = Date.now();
+    const r = await run('busy.bin', path.join(dir, 'busy.part'), { giveUpAfterMs: 60_000 });
+    expect(r).toMatchObject({ ok: true, sha256: sha256(body) });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1000);
+  });
+});
+
+describe('the bandwidth limit', () => {
+  it('holds a download to the limit: 2 MB at 1 MB/s takes at least 1.5 s', async () => {
+    const body = bytes(2_000_000, 25);
+    up.files.set('limited.bin', { body });
+    const limit = new Bandwidth(1_000_000);
+    const started = Date.now();
+    const r = await run('limited.bin', path.join(dir, 'limited.part'), {
+      throttle: { slice: () => SLICE, take: (n, signal) => limit.take(n, signal) },
+    });
+    expect(r).toMatchObject({ ok: true, size: 2_000_000, sha256: sha256(body) });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(1500);
   });
 });

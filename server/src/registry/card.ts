@@ -3,7 +3,11 @@ import sanitizeHtml from 'sanitize-html';
 
 /**
  * A model card as safe HTML: markdown rendered, then everything but plain formatting removed (no scripts, no
- * styles, no event handlers), with relative links and images pointed at the repository on the registry's site.
+ * styles, no event handlers), with relative links pointed at the repository on the registry's site.
+ *
+ * Images are dropped for their alt text: a card must render where the browser cannot reach the Hub (the server
+ * may reach it through a proxy the operators' desks cannot), and a page that waits on, or leaks a request to,
+ * someone else's server to show a badge is worse than one that says what the badge was.
  */
 export function renderCard(markdown: string, repoUrl: string, revision: string): string {
   // The YAML front matter is metadata for machines, not card text.
@@ -15,10 +19,11 @@ export function renderCard(markdown: string, repoUrl: string, revision: string):
     return `${repoUrl}/${kind}/${encodeURIComponent(revision)}/${path}`;
   };
   return sanitizeHtml(html, {
-    allowedTags: sanitizeHtml.defaults.allowedTags.concat(['img', 'h1', 'h2', 'details', 'summary']),
+    // No img: each becomes a span of its alt text (transformTags) before the allow-list is applied.
+    allowedTags: sanitizeHtml.defaults.allowedTags.concat(['h1', 'h2', 'details', 'summary']),
     allowedAttributes: {
       a: ['href', 'title', 'rel', 'target'],
-      img: ['src', 'alt', 'title', 'width', 'height'],
+      span: ['class', 'title'],
       code: ['class'],
       th: ['align'],
       td: ['align'],
@@ -34,7 +39,11 @@ export function renderCard(markdown: string, repoUrl: string, revision: string):
           target: '_blank',
         },
       }),
-      img: (tag, attribs) => ({ tagName: tag, attribs: { ...attribs, src: absolute(attribs.src ?? '', 'resolve') } }),
+      img: (_tag, attribs) => ({
+        tagName: 'span',
+        attribs: { class: 'card-image', title: 'an image, not loaded: the console loads nothing from other servers' },
+        text: `[image${attribs.alt?.trim() ? `: ${attribs.alt.trim()}` : ''}]`,
+      }),
     },
   });
 }

@@ -104,6 +104,10 @@ export class Hub {
     });
   }
 
+  get siteUrl() {
+    return this.o.hubUrl;
+  }
+
   resolveUrl(id: string, revision: string, path: string) {
     return `${this.o.hubUrl}/${id}/resolve/${encodeURIComponent(revision)}/${path.split('/').map(encodeURIComponent).join('/')}`;
   }

@@ -1,7 +1,14 @@
 import type { ModelFacts } from '../gguf/facts.js';
 import type { MemoryEstimate } from '../gguf/memory.js';
 import type { Verdict } from '../gguf/verdict.js';
-import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
+import {
+  ConflictError,
+  NotFoundError,
+  RegistryOffError,
+  UpstreamError,
+  unwrap,
+  ValidationError,
+} from '../lib/errors.js';
 import { FetchStartedRef } from '../mirror/mirror.schema.js';
 import { builder } from '../schema/builder.js';
 import type { HubModel } from './hub.js';
@@ -112,7 +119,11 @@ const Fits = builder.objectRef<JudgedSet['fits']>('Fits').implement({
   }),
 });
 
-const SetKindEnum = builder.enumType('FileSetKind', { values: ['MODEL', 'MMPROJ', 'IMATRIX'] as const });
+const SetKindEnum = builder.enumType('FileSetKind', {
+  description:
+    "What the set's GGUF header says it is (general.type, or a clip architecture); a name's guess only when the header could not be read.",
+  values: ['MODEL', 'ADAPTER', 'MMPROJ', 'IMATRIX'] as const,
+});
 const SetFormatEnum = builder.enumType('FileSetFormat', { values: ['GGUF', 'SAFETENSORS'] as const });
 
 const FileSetRef = builder.objectRef<JudgedSet>('FileSet').implement({
@@ -127,7 +138,10 @@ const FileSetRef = builder.objectRef<JudgedSet>('FileSet').implement({
     complete: t.exposeBoolean('complete'),
     totalBytes: t.field({ type: 'Bytes', resolve: (s) => s.totalBytes }),
     model: t.exposeString('model', { description: 'The suggested catalog model name; the operator may change it.' }),
-    version: t.exposeString('version', { description: 'The suggested version: the short revision.' }),
+    version: t.exposeString('version', {
+      description:
+        'The suggested version, one per set: the short revision and what the set is (3f2a1b7-q4_k_m, 3f2a1b7-mmproj-f16).',
+    }),
     header: t.field({ type: Header, nullable: true, resolve: (s) => s.facts }),
     headerError: t.exposeString('headerError', { nullable: true }),
     headerBytesRead: t.field({
@@ -163,11 +177,26 @@ const RegistryRepoRef = builder.objectRef<RegistryRepo>('RegistryRepo').implemen
 
 const RegistrySort = builder.enumType('RegistrySort', { values: ['downloads', 'likes', 'lastModified'] as const });
 
+const RegistrySettings = builder.objectRef<{ enabled: boolean; siteUrl: string | null }>('RegistrySettings').implement({
+  description: "Whether this server's registry explorer is on (HANGAR_HUB_URL), for the console to show it or not.",
+  fields: (t) => ({
+    enabled: t.exposeBoolean('enabled', {
+      description: 'False when HANGAR_HUB_URL=off: the registry queries then answer RegistryOffError.',
+    }),
+    siteUrl: t.exposeString('siteUrl', { nullable: true, description: 'The registry it browses; null when off.' }),
+  }),
+});
+
 builder.queryFields((t) => ({
+  registrySettings: t.field({
+    type: RegistrySettings,
+    authScopes: { viewer: true },
+    resolve: (_root, _args, ctx) => ctx.services.registry.settings,
+  }),
   registrySearch: t.field({
     type: RegistrySearch,
     authScopes: { viewer: true },
-    errors: { types: [UpstreamError, ValidationError] },
+    errors: { types: [RegistryOffError, UpstreamError, ValidationError] },
     args: {
       query: t.arg.string({ required: false }),
       sort: t.arg({ type: RegistrySort, required: false }),
@@ -179,7 +208,7 @@ builder.queryFields((t) => ({
   registryRepo: t.field({
     type: RegistryRepoRef,
     authScopes: { viewer: true },
-    errors: { types: [UpstreamError, ValidationError, NotFoundError] },
+    errors: { types: [RegistryOffError, UpstreamError, ValidationError, NotFoundError] },
     args: {
       id: t.arg.string({ required: true }),
       revision: t.arg.string({ required: false }),
@@ -196,7 +225,7 @@ builder.mutationField('fetchRepoSet', (t) =>
   t.field({
     type: FetchStartedRef,
     authScopes: { operator: true },
-    errors: { types: [ValidationError, ConflictError, NotFoundError, UpstreamError] },
+    errors: { types: [RegistryOffError, ValidationError, ConflictError, NotFoundError, UpstreamError] },
     args: {
       repo: t.arg.string({ required: true }),
       revision: t.arg.string({ required: false }),

@@ -3,29 +3,31 @@ import type { Config } from '../config.js';
 import type { Context } from '../context.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import { freeMiB } from '../fleet/placement.js';
-import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
-import { factsOf, type ModelFacts } from '../gguf/facts.js';
+import { newestBuild } from '../gguf/catalog.js';
+import type { ModelFacts } from '../gguf/facts.js';
 import { estimateMemory, type MemoryEstimate } from '../gguf/memory.js';
-import { GgufError, readGguf } from '../gguf/reader.js';
-import { httpSource, SourceError } from '../gguf/source.js';
-import { type Verdict, verdictFor } from '../gguf/verdict.js';
+import { GgufError } from '../gguf/reader.js';
+import { SourceError } from '../gguf/source.js';
+import type { Verdict } from '../gguf/verdict.js';
 import {
   ConflictError,
   ForbiddenError,
   fail,
   NotFoundError,
   ok,
+  RegistryOffError,
   type Result,
   UpstreamError,
   ValidationError,
 } from '../lib/errors.js';
 import { guardedFetch } from '../lib/outbound.js';
 import { parseInput } from '../lib/validate.js';
-import type { FetchStarted, MirrorService } from '../mirror/mirror.service.js';
+import type { FetchStarted, MirrorService, SourceCheck } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
 import { renderCard } from './card.js';
 import { Hub, HubError, type HubModel } from './hub.js';
-import { type FileSet, groupSets, type RepoFile, suggestedModelName } from './sets.js';
+import { HeaderReader, headerKind, servingVerdict } from './look.js';
+import { type FileSet, groupSets, type RepoFile, suggestedModelName, suggestedVersions } from './sets.js';
 
 export type NodeFit = { node: string; fits: boolean; freeMiB: number; neededMiB: number; reason: string };
 export type JudgedSet = FileSet & {
@@ -67,10 +69,17 @@ const revision = z
 
 const CACHE_MS = 60_000;
 
+/** What a caller of a registry query hears on a site that turned it off: why, and where it can be turned on. */
+export const REGISTRY_OFF =
+  'the registry is turned off here (HANGAR_HUB_URL=off): fetch files by URL into the mirror instead, or set HANGAR_HUB_URL to a registry the server can reach';
+
 export class RegistryService {
-  private readonly hub: Hub;
+  /** Null when HANGAR_HUB_URL=off: every registry query then answers RegistryOffError, and nothing is sent. */
+  private readonly hub: Hub | null;
   /** The Hub's redirects (to its CDN) are followed only into networks HANGAR_FETCH_ALLOW admits. */
   private readonly hubFetch: typeof fetch;
+  /** The bounded header reader, shared with the look before a fetch by URL (which works with the registry off). */
+  readonly headers: HeaderReader;
   private readonly cache = new Map<string, { at: number; value: Promise<unknown> }>();
 
   constructor(
@@ -79,16 +88,28 @@ export class RegistryService {
     private readonly mirror: MirrorService,
   ) {
     this.hubFetch = guardedFetch(mirror.outbound);
-    this.hub = new Hub({
-      hubUrl: config.hubUrl,
-      token: config.hubToken,
-      timeoutMs: config.hubTimeoutMs,
-      fetch: this.hubFetch,
-    });
+    this.hub = config.hubUrl
+      ? new Hub({ hubUrl: config.hubUrl, token: config.hubToken, timeoutMs: config.hubTimeoutMs, fetch: this.hubFetch })
+      : null;
+    this.headers = new HeaderReader({ config, fleet, fetch: this.hubFetch });
   }
 
-  get siteUrl() {
-    return this.config.hubUrl;
+  /** Whether the explorer is on, and where it looks: what the console asks before it shows a search box. */
+  get settings() {
+    return { enabled: this.hub !== null, siteUrl: this.config.hubUrl };
+  }
+
+  /**
+   * The look before a fetch by URL (MirrorService.lookBeforeFetch): each file's header, judged against the
+   * llama.cpp the nodes run. Four at a time: a fifteen-file version should not open fifteen connections at once.
+   */
+  async lookAtSources(files: { url: string; file: string }[]): Promise<SourceCheck[]> {
+    if (!files.length) return [];
+    const build = await this.headers.build();
+    // Through the explorer's cache: a set the explorer has just judged is not read a second time to fetch it.
+    return mapLimit(files, 4, (f) =>
+      this.headers.look(f.file, build, () => this.cached(`gguf:${f.url}`, () => this.headers.read(f.url))),
+    );
   }
 
   /** Answers are kept briefly: an operator paging back and forth should not wait on the registry each time. */
@@ -110,9 +131,11 @@ export class RegistryService {
     id: string,
     revision: string | null,
   ): Promise<{ ok: true; revision: string; files: RepoFile[] } | { ok: false; status?: number; reason: string }> {
+    const hub = this.hub;
+    if (!hub) return { ok: false, reason: REGISTRY_OFF };
     try {
-      const repo = await this.cached(`repo:${id}:${revision ?? ''}`, () => this.hub.repo(id, revision ?? undefined));
-      const files = await this.cached(`tree:${id}:${repo.sha}`, () => this.hub.files(id, repo.sha));
+      const repo = await this.cached(`repo:${id}:${revision ?? ''}`, () => hub.repo(id, revision ?? undefined));
+      const files = await this.cached(`tree:${id}:${repo.sha}`, () => hub.files(id, repo.sha));
       return { ok: true, revision: repo.sha, files };
     } catch (err) {
       if (err instanceof HubError) return { ok: false, status: err.status, reason: err.message };
@@ -120,7 +143,9 @@ export class RegistryService {
     }
   }
 
+  /** Where a listed file downloads from; only called with what listFiles answered, so the registry is on. */
   fileUrl(id: string, revision: string, path: string) {
+    if (!this.hub) throw new Error(REGISTRY_OFF);
     return this.hub.resolveUrl(id, revision, path);
   }
 
@@ -130,6 +155,8 @@ export class RegistryService {
     first?: number | null;
     after?: string | null;
   }): Promise<Result<{ models: HubModel[]; hasNextPage: boolean; endCursor: string | null }>> {
+    const hub = this.hub;
+    if (!hub) return fail(new RegistryOffError(REGISTRY_OFF));
     const first = Math.min(Math.max(input.first ?? 20, 1), 100);
     const offset = input.after && /^\d+$/.test(input.after) ? Number(input.after) : 0;
     if (offset > 1000)
@@ -138,7 +165,7 @@ export class RegistryService {
     const query = (input.query ?? '').trim().slice(0, 200);
     try {
       const all = await this.cached(`search:${query}:${sort}:${offset + first + 1}`, () =>
-        this.hub.search(query, sort, offset + first + 1),
+        hub.search(query, sort, offset + first + 1),
       );
       const models = all.slice(offset, offset + first);
       return ok({
@@ -152,6 +179,8 @@ export class RegistryService {
   }
 
   async repo(input: { id: string; revision?: string | null; context?: number | null }): Promise<Result<RegistryRepo>> {
+    const hub = this.hub;
+    if (!hub) return fail(new RegistryOffError(REGISTRY_OFF));
     const parsed = parseInput(
       z.object({ id: repoId, revision, context: z.number().int().min(256).max(4_194_304).nullish() }),
       input,
@@ -161,22 +190,29 @@ export class RegistryService {
     const { id, context } = parsed.value;
     try {
       const repo = await this.cached(`repo:${id}:${parsed.value.revision ?? ''}`, () =>
-        this.hub.repo(id, parsed.value.revision ?? undefined),
+        hub.repo(id, parsed.value.revision ?? undefined),
       );
       const rev = repo.sha;
       const [files, readme] = await this.cached(`files:${id}:${rev}`, () =>
-        Promise.all([this.hub.files(id, rev), this.hub.readme(id, rev)]),
+        Promise.all([hub.files(id, rev), hub.readme(id, rev)]),
       );
       const sets = groupSets(files);
       const probe = sets[0]?.files[0]?.path;
-      const access = repo.gated && probe ? await this.hub.canDownload(id, rev, probe) : { ok: true, reason: null };
+      const access = repo.gated && probe ? await hub.canDownload(id, rev, probe) : { ok: true, reason: null };
       const nodes = await this.fleet.online();
       const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild, nodes);
       const freeBytes = await this.mirror.freeBytes();
       const judged = await mapLimit(sets, 4, (s) =>
-        this.judge(id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
+        this.judge(hub, id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
       );
-      const url = `${this.config.hubUrl}/${id}`;
+      // What the headers say a set is can differ from what its name suggested: the order follows the headers.
+      const rank: Record<JudgedSet['kind'], number> = { MODEL: 0, ADAPTER: 1, MMPROJ: 2, IMATRIX: 3 };
+      judged.sort((a, b) => rank[a.kind] - rank[b.kind] || a.totalBytes - b.totalBytes || a.id.localeCompare(b.id));
+      // One version per set: a repository's sets share a revision, and one default for all would land a 161 KiB
+      // model and a 5 GiB one in the same version.
+      const versions = suggestedVersions(rev, judged);
+      for (const [i, s] of judged.entries()) s.version = versions[i] ?? s.version;
+      const url = `${hub.siteUrl}/${id}`;
       return ok({
         id: repo.id,
         revision: rev,
@@ -199,6 +235,7 @@ export class RegistryService {
   }
 
   private async judge(
+    hub: Hub,
     id: string,
     rev: string,
     set: FileSet,
@@ -208,9 +245,10 @@ export class RegistryService {
     freeBytes: number,
     context: number | null,
   ): Promise<JudgedSet> {
+    // The version is settled once every set is judged (suggestedVersions): it depends on the others.
     const base = { ...set, model: suggestedModelName(id), version: rev.slice(0, 7) };
     const disk = { fits: set.totalBytes <= freeBytes, freeBytes, neededBytes: set.totalBytes };
-    // A set judged without its header (not llama.cpp's, not a model, incomplete, out of reach): the reason says why.
+    // A set judged without its header (not llama.cpp's, incomplete, out of reach): the reason says why.
     const unjudged = (
       reason: string,
       summary: string,
@@ -231,44 +269,44 @@ export class RegistryService {
         'no llama.cpp estimate for safetensors',
       );
     }
-    if (set.kind === 'IMATRIX')
-      return unjudged('an importance matrix: input to quantisation, not a model', 'not a model');
     if (!set.complete) {
       return unjudged(`only ${set.files.length} of its ${set.shardCount} shards are in the repository`, 'incomplete');
     }
     if (!canDownload) return unjudged('gated: the header cannot be read without access', 'no access');
-    // The first shard carries the metadata; the others only their tensors.
+    // The first shard carries the metadata; the others only their tensors. Every set's header is read, whatever
+    // its name says: "imatrix" in a name is as often "quantised with one" as "is one".
     const first = set.files[0];
-    const src = httpSource(
-      this.hub.resolveUrl(id, rev, first?.path ?? ''),
-      this.hub.authHeaders(),
-      this.config.hubTimeoutMs,
-      this.hubFetch,
-    );
+    const url = hub.resolveUrl(id, rev, first?.path ?? '');
     let facts: ModelFacts | null = null;
     let headerError: string | null = null;
+    let headerBytesRead = 0;
     try {
-      facts = factsOf(await this.cached(`gguf:${id}:${rev}:${first?.path}`, () => readGguf(src, knownTensorTypes)));
+      const read = await this.cached(`gguf:${url}`, () => this.headers.read(url, hub.authHeaders()));
+      facts = read.facts;
+      headerBytesRead = read.bytesRead;
     } catch (err) {
+      headerBytesRead = (err as { bytesRead?: number }).bytesRead ?? 0;
       headerError =
         err instanceof GgufError || err instanceof SourceError
           ? err.message
           : `reading the header failed: ${(err as Error).message}`;
     }
-    if (!facts) return unjudged(`the header could not be read: ${headerError}`, 'unknown', headerError, src.bytesRead);
-    let verdict = verdictFor(facts.architecture, build.build, build.source);
-    if (set.kind === 'MMPROJ' && verdict.servable)
-      verdict = {
-        servable: false,
-        reason: 'a vision projector (mmproj): loaded beside a model with --mmproj, never as a model',
-        neededBuild: null,
+    if (!facts)
+      return unjudged(`the header could not be read: ${headerError}`, 'unknown', headerError, headerBytesRead);
+    const kind = headerKind(facts);
+    const verdict = servingVerdict(facts, kind, build);
+    if (kind !== 'MODEL') {
+      return {
+        ...base,
+        kind,
+        facts,
+        headerError,
+        headerBytesRead,
+        verdict,
+        memory: null,
+        fits: { disk, nodes: [], summary: 'not a model' },
       };
-    if (facts.type === 'adapter')
-      verdict = {
-        servable: false,
-        reason: 'a LoRA adapter: loaded on top of its base model, not as one',
-        neededBuild: null,
-      };
+    }
     const ctx = Math.min(context ?? facts.contextLength ?? 4096, context ?? this.config.maxContext);
     const memory = estimateMemory(facts, set.totalBytes, ctx);
     const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
@@ -292,9 +330,10 @@ export class RegistryService {
         : `fits on no node: needs ${neededMiB} MiB, the most free is ${Math.max(...nodeFits.map((f) => f.freeMiB))} MiB`;
     return {
       ...base,
+      kind,
       facts,
       headerError,
-      headerBytesRead: src.bytesRead,
+      headerBytesRead,
       verdict,
       memory,
       fits: { disk, nodes: nodeFits, summary },
@@ -326,6 +365,8 @@ export class RegistryService {
       '',
     );
     if (!parsed.ok) return parsed;
+    const hub = this.hub;
+    if (!hub) return fail(new RegistryOffError(REGISTRY_OFF));
     const { repo: id, set: setId, force } = parsed.value;
     const opened = await this.repo({ id, revision: parsed.value.revision });
     if (!opened.ok) return opened;
@@ -347,12 +388,14 @@ export class RegistryService {
       model: parsed.value.model ?? set.model,
       version: parsed.value.version ?? set.version,
       sources: set.files.map((f) => ({
-        url: this.hub.resolveUrl(id, repo.revision, f.path),
+        url: hub.resolveUrl(id, repo.revision, f.path),
         file: f.path.split('/').at(-1),
         sha256: f.sha256,
         size: f.size,
       })),
       force: false,
+      // Forced past the verdict here already: the mirror's own look would only refuse it again.
+      fetchAnyway: Boolean(force),
     });
   }
 }

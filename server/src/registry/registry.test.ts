@@ -80,6 +80,35 @@ beforeAll(async () => {
     files: [{ path: 'gated-Q4_K_M.gguf', head: q4.header, size: 5 * GB, lfs: true }],
   });
   hub.repos.set('acme/Broken', { id: 'acme/Broken', sha: 'b'.repeat(40), broken: true, files: [] });
+  // "imatrix" in the name means "quantised with an importance matrix" here; the header says an 80-layer llama.
+  const llama80 = modelHeader({ arch: 'llama', layers: 80, embd: 8192, heads: 64, kvHeads: 8, ctx: 131072 });
+  const imatrix = gguf([
+    ['general.type', 'str', 'imatrix'],
+    ['imatrix.chunk_count', 'u32', 125],
+  ]);
+  hub.repos.set('acme/Llama-80L-imatrix-GGUF', {
+    id: 'acme/Llama-80L-imatrix-GGUF',
+    sha: '80a0000000000000000000000000000000000000',
+    tags: ['gguf'],
+    downloads: 1,
+    files: [
+      { path: 'Llama-3.3-70B-Instruct-imatrix-Q4_K_M.gguf', head: llama80.header, size: 42 * GB, lfs: true },
+      { path: 'calibration.gguf', head: imatrix.header, size: 8 * 1024 ** 2, lfs: true },
+    ],
+  });
+  // Two models in one repository: each set gets its own version, not one for the repository.
+  hub.repos.set('acme/Mixed-GGUF', {
+    id: 'acme/Mixed-GGUF',
+    sha: '7777777000000000000000000000000000000000',
+    tags: ['gguf'],
+    downloads: 1,
+    files: [
+      { path: 'tiny-llama-F32.gguf', head: tiny.header, size: 161 * 1024, lfs: true },
+      { path: 'qwen-Q4_K_M.gguf', head: q4.header, size: 5 * GB, lfs: true },
+      { path: 'a/model-Q8_0.gguf', head: q4.header, size: 9 * GB, lfs: true },
+      { path: 'b/model-Q8_0.gguf', head: q4.header, size: 9 * GB, lfs: true },
+    ],
+  });
   const real = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
   hub.repos.set('ggml-org/Llama-Vocab-GGUF', {
     id: 'ggml-org/Llama-Vocab-GGUF',
@@ -148,15 +177,15 @@ describe('the registry explorer', () => {
       architecture: 'Qwen3ForCausalLM',
     });
     const sets = repo.sets as any[];
-    expect(sets.map((s) => [s.kind, s.quant, s.shardCount, s.totalBytes])).toEqual([
-      ['MODEL', 'Q4_K_M', 1, 5 * GB],
-      ['MODEL', 'Q8_0', 1, 9 * GB],
-      ['MODEL', 'F16', 3, 18 * GB],
-      ['MMPROJ', 'F16', 1, 600 * 1024 ** 2],
-      ['IMATRIX', null, 1, 4 * 1024 ** 2],
+    expect(sets.map((s) => [s.kind, s.quant, s.shardCount, s.totalBytes, s.version])).toEqual([
+      ['MODEL', 'Q4_K_M', 1, 5 * GB, 'a1b2c3d-q4_k_m'],
+      ['MODEL', 'Q8_0', 1, 9 * GB, 'a1b2c3d-q8_0'],
+      ['MODEL', 'F16', 3, 18 * GB, 'a1b2c3d-f16'],
+      ['MMPROJ', 'F16', 1, 600 * 1024 ** 2, 'a1b2c3d-mmproj-f16'],
+      ['IMATRIX', null, 1, 4 * 1024 ** 2, 'a1b2c3d-imatrix'],
     ]);
     const q4 = sets[0];
-    expect(q4).toMatchObject({ model: 'qwen3-8b', version: 'a1b2c3d' });
+    expect(q4).toMatchObject({ model: 'qwen3-8b', version: 'a1b2c3d-q4_k_m' });
     expect(q4.header).toMatchObject({
       architecture: 'qwen3',
       contextLength: 40960,
@@ -179,9 +208,10 @@ describe('the registry explorer', () => {
     const f16 = sets[2];
     expect(f16.fits.summary).toMatch(/^fits on no node: needs \d+ MiB, the most free is 20480 MiB$/);
     expect(sets[3].verdict).toMatchObject({ servable: false, reason: expect.stringMatching(/mmproj/) });
+    // imatrix.dat is llama.cpp's old binary format: its header says it is no GGUF, and that is the verdict.
     expect(sets[4].verdict).toMatchObject({
       servable: false,
-      reason: 'an importance matrix: input to quantisation, not a model',
+      reason: 'the header could not be read: not a GGUF file (its first bytes are not "GGUF")',
     });
     // Judging five sets of 33 GB read a few hundred KB of headers.
     const read = sets.reduce((n, s) => n + s.headerBytesRead, 0);
@@ -190,18 +220,47 @@ describe('the registry explorer', () => {
     expect(hub.bytesServed).toBe(read + 98);
   });
 
-  it('renders the card safely, with relative links pointing at the registry', async () => {
+  it('renders the card safely, with relative links pointing at the registry and images as their alt text', async () => {
     const r = await t.gql(REPO, { id: 'acme/Qwen3-8B-GGUF' }, { token });
     const html = r.data?.registryRepo.cardHtml as string;
     expect(html).toContain('<h1>Qwen3 8B</h1>');
     expect(html).not.toContain('<script');
     expect(html).not.toContain('license: apache');
-    expect(html).toContain(
-      `src="${hub.url}/acme/Qwen3-8B-GGUF/resolve/a1b2c3d4e5f60718293a4b5c6d7e8f9012345678/chart.png"`,
-    );
+    // The card renders where the browser cannot reach the Hub: nothing in it loads from another server.
+    expect(html).not.toMatch(/<img|src=/);
+    expect(html).toContain('<span class="card-image"');
+    expect(html).toContain('[image: chart]</span>');
     expect(html).toContain(
       `href="${hub.url}/acme/Qwen3-8B-GGUF/blob/a1b2c3d4e5f60718293a4b5c6d7e8f9012345678/docs/usage.md"`,
     );
+  });
+
+  it('judges every set by its header, never by its name', async () => {
+    hub.bytesServed = 0;
+    const r = await t.gql(REPO, { id: 'acme/Llama-80L-imatrix-GGUF' }, { token });
+    const sets = r.data?.registryRepo.sets as any[];
+    expect(sets.map((s) => [s.id, s.kind, s.header?.layers ?? null, s.verdict.servable])).toEqual([
+      ['imatrix:Llama-3.3-70B-Instruct-imatrix-Q4_K_M', 'MODEL', 80, true],
+      ['model:calibration', 'IMATRIX', null, false],
+    ]);
+    expect(sets[0].verdict.reason).toMatch(/^llama loads in llama\.cpp b\d+ and later; the nodes run b4748$/);
+    expect(sets[0].version).toBe('80a0000-q4_k_m');
+    expect(sets[1].verdict.reason).toBe('an importance matrix: input to quantisation, not a model');
+    // Both headers were read, and only the headers.
+    expect(sets.every((s) => s.headerBytesRead > 0)).toBe(true);
+  });
+
+  it('suggests a version per set: a 161 KiB llama and a 5 GiB qwen never share one', async () => {
+    const r = await t.gql(REPO, { id: 'acme/Mixed-GGUF' }, { token });
+    const sets = r.data?.registryRepo.sets as { id: string; version: string; totalBytes: number }[];
+    expect(sets.map((s) => [s.id, s.version])).toEqual([
+      ['model:tiny-llama-F32', '7777777-f32'],
+      ['model:qwen-Q4_K_M', '7777777-q4_k_m'],
+      // The same quantisation twice, in two folders: the file names tell them apart.
+      ['model:a/model-Q8_0', '7777777-model-q8_0'],
+      ['model:b/model-Q8_0', '7777777-model-q8_0-2'],
+    ]);
+    expect(new Set(sets.map((s) => s.version)).size).toBe(sets.length);
   });
 
   it('estimates at a chosen context', async () => {
@@ -295,8 +354,11 @@ describe('the registry explorer', () => {
     );
     expect(r.data?.fetchRepoSet).toEqual({
       __typename: 'FetchStarted',
-      message: 'started fetching 1 file into tiny/feedbee',
-      version: { model: 'tiny', version: 'feedbee' },
+      // The header's own words: the fixture's tiny llama says it is Q4_K_M (general.file_type 15).
+      message: expect.stringMatching(
+        /^started fetching 1 file into tiny\/feedbee-f32 \(tiny-F32\.gguf: llama, Q4_K_M, 2 layers: llama loads/,
+      ),
+      version: { model: 'tiny', version: 'feedbee-f32' },
     });
     const file = hub.repos.get('acme/Tiny-GGUF')!.files[0]!;
     for (let i = 0; i < 200; i++) {
@@ -345,5 +407,54 @@ describe('with no registry', () => {
     });
     expect(r.data?.mirror).toEqual({ present: 0 });
     await off.close();
+  });
+});
+
+describe('with the registry turned off (HANGAR_HUB_URL=off)', () => {
+  it('answers every registry query with a typed "turned off", sends nothing anywhere, and still looks before a URL fetch', async () => {
+    const off = await startTestApp({ HANGAR_HUB_URL: 'off' });
+    await off.app.start();
+    const tok = await off.token('OPERATOR', 'offline');
+    hub.requests.length = 0;
+    const r = await off.gql(
+      `{ registrySettings { enabled siteUrl }
+         registrySearch(query: "x") { __typename ... on Error { message code } }
+         registryRepo(id: "acme/Tiny-GGUF") { __typename ... on Error { message } }
+         mirror { present } }`,
+      {},
+      { token: tok },
+    );
+    expect(r.data?.registrySettings).toEqual({ enabled: false, siteUrl: null });
+    expect(r.data?.registrySearch).toEqual({
+      __typename: 'RegistryOffError',
+      code: 'REGISTRY_OFF',
+      message: expect.stringMatching(/^the registry is turned off here \(HANGAR_HUB_URL=off\)/),
+    });
+    expect(r.data?.registryRepo.__typename).toBe('RegistryOffError');
+    expect(r.data?.mirror).toEqual({ present: 0 });
+    const f = await off.gql(
+      'mutation { fetchRepoSet(repo: "acme/Tiny-GGUF", set: "model:tiny-F32") { __typename } }',
+      {},
+      { token: tok },
+    );
+    expect(f.data?.fetchRepoSet.__typename).toBe('RegistryOffError');
+    expect(hub.requests).toEqual([]);
+    // A URL on the stand-in Hub is just a URL now: its header is read, and a gptj is refused.
+    const url = `${hub.url}/acme/GPTJ-GGUF/resolve/main/gptj-6b-Q4_0.gguf`;
+    const u = await off.gql(
+      'mutation($u: String!) { fetchToMirror(model: "gptj", version: "v1", sources: [{ url: $u }]) { __typename ... on UnloadableError { reason } } }',
+      { u: url },
+      { token: tok },
+    );
+    expect(u.data?.fetchToMirror).toEqual({
+      __typename: 'UnloadableError',
+      reason: 'llama.cpp names gptj but never implemented it',
+    });
+    await off.close();
+  });
+
+  it('is on, with its address, otherwise', async () => {
+    const r = await t.gql('{ registrySettings { enabled siteUrl } }', {}, { token });
+    expect(r.data?.registrySettings).toEqual({ enabled: true, siteUrl: hub.url });
   });
 });

@@ -6,7 +6,8 @@ import { fileTypeTokens } from '../gguf/catalog.js';
 
 export type RepoFile = { path: string; size: number; sha256: string | null };
 
-export type SetKind = 'MODEL' | 'MMPROJ' | 'IMATRIX';
+/** From the names while grouping; the explorer replaces it with what each set's header says (registry/look.ts). */
+export type SetKind = 'MODEL' | 'ADAPTER' | 'MMPROJ' | 'IMATRIX';
 export type SetFormat = 'GGUF' | 'SAFETENSORS';
 
 export type FileSet = {
@@ -97,7 +98,7 @@ export function groupSets(files: RepoFile[]): FileSet[] {
     });
   }
   // Models first, by size (small quantisations first, as people scan for what fits), then the side files.
-  const rank: Record<SetKind, number> = { MODEL: 0, MMPROJ: 1, IMATRIX: 2 };
+  const rank: Record<SetKind, number> = { MODEL: 0, ADAPTER: 1, MMPROJ: 2, IMATRIX: 3 };
   return sets.sort((a, b) => rank[a.kind] - rank[b.kind] || a.totalBytes - b.totalBytes || a.id.localeCompare(b.id));
 }
 
@@ -116,4 +117,46 @@ export function suggestedModelName(repo: string): string {
     .replace(/[-_.]gguf$/i, '')
     .toLowerCase()
     .replace(/[^a-z0-9._-]/g, '-');
+}
+
+/**
+ * A version per set: the revision (short commit) and what the set is, `3f2a1b7-q4_k_m`. The commit rather than
+ * the branch: two fetches of one commit land in one place, and a branch re-uploaded lands somewhere else. A set
+ * that still shares its version with another (two Q4_K_M files in different folders) gets its file's name
+ * instead, and a number as the last resort. A label, not a verdict: what a set is comes from its header.
+ */
+export function suggestedVersions(
+  revision: string,
+  sets: (FileSet & { facts?: { fileType: string | null } | null })[],
+): string[] {
+  const short = revision.slice(0, 7);
+  const slug = (text: string) =>
+    text
+      .toLowerCase()
+      .replace(/[^a-z0-9._-]+/g, '-')
+      .replace(/\.{2,}/g, '.')
+      .replace(/[-._]+$/, '')
+      .slice(0, 95);
+  // The file (or shard prefix) the id names: "model:Q4_K_M/Qwen3-8B-Q4_K_M" → "Qwen3-8B-Q4_K_M".
+  const fileOf = (s: FileSet) =>
+    s.id
+      .slice(s.id.indexOf(':') + 1)
+      .split('/')
+      .at(-1) ?? s.id;
+  const first = sets.map((s) => {
+    // The name's quantisation first: it is the label the operator picked the set by (the header's where none).
+    const quant = s.quant ?? s.facts?.fileType ?? null;
+    const what = [s.kind === 'MODEL' ? null : s.kind.toLowerCase(), quant && /^[\w-]+$/.test(quant) ? quant : null]
+      .filter(Boolean)
+      .join('-');
+    return slug(`${short}-${what || fileOf(s)}`);
+  });
+  const taken = (v: string) => first.filter((x) => x === v).length > 1;
+  const second = sets.map((s, i) => (taken(first[i] as string) ? slug(`${short}-${fileOf(s)}`) : (first[i] as string)));
+  const seen = new Map<string, number>();
+  return second.map((v) => {
+    const n = (seen.get(v) ?? 0) + 1;
+    seen.set(v, n);
+    return n === 1 ? v : `${v}-${n}`;
+  });
 }

@@ -3,8 +3,10 @@ import {
   ForbiddenError,
   type HangarError,
   NotFoundError,
+  RegistryOffError,
   TooManyAttemptsError,
   UnauthenticatedError,
+  UnloadableError,
   UpstreamError,
   ValidationError,
 } from '../lib/errors.js';
@@ -43,3 +45,12 @@ plain(ConflictError, 'ConflictError', 'The request clashes with what exists: a n
 plain(ForbiddenError, 'ForbiddenError', "The caller's role does not allow this.");
 plain(UnauthenticatedError, 'UnauthenticatedError', 'Not signed in, or the credentials are wrong, expired or revoked.');
 plain(UpstreamError, 'UpstreamError', 'Another server (the Hub, a node) failed or could not be reached.');
+builder.objectType(UnloadableError, {
+  name: 'UnloadableError',
+  description:
+    "Read before the download: the file's GGUF header says the nodes' llama.cpp cannot load it. `field` names the source (sources.0.url), `reason` says why; fetchAnyway takes it regardless.",
+  interfaces: [ErrorInterface],
+  isTypeOf: (v) => v instanceof UnloadableError,
+  fields: (t) => ({ field: t.exposeString('field'), file: t.exposeString('file'), reason: t.exposeString('reason') }),
+});
+plain(RegistryOffError, 'RegistryOffError', 'The registry explorer is turned off on this server (HANGAR_HUB_URL=off).');

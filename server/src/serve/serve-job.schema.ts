@@ -75,6 +75,8 @@ builder.subscriptionField('serveJobChanged', (t) =>
         filter((id: string) => id === String(args.id)),
       ),
     resolve: (id: string, _args, ctx) =>
-      ctx.prisma.serveJob.findUniqueOrThrow({ where: { id }, include: { steps: true } }),
+      ctx.pubsub.shared('serveJob', id, 'withSteps', () =>
+        ctx.prisma.serveJob.findUniqueOrThrow({ where: { id }, include: { steps: true } }),
+      ),
   }),
 );

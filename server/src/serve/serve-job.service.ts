@@ -3,7 +3,7 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Context } from '../context.js';
-import type { Db } from '../db/client.js';
+import { asLoop, type Db } from '../db/client.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { ServeJob, ServeJobStep } from '../generated/prisma/client.js';
@@ -121,20 +121,23 @@ export class ServeJobService {
 
   private kick() {
     if (!this.running || !this.health.due()) return;
-    void this.claim()
-      .then((job) => {
-        this.health.ok();
-        if (!job) return;
-        this.active.add(job.id);
-        return this.run(job).finally(() => {
-          this.active.delete(job.id);
-          this.kick();
+    // The claim and the job it starts (its steps, its lease renewals) run on the loops' connections.
+    asLoop(() => {
+      void this.claim()
+        .then((job) => {
+          this.health.ok();
+          if (!job) return;
+          this.active.add(job.id);
+          return this.run(job).finally(() => {
+            this.active.delete(job.id);
+            this.kick();
+          });
+        })
+        .catch((err) => {
+          if (err instanceof Stopped || this.health.failed(err)) return;
+          this.log.error('serve job runner failed', { error: err });
         });
-      })
-      .catch((err) => {
-        if (err instanceof Stopped || this.health.failed(err)) return;
-        this.log.error('serve job runner failed', { error: err });
-      });
+    });
   }
 
   /** A job nobody holds (new, or its holder's lease ran out: a restart), taken atomically. */

@@ -111,7 +111,7 @@ describe('serveFromRegistry', () => {
     expect(done.state).toBe('DONE');
     expect(done.steps.map((s: { state: string }) => s.state)).toEqual(['DONE', 'DONE', 'DONE', 'DONE', 'DONE', 'DONE']);
     expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
-    expect(done.steps[1].message).toBe('tiny/feedbee present and verified');
+    expect(done.steps[1].message).toBe('tiny/feedbee-q4_k_m present and verified');
     expect(done.steps[4].message).toBe('ready on gpu-1');
     // Its own request through the replica's endpoint, with the engine key: the answer, speed and first token.
     expect(done.message).toMatch(/^answered " Hello there!" at [\d.]+ tokens\/s, first token in \d+ ms$/);
@@ -166,7 +166,7 @@ describe('serveFromRegistry', () => {
     const done = await waitForJob(job.id);
     expect(done.state).toBe('DONE');
     expect(done.message).toMatch(/^answered " Hello there!" at [\d.]+ tokens\/s/);
-    expect(done.steps[1].message).toBe('slow/5105105 present and verified');
+    expect(done.steps[1].message).toBe('slow/5105105-q4_k_m present and verified');
   });
 
   it('fails at the replica, saying why, when its endpoint refuses the key it was given', async () => {

@@ -18,9 +18,11 @@ import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } fr
 import type { Logger } from '../lib/log.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
+import { checkAdapterFile, peftMisfit } from './adapter-fit.js';
 import { AdapterConversionError, peftToGguf } from './gguf-adapter.js';
 import { catalogGguf } from './model-file.js';
 import { PeftTarError, readPeftTar } from './peft-tar.js';
+import { readSafetensors } from './safetensors.js';
 import type { TrainService } from './train.service.js';
 
 // What a job made: the PEFT adapter the node uploads (a gzipped tar, checked as it is read, never unpacked to
@@ -33,7 +35,15 @@ type Caller = Pick<Context, 'viewer' | 'requestId'>;
 
 export type UploadAnswer = { status: number; body: Record<string, unknown> };
 
-export type PublishAnswer = { adapter: string; model: string; source: string; owner: string | null; note: string };
+export type PublishAnswer = {
+  adapter: string;
+  model: string;
+  source: string;
+  owner: string | null;
+  note: string;
+  /** Whether the model's replicas take it as they run (they do, on llama.cpp and vLLM): nothing to restart. */
+  liveWithoutRestart: boolean;
+};
 
 export class TrainArtifacts {
   constructor(
@@ -240,6 +250,19 @@ export class TrainArtifacts {
         ),
       );
 
+    // Against the model's file as the catalog has it now, before anything is saved: the job trained on the weights
+    // as they were, and an adapter that does not fit them would fail on every replica (or load and answer nonsense).
+    if (llama) {
+      const local = await catalogGguf(this.db, this.mirror, model.name);
+      const misfit = local.ok
+        ? await checkAdapterFile(art.path, local.file, model.name)
+        : `${job.name} cannot be checked against ${model.name}: ${local.reason}`;
+      if (misfit) return fail(new ConflictError(`not published: ${misfit}. Nothing was changed`));
+    } else {
+      const misfit = await this.peftFits(model, art.path);
+      if (misfit) return fail(new ConflictError(`not published: ${misfit}. Nothing was changed`));
+    }
+
     // Into the mirror, verified against the artifact's sha256 like any other upload.
     const version = `job-${id.slice(0, 8)}`;
     const system = { viewer: ctx.viewer, requestId: ctx.requestId };
@@ -281,7 +304,29 @@ export class TrainArtifacts {
     const note = llama
       ? `${model.name}'s llama.cpp replicas load ${job.name} within seconds, without a restart: each one's agent fetches it at its next poll and lists it in the replica's message once loaded, and requests for it go to the replicas that hold it (replicas run by llama-server load it at their next start)`
       : `the PEFT files are at ${source}; ${model.name}'s vLLM replicas load ${job.name} without a restart: each one's agent fetches the version's files whole (each verified) at its next poll, loads them with vLLM's /v1/load_lora_adapter and lists it in the replica's message once vLLM took it; requests for it go to the replicas that hold it`;
-    return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note });
+    return ok({ adapter: job.name, model: model.name, source, owner: job.owner, note, liveWithoutRestart: true });
+  }
+
+  /**
+   * Why a PEFT adapter does not fit the vLLM model's weights in the mirror (its version's config.json), or null:
+   * also when the model's config is not in this mirror or does not say, which leaves vLLM to judge.
+   */
+  private async peftFits(model: { name: string; source: string }, tarPath: string): Promise<string | null> {
+    const at = /\/mirror\/([^/]+)\/([^/]+)\//.exec(model.source);
+    if (!at) return null;
+    const [name, version] = [decodeURIComponent(at[1] ?? ''), decodeURIComponent(at[2] ?? '')];
+    const row = await this.db.mirrorFile.findUnique({
+      where: { model_version_file: { model: name, version, file: 'config.json' } },
+    });
+    if (row?.state !== 'PRESENT') return null;
+    let config: Record<string, unknown>;
+    try {
+      config = JSON.parse(await fs.readFile(this.mirror.paths.file(name, version, 'config.json'), 'utf8'));
+    } catch {
+      return null;
+    }
+    const contents = await readPeftTar(createReadStream(tarPath));
+    return peftMisfit([...readSafetensors(contents.weights).tensors.values()], config, model.name);
   }
 
   /** The PEFT tar's files, one by one into the mirror version (vLLM loads the adapter directory). */

@@ -3,6 +3,7 @@ import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
 import { ownerLabel } from '../org/org.schema.js';
 import { parseOwnerKey } from '../org/org.service.js';
+import { type PubSub, sharedField } from '../pubsub.js';
 import { builder } from '../schema/builder.js';
 import { JobStateEnum } from '../serve/serve-job.schema.js';
 import type { PublishAnswer } from './artifacts.js';
@@ -106,11 +107,14 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
     cancelRequested: t.boolean({ resolve: (j) => j.cancelRequestedAt !== null }),
     createdBy: t.string({
       nullable: true,
-      resolve: async (j, _args, ctx) =>
-        j.createdById
-          ? ((await ctx.prisma.user.findUnique({ where: { id: j.createdById }, select: { email: true } }))?.email ??
-            null)
-          : null,
+      resolve: async (j, _args, ctx, info) => {
+        const by = j.createdById;
+        if (!by) return null;
+        const user = await sharedField(j, info, 'createdBy', () =>
+          ctx.prisma.user.findUnique({ where: { id: by }, select: { email: true } }),
+        );
+        return user?.email ?? null;
+      },
     }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     startedAt: t.expose('startedAt', { type: 'DateTime', nullable: true }),
@@ -121,14 +125,14 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
       description: 'The loss curve, in step order: the last `last` steps reported (default and at most 5000).',
       args: { last: t.arg.int({ required: false }) },
       // The newest N, then put back in order: a long run's chart shows where it is now.
-      resolve: async (job, args, ctx) =>
-        (
-          await ctx.prisma.trainMetric.findMany({
-            where: { jobId: job.id },
-            orderBy: { step: 'desc' },
-            take: Math.min(Math.max(args.last ?? 5000, 1), 5000),
-          })
-        ).reverse(),
+      resolve: async (job, args, ctx, info) => {
+        const take = Math.min(Math.max(args.last ?? 5000, 1), 5000);
+        const newest = await sharedField(job, info, `metrics:${take}`, () =>
+          ctx.prisma.trainMetric.findMany({ where: { jobId: job.id }, orderBy: { step: 'desc' }, take }),
+        );
+        // A copy: the list read may be shared with other subscribers of the same event.
+        return newest.toReversed();
+      },
     }),
     events: t.relation('events', { query: { orderBy: { at: 'asc' }, take: 500 } }),
     artifacts: t.relation('artifacts', { query: { orderBy: { kind: 'asc' } } }),
@@ -136,8 +140,12 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
       type: 'String',
       nullable: true,
       description: 'The catalog adapter it was published as, if it was.',
-      resolve: async (j, _args, ctx) =>
-        (await ctx.prisma.adapter.findFirst({ where: { trainJobId: j.id }, select: { name: true } }))?.name ?? null,
+      resolve: async (j, _args, ctx, info) =>
+        (
+          await sharedField(j, info, 'adapter', () =>
+            ctx.prisma.adapter.findFirst({ where: { trainJobId: j.id }, select: { name: true } }),
+          )
+        )?.name ?? null,
     }),
   }),
 });
@@ -305,6 +313,10 @@ const PublishedRef = builder.objectRef<PublishAnswer>('TrainJobPublished').imple
     source: t.exposeString('source', { description: 'Where the nodes fetch it: the mirror.' }),
     owner: t.exposeString('owner', { nullable: true }),
     note: t.exposeString('note', { description: 'What to do for replicas to load it.' }),
+    liveWithoutRestart: t.exposeBoolean('liveWithoutRestart', {
+      description:
+        "True when the model's replicas load it as they run (each agent fetches it at its next poll): call it by its name; nothing to restart.",
+    }),
   }),
 });
 
@@ -471,14 +483,15 @@ async function* workOf(ctx: {
 /** Each changed job, read once it has committed; one deleted since the event is skipped. */
 async function* changedJobs(
   ctx: {
-    pubsub: { subscribe: (topic: 'trainJob') => AsyncIterable<string> };
+    pubsub: Pick<PubSub, 'subscribe' | 'shared'>;
     prisma: { trainJob: { findUnique: (a: { where: { id: string } }) => Promise<TrainJob | null> } };
   },
   only: string | null,
 ) {
   for await (const id of ctx.pubsub.subscribe('trainJob')) {
     if (only && id !== only) continue;
-    const job = await ctx.prisma.trainJob.findUnique({ where: { id } });
+    // One read for every subscriber of this event (pubsub.ts: shared), and so one object their fields share.
+    const job = await ctx.pubsub.shared('trainJob', id, 'row', () => ctx.prisma.trainJob.findUnique({ where: { id } }));
     if (job) yield job;
   }
 }

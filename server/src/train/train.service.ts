@@ -3,10 +3,11 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import { withState } from '../audit/message.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Context } from '../context.js';
-import type { Db, Tx } from '../db/client.js';
+import { asLoop, type Db, type Tx } from '../db/client.js';
 import { isDatabaseUnreachable, LoopHealth } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
@@ -302,6 +303,14 @@ export class TrainService {
       );
     const node = await this.db.node.findUnique({ where: { name: input.node } });
     if (!node) return refuse('node', `no node ${input.node}: name a node that reports to Hangar (see Nodes)`);
+    // A job trains on one GPU (the agent gives the trainer one card): more than the node's largest card would
+    // wait in the queue forever. A node that has not reported its GPUs yet cannot be judged, and is trusted.
+    const largest = largestCard(node);
+    if (largest && input.gpuMiB > largest.totalMiB)
+      return refuse(
+        'gpuMiB',
+        `the job asks for ${input.gpuMiB} MiB of GPU memory, more than node ${node.name} could ever give it: its largest card is GPU ${largest.index} (${largest.name}) with ${largest.totalMiB} MiB. Ask for at most ${largest.totalMiB} MiB, or name a node with a larger card`,
+      );
 
     // The pairs: inline (small, from scripts) or uploaded first with POST /api/train/data (the console, big files).
     if (Boolean(input.data) === Boolean(input.dataSha256))
@@ -720,7 +729,7 @@ export class TrainService {
         data: { state, message, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },
       });
       if (n.count !== 1) return null;
-      await this.event(tx, id, state === 'FAILED' ? 'error' : 'info', `${state.toLowerCase()}: ${message}`);
+      await this.event(tx, id, state === 'FAILED' ? 'error' : 'info', withState(state, message));
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
       if (ctx)
         await this.audit.done(tx, ctx, { action: 'finishTrainJob', target: j.name, message: `${state}: ${message}` });
@@ -759,7 +768,8 @@ export class TrainService {
 
   /** One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). */
   sweep(now = new Date()): Promise<void> {
-    this.sweeping = this.sweeping.then(() => this.sweepOnce(now));
+    // On the loops' connections, also when a request asks for one (the callback runs where .then was called).
+    this.sweeping = asLoop(() => this.sweeping.then(() => this.sweepOnce(now)));
     return this.sweeping;
   }
 
@@ -877,6 +887,17 @@ class OwnerGone extends Error {}
 function freeMiB(node: Node): number {
   const gpus = Array.isArray(node.gpus) ? (node.gpus as { freeMiB?: number }[]) : [];
   return gpus.reduce((m, g) => Math.max(m, Number(g.freeMiB ?? 0)), 0);
+}
+
+/** The node's card with the most memory in all (free or not), as its agent last reported; null before any. */
+function largestCard(node: Node): { index: number; name: string; totalMiB: number } | null {
+  const gpus = Array.isArray(node.gpus) ? (node.gpus as { index?: number; name?: string; totalMiB?: number }[]) : [];
+  let best: { index: number; name: string; totalMiB: number } | null = null;
+  gpus.forEach((g, i) => {
+    const totalMiB = Number(g.totalMiB ?? 0);
+    if (!best || totalMiB > best.totalMiB) best = { index: g.index ?? i, name: g.name ?? 'GPU', totalMiB };
+  });
+  return best;
 }
 
 function who(ctx: Caller) {

@@ -157,6 +157,13 @@ describe('createTrainJob', () => {
     ['a bad base revision', (v) => ({ ...v, baseRevision: '../x' }), 'baseRevision', /branch, a tag or a commit/],
     ['an unknown node', (v) => ({ ...v, node: 'gpu-9' }), 'node', /no node gpu-9/],
     ['zero GPU memory', (v) => ({ ...v, gpuMiB: 0 }), 'gpuMiB', /more than 0/],
+    // It would wait in the queue forever: the node's H100 has 81559 MiB in all.
+    [
+      'more GPU memory than the largest card',
+      (v) => ({ ...v, gpuMiB: 999_999 }),
+      'gpuMiB',
+      /asks for 999999 MiB .* its largest card is GPU 0 \(H100\) with 81559 MiB/,
+    ],
     ['no data', (v) => ({ ...v, data: undefined }), 'data', /either inline/],
     ['data and a sha256', (v) => ({ ...v, dataSha256: 'a'.repeat(64) }), 'data', /either inline/],
     [

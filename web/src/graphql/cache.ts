@@ -1,5 +1,6 @@
 import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
 import { gql } from 'urql';
+import { type AuditSearch, matchesAuditFilter } from '../components/audit/audit-filter';
 import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
 import type { TrainJob_Row } from '../components/training/train-progress';
 import { TrainingList_JobsQuery } from '../components/training/training-list';
@@ -46,6 +47,27 @@ function joinMirror(cache: Cache, version: Data) {
   const families = (cache.resolve(mirror, 'families') ?? []) as string[];
   const listed = families.some((f) => ((cache.resolve(f, 'versions') ?? []) as string[]).includes(key));
   if (!listed) cache.invalidate('Query', 'mirror');
+}
+
+/**
+ * A model as an event has it now, in every cached `models` list (the server's is by name): a new one is put in its
+ * place by name, a removed one (model null: only its id is left) leaves.
+ */
+function placeModel(cache: Cache, modelId: string, model: Data | null) {
+  const key = cache.keyOfEntity({ __typename: 'Model', id: modelId });
+  if (!key) return;
+  for (const f of cache.inspectFields('Query')) {
+    if (f.fieldName !== 'models') continue;
+    const list = cache.resolve('Query', f.fieldKey);
+    if (!Array.isArray(list)) continue;
+    const keys = (list as unknown as string[]).filter((k) => k !== key);
+    if (model) {
+      const name = String(model.name);
+      const at = keys.findIndex((k) => String(cache.resolve(k, 'name')) > name);
+      keys.splice(at < 0 ? keys.length : at, 0, key);
+    }
+    cache.link('Query', f.fieldName, f.arguments, keys);
+  }
 }
 
 type TrainJobEntity = TrainJob_Row & { __typename: 'TrainJob' };
@@ -146,6 +168,25 @@ export const cacheConfig: CacheExchangeOpts = {
         const created = success(parent, 'createNode', 'CreatedNode');
         if (created) addToLists(cache, 'nodes', created.node as Data, 'end');
       },
+      // The answer names the node: it leaves the cached list by name, and the models whose replicas it held are
+      // read again (those replicas are gone, placed elsewhere).
+      removeNode(parent, _args, cache) {
+        const removed = success(parent, 'removeNode', 'RemovedNode');
+        if (!removed) return;
+        for (const f of cache.inspectFields('Query')) {
+          if (f.fieldName !== 'nodes') continue;
+          const list = cache.resolve('Query', f.fieldKey);
+          if (!Array.isArray(list)) continue;
+          const keys = list as unknown as string[];
+          cache.link(
+            'Query',
+            f.fieldName,
+            f.arguments,
+            keys.filter((k) => cache.resolve(k, 'name') !== removed.name),
+          );
+        }
+        cache.invalidate('Query', 'models');
+      },
       createUser(parent, _args, cache) {
         const user = success(parent, 'createUser', 'User');
         if (user) addToLists(cache, 'users', user, 'end');
@@ -221,6 +262,10 @@ export const cacheConfig: CacheExchangeOpts = {
         const job = parent.trainJobChanged as TrainJobEntity | null;
         if (job) placeTrainJob(cache, job);
       },
+      modelChanged(parent, _args, cache) {
+        const change = parent.modelChanged as { modelId?: string; model?: Data | null } | null;
+        if (change?.modelId) placeModel(cache, change.modelId, change.model ?? null);
+      },
       mirrorChanged(parent, _args, cache) {
         const version = parent.mirrorChanged as Data | null;
         if (version && !version.removed) joinMirror(cache, version);
@@ -232,7 +277,10 @@ export const cacheConfig: CacheExchangeOpts = {
         for (const f of cache.inspectFields('Query')) {
           const first = f.arguments?.first;
           if (f.fieldName !== 'auditEvents' || f.arguments?.after != null || typeof first !== 'number') continue;
-          cache.updateQuery({ query: AuditLog_EventsQuery, variables: { first, after: null } }, (data) => {
+          // A filtered list takes only the events its filter would have given it.
+          const filter = (f.arguments?.filter ?? null) as AuditSearch | null;
+          if (!matchesAuditFilter(event, filter)) continue;
+          cache.updateQuery({ query: AuditLog_EventsQuery, variables: { first, after: null, filter } }, (data) => {
             if (!data || data.auditEvents.edges.some((e) => e.node.id === event.id)) return data;
             data.auditEvents.edges.unshift({ __typename: 'AuditEventEdge', cursor: event.id, node: event });
             return data;

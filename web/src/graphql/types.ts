@@ -8,7 +8,7 @@ export type Role = (typeof roles)[number];
 export type AuditOutcome = 'DONE' | 'REFUSED' | 'FAILED';
 
 /** A mirror version's state, summed from its files'; QUEUED, FETCHING and VERIFYING count as arriving. */
-export type MirrorVersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED';
+export type MirrorVersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED' | 'PAUSED';
 export type MirrorFileState = MirrorVersionState;
 export const arrivingStates: readonly MirrorVersionState[] = ['QUEUED', 'FETCHING', 'VERIFYING'];
 
@@ -34,13 +34,18 @@ export type Refusal = {
     | 'ConflictError'
     | 'ForbiddenError'
     | 'NotFoundError'
+    | 'RegistryOffError'
     | 'TooManyAttemptsError'
     | 'UnauthenticatedError'
+    | 'UnloadableError'
     | 'UpstreamError'
     | 'ValidationError';
   message: string;
   code: string;
   field?: string;
+  /** UnloadableError: the file whose header was refused, and why. */
+  file?: string;
+  reason?: string;
 };
 
 /** A mutation's result union: the success type or one of the refusals. */

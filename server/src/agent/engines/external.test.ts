@@ -104,6 +104,23 @@ const alive = (pid: number) => {
 };
 
 describe('external engines', () => {
+  it('starts a replica placed on one GPU with that GPU alone visible to the engine', async () => {
+    const { cp, until } = setup({ llamaServer: engine() });
+    cp.assign({ replicaId: 'gpu1', source: up.url('tiny.gguf'), gpuIndex: 1 });
+    const ready = await until('gpu1', 'READY');
+    expect(ready.message).toMatch(/^llama-server answers on port \d+ \(pid \d+\) on GPU 1$/);
+    const models = await fetch(`${ready.endpoint}/models`, { headers: { authorization: `Bearer ${ready.engineKey}` } });
+    const listed = (await models.json()) as { data: { stand_in_cuda_visible_devices: string | null }[] };
+    expect(listed.data[0]?.stand_in_cuda_visible_devices).toBe('1');
+    // The node as a whole: the engine sees what the agent sees.
+    cp.assign({ replicaId: 'whole', source: up.url('tiny.gguf') });
+    const whole = await until('whole', 'READY');
+    const all = await fetch(`${whole.endpoint}/models`, { headers: { authorization: `Bearer ${whole.engineKey}` } });
+    expect(((await all.json()) as typeof listed).data[0]?.stand_in_cuda_visible_devices).toBe(
+      process.env.CUDA_VISIBLE_DEVICES ?? null,
+    );
+  });
+
   it('runs llama-server on a port it assigns with a key it makes, READY once /health answers, stopped on STOP', async () => {
     const { cp, runner, until } = setup({ llamaServer: engine('--stand-in-load-ms', '300') });
     cp.assign({

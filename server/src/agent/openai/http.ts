@@ -23,8 +23,11 @@ export type OpenAiServerOptions = {
 export type OpenAiServer = {
   /** Makes a replica answer under its catalog name (and its adapters' names), for callers with `engineKey`. */
   serve(model: ServedModel, engineKey: string): void;
-  /** New requests for it get 404; a request it is answering runs on, until the model itself stops it. */
-  unserve(name: string): void;
+  /**
+   * New requests for it get 404; a request it is answering runs on, until the model itself stops it. With
+   * `model`, that replica alone (a node may run two of one model, one per GPU); without, every one of the name.
+   */
+  unserve(name: string, model?: ServedModel): void;
   /** Binds the port; resolves to the URL to reach it from this machine (no /v1), e.g. http://127.0.0.1:41234. */
   listen(at: { host: string; port: number }): Promise<string>;
   /** Stops listening, aborts every request being answered (their sequences are freed) and closes the sockets. */
@@ -199,7 +202,8 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
   const { log } = options;
   const maxBodyBytes = options.maxBodyBytes ?? 4 * MiB;
   const bodyTimeoutMs = options.bodyTimeoutMs ?? 30_000;
-  const served = new Map<string, Entry>();
+  // By replica: two replicas of one model (one per GPU) each answer under their own engine key.
+  const served = new Map<ServedModel, Entry>();
   /** Every request being answered, so close() can free their sequences at once. */
   const inFlight = new Set<AbortController>();
   const server = http.createServer({ noDelay: true }, (req, res) => {
@@ -523,16 +527,14 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
   return {
     serve(model, engineKey) {
       if (!engineKey) throw new Error(`an engine key is needed to serve ${model.name}`);
-      const was = served.get(model.name);
-      if (was && was.model !== model) {
-        throw new Error(`${model.name} is already served on this node: unserve it before serving another replica`);
-      }
-      served.set(model.name, { model, keyHash: hashSecret(engineKey), created: now(), gone: false });
+      served.set(model, { model, keyHash: hashSecret(engineKey), created: now(), gone: false });
     },
-    unserve(name) {
-      const entry = served.get(name);
-      if (entry) entry.gone = true;
-      served.delete(name);
+    unserve(name, model) {
+      for (const [m, entry] of served)
+        if (model ? m === model : m.name === name) {
+          entry.gone = true;
+          served.delete(m);
+        }
     },
     listen(at) {
       return new Promise((resolve, reject) => {

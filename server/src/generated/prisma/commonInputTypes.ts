@@ -310,6 +310,17 @@ export type FloatNullableFilter<$PrismaModel = never> = {
   not?: Prisma.NestedFloatNullableFilter<$PrismaModel> | number | null
 }
 
+export type IntNullableFilter<$PrismaModel = never> = {
+  equals?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
+  in?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  notIn?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  lt?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  lte?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  gt?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  gte?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedIntNullableFilter<$PrismaModel> | number | null
+}
+
 export type EnumMirrorFileStateWithAggregatesFilter<$PrismaModel = never> = {
   equals?: $Enums.MirrorFileState | Prisma.EnumMirrorFileStateFieldRefInput<$PrismaModel>
   in?: $Enums.MirrorFileState[] | Prisma.ListEnumMirrorFileStateFieldRefInput<$PrismaModel>
@@ -368,34 +379,6 @@ export type FloatNullableWithAggregatesFilter<$PrismaModel = never> = {
   _max?: Prisma.NestedFloatNullableFilter<$PrismaModel>
 }
 
-export type EnumEngineFilter<$PrismaModel = never> = {
-  equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
-  in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
-  notIn?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
-  not?: Prisma.NestedEnumEngineFilter<$PrismaModel> | $Enums.Engine
-}
-
-export type IntNullableFilter<$PrismaModel = never> = {
-  equals?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
-  in?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
-  notIn?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
-  lt?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  lte?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  gt?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  gte?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  not?: Prisma.NestedIntNullableFilter<$PrismaModel> | number | null
-}
-
-export type EnumEngineWithAggregatesFilter<$PrismaModel = never> = {
-  equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
-  in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
-  notIn?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
-  not?: Prisma.NestedEnumEngineWithAggregatesFilter<$PrismaModel> | $Enums.Engine
-  _count?: Prisma.NestedIntFilter<$PrismaModel>
-  _min?: Prisma.NestedEnumEngineFilter<$PrismaModel>
-  _max?: Prisma.NestedEnumEngineFilter<$PrismaModel>
-}
-
 export type IntNullableWithAggregatesFilter<$PrismaModel = never> = {
   equals?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
   in?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
@@ -410,6 +393,23 @@ export type IntNullableWithAggregatesFilter<$PrismaModel = never> = {
   _sum?: Prisma.NestedIntNullableFilter<$PrismaModel>
   _min?: Prisma.NestedIntNullableFilter<$PrismaModel>
   _max?: Prisma.NestedIntNullableFilter<$PrismaModel>
+}
+
+export type EnumEngineFilter<$PrismaModel = never> = {
+  equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
+  in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
+  notIn?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumEngineFilter<$PrismaModel> | $Enums.Engine
+}
+
+export type EnumEngineWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
+  in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
+  notIn?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumEngineWithAggregatesFilter<$PrismaModel> | $Enums.Engine
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumEngineFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumEngineFilter<$PrismaModel>
 }
 
 export type UuidNullableFilter<$PrismaModel = never> = {
@@ -957,6 +957,22 @@ export type NestedFloatNullableWithAggregatesFilter<$PrismaModel = never> = {
   _max?: Prisma.NestedFloatNullableFilter<$PrismaModel>
 }
 
+export type NestedIntNullableWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
+  in?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  notIn?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  lt?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  lte?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  gt?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  gte?: number | Prisma.IntFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedIntNullableWithAggregatesFilter<$PrismaModel> | number | null
+  _count?: Prisma.NestedIntNullableFilter<$PrismaModel>
+  _avg?: Prisma.NestedFloatNullableFilter<$PrismaModel>
+  _sum?: Prisma.NestedIntNullableFilter<$PrismaModel>
+  _min?: Prisma.NestedIntNullableFilter<$PrismaModel>
+  _max?: Prisma.NestedIntNullableFilter<$PrismaModel>
+}
+
 export type NestedEnumEngineFilter<$PrismaModel = never> = {
   equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
   in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
@@ -972,22 +988,6 @@ export type NestedEnumEngineWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumEngineFilter<$PrismaModel>
   _max?: Prisma.NestedEnumEngineFilter<$PrismaModel>
-}
-
-export type NestedIntNullableWithAggregatesFilter<$PrismaModel = never> = {
-  equals?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
-  in?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
-  notIn?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
-  lt?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  lte?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  gt?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  gte?: number | Prisma.IntFieldRefInput<$PrismaModel>
-  not?: Prisma.NestedIntNullableWithAggregatesFilter<$PrismaModel> | number | null
-  _count?: Prisma.NestedIntNullableFilter<$PrismaModel>
-  _avg?: Prisma.NestedFloatNullableFilter<$PrismaModel>
-  _sum?: Prisma.NestedIntNullableFilter<$PrismaModel>
-  _min?: Prisma.NestedIntNullableFilter<$PrismaModel>
-  _max?: Prisma.NestedIntNullableFilter<$PrismaModel>
 }
 
 export type NestedUuidNullableFilter<$PrismaModel = never> = {

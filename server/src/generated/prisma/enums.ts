@@ -24,7 +24,8 @@ export const MirrorFileState = {
   VERIFYING: 'VERIFYING',
   PRESENT: 'PRESENT',
   FAILED: 'FAILED',
-  CANCELLED: 'CANCELLED'
+  CANCELLED: 'CANCELLED',
+  PAUSED: 'PAUSED'
 } as const
 
 export type MirrorFileState = (typeof MirrorFileState)[keyof typeof MirrorFileState]

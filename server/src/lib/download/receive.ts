@@ -19,6 +19,11 @@ export type ReceiveOptions = {
   onWritten?: (offset: number) => void;
   /** Flush to the disk as it goes and at the end, before this resolves. */
   fsync?: boolean;
+  /**
+   * A bandwidth limit (the mirror's): when it answers a slice size, each block is written in slices of that
+   * size, each after `take` lets it go, so progress moves (and the stall watch hears) at the limited pace.
+   */
+  throttle?: { slice(): number | null; take(bytes: number): Promise<void> };
 };
 
 /**
@@ -37,12 +42,31 @@ export async function receiveInto(
   let handed = at.offset;
   let unsynced = 0;
   let syncing: Promise<unknown> = Promise.resolve();
+  // The last block's promise, hashed and counted: a sliced block starts after it, so the offset only ever grows.
+  let last: Promise<void> = Promise.resolve();
   await res.readBody((block) => {
     handed += block.length;
     o.check?.(handed);
+    const slice = o.throttle?.slice() ?? null;
+    if (slice !== null && o.throttle) {
+      const { take } = o.throttle;
+      const sliced = Promise.all([writes, last]).then(async () => {
+        for (let from = 0; from < block.length; from += slice) {
+          const piece = block.subarray(from, Math.min(block.length, from + slice));
+          await take(piece.length);
+          await writeAll(file, piece);
+          await hash.update(piece);
+          at.offset += piece.length;
+          o.onWritten?.(at.offset);
+        }
+      });
+      writes = sliced;
+      last = sliced;
+      return sliced;
+    }
     const written = writes.then(() => writeAll(file, block));
     writes = written;
-    return written
+    last = written
       .then(() => hash.update(block))
       .then(() => {
         at.offset += block.length;
@@ -54,6 +78,7 @@ export async function receiveInto(
           syncing = file.datasync().catch(() => {});
         }
       });
+    return last;
   }, o.onBytes);
   if (o.fsync) {
     await syncing;

@@ -73,7 +73,10 @@ describe('AuditLog', () => {
     await vi.waitFor(() => expect(actions()).toEqual(['createApiToken', 'createUser', 'createNode', 'login']));
     expect(screen.getByText('FAILED')).toHaveClass('badge', 'bad');
     const pages = fake.sent(AuditLog_EventsQuery).map((op) => JSON.stringify(op.variables));
-    expect([...new Set(pages)]).toEqual(['{"first":2,"after":null}', '{"first":2,"after":"4"}']);
+    expect([...new Set(pages)]).toEqual([
+      '{"first":2,"after":null,"filter":null}',
+      '{"first":2,"after":"4","filter":null}',
+    ]);
     expect(screen.queryByRole('button', { name: 'Load more' })).toBeNull();
 
     // An event committed elsewhere arrives over the subscription and goes on top, without a refetch.
@@ -111,6 +114,47 @@ describe('AuditLog', () => {
     await vi.waitFor(() => expect(actions()).toEqual(['updateUser', 'createApiToken']));
     expect(fake.sent(AuditLog_EventsQuery).length).toBe(before + 1);
     log.shift();
+  });
+
+  it('asks the server for the filter in the URL, sets a new one from the form, and takes only matching live events', async () => {
+    const fake = fakeClient([
+      answer(AuditLog_EventsQuery, (v) => {
+        const all = page(50, null).auditEvents;
+        const part = (v.filter?.action ?? '').toLowerCase();
+        const edges = all.edges.filter((e) => e.node.action.toLowerCase().includes(part));
+        return { auditEvents: { ...all, edges, pageInfo: { ...all.pageInfo, hasNextPage: false } } };
+      }),
+    ]);
+    const onSearch = vi.fn();
+    render(
+      <Provider value={fake.client}>
+        <AuditLog search={{ action: 'create', outcome: undefined, actor: '  ' }} onSearch={onSearch} />
+      </Provider>,
+    );
+    await screen.findByText('createApiToken');
+    expect(actions()).toEqual(['createApiToken', 'createUser', 'createNode']);
+    expect(fake.sent(AuditLog_EventsQuery).map((op) => op.variables.filter)).toContainEqual({ action: 'create' });
+
+    // Live: an event the filter leaves out stays out; one it takes goes on top.
+    fake.push(AuditLog_EventAddedSubscription, { auditEventAdded: event(8, 'DONE', 'login') });
+    fake.push(AuditLog_EventAddedSubscription, { auditEventAdded: event(9, 'DONE', 'createOrg') });
+    await vi.waitFor(() => expect(actions()).toEqual(['createOrg', 'createApiToken', 'createUser', 'createNode']));
+
+    const user = userEvent.setup();
+    const form = screen.getByRole('form', { name: 'Filter the audit log' });
+    await user.type(within(form).getByLabelText('Actor'), 'node:gpu-1');
+    await user.selectOptions(within(form).getByLabelText('Outcome'), 'REFUSED');
+    await user.click(within(form).getByRole('button', { name: 'Filter' }));
+    expect(onSearch).toHaveBeenLastCalledWith({
+      actor: 'node:gpu-1',
+      action: 'create',
+      target: undefined,
+      outcome: 'REFUSED',
+      from: undefined,
+      to: undefined,
+    });
+    await user.click(within(form).getByRole('button', { name: 'Clear' }));
+    expect(onSearch).toHaveBeenLastCalledWith({});
   });
 
   it('says so when the log is empty', async () => {

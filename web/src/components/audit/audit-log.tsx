@@ -1,12 +1,14 @@
-import { useState, useSyncExternalStore } from 'react';
+import { type FormEvent, useState, useSyncExternalStore } from 'react';
 import { gql, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
+import { Breakable } from '../common/breakable';
 import { describeError } from '../common/form-error';
 import { LoadMoreRow } from '../common/load-more-row';
 import { PageHeader } from '../common/page';
 import { TimeAgo } from '../common/time-ago';
+import { type AuditSearch, auditFilterOf, auditOutcomes } from './audit-filter';
 
 export type AuditEventRow = {
   __typename?: 'AuditEvent';
@@ -40,9 +42,12 @@ type EventsPage = {
   };
 };
 
-export const AuditLog_EventsQuery = gql<EventsPage, { first: number; after: string | null }>`
-  query AuditLog_Events($first: Int!, $after: String) {
-    auditEvents(first: $first, after: $after) {
+export const AuditLog_EventsQuery = gql<
+  EventsPage,
+  { first: number; after: string | null; filter?: AuditSearch | null }
+>`
+  query AuditLog_Events($first: Int!, $after: String, $filter: AuditFilter) {
+    auditEvents(first: $first, after: $after, filter: $filter) {
       edges {
         cursor
         node {
@@ -81,19 +86,39 @@ const liveText: Record<LiveState, string> = {
  * The audit log, newest first: one query per page (cursor after the previous page's end), so events that arrive
  * live join the first page without shifting the later ones.
  */
-export function AuditLog({ pageSize = AUDIT_PAGE_SIZE }: { pageSize?: number }) {
-  const [cursors, setCursors] = useState<(string | null)[]>([null]);
-  useSubscription({ query: AuditLog_EventAddedSubscription });
-  const state = useSyncExternalStore(live.subscribe, live.get, live.get);
-
+export function AuditLog({
+  pageSize = AUDIT_PAGE_SIZE,
+  search = {},
+  onSearch,
+}: {
+  pageSize?: number;
+  search?: AuditSearch;
+  onSearch?: (next: AuditSearch) => void;
+}) {
+  const filter = auditFilterOf(search);
+  const filterKey = JSON.stringify(filter);
   return (
     <section>
       <PageHeader title="Audit">
         Every mutation, done or refused: who asked, what, on what, and how it ended.
       </PageHeader>
+      {onSearch ? <AuditFilterForm key={`form ${filterKey}`} search={search} onSearch={onSearch} /> : null}
+      {/* A new filter starts again from its first page. */}
+      <AuditTable key={`table ${filterKey}`} pageSize={pageSize} filter={filter} />
+    </section>
+  );
+}
+
+function AuditTable({ pageSize, filter }: { pageSize: number; filter: AuditSearch | null }) {
+  const [cursors, setCursors] = useState<(string | null)[]>([null]);
+  useSubscription({ query: AuditLog_EventAddedSubscription });
+  const state = useSyncExternalStore(live.subscribe, live.get, live.get);
+  return (
+    <>
       <p className="live-state" aria-live="polite">
         <span className={`dot ${state === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
         {liveText[state]}
+        {filter ? ' Only events that match the filter are listed.' : ''}
       </p>
       <div className="table-wrap">
         <table className="table dense audit">
@@ -112,27 +137,103 @@ export function AuditLog({ pageSize = AUDIT_PAGE_SIZE }: { pageSize?: number }) 
               key={after ?? 'first'}
               first={pageSize}
               after={after}
+              filter={filter}
               onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
             />
           ))}
         </table>
       </div>
-    </section>
+    </>
+  );
+}
+
+/** datetime-local speaks the browser's time zone without one; the URL and the server speak UTC. */
+const toLocalInput = (iso?: string) => {
+  if (!iso) return '';
+  const d = new Date(iso);
+  return new Date(d.getTime() - d.getTimezoneOffset() * 60_000).toISOString().slice(0, 16);
+};
+const fromLocalInput = (value: FormDataEntryValue | null) => {
+  const text = String(value ?? '');
+  const at = text ? new Date(text) : undefined;
+  return at && !Number.isNaN(at.getTime()) ? at.toISOString() : undefined;
+};
+
+function AuditFilterForm({ search, onSearch }: { search: AuditSearch; onSearch: (next: AuditSearch) => void }) {
+  const submit = (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    const form = new FormData(event.currentTarget);
+    const text = (name: string) => String(form.get(name) ?? '').trim() || undefined;
+    const outcome = text('outcome') as AuditSearch['outcome'];
+    onSearch({
+      actor: text('actor'),
+      action: text('action'),
+      target: text('target'),
+      outcome,
+      from: fromLocalInput(form.get('from')),
+      to: fromLocalInput(form.get('to')),
+    });
+  };
+  const filtered = auditFilterOf(search) !== null;
+  return (
+    <form className="form-row audit-filter" aria-label="Filter the audit log" onSubmit={submit}>
+      <label className="field">
+        <span>Actor</span>
+        <input name="actor" defaultValue={search.actor ?? ''} placeholder="user:ops@, node:gpu-1" />
+      </label>
+      <label className="field">
+        <span>Action</span>
+        <input name="action" defaultValue={search.action ?? ''} placeholder="login, createNode" />
+      </label>
+      <label className="field">
+        <span>Target</span>
+        <input name="target" defaultValue={search.target ?? ''} />
+      </label>
+      <label className="field">
+        <span>Outcome</span>
+        <select name="outcome" defaultValue={search.outcome ?? ''}>
+          <option value="">any</option>
+          {auditOutcomes.map((o) => (
+            <option key={o} value={o}>
+              {o}
+            </option>
+          ))}
+        </select>
+      </label>
+      <label className="field">
+        <span>From</span>
+        <input name="from" type="datetime-local" defaultValue={toLocalInput(search.from)} />
+      </label>
+      <label className="field">
+        <span>To</span>
+        <input name="to" type="datetime-local" defaultValue={toLocalInput(search.to)} />
+      </label>
+      <button type="submit" className="button primary">
+        Filter
+      </button>
+      {filtered ? (
+        <button type="button" className="button" onClick={() => onSearch({})}>
+          Clear
+        </button>
+      ) : null}
+    </form>
   );
 }
 
 function AuditPage({
   first,
   after,
+  filter,
   onLoadMore,
 }: {
   first: number;
   after: string | null;
+  filter: AuditSearch | null;
   onLoadMore?: (endCursor: string) => void;
 }) {
   const [{ data, fetching, error }, refetch] = useQuery({
     query: AuditLog_EventsQuery,
-    variables: { first, after },
+    variables: { first, after, filter },
     // The first page is re-read on every visit: events may have happened while the page was closed.
     requestPolicy: after === null ? 'cache-and-network' : 'cache-first',
   });
@@ -162,7 +263,9 @@ function AuditPage({
       {data && after === null && edges.length === 0 ? (
         <tr>
           <td colSpan={6} className="empty">
-            No audit events yet. Every sign-in, change and refusal will be listed here.
+            {filter
+              ? 'No audit event matches this filter.'
+              : 'No audit events yet. Every sign-in, change and refusal will be listed here.'}
           </td>
         </tr>
       ) : null}
@@ -184,9 +287,11 @@ function AuditRow({ event }: { event: AuditEventRow }) {
       <td className="nowrap">
         <TimeAgo at={event.at} />
       </td>
-      <td className="mono">{event.actor}</td>
+      <td className="mono">
+        <Breakable text={event.actor} />
+      </td>
       <td className="mono nowrap">{event.action}</td>
-      <td className="mono">{event.target ?? <span className="muted">—</span>}</td>
+      <td className="mono">{event.target ? <Breakable text={event.target} /> : <span className="muted">—</span>}</td>
       <td>
         <span className={`badge ${outcomeClass[event.outcome] ?? ''}`}>{event.outcome}</span>
       </td>

@@ -9,12 +9,3 @@ export function PageHeader({ title, children }: { title: string; children?: Reac
     </header>
   );
 }
-
-/** A page that later work fills in: what it will hold, and nothing invented. */
-export function PlaceholderPage({ title, children }: { title: string; children: ReactNode }) {
-  return (
-    <section>
-      <PageHeader title={title}>{children}</PageHeader>
-    </section>
-  );
-}

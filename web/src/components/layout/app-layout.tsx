@@ -30,6 +30,22 @@ export const AppLayout_ViewerQuery = gql<{ viewer: AppLayout_Viewer | null }, Re
   }
 `;
 
+/**
+ * Whether this server's registry explorer is on (HANGAR_HUB_URL=off turns it off): asked once with the viewer,
+ * so a site with no way out gets no Registry entry and no search box that could only time out.
+ */
+export const AppLayout_RegistrySettingsQuery = gql<
+  { registrySettings: { enabled: boolean; siteUrl: string | null } },
+  Record<string, never>
+>`
+  query AppLayout_RegistrySettings {
+    registrySettings {
+      enabled
+      siteUrl
+    }
+  }
+`;
+
 export const AppLayout_LogoutMutation = gql<{ logout: Outcome<{ __typename: 'LogoutPayload'; ok: boolean }> }>`
   mutation AppLayout_Logout {
     logout {
@@ -53,7 +69,8 @@ const sections = [
   { to: '/tokens', label: 'Tokens' },
 ] as const;
 
-export function AppLayout({ viewer }: { viewer: AppLayout_Viewer }) {
+export function AppLayout({ viewer, registryOn }: { viewer: AppLayout_Viewer; registryOn: boolean }) {
+  const shown = sections.filter((s) => registryOn || s.to !== '/registry');
   return (
     <div className="shell">
       <aside className="sidebar">
@@ -62,7 +79,7 @@ export function AppLayout({ viewer }: { viewer: AppLayout_Viewer }) {
         </Link>
         <nav aria-label="Main">
           <ul>
-            {sections.map((s) => (
+            {shown.map((s) => (
               <li key={s.to}>
                 <Link to={s.to} activeProps={{ className: 'active', 'aria-current': 'page' }}>
                   {s.label}
@@ -114,7 +131,9 @@ function SignedInAs({ viewer }: { viewer: AppLayout_Viewer }) {
           {problem}
         </span>
       ) : null}
-      <span className="signed-in-email">{viewer.user.email}</span>
+      <Link to="/account" className="signed-in-email" title="Your account: change your password">
+        {viewer.user.email}
+      </Link>
       <span className={`badge role-${viewer.role.toLowerCase()}`} title="Your role">
         {viewer.role}
       </span>

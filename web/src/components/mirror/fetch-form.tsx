@@ -34,13 +34,24 @@ export const FetchForm_StartedFragment = gql`
 
 export const FetchForm_FetchMutation = gql<
   { fetchToMirror: Outcome<Started> },
-  { model: string; version: string; sources: MirrorSourceInput[]; force: boolean }
+  { model: string; version: string; sources: MirrorSourceInput[]; force: boolean; fetchAnyway: boolean }
 >`
-  mutation FetchForm_Fetch($model: String!, $version: String!, $sources: [MirrorSourceInput!]!, $force: Boolean) {
-    fetchToMirror(model: $model, version: $version, sources: $sources, force: $force) {
+  mutation FetchForm_Fetch(
+    $model: String!
+    $version: String!
+    $sources: [MirrorSourceInput!]!
+    $force: Boolean
+    $fetchAnyway: Boolean
+  ) {
+    fetchToMirror(model: $model, version: $version, sources: $sources, force: $force, fetchAnyway: $fetchAnyway) {
       __typename
       ...FetchForm_Started
       ...FormError_Refusal
+      ... on UnloadableError {
+        field
+        file
+        reason
+      }
     }
   }
   ${FetchForm_StartedFragment}
@@ -53,6 +64,8 @@ type LinePart = 'url' | 'file' | 'sha256';
 /**
  * Fetches files by URL into one model version. The answer is the server's own ("started fetching 3 files into
  * m/v"): the bytes are still moving, so nothing here says "added". A refusal is shown next to the field it names.
+ * The server reads each GGUF's header first; what the nodes cannot load comes back as a verdict, and taking it
+ * regardless is a separate, labelled choice ("Fetch anyway"), never the same button pressed twice.
  */
 export function FetchForm({ titleId }: { titleId: string }) {
   const [{ fetching, error }, fetchToMirror] = useMutation(FetchForm_FetchMutation);
@@ -62,6 +75,7 @@ export function FetchForm({ titleId }: { titleId: string }) {
   const [version, setVersion] = useState('');
   const [lines, setLines] = useState<Line[]>(() => [{ key: 0, url: '', file: '', sha256: '' }]);
   const [force, setForce] = useState(false);
+  const [anyway, setAnyway] = useState(false);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
   // Which line each submitted source came from: the server names sources by their index in what was sent.
   const [sentKeys, setSentKeys] = useState<number[]>([]);
@@ -71,6 +85,11 @@ export function FetchForm({ titleId }: { titleId: string }) {
   const edited = () => setStarted(undefined);
   const setLine = (key: number, part: LinePart, value: string) => {
     edited();
+    // The verdict was about those URLs: another file is looked at afresh, and "anyway" is chosen again for it.
+    if (part === 'url' && refusal?.__typename === 'UnloadableError') {
+      setRefusal(null);
+      setAnyway(false);
+    }
     setLines((ls) => ls.map((l) => (l.key === key ? { ...l, [part]: value } : l)));
   };
 
@@ -87,6 +106,7 @@ export function FetchForm({ titleId }: { titleId: string }) {
       version: version.trim(),
       sources: sent.map((l) => ({ url: l.url.trim(), file: l.file.trim() || null, sha256: l.sha256.trim() || null })),
       force,
+      fetchAnyway: anyway,
     });
     const outcome = result.data?.fetchToMirror;
     if (isRefusal(outcome)) setRefusal(outcome);
@@ -96,6 +116,7 @@ export function FetchForm({ titleId }: { titleId: string }) {
       setVersion('');
       setLines([blank()]);
       setForce(false);
+      setAnyway(false);
     }
   };
 
@@ -108,6 +129,7 @@ export function FetchForm({ titleId }: { titleId: string }) {
   const lineError = (key: number, part: LinePart) =>
     sourceLine === key && sourcePart === part ? refusal?.message : undefined;
   const placed = field === 'model' || field === 'version' || field === 'sources' || sourceLine !== undefined;
+  const unloadable = refusal?.__typename === 'UnloadableError' ? refusal : null;
 
   return (
     <form className="fetch-form" aria-labelledby={titleId} onSubmit={submit} noValidate>
@@ -197,12 +219,27 @@ export function FetchForm({ titleId }: { titleId: string }) {
         The file name defaults to the URL's last part. Without a sha256, the digest the upstream publishes (the Hub's
         X-Linked-Etag) is checked; a file with neither is kept, marked unverified.
       </p>
+      {unloadable ? (
+        <div className="header-verdict" role="alert">
+          <p className="verdict no">
+            <strong>Not fetched: {unloadable.file} cannot be served here.</strong> {unloadable.reason}.
+          </p>
+          <p className="hint">
+            Read from its header before any download. Fetch it anyway if the nodes will be upgraded, or to keep the file
+            for something other than serving.
+          </p>
+          <label className="check anyway-choice">
+            <input type="checkbox" checked={anyway} onChange={(e) => setAnyway(e.target.checked)} />
+            Fetch anyway, although the nodes cannot load it
+          </label>
+        </div>
+      ) : null}
       <div className="form-row">
-        <button type="submit" className="button primary" disabled={fetching}>
-          Start fetching
+        <button type="submit" className={`button ${anyway ? 'danger' : 'primary'}`} disabled={fetching}>
+          {anyway ? 'Fetch anyway' : 'Start fetching'}
         </button>
       </div>
-      <FormError refusal={placed ? null : refusal} error={error} />
+      <FormError refusal={placed || unloadable ? null : refusal} error={error} />
       {started ? (
         <p role="status" className="notice">
           {started}

@@ -1,12 +1,17 @@
 import { act, render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
-import { describe, expect, it, vi } from 'vitest';
+import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
 import { FetchForm_FetchMutation } from './fetch-form';
 import { MirrorPage, MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery } from './mirror-page';
 import { RemoveVersion_RemoveMutation } from './remove-version';
-import { VersionRow_RetryMutation, VersionRow_SetModeMutation } from './version-row';
+import {
+  VersionRow_PauseMutation,
+  VersionRow_ResumeMutation,
+  VersionRow_RetryMutation,
+  VersionRow_SetModeMutation,
+} from './version-row';
 
 const GiB = 1024 ** 3;
 const sha = (c: string) => c.repeat(64);
@@ -42,12 +47,15 @@ function version(model: string, name: string, state: State, over: Record<string,
     state,
     removed: false,
     fileCount: 1,
+    kind: 'MODEL',
+    architecture: null,
     files: [file],
     bytesDone,
     bytesTotal,
     percent: bytesTotal ? Math.floor((bytesDone / bytesTotal) * 1000) / 10 : null,
     bytesPerSecond: null,
     etaSeconds: null,
+    retry: null,
     error: null,
     verified: state === 'PRESENT',
     url: state === 'PRESENT' ? `http://hangar.test/mirror/${id}/` : null,
@@ -95,8 +103,25 @@ function renderPage(fake: ReturnType<typeof fakeClient>, canChange = true) {
 
 const row = (id: string) => screen.findByTestId(`version-${id}`);
 
+/** Each version row in the page, in order, with the family heading above it (the last one before it). */
+function familyOfEachRow() {
+  const out: [string, string | undefined][] = [];
+  let family: string | undefined;
+  for (const el of document.querySelectorAll('tr.family, tr[data-testid^="version-"]')) {
+    if (el.classList.contains('family')) family = el.querySelector('.family-toggle')?.textContent ?? undefined;
+    else out.push([(el as HTMLElement).dataset.testid?.slice('version-'.length) ?? '', family]);
+  }
+  return out;
+}
+
 describe('MirrorPage', () => {
-  it('groups versions by family in the server’s order, and gives a family of one model no heading', async () => {
+  // The virtualiser scrolls the window to keep the rows in view steady as rows measure; jsdom has no scrolling.
+  beforeAll(() => {
+    window.scrollTo = () => {};
+  });
+
+  it('puts every row under its own family’s heading, a family of one too, ordered by name alone', async () => {
+    // As the server lists them: arriving first, so a family of one sits between rows of others.
     const families = [
       {
         name: 'qwen',
@@ -106,37 +131,191 @@ describe('MirrorPage', () => {
           version('qwen3-8b', 'Q8_0', 'PRESENT'),
         ],
       },
+      { name: 'tiny', versions: [version('tiny-llama', 'v1', 'PRESENT', { bytesTotal: 161 * 1024 })] },
       {
-        name: 'llama',
-        versions: [version('llama3.1-8b', 'Q4_K_M', 'PRESENT'), version('llama3.1-8b', 'Q8_0', 'PRESENT')],
+        name: 'mistral',
+        versions: [version('mistral-7b', 'Q8_0', 'PRESENT'), version('mistral-7b', 'Q4_K_M', 'PRESENT')],
       },
+      { name: 'ops', versions: [version('ops-runbook', 'v1', 'FAILED', { error: 'gone' })] },
     ];
     renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(families))]));
+    await row('tiny-llama/v1');
 
-    const qwen = await screen.findByRole('heading', { name: /^qwen/ });
-    expect(qwen).toHaveTextContent('qwen2 models · 9.0 GiB');
-    // llama is one model in two versions: its rows are there, a heading repeating "llama" is not.
-    expect(await row('llama3.1-8b/Q8_0')).toBeInTheDocument();
-    expect(screen.queryByRole('heading', { name: /llama/ })).toBeNull();
     expect(screen.getAllByRole('heading').map((h) => h.textContent)).toEqual([
       'Mirror',
-      'qwen2 models · 9.0 GiB',
+      'mistral1 model · 2 versions · 8.0 GiB',
+      'ops1 model · 1 version · 0 B1 failed',
+      'qwen2 models · 3 versions · 9.0 GiB1 fetching',
+      'tiny1 model · 1 version · 161 KiB',
       'Get from the registry',
     ]);
-    // Not re-sorted: rows stay where the server put them.
-    expect(screen.getAllByTestId(/^version-/).map((r) => r.dataset.testid)).toEqual([
-      'version-qwen3-8b/Q4_K_M',
-      'version-qwen2.5-coder-7b/Q8_0',
-      'version-qwen3-8b/Q8_0',
-      'version-llama3.1-8b/Q4_K_M',
-      'version-llama3.1-8b/Q8_0',
+    expect(familyOfEachRow()).toEqual([
+      ['mistral-7b/Q4_K_M', 'mistral'],
+      ['mistral-7b/Q8_0', 'mistral'],
+      ['ops-runbook/v1', 'ops'],
+      ['qwen2.5-coder-7b/Q8_0', 'qwen'],
+      ['qwen3-8b/Q4_K_M', 'qwen'],
+      ['qwen3-8b/Q8_0', 'qwen'],
+      ['tiny-llama/v1', 'tiny'],
     ]);
 
     const facts = screen.getByLabelText('The mirror');
     expect(within(facts).getByText('Fetching').nextSibling).toHaveTextContent('1');
-    expect(within(facts).getByText('Present').nextSibling).toHaveTextContent('4');
+    expect(within(facts).getByText('Present').nextSibling).toHaveTextContent('5');
     expect(facts).toHaveTextContent('Base URLhttp://hangar.test/mirror');
   });
+
+  it('keeps rows where they are while bytes tick and states change, and counts what each family holds', async () => {
+    const used = [
+      {
+        __typename: 'ModelUse',
+        name: 'chat',
+        mode: 'ALWAYS',
+        replicas: 1,
+        maxReplicas: 1,
+        declared: false,
+        adapterOf: null,
+      },
+    ];
+    const a = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB });
+    const b = version('qwen3-8b', 'Q5_K_M', 'FAILED', { error: 'the upstream answered 404' });
+    const c = version('qwen3-8b', 'Q8_0', 'PRESENT', { usedBy: used });
+    const d = version('llama3.1-8b', 'Q4_K_M', 'PRESENT', { usedBy: used });
+    const server = { versions: [a, b, c, d] };
+    const fake = fakeClient([answer(MirrorPage_MirrorQuery, () => listing(byFamily(server.versions)))]);
+    renderPage(fake);
+    await row('qwen3-8b/Q4_K_M');
+    const qwen = screen.getByRole('heading', { name: /^qwen/ });
+    expect(within(qwen).getByText('1 fetching')).toHaveClass('badge', 'arriving');
+    expect(within(qwen).getByText('1 failed')).toHaveClass('badge', 'bad');
+    expect(within(qwen).getByText('1 in use')).toHaveClass('badge', 'ok');
+    const llama = screen.getByRole('heading', { name: /^llama/ });
+    expect(llama).toHaveTextContent('llama1 model · 1 version · 4.0 GiB1 in use');
+    const order = ['llama3.1-8b/Q4_K_M', 'qwen3-8b/Q4_K_M', 'qwen3-8b/Q5_K_M', 'qwen3-8b/Q8_0'];
+    expect(familyOfEachRow().map(([id]) => id)).toEqual(order);
+    await vi.waitFor(() => expect(fake.sent(MirrorPage_ChangedSubscription)).toHaveLength(1));
+
+    // Bytes tick, then the download finishes and the server lists it elsewhere: no row moves.
+    act(() => fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: { ...a, bytesDone: 3 * GiB, percent: 75 } }));
+    await vi.waitFor(() =>
+      expect(within(screen.getByTestId('version-qwen3-8b/Q4_K_M')).getByRole('progressbar')).toHaveAttribute(
+        'aria-valuenow',
+        '75',
+      ),
+    );
+    expect(familyOfEachRow().map(([id]) => id)).toEqual(order);
+    const done = version('qwen3-8b', 'Q4_K_M', 'PRESENT', { usedBy: used });
+    server.versions = [b, d, c, done];
+    act(() => fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: done }));
+    // The heading follows the rows live: nothing fetching now, and two in use.
+    await vi.waitFor(() => expect(screen.getByRole('heading', { name: /^qwen/ })).toHaveTextContent('2 in use'));
+    expect(screen.getByRole('heading', { name: /^qwen/ })).not.toHaveTextContent('fetching');
+    await vi.waitFor(() => expect(fake.sent(MirrorPage_MirrorQuery).length).toBeGreaterThan(1));
+    expect(familyOfEachRow().map(([id]) => id)).toEqual(order);
+  });
+
+  it('filters by name and state, folds a family away, and says when nothing matches', async () => {
+    const used = [
+      {
+        __typename: 'ModelUse',
+        name: 'chat',
+        mode: 'ON_DEMAND',
+        replicas: 0,
+        maxReplicas: 3,
+        declared: false,
+        adapterOf: null,
+      },
+    ];
+    const versions = [
+      version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB }),
+      version('qwen2.5-coder-7b', 'Q8_0', 'PRESENT', { usedBy: used }),
+      version('qwen3-8b', 'Q8_0', 'FAILED', { error: 'gone' }),
+      version('llama3.1-8b', 'Q4_K_M', 'PRESENT'),
+      version('tiny-llama', 'v1', 'CANCELLED'),
+    ];
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(byFamily(versions)))]));
+    const user = userEvent.setup();
+    await row('qwen3-8b/Q4_K_M');
+    const shown = () => familyOfEachRow().map(([id]) => id);
+    // An on-demand model runs none while idle: the row says how many it may run.
+    expect(await row('qwen2.5-coder-7b/Q8_0')).toHaveTextContent('used by chat');
+    expect(await row('qwen2.5-coder-7b/Q8_0')).toHaveTextContent('up to 3 replicas');
+
+    const name = screen.getByRole('searchbox', { name: 'Name' });
+    await user.type(name, 'LLAMA');
+    expect(shown()).toEqual(['llama3.1-8b/Q4_K_M', 'tiny-llama/v1']);
+    expect(screen.queryByRole('heading', { name: /^qwen/ })).toBeNull();
+    await user.clear(name);
+    await user.type(name, 'q8');
+    expect(shown()).toEqual(['qwen2.5-coder-7b/Q8_0', 'qwen3-8b/Q8_0']);
+    // The heading still counts the whole family, and says how much of it is shown.
+    expect(screen.getByRole('heading', { name: /^qwen/ })).toHaveTextContent(
+      'qwen2 models · 3 versions · 5.0 GiB · 2 shown',
+    );
+    await user.clear(name);
+
+    const state = screen.getByRole('combobox', { name: 'State' });
+    const pick = async (value: string, ids: string[]) => {
+      await user.selectOptions(state, value);
+      expect(shown()).toEqual(ids);
+    };
+    await pick('arriving', ['qwen3-8b/Q4_K_M']);
+    await pick('failed', ['qwen3-8b/Q8_0']);
+    await pick('present', ['llama3.1-8b/Q4_K_M', 'qwen2.5-coder-7b/Q8_0']);
+    await pick('cancelled', ['tiny-llama/v1']);
+    await pick('in-use', ['qwen2.5-coder-7b/Q8_0']);
+    await user.type(name, 'llama');
+    expect(shown()).toEqual([]);
+    expect(screen.getByText(/No version matches the filter\./)).toBeInTheDocument();
+    await user.click(screen.getByRole('button', { name: 'Show every version' }));
+    expect(name).toHaveValue('');
+    expect(state).toHaveValue('');
+    expect(shown()).toHaveLength(5);
+
+    // Folded: the heading stays, with its counts; its rows leave until it is opened again.
+    const fold = within(screen.getByRole('heading', { name: /^qwen/ })).getByRole('button', { name: 'qwen' });
+    expect(fold).toHaveAttribute('aria-expanded', 'true');
+    await user.click(fold);
+    expect(fold).toHaveAttribute('aria-expanded', 'false');
+    expect(shown()).toEqual(['llama3.1-8b/Q4_K_M', 'tiny-llama/v1']);
+    expect(screen.getByRole('heading', { name: /^qwen/ })).toHaveTextContent('1 fetching');
+    await user.click(fold);
+    expect(shown()).toHaveLength(5);
+  });
+
+  it('renders only the rows in view at 5000 versions, and the rows further down once scrolled to', async () => {
+    // jsdom lays nothing out: every element measures this tall, the way react-virtual's own tests stand in for
+    // layout, so the window's 768 px hold about a dozen rows.
+    const height = vi.spyOn(HTMLElement.prototype, 'offsetHeight', 'get').mockReturnValue(60);
+    try {
+      const versions = Array.from({ length: 5000 }, (_, i) =>
+        version(`fam${String(i % 20).padStart(2, '0')}-model-${String(i).padStart(4, '0')}`, 'v1', 'PRESENT'),
+      );
+      renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing(byFamily(versions)))]));
+      // Normalising 5000 versions into graphcache takes jsdom a while.
+      await screen.findByTestId('version-fam00-model-0000/v1', {}, { timeout: 30_000 });
+      const inDom = () => screen.getAllByTestId(/^version-/);
+      expect(inDom().length).toBeGreaterThan(5);
+      expect(inDom().length).toBeLessThan(40);
+      expect(screen.queryByTestId('version-fam19-model-4999/v1')).toBeNull();
+      // The page is as tall as every row would make it: a spacer stands for those not rendered.
+      const spacer = document.querySelector('tr.spacer') as HTMLElement;
+      expect(Number.parseInt(spacer.style.height, 10)).toBeGreaterThan(5000 * 50);
+
+      // Scrolled to the end: the last family's last rows are there, the first ones gone.
+      // Past the end of the rows as estimated before they are measured (64 px a row).
+      Object.defineProperty(window, 'scrollY', { configurable: true, value: 5020 * 64 });
+      act(() => {
+        window.dispatchEvent(new Event('scroll'));
+      });
+      expect(await row('fam19-model-4999/v1')).toBeInTheDocument();
+      expect(screen.queryByTestId('version-fam00-model-0000/v1')).toBeNull();
+      expect(inDom().length).toBeLessThan(40);
+    } finally {
+      height.mockRestore();
+      Object.defineProperty(window, 'scrollY', { configurable: true, value: 0 });
+    }
+  }, 60_000);
 
   it('shows the bytes so far, and no bar, while the total is unknown; a bar only with a percentage', async () => {
     const families = [
@@ -169,6 +348,41 @@ describe('MirrorPage', () => {
     expect(bar).toHaveAttribute('aria-valuenow', '50');
     expect(known).toHaveTextContent('2.0 GiB of 4.0 GiB');
     expect(known).toHaveTextContent('100 MiB/s · about 20 s left');
+  });
+
+  it('says "retrying" with the attempt, the countdown and the reason while the upstream is out of reach', async () => {
+    const reason = 'could not reach the upstream (ECONNREFUSED)';
+    const waiting = version('qwen3-8b', 'Q4_K_M', 'FETCHING', {
+      bytesDone: GiB,
+      bytesPerSecond: 0,
+      etaSeconds: null,
+      retry: { __typename: 'MirrorRetry', attempt: 3, nextAt: new Date(Date.now() + 20_500).toISOString(), reason },
+    });
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [waiting] }]))]));
+    const r = await row('qwen3-8b/Q4_K_M');
+    expect(within(r).getByTestId('retrying')).toHaveTextContent(`retrying (attempt 3, next in 20 s): ${reason}`);
+    expect(r).not.toHaveTextContent('left');
+    expect(r).not.toHaveTextContent('/s');
+  });
+
+  it('pauses a download keeping what arrived, and resumes it', async () => {
+    const fetching = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB, bytesPerSecond: GiB });
+    const paused = { ...fetching, state: 'PAUSED', bytesPerSecond: null };
+    const fake = fakeClient([
+      answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [fetching] }])),
+      answer(VersionRow_PauseMutation, () => ({ pauseMirrorFetch: paused })),
+      answer(VersionRow_ResumeMutation, () => ({ resumeMirrorFetch: { ...fetching, state: 'QUEUED' } })),
+    ]);
+    renderPage(fake);
+    const r = await row('qwen3-8b/Q4_K_M');
+    const user = userEvent.setup();
+    await user.click(within(r).getByRole('button', { name: 'Pause' }));
+    expect(await within(r).findByText('paused')).toHaveClass('badge');
+    expect(r).toHaveTextContent('1.0 GiB kept');
+    await user.click(within(r).getByRole('button', { name: 'Resume' }));
+    expect(await within(r).findByText('queued')).toBeInTheDocument();
+    expect(fake.sent(VersionRow_PauseMutation)[0]?.variables).toEqual({ model: 'qwen3-8b', version: 'Q4_K_M' });
+    expect(fake.sent(VersionRow_ResumeMutation)).toHaveLength(1);
   });
 
   it('says why a failed version failed and retries it in place', async () => {
@@ -272,6 +486,7 @@ describe('MirrorPage', () => {
         { url: 'https://hub.test/b.gguf', file: null, sha256: 'abc' },
       ],
       force: false,
+      fetchAnyway: false,
     });
   });
 
@@ -314,7 +529,17 @@ describe('MirrorPage', () => {
   it('asks before removing, shows why the server refused, and removes anyway when told', async () => {
     const used = version('qwen3-8b', 'abc1234', 'PRESENT', {
       bytesTotal: 4.7 * GiB,
-      usedBy: [{ __typename: 'ModelUse', name: 'plain-model', mode: 'ALWAYS', replicas: 1, declared: false }],
+      usedBy: [
+        {
+          __typename: 'ModelUse',
+          name: 'plain-model',
+          mode: 'ALWAYS',
+          replicas: 1,
+          maxReplicas: 1,
+          declared: false,
+          adapterOf: null,
+        },
+      ],
     });
     const refusal =
       'qwen3-8b/abc1234 is the source of plain-model: change or remove those models first, or remove it with force (their replicas will fail to load)';
@@ -365,8 +590,24 @@ describe('MirrorPage', () => {
   it('changes how a model using the version runs, where the file is seen, and shows a refusal there', async () => {
     const used = version('qwen3-8b', 'abc1234', 'PRESENT', {
       usedBy: [
-        { __typename: 'ModelUse', name: 'plain-model', mode: 'ALWAYS', replicas: 1, declared: false },
-        { __typename: 'ModelUse', name: 'declared-model', mode: 'ON_DEMAND', replicas: 1, declared: true },
+        {
+          __typename: 'ModelUse',
+          name: 'plain-model',
+          mode: 'ALWAYS',
+          replicas: 1,
+          maxReplicas: 1,
+          declared: false,
+          adapterOf: null,
+        },
+        {
+          __typename: 'ModelUse',
+          name: 'declared-model',
+          mode: 'ON_DEMAND',
+          replicas: 0,
+          maxReplicas: 2,
+          declared: true,
+          adapterOf: null,
+        },
       ],
     });
     const fake = fakeClient([
@@ -388,7 +629,7 @@ describe('MirrorPage', () => {
     const r = await row('qwen3-8b/abc1234');
     // A declared model is shown, not offered for change: hangar.yaml decides how it runs.
     expect(within(r).queryByRole('combobox', { name: 'Mode of declared-model' })).toBeNull();
-    expect(r).toHaveTextContent('used by declared-model (on demand)');
+    expect(r).toHaveTextContent('used by declared-model (on demand) · up to 2 replicas');
     await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'STOPPED');
     await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'ON_DEMAND');
     expect(await within(r).findByRole('alert')).toHaveTextContent('plain-model cannot do that now');
@@ -438,5 +679,52 @@ describe('MirrorPage', () => {
     expect(within(r).getByRole('button', { name: '1 file' })).toBeInTheDocument();
     expect(within(r).queryByRole('button', { name: /Retry|Remove|Cancel/ })).toBeNull();
     expect(screen.queryByRole('button', { name: 'Fetch by URL' })).toBeNull();
+  });
+
+  it('offers no Serve on an adapter: it shows the models it belongs to, or how it gets one', async () => {
+    const attached = version('support-tone', 'job-1', 'PRESENT', {
+      kind: 'ADAPTER',
+      architecture: 'llama',
+      usedBy: [
+        {
+          __typename: 'ModelUse',
+          name: 'support-tone',
+          mode: 'ALWAYS',
+          replicas: 1,
+          maxReplicas: 1,
+          declared: false,
+          adapterOf: 'llama-chat',
+        },
+      ],
+    });
+    const loose = version('stray-lora', 'job-2', 'PRESENT', { kind: 'ADAPTER', architecture: 'qwen2' });
+    const weights = version('llama-chat', 'Q4_K_M', 'PRESENT', { kind: 'MODEL', architecture: 'llama' });
+    renderPage(
+      fakeClient([
+        answer(MirrorPage_MirrorQuery, () =>
+          listing([
+            { name: 'llama', versions: [weights] },
+            { name: 'stray', versions: [loose] },
+            { name: 'support', versions: [attached] },
+          ]),
+        ),
+      ]),
+    );
+    const a = await row('support-tone/job-1');
+    expect(within(a).queryByRole('button', { name: 'Serve' })).toBeNull();
+    expect(within(a).getByTestId('adapter-of')).toHaveTextContent('adapter of llama-chat');
+    expect(within(within(a).getByTestId('adapter-of')).getByRole('link', { name: 'llama-chat' })).toHaveAttribute(
+      'href',
+      '/models/llama-chat',
+    );
+    // Its "used by" chip is the adapter's, on its model: no mode of its own to change.
+    expect(within(a).getByRole('list', { name: 'Catalog models using support-tone/job-1' })).toHaveTextContent(
+      'adapter support-tone of llama-chat (always)',
+    );
+    expect(within(a).queryByRole('combobox')).toBeNull();
+    const b = await row('stray-lora/job-2');
+    expect(within(b).queryByRole('button', { name: 'Serve' })).toBeNull();
+    expect(within(b).getByTestId('adapter-of')).toHaveTextContent('a LoRA adapter for qwen2: publish it to a model');
+    expect(within(await row('llama-chat/Q4_K_M')).getByRole('button', { name: 'Serve' })).toBeInTheDocument();
   });
 });

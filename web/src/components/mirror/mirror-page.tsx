@@ -1,5 +1,5 @@
-import { useEffect, useId, useMemo, useRef, useState, useSyncExternalStore } from 'react';
-import { gql, useQuery, useSubscription } from 'urql';
+import { useCallback, useEffect, useId, useMemo, useRef, useState, useSyncExternalStore } from 'react';
+import { gql, useClient, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
@@ -10,9 +10,19 @@ import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import type { ExplorerNavigate, ExplorerSearch } from '../registry/explorer-search';
 import { RegistryExplorer } from '../registry/registry-explorer';
+import { BandwidthLimit } from './bandwidth-limit';
 import { FetchForm } from './fetch-form';
 import { BreakableUrl } from './mirror-parts';
-import { bytesOf, MirrorTable, type MirrorTable_Family, MirrorTable_FamilyFragment } from './mirror-table';
+import {
+  bytesOf,
+  type MirrorFilter,
+  MirrorTable,
+  type MirrorTable_Family,
+  MirrorTable_FamilyFragment,
+  mirrorItems,
+  type StateFilter,
+  stateFilters,
+} from './mirror-table';
 import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
 export type MirrorPage_Mirror = {
@@ -53,6 +63,22 @@ export const MirrorPage_ChangedSubscription = gql<{ mirrorChanged: VersionRow_Ve
   ${VersionRow_VersionFragment}
 `;
 
+/** One version read again by itself: graphcache puts it in its row by id. */
+export const MirrorPage_VersionQuery = gql<
+  { mirrorVersion: VersionRow_Version | null },
+  { model: string; version: string }
+>`
+  query MirrorPage_Version($model: String!, $version: String!) {
+    mirrorVersion(model: $model, version: $version) {
+      ...VersionRow_Version
+    }
+  }
+  ${VersionRow_VersionFragment}
+`;
+
+// The most arriving versions read again each time: more than this are queued ones, which events do follow.
+const REREAD_AT_MOST = 20;
+
 const liveText: Record<LiveState, string> = {
   connecting: 'Connecting for live updates…',
   live: 'Live: rows follow their downloads as bytes arrive.',
@@ -62,14 +88,22 @@ const liveText: Record<LiveState, string> = {
 
 export function MirrorPage({
   canChange,
+  registryOn = true,
   fetchOpen,
   onFetchOpenChange,
   registrySearch,
   onRegistrySearchChange,
   serve: serveControlled,
   onServeChange,
+  filter: filterControlled,
+  onFilterChange,
 }: {
   canChange: boolean;
+  /** Whether the registry explorer is on (HANGAR_HUB_URL): off, the page says nothing of a registry. */
+  registryOn?: boolean;
+  /** What the listing is narrowed to (part of a name, a state); kept in the URL by the route. */
+  filter?: MirrorFilter;
+  onFilterChange?: (filter: MirrorFilter) => void;
   /** The version ("model/version") whose serve form is open; kept in the URL by the route. */
   serve?: string;
   onServeChange?: (serve: string | undefined) => void;
@@ -88,21 +122,45 @@ export function MirrorPage({
   useSubscription({ query: MirrorPage_ChangedSubscription });
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
   useRefetchOnReconnect(refetch);
-  const anyArriving = (data?.mirror.families ?? []).some((f) =>
-    f.versions.some((v) => !v.removed && arrivingStates.includes(v.state)),
-  );
+  const client = useClient();
+  const arriving = (data?.mirror.families ?? [])
+    .flatMap((f) => f.versions)
+    .filter((v) => !v.removed && arrivingStates.includes(v.state))
+    .slice(0, REREAD_AT_MOST)
+    .map((v) => `${v.model}/${v.version}`)
+    .join('\n');
   useEffect(() => {
-    if (!anyArriving) return;
+    if (!arriving) return;
     // A listing read while a small file finishes can land after the event saying it is done, and no event follows
-    // it; while anything is arriving, the listing is read again now and then so every row ends where the server is.
-    const t = setInterval(() => refetch({ requestPolicy: 'network-only' }), 5000);
+    // it; while anything is arriving, those versions are read again now and then so every row ends where the server
+    // is. Each by itself: the whole listing at 5000 versions is megabytes, every five seconds.
+    const t = setInterval(() => {
+      for (const key of arriving.split('\n')) {
+        const [model = '', version = ''] = key.split('/');
+        client.query(MirrorPage_VersionQuery, { model, version }, { requestPolicy: 'network-only' }).toPromise();
+      }
+    }, 5000);
     return () => clearInterval(t);
-  }, [anyArriving, refetch]);
+  }, [arriving, client]);
 
   const [localOpen, setLocalOpen] = useState(false);
   const [localServe, setLocalServe] = useState<string>();
   const serve = onServeChange ? serveControlled : localServe;
   const setServe = onServeChange ?? setLocalServe;
+  const [localFilter, setLocalFilter] = useState<MirrorFilter>({});
+  const filter = onFilterChange ? (filterControlled ?? {}) : localFilter;
+  const setFilter = onFilterChange ?? setLocalFilter;
+  // Folded families are the operator's view of the moment, not worth a place in the URL.
+  const [collapsed, setCollapsed] = useState<ReadonlySet<string>>(new Set());
+  const toggleFamily = useCallback(
+    (name: string) =>
+      setCollapsed((was) => {
+        const next = new Set(was);
+        if (!next.delete(name)) next.add(name);
+        return next;
+      }),
+    [],
+  );
   const formOpen = fetchOpen ?? localOpen;
   const setFormOpen = onFetchOpenChange ?? setLocalOpen;
   const formTitleId = useId();
@@ -113,9 +171,16 @@ export function MirrorPage({
   const families = useMemo(
     () =>
       (mirror?.families ?? [])
-        .map((f) => ({ ...f, versions: f.versions.filter((v) => !v.removed) }))
+        // A family left as graphcache gave it keeps its identity, so its rows' order is not worked out again.
+        .map((f) => (f.versions.some((v) => v.removed) ? { ...f, versions: f.versions.filter((v) => !v.removed) } : f))
         .filter((f) => f.versions.length > 0),
     [mirror],
+  );
+  // By its parts: the route hands a new filter object on every render.
+  const { name: nameFilter, state: stateFilter } = filter;
+  const items = useMemo(
+    () => mirrorItems(families, { name: nameFilter, state: stateFilter }, collapsed),
+    [families, nameFilter, stateFilter, collapsed],
   );
   useTotalsFollowRows(mirror, fetching, () => refetch({ requestPolicy: 'network-only' }));
 
@@ -143,6 +208,7 @@ export function MirrorPage({
           <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
           {liveText[liveState]}
         </p>
+        <BandwidthLimit canChange={canChange} />
         {canChange && !empty ? (
           <button
             type="button"
@@ -164,7 +230,7 @@ export function MirrorPage({
         <p className="empty">
           The mirror holds nothing yet.{' '}
           {canChange
-            ? 'Give a model, a version and the URLs of its files below, or get a model from the registry further down: Hangar fetches the files, checks their sha256 and serves them to the nodes.'
+            ? `Give a model, a version and the URLs of its files below${registryOn ? ', or get a model from the registry further down' : ''}: Hangar fetches the files, checks their sha256 and serves them to the nodes.`
             : 'An operator fetches model files into it.'}
         </p>
       ) : null}
@@ -175,21 +241,72 @@ export function MirrorPage({
         </section>
       ) : null}
       {mirror && !empty ? (
-        <MirrorTable families={families} canChange={canChange} serve={serve} onServeChange={setServe} />
+        <>
+          <MirrorFilters filter={filter} onChange={setFilter} />
+          {items.length === 0 ? (
+            <p className="empty">
+              No version matches the filter.{' '}
+              <button type="button" className="link-button" onClick={() => setFilter({})}>
+                Show every version
+              </button>
+            </p>
+          ) : (
+            <MirrorTable
+              items={items}
+              canChange={canChange}
+              serve={serve}
+              onServeChange={setServe}
+              onToggleFamily={toggleFamily}
+            />
+          )}
+        </>
       ) : null}
       {!mirror && fetching ? <p className="muted">Loading…</p> : null}
       {/* A set fetched from here joins the listing above: graphcache's updater reads it again (graphql/cache.ts). */}
-      <section className="panel registry-panel" aria-labelledby={registryTitleId}>
-        <h2 id={registryTitleId} className="registry-title">
-          Get from the registry
-        </h2>
-        <p className="hint">
-          Search the model registry and open a repository: each file set is judged against the fleet (will llama.cpp
-          load it, how much memory, where it fits) before any download.
-        </p>
-        <RegistryExplorer canFetch={canChange} search={registrySearch} onSearchChange={onRegistrySearchChange} />
-      </section>
+      {registryOn ? (
+        <section className="panel registry-panel" aria-labelledby={registryTitleId}>
+          <h2 id={registryTitleId} className="registry-title">
+            Get from the registry
+          </h2>
+          <p className="hint">
+            Search the model registry and open a repository: each file set is judged against the fleet (will llama.cpp
+            load it, how much memory, where it fits) before any download.
+          </p>
+          <RegistryExplorer canFetch={canChange} search={registrySearch} onSearchChange={onRegistrySearchChange} />
+        </section>
+      ) : null}
     </section>
+  );
+}
+
+/** Narrows the listing: a name (any part of "model/version") and a state. */
+function MirrorFilters({ filter, onChange }: { filter: MirrorFilter; onChange: (filter: MirrorFilter) => void }) {
+  return (
+    <search className="form-row mirror-filters" aria-label="Filter versions">
+      <label className="field">
+        <span>Name</span>
+        <input
+          type="search"
+          value={filter.name ?? ''}
+          placeholder="qwen3, Q4_K_M…"
+          onChange={(e) => onChange({ ...filter, name: e.target.value || undefined })}
+        />
+      </label>
+      <label className="field">
+        <span>State</span>
+        <select
+          value={filter.state ?? ''}
+          onChange={(e) => onChange({ ...filter, state: (e.target.value || undefined) as StateFilter | undefined })}
+        >
+          <option value="">every state</option>
+          {(Object.keys(stateFilters) as StateFilter[]).map((s) => (
+            <option key={s} value={s}>
+              {stateFilters[s]}
+            </option>
+          ))}
+        </select>
+      </label>
+    </search>
   );
 }
 
@@ -234,15 +351,21 @@ function MirrorFacts({ mirror, usedBytes }: { mirror: MirrorPage_Mirror; usedByt
  */
 function useTotalsFollowRows(mirror: MirrorPage_Mirror | undefined, fetching: boolean, reread: () => void) {
   const versions = mirror?.families.flatMap((f) => f.versions) ?? [];
-  const shown = versions.filter((v) => !v.removed);
-  const count = (test: (v: VersionRow_Version) => boolean) => shown.filter(test).length;
+  // One pass: this runs on every live event, at thousands of versions.
+  let removed = 0;
+  let arriving = 0;
+  let present = 0;
+  let failed = 0;
+  for (const v of versions) {
+    if (v.removed) removed++;
+    else if (arrivingStates.includes(v.state)) arriving++;
+    else if (v.state === 'PRESENT') present++;
+    else if (v.state === 'FAILED') failed++;
+  }
   const behind =
     mirror !== undefined &&
-    (shown.length !== versions.length ||
-      count((v) => arrivingStates.includes(v.state)) !== mirror.fetching ||
-      count((v) => v.state === 'PRESENT') !== mirror.present ||
-      count((v) => v.state === 'FAILED') !== mirror.failed);
-  const change = versions.map((v) => `${v.id}:${v.removed ? 'removed' : v.state}`).join(' ');
+    (removed > 0 || arriving !== mirror.fetching || present !== mirror.present || failed !== mirror.failed);
+  const change = behind ? versions.map((v) => `${v.id}:${v.removed ? 'removed' : v.state}`).join(' ') : '';
   const asked = useRef<string>(undefined);
   const rereadRef = useRef(reread);
   rereadRef.current = reread;

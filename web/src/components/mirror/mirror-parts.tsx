@@ -9,6 +9,7 @@ const stateClass: Record<MirrorVersionState, string> = {
   PRESENT: 'ok',
   FAILED: 'bad',
   CANCELLED: 'muted',
+  PAUSED: 'muted',
 };
 
 /** A version's or a file's state, in words: "fetching", "present", "failed". */

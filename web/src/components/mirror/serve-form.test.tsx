@@ -18,6 +18,8 @@ function present(usedBy: unknown[] = []) {
     state: 'PRESENT',
     removed: false,
     fileCount: 1,
+    kind: 'MODEL',
+    architecture: null,
     files: [
       {
         __typename: 'MirrorFile',
@@ -40,6 +42,7 @@ function present(usedBy: unknown[] = []) {
     percent: 100,
     bytesPerSecond: null,
     etaSeconds: null,
+    retry: null,
     error: null,
     verified: true,
     url: 'http://hangar.test/mirror/qwen3-8b/Q4_K_M/',
@@ -82,7 +85,19 @@ describe('ServeForm on a mirror row', () => {
     const fake = fakeClient([
       answer(MirrorPage_MirrorQuery, () =>
         listing(
-          served ? [{ __typename: 'ModelUse', name: 'qwen-chat', mode: 'ALWAYS', replicas: 2, declared: false }] : [],
+          served
+            ? [
+                {
+                  __typename: 'ModelUse',
+                  name: 'qwen-chat',
+                  mode: 'ALWAYS',
+                  replicas: 2,
+                  maxReplicas: 2,
+                  declared: false,
+                  adapterOf: null,
+                },
+              ]
+            : [],
         ),
       ),
       answer(ServeForm_PlanQuery, () => ({ servePlan: plan })),

@@ -1,4 +1,4 @@
-import { useState } from 'react';
+import { memo, useEffect, useState } from 'react';
 import { type CombinedError, gql, useMutation } from 'urql';
 import type { Bytes, MirrorVersionState, ModelMode, Outcome } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
@@ -65,6 +65,66 @@ function UsedByMode({ name, mode }: { name: string; mode: ModelMode }) {
   );
 }
 
+/** A catalog model using the version: `replicas` is the fewest it keeps running, `maxReplicas` the most it may run. */
+type ModelUse = {
+  name: string;
+  mode: ModelMode;
+  replicas: number;
+  maxReplicas: number;
+  declared: boolean;
+  /** For an adapter, the catalog model it runs on (its mode is that model's). */
+  adapterOf?: string | null;
+};
+
+/** What a version holds, read by the server from its files' headers: only MODEL is served as a model. */
+export type VersionKind = 'MODEL' | 'ADAPTER' | 'MMPROJ' | 'IMATRIX' | 'UNKNOWN';
+
+const modelPagePath = (name: string) => `/models/${encodeURIComponent(name)}`;
+
+/**
+ * In place of Serve, for a version that is not a model's weights: an adapter shows the models it belongs to (it is
+ * called by its name on their replicas), or how it gets one; a projector or an importance matrix says what it is.
+ * Serving one as a model plans fine and then fails on every node ("key not found in model: llama.context_length").
+ */
+function NotAModel({ version }: { version: VersionRow_Version }) {
+  if (version.kind === 'ADAPTER') {
+    const models = [...new Set(version.usedBy.flatMap((u) => (u.adapterOf ? [u.adapterOf] : [])))];
+    if (models.length)
+      return (
+        <span className="not-a-model" data-testid="adapter-of">
+          adapter of{' '}
+          {models.map((m, i) => (
+            <span key={m}>
+              {i ? ', ' : ''}
+              <PageLink to={modelPagePath(m)}>{m}</PageLink>
+            </span>
+          ))}
+        </span>
+      );
+    return (
+      <span className="not-a-model muted" data-testid="adapter-of">
+        a LoRA adapter{version.architecture ? ` for ${version.architecture}` : ''}: publish it to a model
+      </span>
+    );
+  }
+  return (
+    <span className="not-a-model muted">
+      {version.kind === 'MMPROJ' ? 'a vision projector, loaded beside a model' : 'an importance matrix, not a model'}
+    </span>
+  );
+}
+
+/**
+ * How many replicas a model using the version may run: the most, since an on-demand model keeps none running while
+ * idle and "0 replicas" read as unused. Nothing for a stopped one: its mode says it.
+ */
+function replicaWords(u: ModelUse): string | null {
+  if (u.maxReplicas === 0) return null;
+  const count =
+    u.replicas === u.maxReplicas || u.replicas === 0 ? `${u.maxReplicas}` : `${u.replicas}–${u.maxReplicas}`;
+  return `${u.replicas === 0 ? 'up to ' : ''}${count} ${u.maxReplicas === 1 ? 'replica' : 'replicas'}`;
+}
+
 export type VersionRow_Version = {
   __typename?: 'MirrorVersion';
   id: string;
@@ -79,10 +139,15 @@ export type VersionRow_Version = {
   percent: number | null;
   bytesPerSecond: number | null;
   etaSeconds: number | null;
+  /** Set while every file arriving waits to try its upstream again. */
+  retry: { attempt: number; nextAt: string; reason: string } | null;
   error: string | null;
   verified: boolean;
   url: string | null;
-  usedBy: { name: string; mode: ModelMode; replicas: number; declared: boolean }[];
+  usedBy: ModelUse[];
+  /** What it holds, from its headers; optional for fixtures of older rows (taken as a model). */
+  kind?: VersionKind;
+  architecture?: string | null;
   updatedAt: string | null;
 };
 
@@ -103,6 +168,11 @@ export const VersionRow_VersionFragment = gql<VersionRow_Version>`
     percent
     bytesPerSecond
     etaSeconds
+    retry {
+      attempt
+      nextAt
+      reason
+    }
     error
     verified
     url
@@ -110,8 +180,12 @@ export const VersionRow_VersionFragment = gql<VersionRow_Version>`
       name
       mode
       replicas
+      maxReplicas
       declared
+      adapterOf
     }
+    kind
+    architecture
     updatedAt
   }
   ${VersionFiles_FileFragment}
@@ -150,9 +224,44 @@ export const VersionRow_RetryMutation = gql<
   ${FormError_RefusalFragment}
 `;
 
+/** Pause keeps what arrived; resume goes on from it with a Range request. */
+export const VersionRow_PauseMutation = gql<
+  { pauseMirrorFetch: Outcome<VersionResult> },
+  { model: string; version: string }
+>`
+  mutation VersionRow_Pause($model: String!, $version: String!) {
+    pauseMirrorFetch(model: $model, version: $version) {
+      __typename
+      ...VersionRow_Version
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export const VersionRow_ResumeMutation = gql<
+  { resumeMirrorFetch: Outcome<VersionResult> },
+  { model: string; version: string }
+>`
+  mutation VersionRow_Resume($model: String!, $version: String!) {
+    resumeMirrorFetch(model: $model, version: $version) {
+      __typename
+      ...VersionRow_Version
+      ...FormError_Refusal
+    }
+  }
+  ${VersionRow_VersionFragment}
+  ${FormError_RefusalFragment}
+`;
+
 export const COLUMNS = 5;
 
-export function VersionRow({
+/**
+ * One version's row (and what opens beneath it). Memoised: graphcache keeps the same object for a version that did
+ * not change, so a live event about one version re-renders its row only, not the thousands beside it.
+ */
+export const VersionRow = memo(function VersionRow({
   version,
   canChange,
   serving = false,
@@ -162,12 +271,15 @@ export function VersionRow({
   canChange: boolean;
   /** Whether the serve form is open beneath the row (the route keeps it in the URL). */
   serving?: boolean;
-  onServingChange?: (open: boolean) => void;
+  /** Opens or closes the serve form of the version named "model/version". */
+  onServingChange?: (open: boolean, name: string) => void;
 }) {
   const [open, setOpen] = useState(false);
   const [confirming, setConfirming] = useState(false);
   const [cancelState, cancel] = useMutation(VersionRow_CancelMutation);
   const [retryState, retry] = useMutation(VersionRow_RetryMutation);
+  const [pauseState, pause] = useMutation(VersionRow_PauseMutation);
+  const [resumeState, resume] = useMutation(VersionRow_ResumeMutation);
   const [problem, setProblem] = useState<string>();
   const name = `${version.model}/${version.version}`;
   const arriving = arrivingStates.includes(version.state);
@@ -189,6 +301,16 @@ export function VersionRow({
     setProblem(undefined);
     const result = await retry(vars);
     report(result.data?.retryMirrorFetch, result.error);
+  };
+  const onPause = async () => {
+    setProblem(undefined);
+    const result = await pause(vars);
+    report(result.data?.pauseMirrorFetch, result.error);
+  };
+  const onResume = async () => {
+    setProblem(undefined);
+    const result = await resume(vars);
+    report(result.data?.resumeMirrorFetch, result.error);
   };
 
   return (
@@ -223,10 +345,27 @@ export function VersionRow({
                 <li
                   key={u.name}
                   className="chip"
-                  title={`at least ${u.replicas} replica${u.replicas === 1 ? '' : 's'}${u.declared ? '; declared in hangar.yaml' : ''}`}
+                  title={u.declared ? 'declared in hangar.yaml: change it there' : undefined}
                 >
-                  <PageLink to="/models">used by {u.name}</PageLink>{' '}
-                  {canChange && !u.declared ? <UsedByMode name={u.name} mode={u.mode} /> : <>({modeWords[u.mode]})</>}
+                  {u.adapterOf ? (
+                    // An adapter's mode is its model's: changed there, not on the adapter.
+                    <>
+                      <PageLink to={modelPagePath(u.adapterOf)}>
+                        adapter {u.name} of {u.adapterOf}
+                      </PageLink>{' '}
+                      ({modeWords[u.mode]})
+                    </>
+                  ) : (
+                    <>
+                      <PageLink to="/models">used by {u.name}</PageLink>{' '}
+                      {canChange && !u.declared ? (
+                        <UsedByMode name={u.name} mode={u.mode} />
+                      ) : (
+                        <>({modeWords[u.mode]})</>
+                      )}
+                    </>
+                  )}
+                  {replicaWords(u) ? <span className="muted"> · {replicaWords(u)}</span> : null}
                 </li>
               ))}
             </ul>
@@ -257,7 +396,29 @@ export function VersionRow({
         <td className="actions">
           {canChange ? (
             <>
-              {arriving ? (
+              {version.state === 'QUEUED' || version.state === 'FETCHING' ? (
+                <button
+                  type="button"
+                  className="button small"
+                  disabled={pauseState.fetching}
+                  title="Stops the download and keeps what has arrived, to resume later"
+                  onClick={onPause}
+                >
+                  Pause
+                </button>
+              ) : null}
+              {version.state === 'PAUSED' ? (
+                <button
+                  type="button"
+                  className="button small primary"
+                  disabled={resumeState.fetching}
+                  title="Goes on from what has arrived"
+                  onClick={onResume}
+                >
+                  Resume
+                </button>
+              ) : null}
+              {arriving || version.state === 'PAUSED' ? (
                 <button
                   type="button"
                   className="button small"
@@ -268,12 +429,14 @@ export function VersionRow({
                   Cancel
                 </button>
               ) : null}
-              {version.state === 'PRESENT' && onServingChange ? (
+              {version.state === 'PRESENT' && version.kind && !['MODEL', 'UNKNOWN'].includes(version.kind) ? (
+                <NotAModel version={version} />
+              ) : version.state === 'PRESENT' && onServingChange ? (
                 <button
                   type="button"
                   className={`button small${serving ? '' : ' primary'}`}
                   aria-expanded={serving}
-                  onClick={() => onServingChange(!serving)}
+                  onClick={() => onServingChange(!serving, name)}
                 >
                   Serve
                 </button>
@@ -310,7 +473,7 @@ export function VersionRow({
       {serving && canChange && version.state === 'PRESENT' ? (
         <tr className="serve-row">
           <td colSpan={COLUMNS}>
-            <ServeForm model={version.model} version={version.version} onClose={() => onServingChange?.(false)} />
+            <ServeForm model={version.model} version={version.version} onClose={() => onServingChange?.(false, name)} />
           </td>
         </tr>
       ) : null}
@@ -323,7 +486,7 @@ export function VersionRow({
       ) : null}
     </>
   );
-}
+});
 
 /**
  * A bar only when the server knows the total (it never invents a percentage); otherwise the bytes received so
@@ -385,10 +548,13 @@ function VersionDetails({ version }: { version: VersionRow_Version }) {
       </>
     );
   }
+  if (version.state === 'PAUSED') return <span className="muted">paused: resume goes on from what arrived</span>;
   if (version.state === 'FETCHING') {
     return (
       <>
-        {version.bytesPerSecond == null ? (
+        {version.retry ? (
+          <RetryLine retry={version.retry} />
+        ) : version.bytesPerSecond == null ? (
           <span className="muted">starting…</span>
         ) : (
           <span className="nowrap">
@@ -413,4 +579,23 @@ function VersionDetails({ version }: { version: VersionRow_Version }) {
     );
   }
   return null;
+}
+
+/**
+ * An upstream out of reach, said as it is: "retrying (attempt 3, next in 20 s): could not reach the upstream
+ * (ECONNREFUSED)", counting down to the next try, with no rate or time left while nothing arrives.
+ */
+function RetryLine({ retry }: { retry: NonNullable<VersionRow_Version['retry']> }) {
+  const [now, setNow] = useState(() => Date.now());
+  useEffect(() => {
+    const timer = setInterval(() => setNow(Date.now()), 1000);
+    return () => clearInterval(timer);
+  }, []);
+  const seconds = (Date.parse(retry.nextAt) - now) / 1000;
+  return (
+    <span className="retrying" data-testid="retrying">
+      retrying (attempt {retry.attempt}, {seconds >= 1 ? `next in ${formatDuration(seconds)}` : 'trying now'}):{' '}
+      <span className="muted">{retry.reason}</span>
+    </span>
+  );
 }

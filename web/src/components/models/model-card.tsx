@@ -7,7 +7,7 @@ import { ConfirmDialog } from '../common/confirm-dialog';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
-import { TimeAgo } from '../common/time-ago';
+import { TimeAgo, useClockTick } from '../common/time-ago';
 import { modeWords } from '../mirror/mirror-parts';
 import { ModelLive } from './model-live';
 import { ModelOwnerForm, ownerWords } from './model-owner';
@@ -46,6 +46,10 @@ export type ModelCard_Model = {
   mode: ModelMode;
   wantedReplicas: number;
   declared: boolean;
+  /** Where a declared model is changed: hangar.yaml's path and its entry ("models.2"). */
+  declaredIn: { __typename?: 'DeclaredIn'; file: string; key: string } | null;
+  /** What its mode means now, what happens next: "stopped; its replicas are being taken down". */
+  modeMessage: string;
   /** Who may call it at /v1, as the server names the owner ("team:acme/research"); null is every caller. */
   owner: string | null;
   awakeUntil: string | null;
@@ -68,6 +72,11 @@ export const ModelCard_ModelFragment = gql<ModelCard_Model>`
     mode
     wantedReplicas
     declared
+    declaredIn {
+      file
+      key
+    }
+    modeMessage
     owner
     awakeUntil
     adapters {
@@ -153,6 +162,20 @@ export const replicaClass: Record<ReplicaState, string> = {
 };
 
 /**
+ * An on-demand model's wake timer, while it runs: "awake until in 14 minutes". Nothing for a model that is
+ * always on or stopped (a timer left from before the mode changed means nothing there), nor once it has run out.
+ */
+export function AwakeUntil({ mode, awakeUntil }: { mode: ModelMode; awakeUntil: string | null }) {
+  useClockTick();
+  if (mode !== 'ON_DEMAND' || !awakeUntil || new Date(awakeUntil).getTime() <= Date.now()) return null;
+  return (
+    <span className="muted" data-testid="awake-until">
+      awake until <TimeAgo at={awakeUntil} />
+    </span>
+  );
+}
+
+/**
  * A replica in one line: "READY on gpu-1 · 41.5 tok/s", "PENDING: fits on no node: …", "LOST: node gpu-2 stopped
  * reporting". The server's message is shown word for word; the node is named unless the message already says
  * where (a pending replica has no node yet, a lost one's message names it).
@@ -217,9 +240,14 @@ export function ReplicaChip({ replica }: { replica: ModelCard_Replica }) {
 
 const modes: ModelMode[] = ['ALWAYS', 'ON_DEMAND', 'STOPPED'];
 const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
-/** The server's refusal, as far as the console knows it (the server's refusal names the exact file). */
-export const declaredHint = (name: string) =>
-  `${name} is declared in the server's hangar.yaml: change it there; it is read at every start.`;
+/**
+ * Where a declared model is changed, on the page and not only in a tooltip: "declared in /etc/hangar/hangar.yaml
+ * at models.1: change models.1.mode there". Without the server's file (an older server), hangar.yaml in general.
+ */
+export const declaredHint = (name: string, at: ModelCard_Model['declaredIn'] = null) =>
+  at
+    ? `${name} is declared in ${at.file} at ${at.key}: change ${at.key}.mode (or its other keys) there; the file is read at every start.`
+    : `${name} is declared in the server's hangar.yaml: change it there; it is read at every start.`;
 
 /**
  * One catalog model: what it is, how it runs and where. Its mode changes in place (applied with a button); a
@@ -265,21 +293,25 @@ export function ModelCard({
         <span className="badge muted">{engineWords[model.engine] ?? model.engine}</span>
         <span className="badge">{modeWords[model.mode]}</span>
         {model.declared ? (
-          <span className="badge warn" title={declaredHint(model.name)}>
+          <span className="badge warn" title={declaredHint(model.name, model.declaredIn)}>
             declared
           </span>
         ) : null}
-        {model.awakeUntil ? (
-          <span className="muted">
-            awake until <TimeAgo at={model.awakeUntil} />
-          </span>
-        ) : null}
+        <AwakeUntil mode={model.mode} awakeUntil={model.awakeUntil} />
         {onModelPage ? null : (
           <PageLink to={modelPath(model.name)} className="button small model-open">
             Playground
           </PageLink>
         )}
       </header>
+      <p className="mode-message" data-testid="mode-message" aria-live="polite">
+        {model.modeMessage}
+      </p>
+      {model.declared ? (
+        <p className="hint declared-hint" data-testid="declared-in">
+          {declaredHint(model.name, model.declaredIn)}
+        </p>
+      ) : null}
       <dl className="facts model-facts">
         <div className="grow">
           <dt>Source</dt>
@@ -340,15 +372,11 @@ export function ModelCard({
       ) : (
         <p className="muted">No adapters.</p>
       )}
-      {canChange ? (
-        model.declared ? (
-          <p className="hint declared-hint">{declaredHint(model.name)}</p>
-        ) : (
-          <>
-            <ModeForm key={`${model.mode}:${model.wantedReplicas}:${model.parallel}`} model={model} />
-            <ModelOwnerForm model={model} />
-          </>
-        )
+      {canChange && !model.declared ? (
+        <>
+          <ModeForm key={`${model.mode}:${model.wantedReplicas}:${model.parallel}`} model={model} />
+          <ModelOwnerForm model={model} />
+        </>
       ) : null}
       {canChange ? (
         <div className="model-actions">

@@ -29,6 +29,8 @@ function model(name: string, over: Record<string, unknown> = {}) {
     mode: 'ALWAYS',
     wantedReplicas: 1,
     declared: false,
+    declaredIn: null,
+    modeMessage: 'always: the replicas it wants run',
     owner: null,
     awakeUntil: null,
     adapters: [],

@@ -1,9 +1,9 @@
-import { useEffect } from 'react';
-import { gql, useQuery } from 'urql';
+import { gql, useQuery, useSubscription } from 'urql';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import { ModelCard, type ModelCard_Model, ModelCard_ModelFragment } from './model-card';
-import { SETTLING_REFRESH_MS } from './models-page';
+import { ModelsPage_ChangedSubscription } from './models-page';
 import { Playground } from './playground';
 
 export const ModelPage_ModelQuery = gql<{ model: ModelCard_Model | null }, { name: string }>`
@@ -36,15 +36,9 @@ export function ModelPage({
     requestPolicy: 'cache-and-network',
   });
   const model = data?.model;
-  // As on the Models page: read again while a replica is on its way, so the playground's hint follows it.
-  const settling = model?.replicas.some((r) => r.state === 'PENDING' || r.state === 'LOADING');
-  useEffect(() => {
-    if (!settling) return;
-    const t = setInterval(() => {
-      if (document.visibilityState === 'visible') refetch({ requestPolicy: 'network-only' });
-    }, SETTLING_REFRESH_MS);
-    return () => clearInterval(t);
-  }, [settling, refetch]);
+  // Live as the Models page is: the card and the playground's hint follow its replicas as they change.
+  useSubscription({ query: ModelsPage_ChangedSubscription });
+  useRefetchOnReconnect(refetch);
 
   return (
     <section className="model-page">

@@ -1,11 +1,11 @@
-import { render, screen, within } from '@testing-library/react';
+import { act, render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
 import { describe, expect, it, vi } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
 import { ModelCard_SetModeMutation, ModelCard_WakeMutation, smokeWords } from './model-card';
 import { ModelOwner_SetMutation } from './model-owner';
-import { ModelsPage, ModelsPage_ModelsQuery } from './models-page';
+import { ModelsPage, ModelsPage_ChangedSubscription, ModelsPage_ModelsQuery } from './models-page';
 
 const GiB = 1024 ** 3;
 const now = new Date().toISOString();
@@ -48,6 +48,8 @@ function model(name: string, over: Record<string, unknown> = {}) {
     mode: 'ALWAYS',
     wantedReplicas: 2,
     declared: false,
+    declaredIn: null,
+    modeMessage: 'always: the replicas it wants run',
     owner: null,
     awakeUntil: null,
     adapters: [],
@@ -93,8 +95,8 @@ describe('ModelsPage', () => {
     expect(within(qwenCard).getByText('http://hangar.test/mirror/qwen3-8b/Q4_K_M/')).toHaveClass('url');
     expect(within(qwenCard).getByText('6.0 GiB estimated')).toBeInTheDocument();
     expect(within(await card('tiny')).getByText('No adapters.')).toBeInTheDocument();
-    // A replica on its way: the page says it re-reads the list.
-    expect(screen.getByText(/read again every 5 s/)).toBeInTheDocument();
+    // Followed live, not polled: the page says so.
+    expect(screen.getByText(/Connecting for live updates|Live: cards follow/)).toBeInTheDocument();
   });
 
   it("shows the smoke test through the replica's endpoint, what it holds, and the estimate's error", async () => {
@@ -168,7 +170,11 @@ describe('ModelsPage', () => {
     const fake = fakeClient([
       answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b', { mode: 'STOPPED', wantedReplicas: 0 })] })),
       answer(ModelCard_SetModeMutation, (v) => ({
-        setModelMode: model(v.name, { mode: v.mode, wantedReplicas: v.replicas ?? 1 }),
+        setModelMode: model(v.name, {
+          mode: v.mode,
+          wantedReplicas: v.replicas ?? 1,
+          modeMessage: `always: ${v.replicas} replicas are being placed`,
+        }),
       })),
     ]);
     renderPage(fake);
@@ -185,6 +191,8 @@ describe('ModelsPage', () => {
     await user.click(within(form).getByRole('button', { name: 'Apply' }));
 
     await within(qwen).findByText('3 wanted');
+    // The answer says what happens next, on the card.
+    expect(within(qwen).getByTestId('mode-message')).toHaveTextContent('always: 3 replicas are being placed');
     expect(fake.sent(ModelCard_SetModeMutation).map((op) => op.variables)).toEqual([
       { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 3, parallel: null },
     ]);
@@ -193,16 +201,26 @@ describe('ModelsPage', () => {
 
   it('offers no changes to a declared model and says where to make them', async () => {
     renderPage(
-      fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [model('declared-llama', { declared: true })] }))]),
+      fakeClient([
+        answer(ModelsPage_ModelsQuery, () => ({
+          models: [
+            model('declared-llama', {
+              declared: true,
+              declaredIn: { __typename: 'DeclaredIn', file: '/etc/hangar/hangar.yaml', key: 'models.1' },
+            }),
+          ],
+        })),
+      ]),
     );
     const llama = await card('declared-llama');
+    // On the page, not only in a tooltip: the file and the key, for viewers too.
+    expect(within(llama).getByTestId('declared-in')).toHaveTextContent(
+      'declared-llama is declared in /etc/hangar/hangar.yaml at models.1: change models.1.mode (or its other keys) there',
+    );
     expect(within(llama).getByText('declared')).toHaveClass('badge');
     expect(within(llama).queryByRole('form')).toBeNull();
     expect(within(llama).queryByRole('combobox')).toBeNull();
     expect(within(llama).queryByRole('button', { name: /Apply|Remove/ })).toBeNull();
-    expect(
-      within(llama).getByText(/declared-llama is declared in .*hangar\.yaml: change it there/),
-    ).toBeInTheDocument();
   });
 
   it('wakes an on-demand model, and shows a refusal verbatim', async () => {
@@ -218,7 +236,14 @@ describe('ModelsPage', () => {
                 message: 'coder is stopped: nothing to wake',
               },
             }
-          : { wakeModel: model(v.name, { mode: 'ON_DEMAND', wantedReplicas: 1, awakeUntil: now }) },
+          : {
+              // The idle time from now: a timer that has run out is not shown.
+              wakeModel: model(v.name, {
+                mode: 'ON_DEMAND',
+                wantedReplicas: 1,
+                awakeUntil: new Date(Date.now() + 15 * 60_000).toISOString(),
+              }),
+            },
       ),
     ]);
     renderPage(fake);
@@ -307,5 +332,46 @@ describe('a ready replica in words', () => {
       ' · 380.0 tok/s · first token 42 ms · on the CPU · said "Hi"',
     );
     expect(smokeWords({ ...ready, gpuLayers: 3, vramUsedBytes: 2 * GiB } as never)).toContain('2.0 GiB on GPU');
+  });
+  it('follows the subscription: a replica becomes ready in place, a new model joins by name, a removed one leaves', async () => {
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({
+        models: [model('b-model', { replicas: [replica('r1', 'LOADING', { node: node('gpu-1') })] }), model('d-model')],
+      })),
+    ]);
+    renderPage(fake);
+    const b = await card('b-model');
+    await vi.waitFor(() => expect(fake.sent(ModelsPage_ChangedSubscription)).toHaveLength(1));
+    act(() =>
+      fake.push(ModelsPage_ChangedSubscription, {
+        modelChanged: {
+          __typename: 'ModelChange',
+          modelId: 'm-b-model',
+          model: model('b-model', {
+            modeMessage: 'always: 2 replicas run',
+            replicas: [replica('r1', 'READY', { node: node('gpu-1'), tokensPerSecond: 30 })],
+          }),
+        },
+      }),
+    );
+    await within(b).findByText('READY on gpu-1 · 30.0 tok/s');
+    expect(within(b).getByTestId('mode-message')).toHaveTextContent('always: 2 replicas run');
+
+    act(() =>
+      fake.push(ModelsPage_ChangedSubscription, {
+        modelChanged: { __typename: 'ModelChange', modelId: 'm-c-model', model: model('c-model') },
+      }),
+    );
+    await card('c-model');
+    const names = () =>
+      [...document.querySelectorAll<HTMLElement>('article[data-testid^="model-"]')].map((el) => el.dataset.testid);
+    expect(names()).toEqual(['model-b-model', 'model-c-model', 'model-d-model']);
+
+    act(() =>
+      fake.push(ModelsPage_ChangedSubscription, {
+        modelChanged: { __typename: 'ModelChange', modelId: 'm-b-model', model: null },
+      }),
+    );
+    await vi.waitFor(() => expect(names()).toEqual(['model-c-model', 'model-d-model']));
   });
 });

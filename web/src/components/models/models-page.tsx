@@ -1,5 +1,7 @@
-import { useEffect } from 'react';
-import { gql, useQuery } from 'urql';
+import { useSyncExternalStore } from 'react';
+import { gql, useQuery, useSubscription } from 'urql';
+import { type LiveState, live } from '../../graphql/live';
+import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
@@ -15,10 +17,29 @@ export const ModelsPage_ModelsQuery = gql<{ models: ModelCard_Model[] }, Record<
 `;
 
 /**
- * There is no subscription for models or replicas: while a replica is on its way (pending or loading), the list
- * is read again on this period, so it shows when it is placed, ready or failed. Settled, it is not polled.
+ * Every model that changes (it, a replica, an adapter), whole, from wherever it was written: graphcache updates its
+ * card by id; a new one joins the list and a removed one (model null) leaves it (graphql/cache.ts).
  */
-export const SETTLING_REFRESH_MS = 5_000;
+export const ModelsPage_ChangedSubscription = gql<{
+  modelChanged: { __typename?: 'ModelChange'; modelId: string; model: ModelCard_Model | null };
+}>`
+  subscription ModelsPage_Changed {
+    modelChanged {
+      modelId
+      model {
+        ...ModelCard_Model
+      }
+    }
+  }
+  ${ModelCard_ModelFragment}
+`;
+
+const liveText: Record<LiveState, string> = {
+  connecting: 'Connecting for live updates…',
+  live: 'Live: cards follow their replicas as they are placed, load and serve.',
+  reconnecting: 'Reconnecting: the list is re-read when the connection is back.',
+  stopped: 'Live updates stopped: the server refused the connection. Sign in again to resume them.',
+};
 
 export function ModelsPage({ canChange }: { canChange: boolean }) {
   const [{ data, fetching, error }, refetch] = useQuery({
@@ -27,23 +48,20 @@ export function ModelsPage({ canChange }: { canChange: boolean }) {
     requestPolicy: 'cache-and-network',
   });
   const models = data?.models;
-  const settling = models?.some((m) => m.replicas.some((r) => r.state === 'PENDING' || r.state === 'LOADING'));
-  useEffect(() => {
-    if (!settling) return;
-    const t = setInterval(() => {
-      if (document.visibilityState === 'visible') refetch({ requestPolicy: 'network-only' });
-    }, SETTLING_REFRESH_MS);
-    return () => clearInterval(t);
-  }, [settling, refetch]);
+  useSubscription({ query: ModelsPage_ChangedSubscription });
+  const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
+  // Events sent while the socket was down are not replayed: the list is read afresh instead.
+  useRefetchOnReconnect(refetch);
 
   return (
     <section>
       <PageHeader title="Models">
         The models the fleet serves: how each runs, its replicas and where they are, and its adapters.
       </PageHeader>
-      {settling ? (
-        <p className="live-state muted">Replicas are being placed or loading: the list is read again every 5 s.</p>
-      ) : null}
+      <p className="live-state" aria-live="polite">
+        <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
+        {liveText[liveState]}
+      </p>
       {error ? (
         <p role="alert" className="form-error">
           {describeError(error)}

@@ -25,6 +25,8 @@ function model(over: Record<string, unknown> = {}) {
     mode: 'ALWAYS',
     wantedReplicas: 1,
     declared: false,
+    declaredIn: null,
+    modeMessage: 'always: the replicas it wants run',
     awakeUntil: null,
     adapters: [
       { __typename: 'Adapter', id: 'a1', name: 'support-tone', source: 'http://x/a.gguf', owner: 'team:support' },

@@ -2,11 +2,11 @@ import { type FormEvent, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
-import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { type AgentStart, AgentStartPanel } from './node-actions';
 import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
 
-type Created = { __typename: 'CreatedNode'; token: string; node: NodeTable_Node };
+type Created = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
 
 /** The node joins the cached `nodes` list through graphcache's updater (graphql/cache.ts). */
 export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, { name: string }>`
@@ -15,6 +15,11 @@ export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, 
       __typename
       ... on CreatedNode {
         token
+        agentCommand
+        agentEnv {
+          name
+          value
+        }
         node {
           ...NodeTable_Node
         }
@@ -50,21 +55,7 @@ export function AddNodeForm() {
     <section className="panel" aria-labelledby="add-node-title">
       <h2 id="add-node-title">Add a node</h2>
       {created ? (
-        <div className="secret-once" role="status">
-          <p>
-            <strong>Node “{created.node.name}” added.</strong> Its token is shown only once: Hangar keeps only its hash.
-            Give it to the node's agent as <code>HANGAR_NODE_TOKEN</code>.
-          </p>
-          <div className="secret-row">
-            <code data-testid="node-token" className="secret">
-              {created.token}
-            </code>
-            <CopyButton text={created.token} label="Copy token" />
-          </div>
-          <button type="button" className="button small" onClick={() => setCreated(null)}>
-            I have copied it
-          </button>
-        </div>
+        <AgentStartPanel nodeName={created.node.name} start={created} onDone={() => setCreated(null)} />
       ) : null}
       <form className="form-row" onSubmit={submit}>
         <label className="field">

@@ -1,3 +1,4 @@
+import type { ReactNode } from 'react';
 import { gql } from 'urql';
 import type { Bytes } from '../../graphql/types';
 import { formatBytes, formatMiB } from '../../lib/format';
@@ -10,6 +11,9 @@ export type NodeTable_Node = {
   name: string;
   online: boolean;
   lastSeenAt: string | null;
+  /** When its agent said it was stopping, or its token was revoked. */
+  leftAt: string | null;
+  tokenRevoked: boolean;
   agentVersion: string | null;
   diskFreeBytes: Bytes | null;
   gpus: { index: number; name: string; totalMiB: number; freeMiB: number }[];
@@ -18,6 +22,8 @@ export type NodeTable_Node = {
     id: string;
     state: ReplicaState;
     message: string | null;
+    /** The node's GPU it runs on; null: the node as a whole. */
+    gpuIndex: number | null;
     model: { id: string; name: string };
   } & Pick<
     ModelCard_Replica,
@@ -31,6 +37,8 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
     name
     online
     lastSeenAt
+    leftAt
+    tokenRevoked
     agentVersion
     diskFreeBytes
     gpus {
@@ -48,6 +56,7 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
       id
       state
       message
+      gpuIndex
       smokeText
       tokensPerSecond
       timeToFirstTokenMs
@@ -63,16 +72,25 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
   }
 `;
 
-export function NodeTable({ nodes }: { nodes: NodeTable_Node[] }) {
+/**
+ * One row per node. Its state and when it was last seen sit under its name rather than in columns of their own:
+ * at 1280 px seven columns pushed the replica chips and the disk column behind the table's own scrollbar.
+ */
+export function NodeTable({
+  nodes,
+  actions,
+}: {
+  nodes: NodeTable_Node[];
+  /** An admin's buttons for a node (node-actions.tsx); none for others. */
+  actions?: (node: NodeTable_Node) => ReactNode;
+}) {
   const sorted = [...nodes].sort((a, b) => a.name.localeCompare(b.name));
   return (
     <div className="table-wrap">
-      <table className="table">
+      <table className="table node-table">
         <thead>
           <tr>
-            <th scope="col">Name</th>
-            <th scope="col">State</th>
-            <th scope="col">Last seen</th>
+            <th scope="col">Node</th>
             <th scope="col">GPUs</th>
             <th scope="col">Engines</th>
             <th scope="col">Replicas</th>
@@ -83,7 +101,7 @@ export function NodeTable({ nodes }: { nodes: NodeTable_Node[] }) {
         </thead>
         <tbody>
           {sorted.map((n) => (
-            <NodeRow key={n.id} node={n} />
+            <NodeRow key={n.id} node={n} actions={actions?.(n)} />
           ))}
         </tbody>
       </table>
@@ -91,20 +109,40 @@ export function NodeTable({ nodes }: { nodes: NodeTable_Node[] }) {
   );
 }
 
-function NodeRow({ node }: { node: NodeTable_Node }) {
+function NodeRow({ node, actions }: { node: NodeTable_Node; actions?: ReactNode }) {
+  // Its agent said it was stopping (or its token was revoked) after its last report: that is why it is offline.
+  const left = Boolean(
+    !node.online && node.leftAt && (!node.lastSeenAt || new Date(node.leftAt) >= new Date(node.lastSeenAt)),
+  );
   return (
     <tr>
-      <th scope="row">
-        {node.name}
+      <th scope="row" className="node-cell">
+        <span className="node-name">{node.name}</span>
+        <div className="node-state">
+          {node.tokenRevoked ? (
+            <span className="badge bad">token revoked</span>
+          ) : (
+            <span className={`badge ${node.online ? 'ok' : 'muted'}`}>{node.online ? 'online' : 'offline'}</span>
+          )}{' '}
+          <span className="sub-inline">
+            {node.lastSeenAt ? (
+              <>
+                seen <TimeAgo at={node.lastSeenAt} />
+              </>
+            ) : (
+              'never seen'
+            )}
+          </span>
+        </div>
+        {left && !node.tokenRevoked && node.leftAt ? (
+          <div className="sub">
+            its agent stopped <TimeAgo at={node.leftAt} />
+          </div>
+        ) : null}
         {node.agentVersion ? <div className="sub">agent {node.agentVersion}</div> : null}
+        {actions}
       </th>
-      <td>
-        <span className={`badge ${node.online ? 'ok' : 'muted'}`}>{node.online ? 'online' : 'offline'}</span>
-      </td>
-      <td>
-        <TimeAgo at={node.lastSeenAt} empty="never" />
-      </td>
-      <td>
+      <td data-label="GPUs">
         {node.gpus.length === 0 ? (
           <span className="muted">{node.lastSeenAt ? 'none reported' : '—'}</span>
         ) : (
@@ -117,7 +155,7 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
           </ul>
         )}
       </td>
-      <td>
+      <td data-label="Engines">
         {node.engines.length === 0 ? (
           <span className="muted">—</span>
         ) : (
@@ -132,7 +170,7 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
           </ul>
         )}
       </td>
-      <td>
+      <td data-label="Replicas">
         {node.replicas.length === 0 ? (
           <span className="muted">none</span>
         ) : (
@@ -145,6 +183,7 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
                   title={r.endpoint ? `serves on ${r.endpoint}` : undefined}
                 >
                   {r.model.name} {r.state}
+                  {r.gpuIndex != null ? ` on GPU ${r.gpuIndex}` : ''}
                   {smokeWords(r)}
                   {r.message ? `: ${r.message}` : ''}
                   {r.endpoint ? <code className="sub replica-endpoint">{r.endpoint}</code> : null}
@@ -154,7 +193,9 @@ function NodeRow({ node }: { node: NodeTable_Node }) {
           </ul>
         )}
       </td>
-      <td className="num">{node.diskFreeBytes == null ? '—' : formatBytes(node.diskFreeBytes)}</td>
+      <td className="num" data-label="Disk free">
+        {node.diskFreeBytes == null ? '—' : formatBytes(node.diskFreeBytes)}
+      </td>
     </tr>
   );
 }

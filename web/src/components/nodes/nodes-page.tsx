@@ -1,8 +1,9 @@
-import { useEffect } from 'react';
+import { useEffect, useState } from 'react';
 import { gql, useQuery } from 'urql';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { AddNodeForm } from './add-node-form';
+import { AgentStartPanel, NodeActions, type NodeNotice } from './node-actions';
 import { NodeTable, type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
 
 export const NodesPage_NodesQuery = gql<{ nodes: NodeTable_Node[] }>`
@@ -19,6 +20,7 @@ const REFRESH_MS = 15_000;
 
 export function NodesPage({ canAdd }: { canAdd: boolean }) {
   const [{ data, fetching, error }, refetch] = useQuery({ query: NodesPage_NodesQuery });
+  const [notice, setNotice] = useState<NodeNotice | null>(null);
   useEffect(() => {
     const t = setInterval(() => {
       if (document.visibilityState === 'visible') refetch({ requestPolicy: 'network-only' });
@@ -37,6 +39,16 @@ export function NodesPage({ canAdd }: { canAdd: boolean }) {
           {describeError(error)}
         </p>
       ) : null}
+      {notice?.kind === 'rotated' ? (
+        <AgentStartPanel nodeName={notice.name} start={notice.start} rotated onDone={() => setNotice(null)} />
+      ) : notice ? (
+        <p role="status" className="notice">
+          {notice.message}{' '}
+          <button type="button" className="link-button" onClick={() => setNotice(null)}>
+            Dismiss
+          </button>
+        </p>
+      ) : null}
       {data ? (
         data.nodes.length === 0 ? (
           <p className="empty">
@@ -46,7 +58,10 @@ export function NodesPage({ canAdd }: { canAdd: boolean }) {
               : 'An admin adds them; each then runs the Hangar agent.'}
           </p>
         ) : (
-          <NodeTable nodes={data.nodes} />
+          <NodeTable
+            nodes={data.nodes}
+            actions={canAdd ? (n) => <NodeActions node={n} onNotice={setNotice} /> : undefined}
+          />
         )
       ) : fetching ? (
         <p className="muted">Loading…</p>

@@ -9,7 +9,8 @@ import { stateBadge } from '../mirror/mirror-parts';
 import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
 import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
 
-export type FileSetKind = 'MODEL' | 'MMPROJ' | 'IMATRIX';
+/** What the set's header says it is (the name's guess only where the header could not be read). */
+export type FileSetKind = 'MODEL' | 'ADAPTER' | 'MMPROJ' | 'IMATRIX';
 
 export type FileSetRow_Set = {
   __typename?: 'FileSet';
@@ -182,7 +183,12 @@ export const FileSetRow_ServeMutation = gql<
   ${FormError_RefusalFragment}
 `;
 
-const kindWords: Record<FileSetKind, string> = { MODEL: 'model', MMPROJ: 'mmproj', IMATRIX: 'imatrix' };
+const kindWords: Record<FileSetKind, string> = {
+  MODEL: 'model',
+  ADAPTER: 'LoRA adapter',
+  MMPROJ: 'mmproj',
+  IMATRIX: 'imatrix',
+};
 
 /** What the operator scans for: the quantisation; a side file says what it is. */
 export function setLabel(set: FileSetRow_Set): string {
@@ -209,7 +215,8 @@ function headerLine(header: NonNullable<FileSetRow_Set['header']>): string {
 /**
  * One set of a repository: its size, verdict, memory estimate and fits, and the names it is fetched under. The
  * server's answer stays beside the set: "started fetching…", or its refusal word for word. A set the verdict says
- * cannot be served is refused first; only then is "Fetch anyway" offered, sending force.
+ * cannot be served has no Fetch button: its reason is in the verdict column, and taking it regardless is a
+ * choice made on purpose, behind "Fetch anyway…" and a tick that says what it means.
  */
 export function FileSetRow({
   repo,
@@ -234,7 +241,7 @@ export function FileSetRow({
   const [version, setVersion] = useState(set.version);
   const [{ fetching, error }, fetchSet] = useMutation(FileSetRow_FetchMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const [forceOffered, setForceOffered] = useState(false);
+  const [confirmed, setConfirmed] = useState(false);
   const [started, setStarted] = useState<Started>();
   const filesId = useId();
   const modelId = useId();
@@ -251,16 +258,14 @@ export function FileSetRow({
       set: set.id,
       model: model.trim(),
       version: version.trim(),
-      force: forceOffered,
+      // Only reached for an unservable set through the confirmed "Fetch anyway".
+      force: !set.verdict.servable,
     });
     const outcome = result.data?.fetchRepoSet;
-    if (isRefusal(outcome)) {
-      setRefusal(outcome);
-      // The verdict's refusal: the operator has read why and may insist. Other conflicts (the disk) force cannot fix.
-      if (outcome.__typename === 'ConflictError' && !set.verdict.servable) setForceOffered(true);
-    } else if (outcome?.__typename === 'FetchStarted') {
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'FetchStarted') {
       setStarted(outcome);
-      setForceOffered(false);
+      setConfirmed(false);
     }
   };
   // The last answer is about the names it was sent with: once they change, it goes.
@@ -325,60 +330,124 @@ export function FileSetRow({
         </td>
         {canFetch ? (
           <td className="set-cell fetch-cell">
-            <form className="set-fetch" aria-label={`Fetch ${label}`} onSubmit={submit} noValidate>
-              <div className="field">
-                <label htmlFor={modelId}>Model</label>
-                <input
-                  id={modelId}
-                  className="set-input"
-                  value={model}
-                  autoComplete="off"
-                  spellCheck={false}
-                  aria-invalid={fieldError('model') ? true : undefined}
-                  aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
-                  onChange={(e) => {
-                    edited();
-                    setModel(e.target.value);
-                  }}
-                />
-                {fieldError('model') ? (
-                  <p id={`${modelId}-error`} role="alert" className="form-error field-error">
-                    {fieldError('model')}
-                  </p>
-                ) : null}
-              </div>
-              <div className="field">
-                <label htmlFor={versionId}>Version</label>
-                <input
-                  id={versionId}
-                  className="set-input"
-                  value={version}
-                  autoComplete="off"
-                  spellCheck={false}
-                  aria-invalid={fieldError('version') ? true : undefined}
-                  aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
-                  onChange={(e) => {
-                    edited();
-                    setVersion(e.target.value);
-                  }}
-                />
-                {fieldError('version') ? (
-                  <p id={`${versionId}-error`} role="alert" className="form-error field-error">
-                    {fieldError('version')}
-                  </p>
-                ) : null}
-              </div>
-              <button
-                type="submit"
-                className={`button small fetch-button${set.verdict.servable && !repo.noAccess ? ' primary' : ''}${forceOffered ? ' danger' : ''}`}
-                disabled={fetching || repo.noAccess != null}
-                aria-describedby={repo.noAccess ? noAccessId : undefined}
-                title={repo.noAccess ?? undefined}
-              >
-                {forceOffered ? 'Fetch anyway' : 'Fetch'}
-              </button>
-              {repo.noAccess ? <span className="sub">no access: see above</span> : null}
-            </form>
+            {set.verdict.servable ? (
+              <form className="set-fetch" aria-label={`Fetch ${label}`} onSubmit={submit} noValidate>
+                <div className="field">
+                  <label htmlFor={modelId}>Model</label>
+                  <input
+                    id={modelId}
+                    className="set-input"
+                    value={model}
+                    autoComplete="off"
+                    spellCheck={false}
+                    aria-invalid={fieldError('model') ? true : undefined}
+                    aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
+                    onChange={(e) => {
+                      edited();
+                      setModel(e.target.value);
+                    }}
+                  />
+                  {fieldError('model') ? (
+                    <p id={`${modelId}-error`} role="alert" className="form-error field-error">
+                      {fieldError('model')}
+                    </p>
+                  ) : null}
+                </div>
+                <div className="field">
+                  <label htmlFor={versionId}>Version</label>
+                  <input
+                    id={versionId}
+                    className="set-input"
+                    value={version}
+                    autoComplete="off"
+                    spellCheck={false}
+                    aria-invalid={fieldError('version') ? true : undefined}
+                    aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
+                    onChange={(e) => {
+                      edited();
+                      setVersion(e.target.value);
+                    }}
+                  />
+                  {fieldError('version') ? (
+                    <p id={`${versionId}-error`} role="alert" className="form-error field-error">
+                      {fieldError('version')}
+                    </p>
+                  ) : null}
+                </div>
+                <button
+                  type="submit"
+                  className={`button small fetch-button${repo.noAccess ? '' : ' primary'}`}
+                  disabled={fetching || repo.noAccess != null}
+                  aria-describedby={repo.noAccess ? noAccessId : undefined}
+                  title={repo.noAccess ?? undefined}
+                >
+                  Fetch
+                </button>
+                {repo.noAccess ? <span className="sub">no access: see above</span> : null}
+              </form>
+            ) : (
+              <details className="fetch-anyway">
+                <summary>Fetch anyway…</summary>
+                <form className="set-fetch" aria-label={`Fetch ${label} anyway`} onSubmit={submit} noValidate>
+                  <div className="field">
+                    <label htmlFor={modelId}>Model</label>
+                    <input
+                      id={modelId}
+                      className="set-input"
+                      value={model}
+                      autoComplete="off"
+                      spellCheck={false}
+                      aria-invalid={fieldError('model') ? true : undefined}
+                      aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
+                      onChange={(e) => {
+                        edited();
+                        setModel(e.target.value);
+                      }}
+                    />
+                    {fieldError('model') ? (
+                      <p id={`${modelId}-error`} role="alert" className="form-error field-error">
+                        {fieldError('model')}
+                      </p>
+                    ) : null}
+                  </div>
+                  <div className="field">
+                    <label htmlFor={versionId}>Version</label>
+                    <input
+                      id={versionId}
+                      className="set-input"
+                      value={version}
+                      autoComplete="off"
+                      spellCheck={false}
+                      aria-invalid={fieldError('version') ? true : undefined}
+                      aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
+                      onChange={(e) => {
+                        edited();
+                        setVersion(e.target.value);
+                      }}
+                    />
+                    {fieldError('version') ? (
+                      <p id={`${versionId}-error`} role="alert" className="form-error field-error">
+                        {fieldError('version')}
+                      </p>
+                    ) : null}
+                  </div>
+                  <label className="check anyway-choice">
+                    <input type="checkbox" checked={confirmed} onChange={(e) => setConfirmed(e.target.checked)} /> Fetch
+                    it although it cannot be served here
+                  </label>
+                  <button
+                    type="submit"
+                    className="button small danger fetch-button"
+                    disabled={!confirmed || fetching || repo.noAccess != null}
+                    aria-describedby={repo.noAccess ? noAccessId : undefined}
+                    title={repo.noAccess ?? undefined}
+                  >
+                    Fetch anyway
+                  </button>
+                  {repo.noAccess ? <span className="sub">no access: see above</span> : null}
+                </form>
+              </details>
+            )}
             {servable ? (
               <div className="set-serve">
                 <button

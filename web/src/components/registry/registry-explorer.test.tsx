@@ -2,10 +2,10 @@ import { createMemoryHistory, RouterProvider } from '@tanstack/react-router';
 import { act, render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
-import { describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { makeRouter } from '../../router';
 import { answer, fakeClient } from '../../test/fake-client';
-import { AppLayout_ViewerQuery } from '../layout/app-layout';
+import { AppLayout_RegistrySettingsQuery, AppLayout_ViewerQuery } from '../layout/app-layout';
 import { MirrorPage_MirrorQuery } from '../mirror/mirror-page';
 import {
   FileSetRow_FetchMutation,
@@ -76,7 +76,7 @@ function set(id: string, over: Record<string, unknown> = {}) {
     complete: true,
     totalBytes: 5 * GiB,
     model: 'qwen3-8b',
-    version: 'a1b2c3d',
+    version: 'a1b2c3d-q4_k_m',
     headerBytesRead: 400_000,
     headerError: null,
     header: {
@@ -124,6 +124,7 @@ function repo(id: string, over: Record<string, unknown> = {}) {
         set('mmproj:mmproj-Qwen3-8B-F16', {
           kind: 'MMPROJ',
           quant: 'F16',
+          version: 'a1b2c3d-mmproj-f16',
           totalBytes: 600 * MiB,
           files: [{ __typename: 'RegistryFile', path: 'mmproj-Qwen3-8B-F16.gguf', size: 600 * MiB, sha256: null }],
           verdict: { __typename: 'Verdict', servable: false, reason: mmprojReason, neededBuild: null },
@@ -150,10 +151,13 @@ function mirrorVersion(modelName: string, versionName: string, state: string, ov
     percent: 0,
     bytesPerSecond: null,
     etaSeconds: null,
+    retry: null,
     error: null,
     verified: false,
     url: null,
     usedBy: [],
+    kind: 'MODEL',
+    architecture: 'qwen3',
     updatedAt: '2026-11-02T12:00:00.000Z',
     ...over,
   };
@@ -303,7 +307,8 @@ describe('RegistryExplorer', () => {
     const name = within(q4).getByLabelText('Model');
     const version = within(q4).getByLabelText('Version');
     expect(name).toHaveValue('qwen3-8b');
-    expect(version).toHaveValue('a1b2c3d');
+    // The server's suggestion for this set: its revision and its quantisation.
+    expect(version).toHaveValue('a1b2c3d-q4_k_m');
     await user.clear(name);
     await user.type(name, 'qwen3-8b-chat');
     await user.clear(version);
@@ -342,14 +347,11 @@ describe('RegistryExplorer', () => {
     await vi.waitFor(() => expect(now).toHaveTextContent('is now fetching 50.0 %'));
   });
 
-  it('shows why a set cannot be served, the refusal of its fetch, and fetches it anyway with force', async () => {
-    const refusal = `not fetched: ${mmprojReason}. Fetch it anyway with force: true`;
+  it('shows why a set cannot be served with no Fetch button, and fetches it anyway only when that is chosen', async () => {
     const fake = fakeClient([
       answer(RegistryResults_SearchQuery, () => page(['acme/Qwen3-8B-GGUF'])),
       answer(RepoDetail_RepoQuery, ({ id }) => repo(id)),
-      answer(FileSetRow_FetchMutation, ({ force, model: m, version: v }) =>
-        force ? started(m, v) : { fetchRepoSet: { __typename: 'ConflictError', code: 'CONFLICT', message: refusal } },
-      ),
+      answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => started(m, v)),
       answer(FileSetRow_VersionQuery, ({ model: m, version: v }) => ({
         mirrorVersion: mirrorVersion(m, v, 'QUEUED'),
       })),
@@ -362,19 +364,29 @@ describe('RegistryExplorer', () => {
     expect(within(mmproj).getByRole('rowheader')).toHaveTextContent('mmproj F16');
     expect(within(mmproj).getByText('not servable')).toHaveClass('badge', 'bad');
     expect(within(mmproj).getByText(mmprojReason)).toHaveClass('reason');
-    // Offered plainly first: the refusal comes from the server, with its reason.
-    expect(within(mmproj).queryByRole('button', { name: 'Fetch anyway' })).toBeNull();
-    await user.click(within(mmproj).getByRole('button', { name: 'Fetch' }));
+    // The reason, and no Fetch button: nothing to press that the server would only refuse.
+    expect(within(mmproj).queryByRole('button', { name: 'Fetch' })).toBeNull();
+    const anyway = within(mmproj).getByText('Fetch anyway…');
+    const button = within(mmproj).getByRole('button', { name: 'Fetch anyway', hidden: true });
+    expect(button).not.toBeVisible();
+    // Forcing is a choice made on purpose: open the disclosure, then tick what it means.
+    await user.click(anyway);
+    expect(button).toBeVisible();
+    expect(button).toBeDisabled();
+    await user.click(within(mmproj).getByLabelText('Fetch it although it cannot be served here'));
+    expect(button).toBeEnabled();
+    await user.click(button);
 
-    const alert = await screen.findByRole('alert');
-    expect(alert).toHaveTextContent(refusal);
-    expect(mmproj.nextElementSibling).toContainElement(alert);
-    await user.click(within(mmproj).getByRole('button', { name: 'Fetch anyway' }));
-
-    expect(await screen.findByRole('status')).toHaveTextContent('started fetching 1 file into qwen3-8b/a1b2c3d');
-    expect(screen.queryByRole('alert')).toBeNull();
-    expect(fake.sent(FileSetRow_FetchMutation).map((op) => op.variables.force)).toEqual([false, true]);
-    expect(within(mmproj).getByRole('button', { name: 'Fetch' })).toBeVisible();
+    expect(await screen.findByRole('status')).toHaveTextContent(
+      'started fetching 1 file into qwen3-8b/a1b2c3d-mmproj-f16',
+    );
+    expect(fake.sent(FileSetRow_FetchMutation).map((op) => [op.variables.force, op.variables.version])).toEqual([
+      [true, 'a1b2c3d-mmproj-f16'],
+    ]);
+    // The servable set beside it has its plain Fetch, and no "anyway".
+    const q4 = await setRow('model:Qwen3-8B-Q4_K_M');
+    expect(within(q4).getByRole('button', { name: 'Fetch' })).toBeVisible();
+    expect(within(q4).queryByText('Fetch anyway…')).toBeNull();
   });
 
   it('puts a name the server refuses next to its field', async () => {
@@ -509,6 +521,8 @@ describe('RegistryExplorer', () => {
 });
 
 describe('the explorer in the console', () => {
+  const HUB = 'https://hub.test';
+  let registryOn = true;
   const viewer = {
     __typename: 'Viewer',
     role: 'OPERATOR',
@@ -529,6 +543,9 @@ describe('the explorer in the console', () => {
   function renderAt(path: string, extra: ReturnType<typeof answer>[] = []) {
     const fake = fakeClient([
       answer(AppLayout_ViewerQuery, () => ({ viewer })),
+      answer(AppLayout_RegistrySettingsQuery, () => ({
+        registrySettings: { __typename: 'RegistrySettings', enabled: registryOn, siteUrl: registryOn ? HUB : null },
+      })),
       answer(MirrorPage_MirrorQuery, () => ({ mirror: emptyMirror })),
       answer(RegistryResults_SearchQuery, () => page(['acme/Qwen3-8B-GGUF', 'acme/Tiny-GGUF'])),
       answer(RepoDetail_RepoQuery, ({ id }) => repo(id)),
@@ -570,7 +587,7 @@ describe('the explorer in the console', () => {
   });
 
   it('sits under the mirror, keeps the fetch form’s place in the URL, and lists a fetched set above', async () => {
-    const arriving = mirrorVersion('qwen3-8b', 'a1b2c3d', 'QUEUED');
+    const arriving = mirrorVersion('qwen3-8b', 'a1b2c3d-q4_k_m', 'QUEUED');
     const server = { families: [] as unknown[] };
     const { router, fake } = renderAt('/mirror?fetch=true&q=acme&repo=acme%2FQwen3-8B-GGUF', [
       answer(MirrorPage_MirrorQuery, () => ({
@@ -589,16 +606,52 @@ describe('the explorer in the console', () => {
     await user.click(within(q4).getByRole('button', { name: 'Fetch' }));
 
     expect(await within(section).findByRole('status')).toHaveTextContent(
-      'started fetching 1 file into qwen3-8b/a1b2c3d',
+      'started fetching 1 file into qwen3-8b/a1b2c3d-q4_k_m',
     );
     // The mirror above reads its listing again and shows the new version.
-    expect(await screen.findByTestId('version-qwen3-8b/a1b2c3d')).toHaveTextContent('queued');
+    expect(await screen.findByTestId('version-qwen3-8b/a1b2c3d-q4_k_m')).toHaveTextContent('queued');
     expect(fake.sent(MirrorPage_MirrorQuery).length).toBeGreaterThan(1);
 
     // Closing the fetch form keeps the explorer's state, and the reverse.
     await user.click(screen.getByRole('button', { name: 'Fetch by URL' }));
     await vi.waitFor(() => expect(router.state.location.search).toEqual({ q: 'acme', repo: 'acme/Qwen3-8B-GGUF' }));
     expect(screen.getByRole('region', { name: 'acme/Qwen3-8B-GGUF' })).toBeVisible();
+  });
+
+  describe('with the registry turned off on the server (HANGAR_HUB_URL=off)', () => {
+    beforeEach(() => {
+      registryOn = false;
+    });
+    afterEach(() => {
+      registryOn = true;
+    });
+
+    it('has no Registry entry, and the mirror page says nothing of a registry and asks it nothing', async () => {
+      const { fake } = renderAt('/mirror');
+      expect(await screen.findByRole('heading', { name: 'Mirror', level: 1 })).toBeVisible();
+      const nav = screen.getByRole('navigation', { name: 'Main' });
+      expect(within(nav).getByRole('link', { name: 'Mirror' })).toBeVisible();
+      expect(within(nav).queryByRole('link', { name: 'Registry' })).toBeNull();
+      expect(await screen.findByText(/The mirror holds nothing yet/)).not.toHaveTextContent(/registry/i);
+      expect(screen.queryByRole('region', { name: 'Get from the registry' })).toBeNull();
+      expect(screen.queryByLabelText('Search the registry')).toBeNull();
+      expect(fake.sent(RegistryResults_SearchQuery)).toHaveLength(0);
+    });
+
+    it('says so on a typed link to /registry, with no search box', async () => {
+      const { fake } = renderAt('/registry?q=qwen');
+      expect(await screen.findByText('The registry explorer is turned off on this server.')).toBeVisible();
+      expect(screen.getByText('HANGAR_HUB_URL=off')).toBeVisible();
+      expect(screen.queryByLabelText('Search the registry')).toBeNull();
+      expect(fake.sent(RegistryResults_SearchQuery)).toHaveLength(0);
+    });
+  });
+
+  it('shows the Registry entry when the registry is on', async () => {
+    renderAt('/mirror');
+    const nav = await screen.findByRole('navigation', { name: 'Main' });
+    expect(within(nav).getByRole('link', { name: 'Registry' })).toBeVisible();
+    expect(await screen.findByRole('region', { name: 'Get from the registry' })).toBeVisible();
   });
 
   describe('serving a set in one step', () => {

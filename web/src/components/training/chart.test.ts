@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { chartPath, chartRange, project } from './chart';
+import { chartPath, chartRange, nearestPoint, project } from './chart';
 
 const pts = (...ys: number[]) => ys.map((y, i) => ({ x: i + 1, y }));
 
@@ -37,5 +37,24 @@ describe('chartPath', () => {
 
   it('rounds to hundredths, which is finer than any screen', () => {
     expect(project({ x: 1, y: 1 }, { xMin: 0, xMax: 3, yMin: 0, yMax: 3 }, 100, 100)).toEqual({ x: 33.33, y: 66.67 });
+  });
+});
+
+describe('nearestPoint', () => {
+  const points = [
+    { x: 1, y: 2.5 },
+    { x: 2, y: 2.1 },
+    { x: 5, y: 1.7 },
+    { x: 11, y: 1.2 },
+  ];
+  const range = { xMin: 1, xMax: 11, yMin: 1.2, yMax: 2.5 };
+  it('reads the step nearest to the pointer, with the edges held to the first and last', () => {
+    expect(nearestPoint(points, range, 0)).toEqual({ x: 1, y: 2.5 });
+    expect(nearestPoint(points, range, 0.12)).toEqual({ x: 2, y: 2.1 });
+    expect(nearestPoint(points, range, 0.35)).toEqual({ x: 5, y: 1.7 });
+    expect(nearestPoint(points, range, 0.75)).toEqual({ x: 11, y: 1.2 });
+    expect(nearestPoint(points, range, 1.5)).toEqual({ x: 11, y: 1.2 });
+    expect(nearestPoint(points, range, -1)).toEqual({ x: 1, y: 2.5 });
+    expect(nearestPoint([], range, 0.5)).toBeNull();
   });
 });

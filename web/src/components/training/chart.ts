@@ -52,4 +52,24 @@ export function chartPath(points: readonly ChartPoint[], range: ChartRange, widt
   return at.map((p, i) => `${i === 0 ? 'M' : 'L'}${p.x} ${p.y}`).join('');
 }
 
+/**
+ * The point nearest to where the pointer is, as a fraction (0 at the left edge, 1 at the right) of the x range:
+ * what a hover over the chart reads out. Points are in step order; null without points.
+ */
+export function nearestPoint(points: readonly ChartPoint[], range: ChartRange, fraction: number): ChartPoint | null {
+  if (points.length === 0) return null;
+  const x = range.xMin + Math.min(Math.max(fraction, 0), 1) * (range.xMax - range.xMin);
+  let lo = 0;
+  let hi = points.length - 1;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if ((points[mid]?.x ?? 0) < x) lo = mid + 1;
+    else hi = mid;
+  }
+  const after = points[lo];
+  const before = points[lo - 1];
+  if (!after) return null;
+  return before && x - before.x <= after.x - x ? before : after;
+}
+
 const round = (n: number) => Math.round(n * 100) / 100;

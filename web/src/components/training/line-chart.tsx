@@ -1,5 +1,5 @@
-import { useId } from 'react';
-import { type ChartPoint, chartPath, chartRange, project } from './chart';
+import { type PointerEvent, useId, useState } from 'react';
+import { type ChartPoint, chartPath, chartRange, nearestPoint, project } from './chart';
 
 // The drawing box: the SVG stretches to its column (preserveAspectRatio none) and its strokes keep their width
 // (non-scaling-stroke); the labels are HTML around it, so they stay the page's size at any width.
@@ -29,6 +29,14 @@ export function LineChart({
   const titleId = useId();
   const range = chartRange(points, { zero, include: reference ? [reference.y] : [] });
   const last = points.at(-1);
+  // The point under the pointer, read out beside it: the step and its value, which the line alone cannot give.
+  const [hovered, setHovered] = useState<ChartPoint | null>(null);
+  const hover = (event: PointerEvent<SVGSVGElement>) => {
+    if (!range) return;
+    const box = event.currentTarget.getBoundingClientRect();
+    setHovered(box.width > 0 ? nearestPoint(points, range, (event.clientX - box.left) / box.width) : null);
+  };
+  const at = hovered && range ? project(hovered, range, W, H) : null;
   return (
     <figure className="chart" aria-labelledby={titleId}>
       <figcaption id={titleId} className="chart-title">
@@ -46,25 +54,50 @@ export function LineChart({
               <span>{formatY(range.yMax)}</span>
               <span>{formatY(range.yMin)}</span>
             </div>
-            <svg
-              className="chart-plot"
-              viewBox={`0 0 ${W} ${H}`}
-              preserveAspectRatio="none"
-              role="img"
-              aria-label={`${title}: ${points.length} steps, from ${formatY(points[0]?.y ?? 0)} at step ${points[0]?.x} to ${formatY(last?.y ?? 0)} at step ${last?.x}; lowest ${formatY(Math.min(...points.map((p) => p.y)))}, highest ${formatY(Math.max(...points.map((p) => p.y)))}`}
-            >
-              {reference ? (
-                <line
-                  className="chart-reference"
-                  x1={0}
-                  x2={W}
-                  y1={project({ x: 0, y: reference.y }, range, W, H).y}
-                  y2={project({ x: 0, y: reference.y }, range, W, H).y}
-                  vectorEffect="non-scaling-stroke"
-                />
+            <div className="chart-area">
+              <svg
+                className="chart-plot"
+                viewBox={`0 0 ${W} ${H}`}
+                preserveAspectRatio="none"
+                onPointerMove={hover}
+                onPointerLeave={() => setHovered(null)}
+                role="img"
+                aria-label={`${title}: ${points.length} steps, from ${formatY(points[0]?.y ?? 0)} at step ${points[0]?.x} to ${formatY(last?.y ?? 0)} at step ${last?.x}; lowest ${formatY(Math.min(...points.map((p) => p.y)))}, highest ${formatY(Math.max(...points.map((p) => p.y)))}`}
+              >
+                {reference ? (
+                  <line
+                    className="chart-reference"
+                    x1={0}
+                    x2={W}
+                    y1={project({ x: 0, y: reference.y }, range, W, H).y}
+                    y2={project({ x: 0, y: reference.y }, range, W, H).y}
+                    vectorEffect="non-scaling-stroke"
+                  />
+                ) : null}
+                <path className="chart-line" d={chartPath(points, range, W, H)} vectorEffect="non-scaling-stroke" />
+                {at ? (
+                  <line className="chart-cursor" x1={at.x} x2={at.x} y1={0} y2={H} vectorEffect="non-scaling-stroke" />
+                ) : null}
+              </svg>
+              {hovered && at ? (
+                <>
+                  {/* HTML, not SVG: the plot is stretched to its box, and a circle in it would be an ellipse. */}
+                  <span
+                    className="chart-dot"
+                    aria-hidden="true"
+                    style={{ left: `${(at.x / W) * 100}%`, top: `${(at.y / H) * 100}%` }}
+                  />
+                  <span
+                    className={`chart-tooltip${at.x > W * 0.6 ? ' left' : ''}`}
+                    role="status"
+                    style={{ left: `${(at.x / W) * 100}%`, top: `${(at.y / H) * 100}%` }}
+                  >
+                    <span className="muted">step {hovered.x.toLocaleString('en')}</span> {title.toLowerCase()}{' '}
+                    <strong>{formatY(hovered.y)}</strong>
+                  </span>
+                </>
               ) : null}
-              <path className="chart-line" d={chartPath(points, range, W, H)} vectorEffect="non-scaling-stroke" />
-            </svg>
+            </div>
           </div>
           <div className="chart-x" aria-hidden="true">
             <span>step {range.xMin.toLocaleString('en')}</span>

@@ -62,6 +62,8 @@ export type Published = {
   source: string;
   owner: string | null;
   note: string;
+  /** The model's replicas load it as they run: the one thing left is to call it. */
+  liveWithoutRestart: boolean;
 };
 
 /** The answer names no job: graphcache's updater reads the job's adapter and the catalog's models again. */
@@ -75,6 +77,7 @@ export const TrainJobActions_PublishMutation = gql<{ publishTrainJob: Outcome<Pu
         source
         owner
         note
+        liveWithoutRestart
       }
       ...FormError_Refusal
     }
@@ -150,6 +153,18 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
             <PageLink to="/models">see it under {job.model} on the Models page</PageLink>.
           </p>
           <p>{published.note}</p>
+          {/* The one action that makes it live: with replicas that load adapters as they run, nothing is restarted;
+              what is left is to call it, in the model's playground with the adapter chosen. */}
+          {published.liveWithoutRestart ? (
+            <p>
+              <PageLink
+                to={`/models/${encodeURIComponent(published.model)}?call=${encodeURIComponent(published.adapter)}`}
+                className="button small primary"
+              >
+                Try {published.adapter} in the playground
+              </PageLink>
+            </p>
+          ) : null}
           <p className="url-line">
             <span className="muted">Nodes fetch it from</span> <code className="url">{published.source}</code>
           </p>

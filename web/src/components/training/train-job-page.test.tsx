@@ -89,6 +89,7 @@ function renderPage(state: { job: ReturnType<typeof job>; metrics: number }) {
         source: 'http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf',
         owner: null,
         note: 'tiny-llama’s llama.cpp replicas load it within seconds, without a restart',
+        liveWithoutRestart: true,
       },
     })),
     answer(TrainJobActions_DeleteMutation, () => ({
@@ -153,6 +154,10 @@ describe('TrainJobPage', () => {
     );
     expect(answered).toHaveTextContent('load it within seconds, without a restart');
     expect(screen.getByText('http://hangar.test/mirror/support-tone/job-j1/support-tone.gguf')).toBeInTheDocument();
+    // Live without a restart: the one action left is calling it, in the model's playground with it chosen.
+    expect(
+      within(answered as HTMLElement).getByRole('link', { name: 'Try support-tone in the playground' }),
+    ).toHaveAttribute('href', '/models/tiny-llama?call=support-tone');
     expect(screen.queryByRole('button', { name: 'Publish' })).toBeNull();
 
     fake.push(TrainJobPage_ChangedSubscription, { trainJobChanged: { ...state.job, adapter: 'support-tone' } });

@@ -1,7 +1,8 @@
-import { useState } from 'react';
+import { type FormEvent, useState } from 'react';
 import { gql, useMutation } from 'urql';
 import type { Outcome, Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
+import { Breakable } from '../common/breakable';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { RoleOptions } from '../common/role-options';
 import { TimeAgo } from '../common/time-ago';
@@ -30,7 +31,7 @@ export const UserTable_UserFragment = gql<UserTable_User>`
 /** The result is the user: graphcache updates the row by id. */
 export const UserRow_UpdateMutation = gql<
   { updateUser: Outcome<UserTable_User & { __typename: 'User' }> },
-  { id: string; input: { role?: Role; disabled?: boolean } }
+  { id: string; input: { role?: Role; disabled?: boolean; password?: string } }
 >`
   mutation UserRow_Update($id: ID!, $input: UpdateUserInput!) {
     updateUser(id: $id, input: $input) {
@@ -49,7 +50,7 @@ export function UserTable({ users, viewerId }: { users: UserTable_User[]; viewer
   const sorted = [...users].sort((a, b) => a.email.localeCompare(b.email));
   return (
     <div className="table-wrap">
-      <table className="table">
+      <table className="table users">
         <thead>
           <tr>
             <th scope="col">Email</th>
@@ -75,51 +76,109 @@ export function UserTable({ users, viewerId }: { users: UserTable_User[]; viewer
 function UserRow({ user, isYou }: { user: UserTable_User; isYou: boolean }) {
   const [{ fetching }, update] = useMutation(UserRow_UpdateMutation);
   const [problem, setProblem] = useState<string>();
-  const change = async (input: { role?: Role; disabled?: boolean }) => {
+  const [resetting, setResetting] = useState(false);
+  const [notice, setNotice] = useState<string>();
+  const change = async (input: { role?: Role; disabled?: boolean; password?: string }) => {
     setProblem(undefined);
+    setNotice(undefined);
     const result = await update({ id: user.id, input });
     const outcome = result.data?.updateUser;
     if (isRefusal(outcome)) setProblem(outcome.message);
     else if (result.error) setProblem(describeError(result.error));
+    return outcome?.__typename === 'User';
+  };
+  const reset = async (event: FormEvent<HTMLFormElement>) => {
+    event.preventDefault();
+    const password = String(new FormData(event.currentTarget).get('password') ?? '');
+    if (await change({ password })) {
+      setResetting(false);
+      setNotice(
+        isYou
+          ? 'Password set; your sessions were signed out.'
+          : `Password reset: ${user.email} was signed out everywhere. Tell them the new one another way.`,
+      );
+    }
   };
   return (
-    <tr className={user.disabled ? 'dimmed' : undefined}>
-      <th scope="row">
-        {user.email}
-        {isYou ? <span className="muted"> (you)</span> : null}
-      </th>
-      <td>{user.name}</td>
-      <td>
-        <select
-          aria-label={`Role of ${user.email}`}
-          value={user.role}
-          disabled={fetching}
-          onChange={(e) => change({ role: e.target.value as Role })}
-        >
-          <RoleOptions />
-        </select>
-      </td>
-      <td>
-        <span className={`badge ${user.disabled ? 'muted' : 'ok'}`}>{user.disabled ? 'disabled' : 'active'}</span>
-      </td>
-      <td>
-        <TimeAgo at={user.createdAt} />
-      </td>
-      <td className="actions">
-        <button
-          type="button"
-          className={`button small${user.disabled ? '' : ' danger'}`}
-          disabled={fetching}
-          onClick={() => change({ disabled: !user.disabled })}
-        >
-          {user.disabled ? 'Enable' : 'Disable'}
-        </button>
-        {problem ? (
-          <span role="alert" className="form-error inline">
-            {problem}
-          </span>
-        ) : null}
-      </td>
-    </tr>
+    <>
+      <tr className={user.disabled ? 'dimmed' : undefined}>
+        <th scope="row" className="identifier">
+          <Breakable text={user.email} />
+          {isYou ? <span className="muted"> (you)</span> : null}
+        </th>
+        <td>{user.name}</td>
+        <td>
+          <select
+            aria-label={`Role of ${user.email}`}
+            value={user.role}
+            disabled={fetching}
+            onChange={(e) => change({ role: e.target.value as Role })}
+          >
+            <RoleOptions />
+          </select>
+        </td>
+        <td>
+          <span className={`badge ${user.disabled ? 'muted' : 'ok'}`}>{user.disabled ? 'disabled' : 'active'}</span>
+        </td>
+        <td>
+          <TimeAgo at={user.createdAt} />
+        </td>
+        <td className="actions stack">
+          <button
+            type="button"
+            className="button small"
+            disabled={fetching}
+            aria-expanded={resetting}
+            onClick={() => setResetting((r) => !r)}
+          >
+            Reset password
+          </button>
+          <button
+            type="button"
+            className={`button small${user.disabled ? '' : ' danger'}`}
+            disabled={fetching}
+            onClick={() => change({ disabled: !user.disabled })}
+          >
+            {user.disabled ? 'Enable' : 'Disable'}
+          </button>
+          {problem ? (
+            <span role="alert" className="form-error inline">
+              {problem}
+            </span>
+          ) : null}
+        </td>
+      </tr>
+      {notice && !resetting ? (
+        <tr className="row-detail">
+          <td colSpan={6}>
+            <p role="status" className="notice">
+              {notice}
+            </p>
+          </td>
+        </tr>
+      ) : null}
+      {resetting ? (
+        <tr className="row-detail">
+          <td colSpan={6}>
+            <form className="form-row" onSubmit={reset} aria-label={`Reset the password of ${user.email}`}>
+              <label className="field">
+                <span>New password for {user.email}</span>
+                <input name="password" type="password" required minLength={12} autoComplete="new-password" />
+              </label>
+              <button type="submit" className="button primary" disabled={fetching}>
+                Set password
+              </button>
+              <button type="button" className="button" onClick={() => setResetting(false)}>
+                Cancel
+              </button>
+            </form>
+            <p className="hint">
+              At least 12 characters. Every session of {isYou ? 'yours, this one included,' : 'theirs'} ends, and live
+              views opened with them close.
+            </p>
+          </td>
+        </tr>
+      ) : null}
+    </>
   );
 }

@@ -28,7 +28,8 @@ function setup() {
           updateUser: { __typename: 'ForbiddenError', message: 'you cannot demote yourself', code: 'FORBIDDEN' },
         };
       }
-      Object.assign(stored, input);
+      const { password: _, ...change } = input;
+      Object.assign(stored, change);
       return { updateUser: { ...stored } };
     }),
     answer(CreateUserForm_CreateMutation, ({ input: { password: _, ...input } }) => ({
@@ -61,6 +62,23 @@ describe('UsersPage', () => {
     expect(fake.sent(UserRow_UpdateMutation).map((op) => op.variables)).toEqual([
       { id: 'u2', input: { role: 'OPERATOR' } },
       { id: 'u2', input: { disabled: true } },
+    ]);
+  });
+
+  it("resets a user's password from their row, and says what that did", async () => {
+    const fake = setup();
+    const user = userEvent.setup();
+    const row = await rowOf('pat@example.com');
+    await user.click(within(row).getByRole('button', { name: 'Reset password' }));
+    const form = screen.getByRole('form', { name: 'Reset the password of pat@example.com' });
+    await user.type(within(form).getByLabelText('New password for pat@example.com'), 'a fresh long password');
+    await user.click(within(form).getByRole('button', { name: 'Set password' }));
+    expect(await screen.findByRole('status')).toHaveTextContent(
+      'Password reset: pat@example.com was signed out everywhere',
+    );
+    expect(screen.queryByRole('form', { name: /Reset the password/ })).toBeNull();
+    expect(fake.sent(UserRow_UpdateMutation).map((op) => op.variables)).toEqual([
+      { id: 'u2', input: { password: 'a fresh long password' } },
     ]);
   });
 

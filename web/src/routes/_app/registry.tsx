@@ -9,11 +9,12 @@ export const Route = createFileRoute('/_app/registry')({
 });
 
 function RegistryRoute() {
-  const { viewer } = Route.useRouteContext();
+  const { viewer, registryOn } = Route.useRouteContext();
   const search = Route.useSearch();
   const navigate = Route.useNavigate();
   return (
     <RegistryPage
+      enabled={registryOn}
       canFetch={viewer.role !== 'VIEWER'}
       search={search}
       // resetScroll: false, so opening a repository far down the list does not throw the page back to the top.

@@ -2234,6 +2234,9 @@ export const NodeScalarFieldEnum = {
   diskFreeBytes: 'diskFreeBytes',
   agentVersion: 'agentVersion',
   lastSeenAt: 'lastSeenAt',
+  leftAt: 'leftAt',
+  tokenChangedAt: 'tokenChangedAt',
+  tokenRevokedAt: 'tokenRevokedAt',
   createdAt: 'createdAt'
 } as const
 
@@ -2255,9 +2258,14 @@ export const MirrorFileScalarFieldEnum = {
   error: 'error',
   attempts: 'attempts',
   bytesPerSecond: 'bytesPerSecond',
+  retryAttempt: 'retryAttempt',
+  retryAt: 'retryAt',
+  retryReason: 'retryReason',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   storageId: 'storageId',
+  kind: 'kind',
+  architecture: 'architecture',
   requestedBy: 'requestedBy',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -2334,6 +2342,7 @@ export const ReplicaScalarFieldEnum = {
   totalLayers: 'totalLayers',
   vramUsedBytes: 'vramUsedBytes',
   adapters: 'adapters',
+  gpuIndex: 'gpuIndex',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

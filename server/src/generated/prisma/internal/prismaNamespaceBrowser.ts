@@ -146,6 +146,9 @@ export const NodeScalarFieldEnum = {
   diskFreeBytes: 'diskFreeBytes',
   agentVersion: 'agentVersion',
   lastSeenAt: 'lastSeenAt',
+  leftAt: 'leftAt',
+  tokenChangedAt: 'tokenChangedAt',
+  tokenRevokedAt: 'tokenRevokedAt',
   createdAt: 'createdAt'
 } as const
 
@@ -167,9 +170,14 @@ export const MirrorFileScalarFieldEnum = {
   error: 'error',
   attempts: 'attempts',
   bytesPerSecond: 'bytesPerSecond',
+  retryAttempt: 'retryAttempt',
+  retryAt: 'retryAt',
+  retryReason: 'retryReason',
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   storageId: 'storageId',
+  kind: 'kind',
+  architecture: 'architecture',
   requestedBy: 'requestedBy',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -246,6 +254,7 @@ export const ReplicaScalarFieldEnum = {
   totalLayers: 'totalLayers',
   vramUsedBytes: 'vramUsedBytes',
   adapters: 'adapters',
+  gpuIndex: 'gpuIndex',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const

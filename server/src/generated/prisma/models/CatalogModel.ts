@@ -710,14 +710,6 @@ export type EnumEngineFieldUpdateOperationsInput = {
   set?: $Enums.Engine
 }
 
-export type NullableIntFieldUpdateOperationsInput = {
-  set?: number | null
-  increment?: number
-  decrement?: number
-  multiply?: number
-  divide?: number
-}
-
 export type CatalogModelCreateNestedOneWithoutAdaptersInput = {
   create?: Prisma.XOR<Prisma.CatalogModelCreateWithoutAdaptersInput, Prisma.CatalogModelUncheckedCreateWithoutAdaptersInput>
   connectOrCreate?: Prisma.CatalogModelCreateOrConnectWithoutAdaptersInput

@@ -31,6 +31,7 @@ export type MirrorFileAvgAggregateOutputType = {
   bytesTotal: number | null
   attempts: number | null
   bytesPerSecond: number | null
+  retryAttempt: number | null
 }
 
 export type MirrorFileSumAggregateOutputType = {
@@ -38,6 +39,7 @@ export type MirrorFileSumAggregateOutputType = {
   bytesTotal: bigint | null
   attempts: number | null
   bytesPerSecond: number | null
+  retryAttempt: number | null
 }
 
 export type MirrorFileMinAggregateOutputType = {
@@ -55,9 +57,14 @@ export type MirrorFileMinAggregateOutputType = {
   error: string | null
   attempts: number | null
   bytesPerSecond: number | null
+  retryAttempt: number | null
+  retryAt: Date | null
+  retryReason: string | null
   leaseOwner: string | null
   leaseUntil: Date | null
   storageId: string | null
+  kind: string | null
+  architecture: string | null
   requestedBy: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -80,9 +87,14 @@ export type MirrorFileMaxAggregateOutputType = {
   error: string | null
   attempts: number | null
   bytesPerSecond: number | null
+  retryAttempt: number | null
+  retryAt: Date | null
+  retryReason: string | null
   leaseOwner: string | null
   leaseUntil: Date | null
   storageId: string | null
+  kind: string | null
+  architecture: string | null
   requestedBy: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -105,9 +117,14 @@ export type MirrorFileCountAggregateOutputType = {
   error: number
   attempts: number
   bytesPerSecond: number
+  retryAttempt: number
+  retryAt: number
+  retryReason: number
   leaseOwner: number
   leaseUntil: number
   storageId: number
+  kind: number
+  architecture: number
   requestedBy: number
   createdAt: number
   updatedAt: number
@@ -122,6 +139,7 @@ export type MirrorFileAvgAggregateInputType = {
   bytesTotal?: true
   attempts?: true
   bytesPerSecond?: true
+  retryAttempt?: true
 }
 
 export type MirrorFileSumAggregateInputType = {
@@ -129,6 +147,7 @@ export type MirrorFileSumAggregateInputType = {
   bytesTotal?: true
   attempts?: true
   bytesPerSecond?: true
+  retryAttempt?: true
 }
 
 export type MirrorFileMinAggregateInputType = {
@@ -146,9 +165,14 @@ export type MirrorFileMinAggregateInputType = {
   error?: true
   attempts?: true
   bytesPerSecond?: true
+  retryAttempt?: true
+  retryAt?: true
+  retryReason?: true
   leaseOwner?: true
   leaseUntil?: true
   storageId?: true
+  kind?: true
+  architecture?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -171,9 +195,14 @@ export type MirrorFileMaxAggregateInputType = {
   error?: true
   attempts?: true
   bytesPerSecond?: true
+  retryAttempt?: true
+  retryAt?: true
+  retryReason?: true
   leaseOwner?: true
   leaseUntil?: true
   storageId?: true
+  kind?: true
+  architecture?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -196,9 +225,14 @@ export type MirrorFileCountAggregateInputType = {
   error?: true
   attempts?: true
   bytesPerSecond?: true
+  retryAttempt?: true
+  retryAt?: true
+  retryReason?: true
   leaseOwner?: true
   leaseUntil?: true
   storageId?: true
+  kind?: true
+  architecture?: true
   requestedBy?: true
   createdAt?: true
   updatedAt?: true
@@ -308,9 +342,14 @@ export type MirrorFileGroupByOutputType = {
   error: string | null
   attempts: number
   bytesPerSecond: number | null
+  retryAttempt: number | null
+  retryAt: Date | null
+  retryReason: string | null
   leaseOwner: string | null
   leaseUntil: Date | null
   storageId: string | null
+  kind: string | null
+  architecture: string | null
   requestedBy: string | null
   createdAt: Date
   updatedAt: Date
@@ -356,9 +395,14 @@ export type MirrorFileWhereInput = {
   error?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntFilter<"MirrorFile"> | number
   bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
+  retryAttempt?: Prisma.IntNullableFilter<"MirrorFile"> | number | null
+  retryAt?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
+  retryReason?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
   storageId?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
+  kind?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
+  architecture?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
@@ -381,9 +425,14 @@ export type MirrorFileOrderByWithRelationInput = {
   error?: Prisma.SortOrderInput | Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryReason?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   storageId?: Prisma.SortOrderInput | Prisma.SortOrder
+  kind?: Prisma.SortOrderInput | Prisma.SortOrder
+  architecture?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -410,9 +459,14 @@ export type MirrorFileWhereUniqueInput = Prisma.AtLeast<{
   error?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntFilter<"MirrorFile"> | number
   bytesPerSecond?: Prisma.FloatNullableFilter<"MirrorFile"> | number | null
+  retryAttempt?: Prisma.IntNullableFilter<"MirrorFile"> | number | null
+  retryAt?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
+  retryReason?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseOwner?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"MirrorFile"> | Date | string | null
   storageId?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
+  kind?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
+  architecture?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"MirrorFile"> | Date | string
@@ -435,9 +489,14 @@ export type MirrorFileOrderByWithAggregationInput = {
   error?: Prisma.SortOrderInput | Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  retryReason?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   storageId?: Prisma.SortOrderInput | Prisma.SortOrder
+  kind?: Prisma.SortOrderInput | Prisma.SortOrder
+  architecture?: Prisma.SortOrderInput | Prisma.SortOrder
   requestedBy?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -468,9 +527,14 @@ export type MirrorFileScalarWhereWithAggregatesInput = {
   error?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   attempts?: Prisma.IntWithAggregatesFilter<"MirrorFile"> | number
   bytesPerSecond?: Prisma.FloatNullableWithAggregatesFilter<"MirrorFile"> | number | null
+  retryAttempt?: Prisma.IntNullableWithAggregatesFilter<"MirrorFile"> | number | null
+  retryAt?: Prisma.DateTimeNullableWithAggregatesFilter<"MirrorFile"> | Date | string | null
+  retryReason?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   leaseOwner?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"MirrorFile"> | Date | string | null
   storageId?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
+  kind?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
+  architecture?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   requestedBy?: Prisma.StringNullableWithAggregatesFilter<"MirrorFile"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"MirrorFile"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"MirrorFile"> | Date | string
@@ -493,9 +557,14 @@ export type MirrorFileCreateInput = {
   error?: string | null
   attempts?: number
   bytesPerSecond?: number | null
+  retryAttempt?: number | null
+  retryAt?: Date | string | null
+  retryReason?: string | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   storageId?: string | null
+  kind?: string | null
+  architecture?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -518,9 +587,14 @@ export type MirrorFileUncheckedCreateInput = {
   error?: string | null
   attempts?: number
   bytesPerSecond?: number | null
+  retryAttempt?: number | null
+  retryAt?: Date | string | null
+  retryReason?: string | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   storageId?: string | null
+  kind?: string | null
+  architecture?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -543,9 +617,14 @@ export type MirrorFileUpdateInput = {
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  retryAttempt?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  retryAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  retryReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  kind?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  architecture?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -568,9 +647,14 @@ export type MirrorFileUncheckedUpdateInput = {
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  retryAttempt?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  retryAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  retryReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  kind?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  architecture?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -593,9 +677,14 @@ export type MirrorFileCreateManyInput = {
   error?: string | null
   attempts?: number
   bytesPerSecond?: number | null
+  retryAttempt?: number | null
+  retryAt?: Date | string | null
+  retryReason?: string | null
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   storageId?: string | null
+  kind?: string | null
+  architecture?: string | null
   requestedBy?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -618,9 +707,14 @@ export type MirrorFileUpdateManyMutationInput = {
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  retryAttempt?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  retryAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  retryReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  kind?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  architecture?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -643,9 +737,14 @@ export type MirrorFileUncheckedUpdateManyInput = {
   error?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   attempts?: Prisma.IntFieldUpdateOperationsInput | number
   bytesPerSecond?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  retryAttempt?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  retryAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  retryReason?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   storageId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  kind?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  architecture?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   requestedBy?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -674,9 +773,14 @@ export type MirrorFileCountOrderByAggregateInput = {
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrder
+  retryAt?: Prisma.SortOrder
+  retryReason?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   storageId?: Prisma.SortOrder
+  kind?: Prisma.SortOrder
+  architecture?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -689,6 +793,7 @@ export type MirrorFileAvgOrderByAggregateInput = {
   bytesTotal?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrder
 }
 
 export type MirrorFileMaxOrderByAggregateInput = {
@@ -706,9 +811,14 @@ export type MirrorFileMaxOrderByAggregateInput = {
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrder
+  retryAt?: Prisma.SortOrder
+  retryReason?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   storageId?: Prisma.SortOrder
+  kind?: Prisma.SortOrder
+  architecture?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -731,9 +841,14 @@ export type MirrorFileMinOrderByAggregateInput = {
   error?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrder
+  retryAt?: Prisma.SortOrder
+  retryReason?: Prisma.SortOrder
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   storageId?: Prisma.SortOrder
+  kind?: Prisma.SortOrder
+  architecture?: Prisma.SortOrder
   requestedBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -746,6 +861,7 @@ export type MirrorFileSumOrderByAggregateInput = {
   bytesTotal?: Prisma.SortOrder
   attempts?: Prisma.SortOrder
   bytesPerSecond?: Prisma.SortOrder
+  retryAttempt?: Prisma.SortOrder
 }
 
 export type EnumMirrorFileStateFieldUpdateOperationsInput = {
@@ -776,6 +892,14 @@ export type NullableFloatFieldUpdateOperationsInput = {
   divide?: number
 }
 
+export type NullableIntFieldUpdateOperationsInput = {
+  set?: number | null
+  increment?: number
+  decrement?: number
+  multiply?: number
+  divide?: number
+}
+
 
 
 export type MirrorFileSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -793,9 +917,14 @@ export type MirrorFileSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   error?: boolean
   attempts?: boolean
   bytesPerSecond?: boolean
+  retryAttempt?: boolean
+  retryAt?: boolean
+  retryReason?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   storageId?: boolean
+  kind?: boolean
+  architecture?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -818,9 +947,14 @@ export type MirrorFileSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   error?: boolean
   attempts?: boolean
   bytesPerSecond?: boolean
+  retryAttempt?: boolean
+  retryAt?: boolean
+  retryReason?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   storageId?: boolean
+  kind?: boolean
+  architecture?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -843,9 +977,14 @@ export type MirrorFileSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   error?: boolean
   attempts?: boolean
   bytesPerSecond?: boolean
+  retryAttempt?: boolean
+  retryAt?: boolean
+  retryReason?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   storageId?: boolean
+  kind?: boolean
+  architecture?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -868,9 +1007,14 @@ export type MirrorFileSelectScalar = {
   error?: boolean
   attempts?: boolean
   bytesPerSecond?: boolean
+  retryAttempt?: boolean
+  retryAt?: boolean
+  retryReason?: boolean
   leaseOwner?: boolean
   leaseUntil?: boolean
   storageId?: boolean
+  kind?: boolean
+  architecture?: boolean
   requestedBy?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -878,7 +1022,7 @@ export type MirrorFileSelectScalar = {
   finishedAt?: boolean
 }
 
-export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "bytesPerSecond" | "leaseOwner" | "leaseUntil" | "storageId" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
+export type MirrorFileOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "model" | "version" | "file" | "sourceUrl" | "state" | "bytesDone" | "bytesTotal" | "expectedSha256" | "actualSha256" | "etag" | "error" | "attempts" | "bytesPerSecond" | "retryAttempt" | "retryAt" | "retryReason" | "leaseOwner" | "leaseUntil" | "storageId" | "kind" | "architecture" | "requestedBy" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["mirrorFile"]>
 
 export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "MirrorFile"
@@ -898,9 +1042,14 @@ export type $MirrorFilePayload<ExtArgs extends runtime.Types.Extensions.Internal
     error: string | null
     attempts: number
     bytesPerSecond: number | null
+    retryAttempt: number | null
+    retryAt: Date | null
+    retryReason: string | null
     leaseOwner: string | null
     leaseUntil: Date | null
     storageId: string | null
+    kind: string | null
+    architecture: string | null
     requestedBy: string | null
     createdAt: Date
     updatedAt: Date
@@ -1343,9 +1492,14 @@ export interface MirrorFileFieldRefs {
   readonly error: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly attempts: Prisma.FieldRef<"MirrorFile", 'Int'>
   readonly bytesPerSecond: Prisma.FieldRef<"MirrorFile", 'Float'>
+  readonly retryAttempt: Prisma.FieldRef<"MirrorFile", 'Int'>
+  readonly retryAt: Prisma.FieldRef<"MirrorFile", 'DateTime'>
+  readonly retryReason: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly leaseOwner: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly leaseUntil: Prisma.FieldRef<"MirrorFile", 'DateTime'>
   readonly storageId: Prisma.FieldRef<"MirrorFile", 'String'>
+  readonly kind: Prisma.FieldRef<"MirrorFile", 'String'>
+  readonly architecture: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly requestedBy: Prisma.FieldRef<"MirrorFile", 'String'>
   readonly createdAt: Prisma.FieldRef<"MirrorFile", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"MirrorFile", 'DateTime'>

@@ -41,6 +41,9 @@ export type NodeMinAggregateOutputType = {
   diskFreeBytes: bigint | null
   agentVersion: string | null
   lastSeenAt: Date | null
+  leftAt: Date | null
+  tokenChangedAt: Date | null
+  tokenRevokedAt: Date | null
   createdAt: Date | null
 }
 
@@ -51,6 +54,9 @@ export type NodeMaxAggregateOutputType = {
   diskFreeBytes: bigint | null
   agentVersion: string | null
   lastSeenAt: Date | null
+  leftAt: Date | null
+  tokenChangedAt: Date | null
+  tokenRevokedAt: Date | null
   createdAt: Date | null
 }
 
@@ -63,6 +69,9 @@ export type NodeCountAggregateOutputType = {
   diskFreeBytes: number
   agentVersion: number
   lastSeenAt: number
+  leftAt: number
+  tokenChangedAt: number
+  tokenRevokedAt: number
   createdAt: number
   _all: number
 }
@@ -83,6 +92,9 @@ export type NodeMinAggregateInputType = {
   diskFreeBytes?: true
   agentVersion?: true
   lastSeenAt?: true
+  leftAt?: true
+  tokenChangedAt?: true
+  tokenRevokedAt?: true
   createdAt?: true
 }
 
@@ -93,6 +105,9 @@ export type NodeMaxAggregateInputType = {
   diskFreeBytes?: true
   agentVersion?: true
   lastSeenAt?: true
+  leftAt?: true
+  tokenChangedAt?: true
+  tokenRevokedAt?: true
   createdAt?: true
 }
 
@@ -105,6 +120,9 @@ export type NodeCountAggregateInputType = {
   diskFreeBytes?: true
   agentVersion?: true
   lastSeenAt?: true
+  leftAt?: true
+  tokenChangedAt?: true
+  tokenRevokedAt?: true
   createdAt?: true
   _all?: true
 }
@@ -204,6 +222,9 @@ export type NodeGroupByOutputType = {
   diskFreeBytes: bigint | null
   agentVersion: string | null
   lastSeenAt: Date | null
+  leftAt: Date | null
+  tokenChangedAt: Date | null
+  tokenRevokedAt: Date | null
   createdAt: Date
   _count: NodeCountAggregateOutputType | null
   _avg: NodeAvgAggregateOutputType | null
@@ -239,6 +260,9 @@ export type NodeWhereInput = {
   diskFreeBytes?: Prisma.BigIntNullableFilter<"Node"> | bigint | number | null
   agentVersion?: Prisma.StringNullableFilter<"Node"> | string | null
   lastSeenAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  leftAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  tokenChangedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  tokenRevokedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"Node"> | Date | string
   replicas?: Prisma.ReplicaListRelationFilter
   trainJobs?: Prisma.TrainJobListRelationFilter
@@ -253,6 +277,9 @@ export type NodeOrderByWithRelationInput = {
   diskFreeBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   agentVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastSeenAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  leftAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokenChangedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokenRevokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   replicas?: Prisma.ReplicaOrderByRelationAggregateInput
   trainJobs?: Prisma.TrainJobOrderByRelationAggregateInput
@@ -270,6 +297,9 @@ export type NodeWhereUniqueInput = Prisma.AtLeast<{
   diskFreeBytes?: Prisma.BigIntNullableFilter<"Node"> | bigint | number | null
   agentVersion?: Prisma.StringNullableFilter<"Node"> | string | null
   lastSeenAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  leftAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  tokenChangedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
+  tokenRevokedAt?: Prisma.DateTimeNullableFilter<"Node"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"Node"> | Date | string
   replicas?: Prisma.ReplicaListRelationFilter
   trainJobs?: Prisma.TrainJobListRelationFilter
@@ -284,6 +314,9 @@ export type NodeOrderByWithAggregationInput = {
   diskFreeBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   agentVersion?: Prisma.SortOrderInput | Prisma.SortOrder
   lastSeenAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  leftAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokenChangedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  tokenRevokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   _count?: Prisma.NodeCountOrderByAggregateInput
   _avg?: Prisma.NodeAvgOrderByAggregateInput
@@ -304,6 +337,9 @@ export type NodeScalarWhereWithAggregatesInput = {
   diskFreeBytes?: Prisma.BigIntNullableWithAggregatesFilter<"Node"> | bigint | number | null
   agentVersion?: Prisma.StringNullableWithAggregatesFilter<"Node"> | string | null
   lastSeenAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
+  leftAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
+  tokenChangedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
+  tokenRevokedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"Node"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Node"> | Date | string
 }
 
@@ -316,6 +352,9 @@ export type NodeCreateInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
   trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
@@ -330,6 +369,9 @@ export type NodeUncheckedCreateInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
   trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
@@ -344,6 +386,9 @@ export type NodeUpdateInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
   trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
@@ -358,6 +403,9 @@ export type NodeUncheckedUpdateInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
   trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
@@ -372,6 +420,9 @@ export type NodeCreateManyInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
 }
 
@@ -384,6 +435,9 @@ export type NodeUpdateManyMutationInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -396,6 +450,9 @@ export type NodeUncheckedUpdateManyInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -408,6 +465,9 @@ export type NodeCountOrderByAggregateInput = {
   diskFreeBytes?: Prisma.SortOrder
   agentVersion?: Prisma.SortOrder
   lastSeenAt?: Prisma.SortOrder
+  leftAt?: Prisma.SortOrder
+  tokenChangedAt?: Prisma.SortOrder
+  tokenRevokedAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -422,6 +482,9 @@ export type NodeMaxOrderByAggregateInput = {
   diskFreeBytes?: Prisma.SortOrder
   agentVersion?: Prisma.SortOrder
   lastSeenAt?: Prisma.SortOrder
+  leftAt?: Prisma.SortOrder
+  tokenChangedAt?: Prisma.SortOrder
+  tokenRevokedAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -432,6 +495,9 @@ export type NodeMinOrderByAggregateInput = {
   diskFreeBytes?: Prisma.SortOrder
   agentVersion?: Prisma.SortOrder
   lastSeenAt?: Prisma.SortOrder
+  leftAt?: Prisma.SortOrder
+  tokenChangedAt?: Prisma.SortOrder
+  tokenRevokedAt?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
 }
 
@@ -493,6 +559,9 @@ export type NodeCreateWithoutReplicasInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
 }
@@ -506,6 +575,9 @@ export type NodeUncheckedCreateWithoutReplicasInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
 }
@@ -535,6 +607,9 @@ export type NodeUpdateWithoutReplicasInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
 }
@@ -548,6 +623,9 @@ export type NodeUncheckedUpdateWithoutReplicasInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
 }
@@ -561,6 +639,9 @@ export type NodeCreateWithoutTrainJobsInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
 }
@@ -574,6 +655,9 @@ export type NodeUncheckedCreateWithoutTrainJobsInput = {
   diskFreeBytes?: bigint | number | null
   agentVersion?: string | null
   lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
 }
@@ -603,6 +687,9 @@ export type NodeUpdateWithoutTrainJobsInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
 }
@@ -616,6 +703,9 @@ export type NodeUncheckedUpdateWithoutTrainJobsInput = {
   diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
 }
@@ -669,6 +759,9 @@ export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = r
   diskFreeBytes?: boolean
   agentVersion?: boolean
   lastSeenAt?: boolean
+  leftAt?: boolean
+  tokenChangedAt?: boolean
+  tokenRevokedAt?: boolean
   createdAt?: boolean
   replicas?: boolean | Prisma.Node$replicasArgs<ExtArgs>
   trainJobs?: boolean | Prisma.Node$trainJobsArgs<ExtArgs>
@@ -684,6 +777,9 @@ export type NodeSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   diskFreeBytes?: boolean
   agentVersion?: boolean
   lastSeenAt?: boolean
+  leftAt?: boolean
+  tokenChangedAt?: boolean
+  tokenRevokedAt?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["node"]>
 
@@ -696,6 +792,9 @@ export type NodeSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensio
   diskFreeBytes?: boolean
   agentVersion?: boolean
   lastSeenAt?: boolean
+  leftAt?: boolean
+  tokenChangedAt?: boolean
+  tokenRevokedAt?: boolean
   createdAt?: boolean
 }, ExtArgs["result"]["node"]>
 
@@ -708,10 +807,13 @@ export type NodeSelectScalar = {
   diskFreeBytes?: boolean
   agentVersion?: boolean
   lastSeenAt?: boolean
+  leftAt?: boolean
+  tokenChangedAt?: boolean
+  tokenRevokedAt?: boolean
   createdAt?: boolean
 }
 
-export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "tokenHash" | "gpus" | "engines" | "diskFreeBytes" | "agentVersion" | "lastSeenAt" | "createdAt", ExtArgs["result"]["node"]>
+export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "tokenHash" | "gpus" | "engines" | "diskFreeBytes" | "agentVersion" | "lastSeenAt" | "leftAt" | "tokenChangedAt" | "tokenRevokedAt" | "createdAt", ExtArgs["result"]["node"]>
 export type NodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   replicas?: boolean | Prisma.Node$replicasArgs<ExtArgs>
   trainJobs?: boolean | Prisma.Node$trainJobsArgs<ExtArgs>
@@ -735,6 +837,9 @@ export type $NodePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs =
     diskFreeBytes: bigint | null
     agentVersion: string | null
     lastSeenAt: Date | null
+    leftAt: Date | null
+    tokenChangedAt: Date | null
+    tokenRevokedAt: Date | null
     createdAt: Date
   }, ExtArgs["result"]["node"]>
   composites: {}
@@ -1169,6 +1274,9 @@ export interface NodeFieldRefs {
   readonly diskFreeBytes: Prisma.FieldRef<"Node", 'BigInt'>
   readonly agentVersion: Prisma.FieldRef<"Node", 'String'>
   readonly lastSeenAt: Prisma.FieldRef<"Node", 'DateTime'>
+  readonly leftAt: Prisma.FieldRef<"Node", 'DateTime'>
+  readonly tokenChangedAt: Prisma.FieldRef<"Node", 'DateTime'>
+  readonly tokenRevokedAt: Prisma.FieldRef<"Node", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"Node", 'DateTime'>
 }
     

@@ -32,6 +32,7 @@ export type ReplicaAvgAggregateOutputType = {
   gpuLayers: number | null
   totalLayers: number | null
   vramUsedBytes: number | null
+  gpuIndex: number | null
 }
 
 export type ReplicaSumAggregateOutputType = {
@@ -40,6 +41,7 @@ export type ReplicaSumAggregateOutputType = {
   gpuLayers: number | null
   totalLayers: number | null
   vramUsedBytes: bigint | null
+  gpuIndex: number | null
 }
 
 export type ReplicaMinAggregateOutputType = {
@@ -59,6 +61,7 @@ export type ReplicaMinAggregateOutputType = {
   gpuLayers: number | null
   totalLayers: number | null
   vramUsedBytes: bigint | null
+  gpuIndex: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -80,6 +83,7 @@ export type ReplicaMaxAggregateOutputType = {
   gpuLayers: number | null
   totalLayers: number | null
   vramUsedBytes: bigint | null
+  gpuIndex: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -102,6 +106,7 @@ export type ReplicaCountAggregateOutputType = {
   totalLayers: number
   vramUsedBytes: number
   adapters: number
+  gpuIndex: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -114,6 +119,7 @@ export type ReplicaAvgAggregateInputType = {
   gpuLayers?: true
   totalLayers?: true
   vramUsedBytes?: true
+  gpuIndex?: true
 }
 
 export type ReplicaSumAggregateInputType = {
@@ -122,6 +128,7 @@ export type ReplicaSumAggregateInputType = {
   gpuLayers?: true
   totalLayers?: true
   vramUsedBytes?: true
+  gpuIndex?: true
 }
 
 export type ReplicaMinAggregateInputType = {
@@ -141,6 +148,7 @@ export type ReplicaMinAggregateInputType = {
   gpuLayers?: true
   totalLayers?: true
   vramUsedBytes?: true
+  gpuIndex?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -162,6 +170,7 @@ export type ReplicaMaxAggregateInputType = {
   gpuLayers?: true
   totalLayers?: true
   vramUsedBytes?: true
+  gpuIndex?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -184,6 +193,7 @@ export type ReplicaCountAggregateInputType = {
   totalLayers?: true
   vramUsedBytes?: true
   adapters?: true
+  gpuIndex?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -293,6 +303,7 @@ export type ReplicaGroupByOutputType = {
   totalLayers: number | null
   vramUsedBytes: bigint | null
   adapters: string[]
+  gpuIndex: number | null
   createdAt: Date
   updatedAt: Date
   _count: ReplicaCountAggregateOutputType | null
@@ -338,6 +349,7 @@ export type ReplicaWhereInput = {
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
+  gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -363,6 +375,7 @@ export type ReplicaOrderByWithRelationInput = {
   totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   adapters?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
@@ -391,6 +404,7 @@ export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
+  gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -416,6 +430,7 @@ export type ReplicaOrderByWithAggregationInput = {
   totalLayers?: Prisma.SortOrderInput | Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   adapters?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.ReplicaCountOrderByAggregateInput
@@ -446,6 +461,7 @@ export type ReplicaScalarWhereWithAggregatesInput = {
   totalLayers?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableWithAggregatesFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
+  gpuIndex?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
 }
@@ -466,6 +482,7 @@ export type ReplicaCreateInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -491,6 +508,7 @@ export type ReplicaUncheckedCreateInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -512,6 +530,7 @@ export type ReplicaUpdateInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -537,6 +556,7 @@ export type ReplicaUncheckedUpdateInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -560,6 +580,7 @@ export type ReplicaCreateManyInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -580,6 +601,7 @@ export type ReplicaUpdateManyMutationInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -602,6 +624,7 @@ export type ReplicaUncheckedUpdateManyInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -647,6 +670,7 @@ export type ReplicaCountOrderByAggregateInput = {
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
   adapters?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -657,6 +681,7 @@ export type ReplicaAvgOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrder
 }
 
 export type ReplicaMaxOrderByAggregateInput = {
@@ -676,6 +701,7 @@ export type ReplicaMaxOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -697,6 +723,7 @@ export type ReplicaMinOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -707,6 +734,7 @@ export type ReplicaSumOrderByAggregateInput = {
   gpuLayers?: Prisma.SortOrder
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
+  gpuIndex?: Prisma.SortOrder
 }
 
 export type ReplicaCreateNestedManyWithoutNodeInput = {
@@ -840,6 +868,7 @@ export type ReplicaCreateWithoutNodeInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -863,6 +892,7 @@ export type ReplicaUncheckedCreateWithoutNodeInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -915,6 +945,7 @@ export type ReplicaScalarWhereInput = {
   totalLayers?: Prisma.IntNullableFilter<"Replica"> | number | null
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
+  gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
 }
@@ -935,6 +966,7 @@ export type ReplicaCreateWithoutModelInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
@@ -958,6 +990,7 @@ export type ReplicaUncheckedCreateWithoutModelInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -1005,6 +1038,7 @@ export type ReplicaCreateWithoutEngineKeyInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -1029,6 +1063,7 @@ export type ReplicaUncheckedCreateWithoutEngineKeyInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1065,6 +1100,7 @@ export type ReplicaUpdateWithoutEngineKeyInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1089,6 +1125,7 @@ export type ReplicaUncheckedUpdateWithoutEngineKeyInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1110,6 +1147,7 @@ export type ReplicaCreateManyNodeInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1130,6 +1168,7 @@ export type ReplicaUpdateWithoutNodeInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1153,6 +1192,7 @@ export type ReplicaUncheckedUpdateWithoutNodeInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1175,6 +1215,7 @@ export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1196,6 +1237,7 @@ export type ReplicaCreateManyModelInput = {
   totalLayers?: number | null
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
+  gpuIndex?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1216,6 +1258,7 @@ export type ReplicaUpdateWithoutModelInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
@@ -1239,6 +1282,7 @@ export type ReplicaUncheckedUpdateWithoutModelInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1261,6 +1305,7 @@ export type ReplicaUncheckedUpdateManyWithoutModelInput = {
   totalLayers?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
+  gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1285,6 +1330,7 @@ export type ReplicaSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   totalLayers?: boolean
   vramUsedBytes?: boolean
   adapters?: boolean
+  gpuIndex?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1310,6 +1356,7 @@ export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   totalLayers?: boolean
   vramUsedBytes?: boolean
   adapters?: boolean
+  gpuIndex?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1334,6 +1381,7 @@ export type ReplicaSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   totalLayers?: boolean
   vramUsedBytes?: boolean
   adapters?: boolean
+  gpuIndex?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1358,11 +1406,12 @@ export type ReplicaSelectScalar = {
   totalLayers?: boolean
   vramUsedBytes?: boolean
   adapters?: boolean
+  gpuIndex?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "adapters" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
+export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "adapters" | "gpuIndex" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
 export type ReplicaInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
@@ -1402,6 +1451,7 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     totalLayers: number | null
     vramUsedBytes: bigint | null
     adapters: string[]
+    gpuIndex: number | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["replica"]>
@@ -1847,6 +1897,7 @@ export interface ReplicaFieldRefs {
   readonly totalLayers: Prisma.FieldRef<"Replica", 'Int'>
   readonly vramUsedBytes: Prisma.FieldRef<"Replica", 'BigInt'>
   readonly adapters: Prisma.FieldRef<"Replica", 'String[]'>
+  readonly gpuIndex: Prisma.FieldRef<"Replica", 'Int'>
   readonly createdAt: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Replica", 'DateTime'>
 }

@@ -1,0 +1,3 @@
+-- AlterTable
+ALTER TABLE "MirrorFile" ADD COLUMN     "architecture" TEXT,
+ADD COLUMN     "kind" TEXT;

@@ -1,0 +1,80 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { AuditService } from '../src/audit/audit.service.js';
+import { asLoop, POOL_SIZES } from '../src/db/client.js';
+import type { Database } from '../src/db/database.js';
+import { FleetService } from '../src/fleet/fleet.service.js';
+import { UsageRecorder } from '../src/gateway/usage.js';
+import { createLogger } from '../src/lib/log.js';
+import { freshDatabase } from './harness.js';
+
+// Under 50 connections of the Mirror page's query the single pool of 20 ran dry, and the placement pass failed
+// with "Unable to start a transaction in the given time": request load starved the control loops. Here every
+// request connection is held, as such a burst holds them, and the loops' work still goes through.
+
+let db: Database;
+let release: () => void = () => {};
+let held: Promise<unknown>[] = [];
+
+beforeAll(async () => {
+  db = await freshDatabase();
+  const gate = new Promise<void>((r) => {
+    release = r;
+  });
+  let open = 0;
+  held = Array.from({ length: POOL_SIZES.requests }, () =>
+    db.prisma.$transaction(
+      async (tx) => {
+        await tx.$executeRaw`SELECT 1`;
+        open++;
+        await gate;
+      },
+      { maxWait: 10_000, timeout: 60_000 },
+    ),
+  );
+  for (let i = 0; i < 500 && open < POOL_SIZES.requests; i++) await new Promise((r) => setTimeout(r, 10));
+  expect(open).toBe(POOL_SIZES.requests);
+});
+afterAll(async () => {
+  release();
+  await Promise.allSettled(held);
+  await db?.close();
+});
+
+describe('the loops keep their own database capacity', () => {
+  it('a request finds no connection while the requests hold them all', async () => {
+    await expect(db.prisma.$transaction(async (tx) => tx.$executeRaw`SELECT 1`, { maxWait: 300 })).rejects.toThrow(
+      /Unable to start a transaction in the given time/,
+    );
+  });
+
+  it("a loop's transaction completes meanwhile, and so does work it starts later (a timer)", async () => {
+    const n = await asLoop(() => db.prisma.$transaction(async (tx) => tx.$executeRaw`SELECT 1`, { maxWait: 2000 }));
+    expect(n).toBe(1);
+    const later = await asLoop(
+      () =>
+        new Promise((resolve, reject) => {
+          setTimeout(() => {
+            db.prisma
+              .$transaction(async (tx) => tx.$queryRaw`SELECT 2 AS two`, { maxWait: 2000 })
+              .then(resolve, reject);
+          }, 10);
+        }),
+    );
+    expect(later).toEqual([{ two: 2 }]);
+  });
+
+  it('the placement pass and the usage recorder write, though a request asked for them', async () => {
+    const lines: { level: string; msg: string }[] = [];
+    const log = createLogger('info', (l) => lines.push(JSON.parse(l)));
+    const fleet = new FleetService(db.prisma, new AuditService(db.prisma, log), log);
+    // Called here as a request calls it (catalog changes, the gateway waking a model): not from inside asLoop.
+    await fleet.place();
+    expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
+    expect(fleet.health.paused).toBeNull();
+
+    const usage = new UsageRecorder(db.prisma, log);
+    usage.touch('no-such-model');
+    await usage.flush();
+    expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
+  });
+});

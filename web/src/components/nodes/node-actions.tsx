@@ -1,0 +1,258 @@
+import { useState } from 'react';
+import { gql, useMutation } from 'urql';
+import type { Outcome, Refusal } from '../../graphql/types';
+import { isRefusal } from '../../graphql/types';
+import { CopyButton } from '../common/copy-button';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
+
+/** A node token with what its agent needs to start: shown once, after createNode or rotateNodeToken. */
+export type AgentStart = {
+  token: string;
+  agentCommand: string;
+  agentEnv: { name: string; value: string }[];
+};
+
+type Rotated = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
+
+export const NodeActions_RotateMutation = gql<{ rotateNodeToken: Outcome<Rotated> }, { name: string }>`
+  mutation NodeActions_Rotate($name: String!) {
+    rotateNodeToken(name: $name) {
+      __typename
+      ... on CreatedNode {
+        token
+        agentCommand
+        agentEnv {
+          name
+          value
+        }
+        node {
+          ...NodeTable_Node
+        }
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${NodeTable_NodeFragment}
+  ${FormError_RefusalFragment}
+`;
+
+export const NodeActions_RevokeMutation = gql<
+  { revokeNodeToken: Outcome<{ __typename: 'Node' } & NodeTable_Node> },
+  { name: string }
+>`
+  mutation NodeActions_Revoke($name: String!) {
+    revokeNodeToken(name: $name) {
+      __typename
+      ... on Node {
+        ...NodeTable_Node
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${NodeTable_NodeFragment}
+  ${FormError_RefusalFragment}
+`;
+
+type Removed = { __typename: 'RemovedNode'; name: string; message: string };
+
+/** The node leaves the cached `nodes` list through graphcache's updater (graphql/cache.ts). */
+export const NodeActions_RemoveMutation = gql<
+  { removeNode: Outcome<Removed> },
+  { name: string; force?: boolean | null }
+>`
+  mutation NodeActions_Remove($name: String!, $force: Boolean) {
+    removeNode(name: $name, force: $force) {
+      __typename
+      ... on RemovedNode {
+        name
+        message
+      }
+      ...FormError_Refusal
+    }
+  }
+  ${FormError_RefusalFragment}
+`;
+
+/** The command that starts a node's agent, and its token, copyable; Hangar keeps only the token's hash. */
+export function AgentStartPanel({
+  nodeName,
+  start,
+  rotated,
+  onDone,
+}: {
+  nodeName: string;
+  start: AgentStart;
+  rotated?: boolean;
+  onDone: () => void;
+}) {
+  return (
+    <div className="secret-once agent-start" role="status">
+      <p>
+        <strong>{rotated ? `A new token for “${nodeName}”.` : `Node “${nodeName}” added.`}</strong>{' '}
+        {rotated ? 'The old token is refused from now: start the agent again with this one. ' : ''}
+        The token is shown only once: Hangar keeps only its hash. Start the agent on the node, from a checkout of
+        Hangar, with:
+      </p>
+      <div className="secret-row">
+        <code data-testid="agent-command" className="secret">
+          {start.agentCommand}
+        </code>
+        <CopyButton text={start.agentCommand} label="Copy command" />
+      </div>
+      <dl className="agent-env">
+        {start.agentEnv.map((v) => (
+          <div key={v.name}>
+            <dt>
+              <code>{v.name}</code>
+            </dt>
+            <dd>
+              <code data-testid={v.name === 'HANGAR_NODE_TOKEN' ? 'node-token' : undefined} className="secret">
+                {v.value}
+              </code>
+              {v.name === 'HANGAR_NODE_TOKEN' ? <CopyButton text={v.value} label="Copy token" /> : null}
+            </dd>
+          </div>
+        ))}
+      </dl>
+      <p className="muted">
+        Under a supervisor, run <code>node --import tsx server/src/agent/main.ts</code> directly (pnpm does not pass
+        SIGTERM on): on SIGTERM the agent tells Hangar it is leaving, and the node shows offline at once.
+      </p>
+      <button type="button" className="button small" onClick={onDone}>
+        I have copied it
+      </button>
+    </div>
+  );
+}
+
+type Step =
+  | { kind: 'idle' }
+  | { kind: 'confirm-revoke' }
+  | { kind: 'confirm-remove' }
+  | { kind: 'refused-remove'; refusal: Refusal };
+
+/** What an action leaves for the page to show above the table: its row may be gone (removed) or too narrow. */
+export type NodeNotice = { kind: 'rotated'; name: string; start: AgentStart } | { kind: 'said'; message: string };
+
+/**
+ * An admin's changes to one node: a new token (the old one refused at once), a revoked one, or the node removed.
+ * Removing a node that runs something is refused with what it runs; "Remove anyway" then says what becomes of it.
+ */
+export function NodeActions({
+  node,
+  onNotice,
+}: {
+  node: Pick<NodeTable_Node, 'name' | 'tokenRevoked'>;
+  onNotice: (notice: NodeNotice) => void;
+}) {
+  const [step, setStep] = useState<Step>({ kind: 'idle' });
+  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const [rotate, doRotate] = useMutation(NodeActions_RotateMutation);
+  const [revoke, doRevoke] = useMutation(NodeActions_RevokeMutation);
+  const [remove, doRemove] = useMutation(NodeActions_RemoveMutation);
+  const busy = rotate.fetching || revoke.fetching || remove.fetching;
+
+  const onRotate = async () => {
+    setRefusal(null);
+    const outcome = (await doRotate({ name: node.name })).data?.rotateNodeToken;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'CreatedNode') {
+      setStep({ kind: 'idle' });
+      onNotice({ kind: 'rotated', name: node.name, start: outcome });
+    }
+  };
+  const onRevoke = async () => {
+    setRefusal(null);
+    const outcome = (await doRevoke({ name: node.name })).data?.revokeNodeToken;
+    if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome) {
+      setStep({ kind: 'idle' });
+      onNotice({
+        kind: 'said',
+        message: `The token of ${node.name} is revoked: its agent is refused from now, and its replicas are placed on other nodes.`,
+      });
+    }
+  };
+  const onRemove = async (force: boolean) => {
+    setRefusal(null);
+    const outcome = (await doRemove({ name: node.name, force })).data?.removeNode;
+    if (isRefusal(outcome)) {
+      if (outcome.__typename === 'ConflictError' && !force) setStep({ kind: 'refused-remove', refusal: outcome });
+      else setRefusal(outcome);
+    } else if (outcome?.__typename === 'RemovedNode') onNotice({ kind: 'said', message: `${outcome.message}.` });
+  };
+
+  return (
+    <div className="node-actions">
+      <div className="node-buttons">
+        <button type="button" className="button small" disabled={busy} onClick={onRotate}>
+          {node.tokenRevoked ? 'New token' : 'Rotate token'}
+        </button>
+        {node.tokenRevoked ? null : (
+          <button
+            type="button"
+            className="button small"
+            disabled={busy}
+            onClick={() => setStep({ kind: 'confirm-revoke' })}
+          >
+            Revoke token
+          </button>
+        )}
+        <button
+          type="button"
+          className="button small danger"
+          disabled={busy}
+          onClick={() => setStep({ kind: 'confirm-remove' })}
+        >
+          Remove
+        </button>
+      </div>
+      {step.kind === 'confirm-revoke' ? (
+        <fieldset className="confirm" aria-label={`Revoke the token of ${node.name}`}>
+          <p>
+            Its agent is refused from now and the node goes offline; its replicas are placed on other nodes. A new token
+            (“New token”) lets it back.
+          </p>
+          <div className="confirm-actions">
+            <button type="button" className="button small danger" disabled={busy} onClick={onRevoke}>
+              Revoke the token of {node.name}
+            </button>
+            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
+              Keep it
+            </button>
+          </div>
+        </fieldset>
+      ) : null}
+      {step.kind === 'confirm-remove' ? (
+        <fieldset className="confirm" aria-label={`Remove ${node.name}`}>
+          <p>The node leaves the fleet and its token is refused. An agent still running there must be stopped.</p>
+          <div className="confirm-actions">
+            <button type="button" className="button small danger" disabled={busy} onClick={() => onRemove(false)}>
+              Remove {node.name}
+            </button>
+            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
+              Keep it
+            </button>
+          </div>
+        </fieldset>
+      ) : null}
+      {step.kind === 'refused-remove' ? (
+        <fieldset className="confirm" aria-label={`Remove ${node.name} anyway`}>
+          <p role="alert" className="form-error">
+            {step.refusal.message}
+          </p>
+          <div className="confirm-actions">
+            <button type="button" className="button small danger" disabled={busy} onClick={() => onRemove(true)}>
+              Remove anyway
+            </button>
+            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
+              Keep it
+            </button>
+          </div>
+        </fieldset>
+      ) : null}
+      <FormError refusal={refusal} error={rotate.error ?? revoke.error ?? remove.error} />
+    </div>
+  );
+}
