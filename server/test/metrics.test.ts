@@ -39,8 +39,17 @@ function parse(text: string): Scrape {
     if (!m) throw new Error(`not a sample line: ${line}`);
     const labels: Record<string, string> = {};
     for (const [, k, v] of (m[2] ?? '').matchAll(/([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) labels[k!] = v!;
-    const value = Number(m[3] === '+Inf' ? Infinity : m[3]);
-    if (Number.isNaN(value)) throw new Error(`not a number: ${line}`);
+    // Values as Prometheus reads them (Go's ParseFloat): NaN and ±Inf in any case (prom-client writes "Nan").
+    const raw = m[3]!;
+    const special = raw.match(/^([+-]?)(inf|nan)$/i);
+    const value = special
+      ? special[2]!.toLowerCase() === 'nan'
+        ? Number.NaN
+        : special[1] === '-'
+          ? -Infinity
+          : Infinity
+      : Number(raw);
+    if (!special && (raw.trim() === '' || Number.isNaN(value))) throw new Error(`not a number: ${line}`);
     samples.push({ name: m[1]!, labels, value });
   }
   return { types, samples };
@@ -166,6 +175,15 @@ describe('GET /metrics', () => {
     await t.gql('query Who { viewer { role } }', {}, { token: viewer });
     const m = parse((await scrape()).text);
     expect(value(m, 'graphql_envelop_request', { operationName: 'Who' })).toBeGreaterThanOrEqual(1);
+  });
+
+  it('reads values as Prometheus does (the grammar above is itself checked)', () => {
+    const m = parse('a Nan\nb +Inf\nc -inf\nd{x="1"} 2.5e3\n');
+    expect(value(m, 'a')).toBeNaN();
+    expect(value(m, 'b')).toBe(Infinity);
+    expect(value(m, 'c')).toBe(-Infinity);
+    expect(value(m, 'd', { x: '1' })).toBe(2500);
+    expect(() => parse('e twelve\n')).toThrow('not a number');
   });
 
   it('sorts failures into a few reasons, never the message itself', () => {
