@@ -41,7 +41,9 @@ test('an operator finds a model in the registry, sees how each set would fit, an
   await expect(detail).toBeVisible();
   await expect(explorer.getByRole('region', { name: 'acme/Qwen3-8B-GGUF' })).toHaveCount(0);
   await expect(page).toHaveURL(/[?&]repo=acme%2FTiny-Llama-GGUF/);
-  expect((await place(row)).top).toBe(before.top);
+  // Within a pixel: the mirror's virtualised listing above re-measures its rows as they render (sub-pixel
+  // heights); a jump would be the closed repository's whole height.
+  expect(Math.abs((await place(row)).top - before.top)).toBeLessThanOrEqual(1);
   // The row right beneath the clicked one holds it.
   expect(await row.evaluate((el) => el.nextElementSibling?.querySelector('section')?.textContent ?? '')).toContain(
     repoId,
@@ -87,13 +89,17 @@ test('an operator finds a model in the registry, sees how each set would fit, an
   // A version per set (the revision and the quantisation): the 5 GiB qwen beside it would not land in the same one.
   await expect(tiny.getByLabel('Version')).toHaveValue('feedbee-f32');
   await expect(qwen.getByLabel('Version')).toHaveValue('feedbee-q4_k_m');
+  // Other specs leave versions of their own on this server: the count is what this fetch adds.
+  const facts = page.getByLabel('The mirror', { exact: true });
+  const presentBefore = Number((await facts.textContent())?.match(/Present(\d+)/)?.[1]);
+  expect(presentBefore).toBeGreaterThanOrEqual(0);
   await tiny.getByRole('button', { name: 'Fetch', exact: true }).click();
   await expect(detail.getByRole('status')).toContainText('started fetching 1 file into tiny-llama/feedbee-f32');
   const version = page.getByTestId('version-tiny-llama/feedbee-f32');
   await expect(version.getByText('present', { exact: true })).toBeVisible({ timeout: 30_000 });
   await expect(version.getByText('verified', { exact: true })).toBeVisible();
   await expect(detail).toContainText('tiny-llama/feedbee-f32 is now present');
-  await expect(page.getByLabel('The mirror', { exact: true })).toContainText('Present1');
+  await expect(facts).toContainText(`Present${presentBefore + 1}`);
   await detail.getByText('Model card').click();
   await expect(detail.getByRole('heading', { name: 'Tiny Llama' })).toBeVisible();
   await snap(page, '14-registry-fetched');

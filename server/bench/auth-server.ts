@@ -4,6 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { createSchema, createYoga } from 'graphql-yoga';
+import { benchToken } from './api-token.js';
 
 // One side of bench/auth.ts, in a process of its own so the sides do not share a heap, an event loop or a JIT:
 // `bare` is graphql-yoga on Hangar's SDL answering the viewer from a constant (no auth work at all); `hangar
@@ -39,27 +40,7 @@ if (mode === 'bare') {
   });
   const app = await createApp({ config, log: createLogger('warn'), print: () => {} });
   const base = await app.start();
-  const signIn = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      query:
-        'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }',
-    }),
-  });
-  const cookie = signIn.headers
-    .getSetCookie()
-    .map((c) => c.split(';')[0])
-    .join('; ');
-  const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
-  const made = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-    body: JSON.stringify({
-      query: 'mutation { createApiToken(input: {name: "bench", role: VIEWER}) { ... on CreatedApiToken { secret } } }',
-    }),
-  });
-  const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+  const token = await benchToken(base);
   console.log(JSON.stringify({ url: `${base}/graphql`, token }));
   process.on('SIGTERM', () => {
     void (async () => {

@@ -11,6 +11,7 @@ import { createApp } from '../src/app.js';
 import { hashSecret } from '../src/auth/secrets.js';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/lib/log.js';
+import { benchToken } from './api-token.js';
 import type { Job, LatencyResult, StreamResult, Target } from './gateway-client.js';
 
 // What the gateway costs an application. A stand-in OpenAI engine that answers at once (gateway-engine.ts) is
@@ -95,28 +96,7 @@ const hangar = await app.start();
 const db = app.db.prisma;
 
 // A caller token made the way an operator makes one for an application.
-const signIn = await fetch(`${hangar}/graphql`, {
-  method: 'POST',
-  headers: { 'content-type': 'application/json' },
-  body: JSON.stringify({
-    query:
-      'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }',
-  }),
-});
-const cookie = signIn.headers
-  .getSetCookie()
-  .map((c) => c.split(';')[0])
-  .join('; ');
-const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
-const made = await fetch(`${hangar}/graphql`, {
-  method: 'POST',
-  headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-  body: JSON.stringify({
-    query:
-      'mutation { createApiToken(input: {name: "bench", role: VIEWER, callerOnly: true}) { ... on CreatedApiToken { secret } } }',
-  }),
-});
-const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+const token = await benchToken(hangar, { callerOnly: true });
 
 // The fleet as an agent would have reported it: a node that is online (kept so below: placement counts a node
 // silent for 30 s as gone, and its replica lost), a model, and its READY replica serving on the stand-in.

@@ -7,6 +7,7 @@ import { createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { createLogger } from '../src/lib/log.js';
 import { recordSql } from '../test/sql-count.js';
+import { benchToken } from './api-token.js';
 
 // The Mirror page's query (the console's own selection) at 200 versions, against the same query without
 // `usedBy` as its baseline, interleaved in rounds in this one process: the ratio says what finding each version's
@@ -37,27 +38,7 @@ const app = await createApp({ config, log: createLogger('warn'), print: () => {}
 const hangar = await app.start();
 const db = app.db.prisma;
 
-const signIn = await fetch(`${hangar}/graphql`, {
-  method: 'POST',
-  headers: { 'content-type': 'application/json' },
-  body: JSON.stringify({
-    query:
-      'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }',
-  }),
-});
-const cookie = signIn.headers
-  .getSetCookie()
-  .map((c) => c.split(';')[0])
-  .join('; ');
-const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
-const made = await fetch(`${hangar}/graphql`, {
-  method: 'POST',
-  headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-  body: JSON.stringify({
-    query: 'mutation { createApiToken(input: {name: "bench", role: VIEWER}) { ... on CreatedApiToken { secret } } }',
-  }),
-});
-const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+const token = await benchToken(hangar);
 
 /** N present versions of one file each, a catalog model on every tenth and an adapter on every twentieth. */
 async function seed(n: number) {

@@ -8,6 +8,7 @@ import type { ExecutionArgs } from 'graphql';
 import { useServer } from 'graphql-ws/use/ws';
 import { createPubSub, createSchema, createYoga } from 'graphql-yoga';
 import { WebSocketServer } from 'ws';
+import { benchToken } from './api-token.js';
 
 // One side of bench/subscriptions.ts, in a process of its own so the sides share no heap, event loop or JIT.
 // `bare` is graphql-yoga on Hangar's SDL with graphql-ws beside it (Yoga's own example), answering
@@ -124,27 +125,7 @@ if (mode === 'bare') {
       bytesTotal: 10n,
     },
   });
-  const signIn = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      query:
-        'mutation { login(email: "admin@hangar.local", password: "correct-horse-battery") { ... on LoginPayload { csrfToken } } }',
-    }),
-  });
-  const cookie = signIn.headers
-    .getSetCookie()
-    .map((c) => c.split(';')[0])
-    .join('; ');
-  const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
-  const made = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-    body: JSON.stringify({
-      query: 'mutation { createApiToken(input: {name: "bench", role: VIEWER}) { ... on CreatedApiToken { secret } } }',
-    }),
-  });
-  const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+  const token = await benchToken(base);
   // Sent as the mirror sends its events: NOTIFY, heard back over LISTEN, then fanned out.
   const ctl = await control({ event: () => notify(app.db.prisma, 'mirrorVersion', 'bench/v1') });
   console.log(JSON.stringify({ url: `${base}/graphql`, control: ctl, token }));
