@@ -52,13 +52,14 @@ export function versionProgress(files: readonly FileLike[]): VersionProgress {
 
 /**
  * The family a model's name puts it in: the letters it starts with. "qwen2.5-coder-7b" and "qwen3-8b" are
- * qwen, "deepseek-r1-distill-qwen-14b" is deepseek: how people talk about them, and all a name says. A name
- * that starts with a digit or a symbol keeps its first part whole.
+ * qwen, "deepseek-r1-distill-qwen-14b" is deepseek: how people talk about them, and all a name says. One letter
+ * is no family ("t5-small" is t5, "e5-large" e5, not t and e), nor is a start with a digit or a symbol: those
+ * keep their first part whole.
  */
 export function modelFamily(model: string): string {
   const name = model.toLowerCase();
   const letters = name.match(/^[a-z]+/)?.[0];
-  return letters ?? name.split('-')[0] ?? name;
+  return letters && letters.length > 1 ? letters : (name.split('-')[0] ?? name);
 }
 
 const rank: Record<VersionState, number> = {
