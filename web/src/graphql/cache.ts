@@ -22,6 +22,22 @@ export const embeddedTypes: string[] = (schema.__schema.types as SchemaType[])
 
 const byId = (data: Data) => (data.id == null ? null : String(data.id));
 
+/** Takes the entity with this name out of every cached list of the field (the answer names it, not its id). */
+function dropFromListsByName(cache: Cache, field: string, name: string) {
+  for (const f of cache.inspectFields('Query')) {
+    if (f.fieldName !== field) continue;
+    const list = cache.resolve('Query', f.fieldKey);
+    if (!Array.isArray(list)) continue;
+    const keys = list as unknown as string[];
+    cache.link(
+      'Query',
+      f.fieldName,
+      f.arguments,
+      keys.filter((k) => cache.resolve(k, 'name') !== name),
+    );
+  }
+}
+
 /** Adds an entity to every cached list `Query.<field>(…)` that does not hold it yet. */
 function addToLists(cache: Cache, field: string, entity: Data, at: 'start' | 'end') {
   const key = cache.keyOfEntity(entity);
@@ -173,18 +189,7 @@ export const cacheConfig: CacheExchangeOpts = {
       removeNode(parent, _args, cache) {
         const removed = success(parent, 'removeNode', 'RemovedNode');
         if (!removed) return;
-        for (const f of cache.inspectFields('Query')) {
-          if (f.fieldName !== 'nodes') continue;
-          const list = cache.resolve('Query', f.fieldKey);
-          if (!Array.isArray(list)) continue;
-          const keys = list as unknown as string[];
-          cache.link(
-            'Query',
-            f.fieldName,
-            f.arguments,
-            keys.filter((k) => cache.resolve(k, 'name') !== removed.name),
-          );
-        }
+        dropFromListsByName(cache, 'nodes', removed.name as string);
         cache.invalidate('Query', 'models');
       },
       createUser(parent, _args, cache) {
@@ -216,18 +221,7 @@ export const cacheConfig: CacheExchangeOpts = {
       removeModel(parent, _args, cache) {
         const removed = success(parent, 'removeModel', 'RemovedModel');
         if (!removed) return;
-        for (const f of cache.inspectFields('Query')) {
-          if (f.fieldName !== 'models') continue;
-          const list = cache.resolve('Query', f.fieldKey);
-          if (!Array.isArray(list)) continue;
-          const keys = list as unknown as string[];
-          cache.link(
-            'Query',
-            f.fieldName,
-            f.arguments,
-            keys.filter((k) => cache.resolve(k, 'name') !== removed.name),
-          );
-        }
+        dropFromListsByName(cache, 'models', removed.name as string);
         cache.invalidate('Query', 'mirror');
       },
       // The answer is only the new job's id: the training list is read again where it is cached.

@@ -3,8 +3,8 @@ import { gql, useMutation } from 'urql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
-import { type AgentStart, AgentStartPanel } from './node-actions';
-import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
+import { type AgentStart, AgentStartPanel, NodeActions_AgentStartFragment } from './node-actions';
+import type { NodeTable_Node } from './node-table';
 
 type Created = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
 
@@ -13,21 +13,11 @@ export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, 
   mutation AddNodeForm_Create($name: String!) {
     createNode(name: $name) {
       __typename
-      ... on CreatedNode {
-        token
-        agentCommand
-        agentEnv {
-          name
-          value
-        }
-        node {
-          ...NodeTable_Node
-        }
-      }
+      ...NodeActions_AgentStart
       ...FormError_Refusal
     }
   }
-  ${NodeTable_NodeFragment}
+  ${NodeActions_AgentStartFragment}
   ${FormError_RefusalFragment}
 `;
 

@@ -15,25 +15,31 @@ export type AgentStart = {
 
 type Rotated = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
 
+/** What createNode and rotateNodeToken answer: the new token, how to start the agent with it, and the node. */
+export const NodeActions_AgentStartFragment = gql`
+  fragment NodeActions_AgentStart on CreatedNode {
+    token
+    agentCommand
+    agentEnv {
+      name
+      value
+    }
+    node {
+      ...NodeTable_Node
+    }
+  }
+  ${NodeTable_NodeFragment}
+`;
+
 export const NodeActions_RotateMutation = gql<{ rotateNodeToken: Outcome<Rotated> }, { name: string }>`
   mutation NodeActions_Rotate($name: String!) {
     rotateNodeToken(name: $name) {
       __typename
-      ... on CreatedNode {
-        token
-        agentCommand
-        agentEnv {
-          name
-          value
-        }
-        node {
-          ...NodeTable_Node
-        }
-      }
+      ...NodeActions_AgentStart
       ...FormError_Refusal
     }
   }
-  ${NodeTable_NodeFragment}
+  ${NodeActions_AgentStartFragment}
   ${FormError_RefusalFragment}
 `;
 

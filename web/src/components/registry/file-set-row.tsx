@@ -295,6 +295,53 @@ export function FileSetRow({
   };
   const answered = started || (refusal && !placed) || error || serveRefusal || serveState.error;
 
+  // The names the set lands under, the same in the plain form and behind "Fetch anyway…".
+  const nameFields = (
+    <>
+      <div className="field">
+        <label htmlFor={modelId}>Model</label>
+        <input
+          id={modelId}
+          className="set-input"
+          value={model}
+          autoComplete="off"
+          spellCheck={false}
+          aria-invalid={fieldError('model') ? true : undefined}
+          aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
+          onChange={(e) => {
+            edited();
+            setModel(e.target.value);
+          }}
+        />
+        {fieldError('model') ? (
+          <p id={`${modelId}-error`} role="alert" className="form-error field-error">
+            {fieldError('model')}
+          </p>
+        ) : null}
+      </div>
+      <div className="field">
+        <label htmlFor={versionId}>Version</label>
+        <input
+          id={versionId}
+          className="set-input"
+          value={version}
+          autoComplete="off"
+          spellCheck={false}
+          aria-invalid={fieldError('version') ? true : undefined}
+          aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
+          onChange={(e) => {
+            edited();
+            setVersion(e.target.value);
+          }}
+        />
+        {fieldError('version') ? (
+          <p id={`${versionId}-error`} role="alert" className="form-error field-error">
+            {fieldError('version')}
+          </p>
+        ) : null}
+      </div>
+    </>
+  );
   return (
     <>
       <tr data-testid={`set-${set.id}`} className={`set${set.verdict.servable ? '' : ' not-servable'}`}>
@@ -332,48 +379,7 @@ export function FileSetRow({
           <td className="set-cell fetch-cell">
             {set.verdict.servable ? (
               <form className="set-fetch" aria-label={`Fetch ${label}`} onSubmit={submit} noValidate>
-                <div className="field">
-                  <label htmlFor={modelId}>Model</label>
-                  <input
-                    id={modelId}
-                    className="set-input"
-                    value={model}
-                    autoComplete="off"
-                    spellCheck={false}
-                    aria-invalid={fieldError('model') ? true : undefined}
-                    aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
-                    onChange={(e) => {
-                      edited();
-                      setModel(e.target.value);
-                    }}
-                  />
-                  {fieldError('model') ? (
-                    <p id={`${modelId}-error`} role="alert" className="form-error field-error">
-                      {fieldError('model')}
-                    </p>
-                  ) : null}
-                </div>
-                <div className="field">
-                  <label htmlFor={versionId}>Version</label>
-                  <input
-                    id={versionId}
-                    className="set-input"
-                    value={version}
-                    autoComplete="off"
-                    spellCheck={false}
-                    aria-invalid={fieldError('version') ? true : undefined}
-                    aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
-                    onChange={(e) => {
-                      edited();
-                      setVersion(e.target.value);
-                    }}
-                  />
-                  {fieldError('version') ? (
-                    <p id={`${versionId}-error`} role="alert" className="form-error field-error">
-                      {fieldError('version')}
-                    </p>
-                  ) : null}
-                </div>
+                {nameFields}
                 <button
                   type="submit"
                   className={`button small fetch-button${repo.noAccess ? '' : ' primary'}`}
@@ -389,48 +395,7 @@ export function FileSetRow({
               <details className="fetch-anyway">
                 <summary>Fetch anyway…</summary>
                 <form className="set-fetch" aria-label={`Fetch ${label} anyway`} onSubmit={submit} noValidate>
-                  <div className="field">
-                    <label htmlFor={modelId}>Model</label>
-                    <input
-                      id={modelId}
-                      className="set-input"
-                      value={model}
-                      autoComplete="off"
-                      spellCheck={false}
-                      aria-invalid={fieldError('model') ? true : undefined}
-                      aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
-                      onChange={(e) => {
-                        edited();
-                        setModel(e.target.value);
-                      }}
-                    />
-                    {fieldError('model') ? (
-                      <p id={`${modelId}-error`} role="alert" className="form-error field-error">
-                        {fieldError('model')}
-                      </p>
-                    ) : null}
-                  </div>
-                  <div className="field">
-                    <label htmlFor={versionId}>Version</label>
-                    <input
-                      id={versionId}
-                      className="set-input"
-                      value={version}
-                      autoComplete="off"
-                      spellCheck={false}
-                      aria-invalid={fieldError('version') ? true : undefined}
-                      aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
-                      onChange={(e) => {
-                        edited();
-                        setVersion(e.target.value);
-                      }}
-                    />
-                    {fieldError('version') ? (
-                      <p id={`${versionId}-error`} role="alert" className="form-error field-error">
-                        {fieldError('version')}
-                      </p>
-                    ) : null}
-                  </div>
+                  {nameFields}
                   <label className="check anyway-choice">
                     <input type="checkbox" checked={confirmed} onChange={(e) => setConfirmed(e.target.checked)} /> Fetch
                     it although it cannot be served here
