@@ -29,7 +29,9 @@ process.on('exit', () => {
 });
 
 async function startSide(name: string, args: string[]): Promise<Side> {
-  const child = spawn(process.execPath, ['--import', 'tsx', path.join(here, 'auth-server.ts'), ...args], {
+  // BENCH_CPU_PROF=<dir> writes each side's CPU profile there when it stops, to see where a request's time goes.
+  const profile = process.env.BENCH_CPU_PROF ? ['--cpu-prof', `--cpu-prof-dir=${process.env.BENCH_CPU_PROF}`] : [];
+  const child = spawn(process.execPath, [...profile, '--import', 'tsx', path.join(here, 'auth-server.ts'), ...args], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
   children.push(child);

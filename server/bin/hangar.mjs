@@ -1,13 +1,31 @@
 #!/usr/bin/env node
-// `hangar` runs the server; `hangar agent` runs the node agent. Both are TypeScript run through tsx, as
-// `pnpm start` and `pnpm agent` do, so the installed command and the scripts cannot drift apart.
-import { register } from 'tsx/esm/api';
+// `hangar` runs the server; `hangar agent` runs the node agent. Each runs its bundle in dist/ (`pnpm build`)
+// when that is the build of the sources as they are now, and otherwise the TypeScript through tsx: a checkout
+// with edits never runs yesterday's bundle. An image ships dist without the sources; dist is then what there is.
+import { existsSync } from 'node:fs';
+import { checkServerBuild } from '../scripts/server-stamp.mjs';
 
-register();
+/** @param {string} dist @param {string} src */
+async function run(dist, src) {
+  const serverDir = new URL('..', import.meta.url).pathname;
+  if (!existsSync(new URL(src, import.meta.url)) || (await checkServerBuild(serverDir)).current) {
+    // Stack traces then name the TypeScript file and line, as under tsx.
+    process.setSourceMapsEnabled(true);
+    await import(dist);
+  } else {
+    const { register } = await import('tsx/esm/api');
+    register();
+    await import(src);
+  }
+}
+
 const [command = 'server'] = process.argv.slice(2);
-if (command === 'agent') await import('../src/agent/main.ts');
-else if (command === 'server') await import('../src/main.ts');
+if (command === 'agent') await run('../dist/agent.js', '../src/agent/main.ts');
+else if (command === 'server') await run('../dist/main.js', '../src/main.ts');
+// Every other command is the CLI (docs/cli.md); a build without its bundle runs its TypeScript.
+else if (existsSync(new URL('../dist/cli.js', import.meta.url))) await run('../dist/cli.js', '../src/cli/run.ts');
 else {
-  process.stderr.write(`usage: hangar [server|agent] (got "${command}")\n`);
-  process.exit(2);
+  const { register } = await import('tsx/esm/api');
+  register();
+  await import('../src/cli/run.ts');
 }

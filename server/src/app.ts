@@ -20,6 +20,7 @@ import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
 import { hfRoutes } from './hf/hf.http.js';
 import { HfMirror } from './hf/hf.service.js';
+import { PullThrough } from './hf/pull-through.js';
 import {
   guardBody,
   isApiPath,
@@ -121,6 +122,11 @@ export async function createApp({
   }
   const listener = await listen(db.url, pubsub, log);
   services.auth.keepCredentials({ pubsub, listeningSince: () => listener.listeningSince(), log });
+  // Off unless an OTEL_* variable names a collector: then one exporter for GraphQL's and the gateway's spans.
+  // Imported only then: the SDK is not loaded, and costs no start time, on a server that does not trace.
+  const tracing = config.tracing
+    ? (await import('./telemetry/tracing.js')).startTracing(config.tracing, log)
+    : undefined;
   const metrics = new Metrics({
     db: prisma,
     log,
@@ -137,7 +143,10 @@ export async function createApp({
     audit,
     pubsub,
     listeningSince: () => listener.listeningSince(),
-    onUsage: metrics.observeGateway,
+    onUsage: (e) => {
+      metrics.observeGateway(e);
+      tracing?.describeGatewayCall(e);
+    },
   });
 
   const live = new LiveCallers({
@@ -147,7 +156,17 @@ export async function createApp({
     limits: { perConnection: config.maxSubscriptionsPerConnection, perCaller: config.maxSubscriptionsPerCaller },
   });
   live.start();
-  const yoga = buildYoga({ prisma, config, log, pubsub, services, live, metrics: metrics.registry });
+  const yoga = buildYoga({
+    prisma,
+    tracing,
+    config,
+    log,
+    pubsub,
+    services,
+    live,
+    metrics: metrics.registry,
+    onSubscriptionResult: metrics.observeSubscriptionResult,
+  });
   const metricsHttp = metricsRoute({ metrics, auth: services.auth, listenElsewhere: Boolean(config.metricsListen) });
   let metricsListener: Awaited<ReturnType<typeof listenForMetrics>> | undefined;
   // Model cards show the Hub's images, and an internal Hub may be plain http.
@@ -171,6 +190,18 @@ export async function createApp({
     requireToken: config.mirrorRequireToken,
     internalToken: services.mirror.internalToken,
     log,
+    // HANGAR_HF_PULL_THROUGH=on, with a registry to pull from (HANGAR_HUB_URL=off turns it off with the explorer).
+    pull:
+      config.hfPullThrough && config.hubUrl
+        ? new PullThrough({
+            db: prisma,
+            mirror: services.mirror,
+            hubUrl: config.hubUrl,
+            hubToken: config.hubToken,
+            timeoutMs: config.hubTimeoutMs,
+            log,
+          })
+        : null,
   });
   const mirrorUpload = uploadToMirror({
     mirror: services.mirror,
@@ -207,7 +238,10 @@ export async function createApp({
         if (draining) res.setHeader('connection', 'close');
         if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, path);
         // The gateway guards its own bodies, to refuse them in OpenAI's words.
-        if (path === '/v1' || path.startsWith('/v1/')) return await services.gateway.handle(req, res, path);
+        if (path === '/v1' || path.startsWith('/v1/')) {
+          const handle = () => services.gateway.handle(req, res, path);
+          return await (tracing ? tracing.gatewayCall(req, res, path, handle) : handle());
+        }
         guardBody(req, res, isUpload(req.method, path), config, log, path);
         if (path === '/graphql') return await yoga.requestListener(req, res);
         if (path === '/healthz') return json(res, 200, { ok: true });
@@ -389,6 +423,8 @@ export async function createApp({
         server.closeAllConnections();
         await closed;
         await metricsListener?.close();
+        // After every request has ended, so their spans are in what it sends.
+        await tracing?.stop();
         live.stop();
         services.auth.stopKeepingCredentials();
         await listener.stop();

@@ -14,6 +14,15 @@ describe('config', () => {
     expect(loadConfig({ HANGAR_MIRROR_REQUIRE_TOKEN: 'false' }).mirrorRequireToken).toBe(false);
   });
 
+  it('keeps /hf to what is mirrored unless HANGAR_HF_PULL_THROUGH=on, and refuses other words', () => {
+    expect(loadConfig({}).hfPullThrough).toBe(false);
+    expect(loadConfig({ HANGAR_HF_PULL_THROUGH: 'on' }).hfPullThrough).toBe(true);
+    expect(loadConfig({ HANGAR_HF_PULL_THROUGH: 'off' }).hfPullThrough).toBe(false);
+    expect(() => loadConfig({ HANGAR_HF_PULL_THROUGH: 'yes' })).toThrow(
+      /HANGAR_HF_PULL_THROUGH="yes" is not accepted: off or on/,
+    );
+  });
+
   it('treats an empty variable as unset', () => {
     expect(loadConfig({ PORT: '' }).port).toBe(4000);
   });

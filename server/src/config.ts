@@ -203,6 +203,11 @@ const schema = z.object({
   // On by default: a node token or an API token is cheap to hand out, and a server on 0.0.0.0 serving weights to
   // anyone who can reach the port is not. The console (its session), nodes and the server itself all send one.
   HANGAR_MIRROR_REQUIRE_TOKEN: bool.default(true),
+  // Off by default: on, a request under /hf for what the mirror lacks downloads it from HANGAR_HUB_URL, which is
+  // disk and egress spent at a client's word (see hf/pull-through.ts for who may ask).
+  HANGAR_HF_PULL_THROUGH: z
+    .enum(['off', 'on'], { message: 'off or on: whether /hf fetches what the mirror lacks from HANGAR_HUB_URL' })
+    .default('off'),
   HANGAR_MIRROR_FSYNC: bool.default(false),
   HANGAR_HUB_TIMEOUT_MS: z.coerce
     .number()
@@ -233,6 +238,17 @@ const schema = z.object({
     .min(100, 'at least 100')
     .max(3_600_000, 'at most 3600000')
     .default(120_000),
+  // OpenTelemetry's own variables, read as its SDKs read them, so a site's collector settings carry over. Off
+  // unless an OTLP endpoint or exporter is named: a server must not start sending spans to a default address.
+  OTEL_SDK_DISABLED: bool.default(false),
+  OTEL_TRACES_EXPORTER: z
+    .enum(['otlp', 'console', 'none'], { message: 'otlp, console or none (one exporter; Hangar sends OTLP over HTTP)' })
+    .optional(),
+  OTEL_EXPORTER_OTLP_ENDPOINT: z.url({ message: 'an http(s) URL, such as http://collector:4318' }).optional(),
+  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: z
+    .url({ message: 'an http(s) URL, such as http://collector:4318/v1/traces' })
+    .optional(),
+  OTEL_SERVICE_NAME: z.string().default('hangar'),
 });
 
 export type Config = {
@@ -302,6 +318,8 @@ export type Config = {
   mirrorBandwidth: number | null;
   /** Whether GET /mirror/… needs a credential (node or API token, or a console session); on unless set false. */
   mirrorRequireToken: boolean;
+  /** Whether /hf fetches a repository, revision or file the mirror lacks from the Hub on first request. */
+  hfPullThrough: boolean;
   /**
    * Whether each file is flushed to the disk before it is marked present. Off, a fetch on a fast link runs at
    * about 1× `curl -o`, on, 0.7× (bench/mirror.ts: the flush is the disk writing the whole file); the
@@ -329,6 +347,11 @@ export type Config = {
    * Where /metrics is served without credentials ({host, port}); undefined: on the main port, for an API token.
    */
   metricsListen: { host: string; port: number } | undefined;
+  /** Where spans go (OTEL_* variables); undefined: tracing is off and no exporter starts. */
+  tracing:
+    | { exporter: 'otlp'; url: string; serviceName: string }
+    | { exporter: 'console'; serviceName: string }
+    | undefined;
 };
 
 function hostPort(value: string): { host: string; port: number } {
@@ -390,6 +413,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mirrorRetryMaxMs: c.HANGAR_MIRROR_RETRY_MAX,
     mirrorBandwidth: c.HANGAR_MIRROR_BANDWIDTH,
     mirrorRequireToken: c.HANGAR_MIRROR_REQUIRE_TOKEN,
+    hfPullThrough: c.HANGAR_HF_PULL_THROUGH === 'on',
     mirrorFsync: c.HANGAR_MIRROR_FSYNC,
     hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
     llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
@@ -399,5 +423,22 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayWakeQueue: c.HANGAR_GATEWAY_WAKE_QUEUE,
     gatewayFirstByteMs: c.HANGAR_GATEWAY_FIRST_BYTE_MS,
     metricsListen: c.HANGAR_METRICS_LISTEN ? hostPort(c.HANGAR_METRICS_LISTEN) : undefined,
+    tracing: tracingOf(c),
   };
+}
+
+/**
+ * The SDK's rules for the endpoint: the traces URL as given, or the base URL with /v1/traces added. An exporter
+ * named without an endpoint sends to the collector's default, http://localhost:4318, as the SDK does.
+ */
+function tracingOf(c: z.infer<typeof schema>): Config['tracing'] {
+  const serviceName = c.OTEL_SERVICE_NAME;
+  if (c.OTEL_SDK_DISABLED || c.OTEL_TRACES_EXPORTER === 'none') return undefined;
+  if (c.OTEL_TRACES_EXPORTER === 'console') return { exporter: 'console', serviceName };
+  const named = c.OTEL_TRACES_EXPORTER === 'otlp';
+  if (!named && !c.OTEL_EXPORTER_OTLP_ENDPOINT && !c.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) return undefined;
+  const url =
+    c.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ??
+    `${(c.OTEL_EXPORTER_OTLP_ENDPOINT ?? 'http://localhost:4318').replace(/\/+$/, '')}/v1/traces`;
+  return { exporter: 'otlp', url, serviceName };
 }

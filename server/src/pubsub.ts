@@ -45,6 +45,12 @@ export type PubSub = {
    * Each subscriber still passes its own authorization first; only the loading is shared.
    */
   shared<R>(topic: Topic, id: string, read: string, load: () => Promise<R>): Promise<R>;
+  /**
+   * The same, keyed by the id alone, for those that do not know the topic: a subscription's whole result
+   * (graphql/shared-results.ts), whose `read` names the document, variables and caller. Any topic's event
+   * with that id starts afresh, which at worst shares less.
+   */
+  sharedEvent<R>(id: string, read: string, load: () => Promise<R>): Promise<R>;
 };
 
 /** How long an event's reads are kept for subscribers still resolving it; a later one reads again (fresher). */
@@ -57,8 +63,9 @@ const SHARED_FOR_MS = 5000;
  */
 export function makePubSub(): PubSub {
   const subscribers = new Map<Topic, Set<(id: string) => unknown>>();
-  // By `${topic} ${id}`, oldest first: the reads made since that key's latest event.
-  const reads = new Map<string, { at: number; loads: Map<string, Promise<unknown>> }>();
+  // By `${topic} ${id}`, oldest first: the reads made since that key's latest event. And by id alone.
+  const reads = new Map<string, EventReads>();
+  const readsById = new Map<string, EventReads>();
   return {
     subscribe: (topic) =>
       new Repeater<string>(async (push, stop) => {
@@ -73,32 +80,43 @@ export function makePubSub(): PubSub {
       }),
     publish: (topic, id) => {
       const now = Date.now();
-      for (const [key, entry] of reads) {
-        if (now - entry.at < SHARED_FOR_MS) break;
-        reads.delete(key);
-      }
       // A new event: what was read for the one before may be out of date, so its reads are not handed out again.
-      const key = `${topic} ${id}`;
-      reads.delete(key);
-      reads.set(key, { at: now, loads: new Map() });
+      renew(reads, `${topic} ${id}`, now);
+      renew(readsById, id, now);
       for (const push of subscribers.get(topic) ?? []) push(id);
     },
-    shared: <R>(topic: Topic, id: string, read: string, load: () => Promise<R>): Promise<R> => {
-      const loads = reads.get(`${topic} ${id}`)?.loads;
-      // No event of this key in the last few seconds (a subscriber far behind): its own read, not kept.
-      if (!loads) return load();
-      let loading = loads.get(read) as Promise<R> | undefined;
-      if (!loading) {
-        loading = load();
-        loads.set(read, loading);
-        // A failed read is not handed to the next subscriber: it tries for itself.
-        loading.catch(() => {
-          if (loads.get(read) === loading) loads.delete(read);
-        });
-      }
-      return loading;
-    },
+    shared: (topic, id, read, load) => sharedRead(reads.get(`${topic} ${id}`), read, load),
+    sharedEvent: (id, read, load) => sharedRead(readsById.get(id), read, load),
   };
+}
+
+type EventReads = { at: number; loads: Map<string, Promise<unknown>> };
+
+/** Starts `key`'s reads afresh for a new event, and forgets those of events older than SHARED_FOR_MS. */
+function renew(byKey: Map<string, EventReads>, key: string, now: number) {
+  for (const [old, entry] of byKey) {
+    if (now - entry.at < SHARED_FOR_MS) break;
+    byKey.delete(old);
+  }
+  byKey.delete(key);
+  byKey.set(key, { at: now, loads: new Map() });
+}
+
+/** The first caller since the event loads; the others get its promise. */
+function sharedRead<R>(entry: EventReads | undefined, read: string, load: () => Promise<R>): Promise<R> {
+  // No event of this key in the last few seconds (a subscriber far behind): its own read, not kept.
+  if (!entry) return load();
+  const { loads } = entry;
+  let loading = loads.get(read) as Promise<R> | undefined;
+  if (!loading) {
+    loading = load();
+    loads.set(read, loading);
+    // A failed read is not handed to the next subscriber: it tries for itself.
+    loading.catch(() => {
+      if (loads.get(read) === loading) loads.delete(read);
+    });
+  }
+  return loading;
 }
 
 /** Queues an event in the current transaction (or at once, outside one); it is published on commit. */

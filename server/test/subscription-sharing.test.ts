@@ -1,5 +1,5 @@
 import { type Client, createClient } from 'graphql-ws';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { notify } from '../src/pubsub.js';
 import { startTestApp, type TestApp } from './harness.js';
@@ -134,5 +134,64 @@ describe('one read per event, shared by its subscribers', () => {
     const heardBefore = revoked.events;
     await oneEvent([kept]);
     expect(revoked.events).toBe(heardBefore);
+  });
+});
+
+/** The results sent since `before`, by how they were made (metrics/metrics.ts). */
+async function results(): Promise<{ executed: number; shared: number }> {
+  const metric = t.app.metrics.registry.getSingleMetric('hangar_graphql_subscription_results_total');
+  const values = (await metric?.get())?.values ?? [];
+  const of = (how: string) => values.find((v) => v.labels.how === how)?.value ?? 0;
+  return { executed: of('executed'), shared: of('shared') };
+}
+
+describe('one execution per event, shared by the subscribers who would get the same answer', () => {
+  // Each test counts every result the server sends, so it starts with none but its own subscriptions open.
+  const closeAll = async () => {
+    await Promise.all(clients.splice(0).map((c) => c.dispose()));
+    await new Promise((r) => setTimeout(r, 300));
+  };
+  beforeEach(closeAll);
+  it("one caller's 10 subscriptions on two connections: executed once an event, the other 9 handed the result", async () => {
+    const token = await t.token('VIEWER', 'tabs');
+    const subs: Heard[] = [];
+    for (const client of [connect(token), connect(token)]) for (let k = 0; k < 5; k++) subs.push(subscribe(client));
+    await settle(subs);
+    // Wait for the settling events to be all sent: the counters below must count one event alone.
+    await new Promise((r) => setTimeout(r, 300));
+    const before = await results();
+    await oneEvent(subs);
+    const after = await results();
+    expect(after.executed - before.executed).toBe(1);
+    expect(after.shared - before.shared).toBe(9);
+    expect(subs.every((s) => s.errors.length === 0)).toBe(true);
+  });
+
+  it('two callers, or one caller with two documents, are executed apart: nobody gets an answer made for another', async () => {
+    const viewer = await t.token('VIEWER', 'apart-viewer');
+    const admin = await t.token('ADMIN', 'apart-admin');
+    const subs = [subscribe(connect(viewer)), subscribe(connect(admin))];
+    const other = connect(viewer);
+    const withFiles: Heard = { events: 0, errors: [], done: false };
+    other.subscribe<{ mirrorChanged: { id: string; files: { file: string }[] } }>(
+      { query: 'subscription { mirrorChanged { id files { file } } }' },
+      {
+        next: (v) => {
+          if (v.errors?.length) withFiles.errors.push(v.errors[0]!.message);
+          else if (v.data?.mirrorChanged.files[0]?.file === 'model.gguf') withFiles.events++;
+        },
+        error: (e) => withFiles.errors.push(String(e)),
+        complete: () => {},
+      },
+    );
+    subs.push(withFiles);
+    await settle(subs);
+    await new Promise((r) => setTimeout(r, 300));
+    const before = await results();
+    await oneEvent(subs);
+    const after = await results();
+    expect(after.executed - before.executed).toBe(3);
+    expect(after.shared - before.shared).toBe(0);
+    expect(withFiles.errors).toEqual([]);
   });
 });

@@ -1,8 +1,11 @@
 // The console's generated files, each made from a source of truth that lives elsewhere:
 // - src/routeTree.gen.ts from the route files in src/routes (TanStack Router's generator, configured by
 //   tsr.config.json, the same configuration the Vite plugin reads);
-// - src/generated/schema.json from the server's printed schema, so graphcache knows the unions and interfaces.
-// `pnpm generate` writes both; src/generated.test.ts fails when a committed copy drifts from a fresh one.
+// - src/generated/schema.json from the server's printed schema, so graphcache knows the unions and interfaces;
+// - src/graphql-env.d.ts from the same schema, gql.tada's types for every document (src/graphql/graphql.ts),
+//   written by its CLI as configured in tsconfig.json's plugin entry.
+// `pnpm generate` writes all three; src/generated.test.ts fails when a committed copy drifts from a fresh one.
+import { execFileSync } from 'node:child_process';
 import { cp, mkdtemp, readFile, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -15,6 +18,24 @@ export const webDir = fileURLToPath(new URL('..', import.meta.url));
 export const schemaSdlPath = path.resolve(webDir, '../server/schema.graphql');
 export const schemaJsonPath = path.join(webDir, 'src/generated/schema.json');
 export const routeTreePath = path.join(webDir, 'src/routeTree.gen.ts');
+export const graphqlEnvPath = path.join(webDir, 'src/graphql-env.d.ts');
+
+/** Writes gql.tada's types for the schema to `output` (src/graphql-env.d.ts unless told). */
+export function writeGraphqlEnv(output = graphqlEnvPath): void {
+  execFileSync('pnpm', ['exec', 'gql.tada', 'generate', 'output', '--output', output], { cwd: webDir, stdio: 'pipe' });
+}
+
+/** gql.tada's types as a fresh generation makes them, written elsewhere, the working tree untouched. */
+export async function renderGraphqlEnv(): Promise<string> {
+  const scratch = await mkdtemp(path.join(tmpdir(), 'hangar-web-tada-'));
+  try {
+    const output = path.join(scratch, 'graphql-env.d.ts');
+    writeGraphqlEnv(output);
+    return await readFile(output, 'utf8');
+  } finally {
+    await rm(scratch, { recursive: true, force: true });
+  }
+}
 
 /** The minified introspection graphcache needs: object fields, unions and interfaces (no descriptions). */
 export async function renderSchemaJson(): Promise<string> {

@@ -1,7 +1,15 @@
 // pnpm generate: rewrites the console's generated files (see codegen.ts).
 import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import path from 'node:path';
-import { renderSchemaJson, routeTreePath, schemaJsonPath, webDir, writeRouteTree } from './codegen.ts';
+import {
+  graphqlEnvPath,
+  renderGraphqlEnv,
+  renderSchemaJson,
+  routeTreePath,
+  schemaJsonPath,
+  webDir,
+  writeRouteTree,
+} from './codegen.ts';
 
 async function writeIfChanged(file: string, content: string) {
   const before = await readFile(file, 'utf8').catch(() => undefined);
@@ -12,6 +20,7 @@ async function writeIfChanged(file: string, content: string) {
 }
 
 await writeIfChanged(schemaJsonPath, await renderSchemaJson());
+await writeIfChanged(graphqlEnvPath, await renderGraphqlEnv());
 const before = await readFile(routeTreePath, 'utf8').catch(() => undefined);
 await writeRouteTree();
 const after = await readFile(routeTreePath, 'utf8');

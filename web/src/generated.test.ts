@@ -1,7 +1,14 @@
 // @vitest-environment node
 import { readFile } from 'node:fs/promises';
 import { describe, expect, it } from 'vitest';
-import { renderRouteTree, renderSchemaJson, routeTreePath, schemaJsonPath } from '../scripts/codegen';
+import {
+  graphqlEnvPath,
+  renderGraphqlEnv,
+  renderRouteTree,
+  renderSchemaJson,
+  routeTreePath,
+  schemaJsonPath,
+} from '../scripts/codegen';
 
 // Generated files are committed; when one drifts from what its source makes now, `pnpm generate` was not run.
 describe('generated files', () => {
@@ -18,4 +25,11 @@ describe('generated files', () => {
       await renderSchemaJson(),
     );
   });
+
+  it("src/graphql-env.d.ts (gql.tada's types for every document) matches server/schema.graphql", async () => {
+    const committed = await readFile(graphqlEnvPath, 'utf8');
+    expect(committed, 'src/graphql-env.d.ts is stale: run pnpm --filter @hangar/web generate').toBe(
+      await renderGraphqlEnv(),
+    );
+  }, 60_000);
 });

@@ -1,5 +1,8 @@
 import { randomBytes } from 'node:crypto';
+import type { TadaDocumentNode } from 'gql.tada';
+import { print } from 'graphql';
 import { z } from 'zod';
+import { graphql } from '../client/graphql.js';
 import type { AgentGpu } from './config.js';
 import type { EngineReport } from './inventory.js';
 
@@ -95,30 +98,50 @@ const assignment = z.object({
   gpuIndex: z.number().int().min(0).nullish(),
 });
 
-const REPORT_NODE = `mutation Agent_ReportNode($input: NodeReportInput!) {
-  reportNode(input: $input) { __typename ... on Error { message } }
-}`;
+// Typed from schema.graphql (src/client/graphql.ts): a field renamed on the server fails tsc and the documents'
+// check here, not a node in the field.
+const Agent_ReportNodeMutation = graphql(`
+  mutation Agent_ReportNode($input: NodeReportInput!) {
+    reportNode(input: $input) { __typename ... on Error { message } }
+  }
+`);
 
-const ASSIGNMENTS = `query Agent_Assignments {
-  nodeAssignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
-}`;
+const Agent_AssignmentsQuery = graphql(`
+  query Agent_Assignments {
+    nodeAssignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
+  }
+`);
 
-const LEAVE_NODE = `mutation Agent_LeaveNode { leaveNode { __typename ... on Error { message } } }`;
+const Agent_LeaveNodeMutation = graphql(
+  `mutation Agent_LeaveNode { leaveNode { __typename ... on Error { message } } }`,
+);
 
-// The input is spelled out field by field, so this document does not depend on the input type's name. Without
-// `adapters` for a control plane from before replicas reported them (see reportReplica).
-const reportReplicaDocument = (adapters: boolean) => `mutation Agent_ReportReplica(
-  $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float,
-  $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes${adapters ? ', $adapters: [String!]' : ''}
-) {
-  reportReplica(input: {
-    replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond,
-    endpoint: $endpoint, engineKey: $engineKey, gpuLayers: $gpuLayers, totalLayers: $totalLayers,
-    vramUsedBytes: $vramUsedBytes${adapters ? ', adapters: $adapters' : ''}
-  }) { __typename ... on Error { message } }
-}`;
-const REPORT_REPLICA = reportReplicaDocument(true);
-const REPORT_REPLICA_WITHOUT_ADAPTERS = reportReplicaDocument(false);
+// The input is spelled out field by field, so this document does not depend on the input type's name. The second
+// is without `adapters`, for a control plane from before replicas reported them (see reportReplica).
+const Agent_ReportReplicaMutation = graphql(`
+  mutation Agent_ReportReplica(
+    $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float,
+    $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes, $adapters: [String!]
+  ) {
+    reportReplica(input: {
+      replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond,
+      endpoint: $endpoint, engineKey: $engineKey, gpuLayers: $gpuLayers, totalLayers: $totalLayers,
+      vramUsedBytes: $vramUsedBytes, adapters: $adapters
+    }) { __typename ... on Error { message } }
+  }
+`);
+const Agent_ReportReplicaWithoutAdaptersMutation = graphql(`
+  mutation Agent_ReportReplica(
+    $replicaId: ID!, $state: ReplicaState!, $message: String, $smokeText: String, $tokensPerSecond: Float,
+    $endpoint: String, $engineKey: String, $gpuLayers: Int, $totalLayers: Int, $vramUsedBytes: Bytes
+  ) {
+    reportReplica(input: {
+      replicaId: $replicaId, state: $state, message: $message, smokeText: $smokeText, tokensPerSecond: $tokensPerSecond,
+      endpoint: $endpoint, engineKey: $engineKey, gpuLayers: $gpuLayers, totalLayers: $totalLayers,
+      vramUsedBytes: $vramUsedBytes
+    }) { __typename ... on Error { message } }
+  }
+`);
 
 /**
  * A replica's engine key: 256 random bits, made by the agent when the replica starts, required as the bearer
@@ -141,12 +164,12 @@ export class GraphqlControlPlane implements ControlPlane {
   ) {}
 
   async reportNode(report: NodeReport) {
-    const data = await this.request(REPORT_NODE, { input: report });
+    const data = await this.request(Agent_ReportNodeMutation, { input: report });
     refusedIfError(data.reportNode, 'reportNode');
   }
 
   async assignments() {
-    const data = await this.request(ASSIGNMENTS, {});
+    const data = await this.request(Agent_AssignmentsQuery, {});
     const parsed = z.array(assignment).safeParse(data.nodeAssignments);
     if (!parsed.success)
       throw new ControlPlaneError(
@@ -158,7 +181,7 @@ export class GraphqlControlPlane implements ControlPlane {
 
   async leave() {
     // Short: the agent is exiting, and a control plane that does not answer finds the node offline soon anyway.
-    const data = await graphqlRequest(this.url, this.token, LEAVE_NODE, {}, 5000);
+    const data = await graphqlRequest(this.url, this.token, Agent_LeaveNodeMutation, {}, 5000);
     refusedIfError(data.leaveNode, 'leaveNode');
   }
 
@@ -176,23 +199,23 @@ export class GraphqlControlPlane implements ControlPlane {
       vramUsedBytes: report.vramUsedBytes ?? null,
     };
     const withAdapters = report.adapters != null && !this.withoutAdapters;
-    let data: Record<string, unknown>;
+    let data: { reportReplica: unknown };
     try {
       data = withAdapters
-        ? await this.request(REPORT_REPLICA, { ...variables, adapters: report.adapters })
-        : await this.request(REPORT_REPLICA_WITHOUT_ADAPTERS, variables);
+        ? await this.request(Agent_ReportReplicaMutation, { ...variables, adapters: report.adapters ?? null })
+        : await this.request(Agent_ReportReplicaWithoutAdaptersMutation, variables);
     } catch (err) {
       // A control plane older than this agent refuses the whole document for the one field it lacks; the state
       // matters more than the adapters, so it goes again without them (and so does every later report).
       if (!withAdapters || !isUnknownAdaptersField(err)) throw err;
       this.withoutAdapters = true;
-      data = await this.request(REPORT_REPLICA_WITHOUT_ADAPTERS, variables);
+      data = await this.request(Agent_ReportReplicaWithoutAdaptersMutation, variables);
     }
     refusedIfError(data.reportReplica, 'reportReplica');
   }
 
-  private request(query: string, variables: Record<string, unknown>) {
-    return graphqlRequest(this.url, this.token, query, variables, this.timeoutMs);
+  private request<R, V>(doc: TadaDocumentNode<R, V>, variables: V) {
+    return graphqlRequest(this.url, this.token, doc, variables, this.timeoutMs);
   }
 }
 
@@ -200,13 +223,29 @@ export class GraphqlControlPlane implements ControlPlane {
  * One GraphQL operation over HTTP POST with the node token, shared by the runner's and the trainer's clients so
  * both tell "not there" (retry) from "answered no" (final) the same way. Returns the operation's data.
  */
+export async function graphqlRequest<R, V>(
+  url: string,
+  token: string,
+  doc: TadaDocumentNode<R, V>,
+  variables: V,
+  timeoutMs?: number,
+): Promise<R>;
+/** The same with a document as a string (the trainer's, until its documents are typed too): untyped data. */
 export async function graphqlRequest(
   url: string,
   token: string,
-  query: string,
+  doc: string,
   variables: Record<string, unknown>,
+  timeoutMs?: number,
+): Promise<Record<string, unknown>>;
+export async function graphqlRequest(
+  url: string,
+  token: string,
+  doc: string | TadaDocumentNode<unknown, unknown>,
+  variables: unknown,
   timeoutMs = 15_000,
-): Promise<Record<string, unknown>> {
+): Promise<unknown> {
+  const query = typeof doc === 'string' ? doc : print(doc);
   let res: Response;
   try {
     res = await fetch(`${url}/graphql`, {

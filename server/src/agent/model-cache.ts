@@ -1,10 +1,10 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { type GetResponse, httpGet } from '../lib/download/http-get.js';
-import { bodyText, receiveInto, watchStall } from '../lib/download/receive.js';
-import { Sha256, sha256File } from '../lib/download/sha256.js';
-import { anySignal, sleep } from './io.js';
+import { resumableDownload } from '../lib/download/resumable.js';
+import { backoff, sleep } from '../lib/download/retry.js';
+import { sha256File } from '../lib/download/sha256.js';
+import { anySignal } from './io.js';
 
 // The node's copy of model files, by content: <dir>/models/<sha256>.gguf. A file enters only after its bytes
 // hashed to the sha256 the mirror published for it (the mirror's ETag), so a replica never loads a file that
@@ -35,10 +35,6 @@ export type ModelCacheOptions = {
   backoffMs?: number;
   onProgress?: (p: { sha256: string; bytesDone: number; bytesTotal: number | null }) => void;
 };
-
-const SHA = /^"([0-9a-f]{64})"$/;
-
-type Transfer = { sha256: string; part: string; offset: number; hash: Sha256; total: number | null };
 
 export class ModelCache {
   private readonly inFlight = new Map<string, Promise<CachedModel>>();
@@ -175,10 +171,9 @@ export class ModelCache {
 
   /** The mirror's listing of a version, checked: names that stay inside the set, sha256s as the mirror gives them. */
   private async list(versionUrl: string, signal?: AbortSignal): Promise<Listing> {
-    const headers: Record<string, string> = { accept: 'application/json' };
-    if (this.o.auth && new URL(versionUrl).origin === this.o.auth.origin)
-      headers.authorization = `Bearer ${this.o.auth.token}`;
+    const headers: Record<string, string> = { accept: 'application/json', ...this.authFor(versionUrl) };
     const attempts = this.o.attempts ?? 6;
+    const wait = backoff(this.o.backoffMs ?? 500, 10_000);
     let lastError = '';
     for (let i = 1; i <= attempts; i++) {
       signal?.throwIfAborted();
@@ -191,7 +186,7 @@ export class ModelCache {
       } catch (err) {
         if (signal?.aborted) throw signal.reason ?? err;
         lastError = describe(err);
-        if (i < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (i - 1), 10_000), signal);
+        if (i < attempts) await sleep(wait(i), signal);
         continue;
       }
       const text = await res.text();
@@ -201,169 +196,67 @@ export class ModelCache {
         );
       if (res.status === 200) return parseListing(versionUrl, text);
       lastError = `the mirror answered ${res.status}`;
-      if (i < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (i - 1), 10_000), signal);
+      if (i < attempts) await sleep(wait(i), signal);
     }
     throw new ModelCacheError(
       `${versionUrl}: the version's listing could not be read in ${attempts} tries: ${lastError}`,
     );
   }
 
+  /**
+   * The one resumable download (lib/download/resumable.ts), by content: the part is named by the sha256 the
+   * mirror publishes as the ETag (a part left by an earlier run resumes), a file already in the cache is checked
+   * again and reused, and a file enters the cache only once its bytes hash to that sha256.
+   */
   private async download(source: string, signal?: AbortSignal): Promise<CachedModel> {
     await fs.mkdir(this.modelsDir, { recursive: true });
     const attempts = this.o.attempts ?? 6;
-    let t: Transfer | undefined;
-    let lastError = '';
-    let failures = 0;
-    try {
-      while (failures < attempts) {
-        signal?.throwIfAborted();
-        const before = t?.offset ?? 0;
-        try {
-          const done = await this.attempt(source, t, signal, (next) => {
-            t = next;
-          });
-          if (done === 'again') continue;
-          return done;
-        } catch (err) {
-          if (signal?.aborted) throw signal.reason ?? err;
-          if (err instanceof ModelCacheError) throw err;
-          lastError = describe(err);
-        }
-        // A try that moved bytes starts the count again: a flaky link that drops every few GB still finishes.
-        failures = (t?.offset ?? 0) > before ? 1 : failures + 1;
-        if (failures < attempts) await sleep(Math.min((this.o.backoffMs ?? 500) * 2 ** (failures - 1), 10_000), signal);
-      }
-    } finally {
-      await (t as Transfer | undefined)?.hash.close().catch(() => {});
+    let reused: CachedModel | undefined;
+    const result = await resumableDownload({
+      url: source,
+      partialPath: (sha256) => path.join(this.modelsDir, `${sha256}.gguf.part`),
+      headers: this.authFor(source),
+      attempts: { maxAttempts: attempts, backoffMs: backoff(this.o.backoffMs ?? 500, 10_000) },
+      stallMs: this.o.stallMs ?? 30_000,
+      expect: { sha256: 'upstream' },
+      fsync: true, // the cache outlives a crash of the node: a file in it must be whole
+      signal,
+      beforeBody: async (head) => {
+        reused = head.upstreamSha256 ? await this.verified(head.upstreamSha256) : undefined;
+        return reused ? { held: true } : null;
+      },
+      onProgress: ({ upstreamSha256, bytesDone, bytesTotal }) => {
+        if (upstreamSha256) this.o.onProgress?.({ sha256: upstreamSha256, bytesDone, bytesTotal });
+      },
+    });
+    if (result.ok && result.held && reused) {
+      await fs.rm(result.partialPath, { force: true });
+      return reused;
     }
-    throw new ModelCacheError(
-      `${source} could not be fetched in ${attempts} tries${t ? ` (${(t as Transfer).offset} bytes kept to resume)` : ''}: ${lastError}`,
-    );
-  }
-
-  /** One request: the cached model when the file is complete, 'again' to ask again at once (resuming). */
-  private async attempt(
-    source: string,
-    t: Transfer | undefined,
-    signal: AbortSignal | undefined,
-    keep: (t: Transfer) => void,
-  ): Promise<CachedModel | 'again'> {
-    const headers: Record<string, string> = {};
-    if (this.o.auth && new URL(source).origin === this.o.auth.origin)
-      headers.authorization = `Bearer ${this.o.auth.token}`;
-    if (t && t.offset > 0) {
-      headers.range = `bytes=${t.offset}-`;
-      // If the mirror's file is not the one we hold part of any more, it answers 200 with the whole new file.
-      headers['if-range'] = `"${t.sha256}"`;
+    if (result.ok) {
+      const file = this.fileFor(result.sha256);
+      await fs.rename(result.partialPath, file);
+      return { file, sha256: result.sha256, bytes: result.size, reused: false };
     }
-    const stall = new AbortController();
-    const ms = this.o.stallMs ?? 30_000;
-    const watch = watchStall(ms, stall, () => new Error(`no byte arrived for ${ms / 1000} s`));
-    let res: GetResponse | undefined;
-    try {
-      res = await httpGet(source, { headers, signal: anySignal(signal, stall.signal) });
-      if (res.status === 416 && t) {
-        // We already hold at least the whole file: check what we have.
-        res.cancel();
-        const total = Number(res.headers.get('content-range')?.match(/\*\/(\d+)/)?.[1] ?? Number.NaN);
-        if (total === t.offset) return await this.finish(t);
-        await this.restart(t);
-        return 'again';
-      }
-      if (res.status !== 200 && res.status !== 206) {
-        const text = (await bodyText(res, 200)).trim();
-        const why = `the mirror answered ${res.status}${text ? `: ${text}` : ''}`;
-        // A 4xx will not change by asking again (a removed version, a missing token); a 5xx may.
-        if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
-          throw new ModelCacheError(`${source}: ${why}`);
-        throw new Error(why);
-      }
-      const sha256 = res.headers.get('etag')?.match(SHA)?.[1];
-      if (!sha256) {
-        res.cancel();
-        throw new ModelCacheError(
-          `${source}: the server did not give the file's sha256 as its ETag (got ${res.headers.get('etag') ?? 'none'}), so the download could not be verified`,
-        );
-      }
-      if (!t || t.sha256 !== sha256) {
-        // A first answer, or the mirror's file changed under a resume: what we held of the old one is useless.
-        if (t) {
-          await fs.rm(t.part, { force: true });
-          await t.hash.close().catch(() => {});
-        }
-        const part = path.join(this.modelsDir, `${sha256}.gguf.part`);
-        const next: Transfer = { sha256, part, offset: 0, hash: new Sha256(), total: null };
-        keep(next);
-        const cached = await fs.stat(this.fileFor(sha256)).catch(() => undefined);
-        const held = await fs.stat(part).catch(() => undefined);
-        if (cached || (held && held.size > 0)) {
-          // Hashing what is on disk can take a while for a large model: let the mirror go meanwhile.
-          res.cancel();
-          watch.stop();
-          const ok = cached && (await this.verified(sha256));
-          if (ok) return ok;
-          // Left by an earlier run: hash what is there and ask for the rest.
-          if (held && held.size > 0) next.offset = await next.hash.addFile(part);
-          return 'again';
-        }
-        t = next;
-      }
-      const range = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
-      const length = Number(res.headers.get('content-length') ?? Number.NaN);
-      if (res.status === 206) {
-        if (!range || Number(range[1]) !== t.offset) {
-          // Not the range we asked for: start again from zero rather than splice bytes from elsewhere.
-          res.cancel();
-          await this.restart(t);
-          return 'again';
-        }
-        t.total = range[3] === '*' ? null : Number(range[3]);
-      } else {
-        // The whole file (a 200, also when the mirror ignores Range): from zero.
-        if (t.offset > 0) await this.restart(t);
-        t.total = Number.isFinite(length) ? length : null;
-      }
-      const current = t;
-      const fh = await fs.open(t.part, t.offset > 0 ? 'a' : 'w');
-      try {
-        await receiveInto(res, fh, t.hash, t, {
-          onBytes: watch.heard,
-          onWritten: (bytesDone) =>
-            this.o.onProgress?.({ sha256: current.sha256, bytesDone, bytesTotal: current.total }),
-          fsync: true, // the cache outlives a crash of the node: a file in it must be whole
-        });
-      } finally {
-        await fh.close();
-      }
-      if (t.total !== null && t.offset < t.total) throw new Error(`the body ended at byte ${t.offset} of ${t.total}`);
-      return await this.finish(t);
-    } catch (err) {
-      res?.cancel();
-      if (stall.signal.aborted && !signal?.aborted) throw stall.signal.reason;
-      throw err;
-    } finally {
-      watch.stop();
-    }
-  }
-
-  /** The whole file is in the part: compare its hash with the mirror's and promote it, or drop it. */
-  private async finish(t: Transfer): Promise<CachedModel> {
-    const actual = await t.hash.digest();
-    if (actual !== t.sha256) {
-      await fs.rm(t.part, { force: true });
+    if (result.kind === 'cancelled') throw signal?.reason ?? new Error('cancelled');
+    if (result.kind === 'status')
       throw new ModelCacheError(
-        `the downloaded file's sha256 is ${actual}, but the mirror says ${t.sha256}: the bytes were changed on the way, so the file was not kept`,
+        `${source}: the mirror answered ${result.status}${result.text ? `: ${result.text}` : ''}`,
       );
-    }
-    const file = this.fileFor(t.sha256);
-    await fs.rename(t.part, file);
-    return { file, sha256: t.sha256, bytes: t.offset, reused: false };
+    if (result.kind === 'mismatch' && result.got)
+      throw new ModelCacheError(
+        `the downloaded file's sha256 is ${result.got.sha256}, but the mirror says ${result.got.wanted}: the bytes were changed on the way, so the file was not kept`,
+      );
+    if (result.kind === 'attempts')
+      throw new ModelCacheError(`${source} could not be fetched in ${attempts} tries: ${result.last}`);
+    throw new ModelCacheError(`${source}: ${result.reason}`);
   }
 
-  private async restart(t: Transfer) {
-    await fs.rm(t.part, { force: true });
-    t.offset = 0;
-    await t.hash.reset();
+  /** The node token, for the control plane's own mirror only. */
+  private authFor(url: string): Record<string, string> {
+    return this.o.auth && new URL(url).origin === this.o.auth.origin
+      ? { authorization: `Bearer ${this.o.auth.token}` }
+      : {};
   }
 
   /**

@@ -1,15 +1,13 @@
 import fs from 'node:fs/promises';
-import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { type Client, createClient } from 'graphql-ws';
 import WebSocket from 'ws';
 import { z } from 'zod';
-import { type GetResponse, httpGet } from '../lib/download/http-get.js';
-import { bodyText, receiveInto, watchStall } from '../lib/download/receive.js';
-import { Sha256 } from '../lib/download/sha256.js';
+import { resumableDownload } from '../lib/download/resumable.js';
+import { backoff } from '../lib/download/retry.js';
 import type { Logger } from '../lib/log.js';
 import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
-import { anySignal, sleep } from './io.js';
+import { anySignal } from './io.js';
 
 // The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
 // over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
@@ -414,112 +412,47 @@ export class DownloadError extends Error {
 
 /**
  * Fetches `url` to `dest` through `<dest>.part`, resuming a part left by an earlier try (or an earlier run) with
- * Range, and checks the size and sha256 the spec gives before the file takes its name. The node token goes only
- * to `auth.origin`: base weights from the registry must not carry Hangar's credentials to another host.
+ * Range, and checks the size and sha256 the spec gives before the file takes its name (the one resumable
+ * download, lib/download/resumable.ts). The node token goes only to `auth.origin`: base weights from the
+ * registry must not carry Hangar's credentials to another host.
  */
 export async function downloadFile(
   url: string,
   dest: string,
   o: DownloadOptions & { auth?: { origin: string; token: string } } = {},
 ): Promise<{ bytes: number; sha256: string }> {
-  await fs.mkdir(path.dirname(dest), { recursive: true });
-  const part = `${dest}.part`;
-  const attempts = o.attempts ?? 5;
-  let failures = 0;
-  let lastError = '';
-  while (failures < attempts) {
-    o.signal?.throwIfAborted();
-    const before = await sizeOf(part);
-    try {
-      return await attemptDownload(url, dest, part, o);
-    } catch (err) {
-      if (o.signal?.aborted) throw o.signal.reason ?? err;
-      if (err instanceof DownloadError) throw err;
-      lastError = describe(err);
-    }
-    failures = (await sizeOf(part)) > before ? 1 : failures + 1;
-    if (failures < attempts) await sleep(Math.min((o.backoffMs ?? 1000) * 2 ** (failures - 1), 10_000), o.signal);
-  }
-  throw new DownloadError(`${url} could not be fetched in ${attempts} tries: ${lastError}`);
-}
-
-async function attemptDownload(
-  url: string,
-  dest: string,
-  part: string,
-  o: DownloadOptions & { auth?: { origin: string; token: string } },
-): Promise<{ bytes: number; sha256: string }> {
-  const held = await sizeOf(part);
   const headers: Record<string, string> = {};
   if (o.auth && new URL(url).origin === o.auth.origin) headers.authorization = `Bearer ${o.auth.token}`;
-  if (held > 0) headers.range = `bytes=${held}-`;
-  const stall = new AbortController();
-  const stallMs = o.stallMs ?? 30_000;
-  const watch = watchStall(stallMs, stall, () => new Error(`no byte arrived for ${stallMs / 1000} s`));
-  const hash = new Sha256();
-  let res: GetResponse | undefined;
-  try {
-    res = await httpGet(url, { headers, signal: anySignal(o.signal, stall.signal) });
-    if (res.status === 416 && held > 0) {
-      // What we hold is not a prefix of this file (it is as long or longer): start again from nothing.
-      res.cancel();
-      await fs.rm(part, { force: true });
-      throw new Error('the server refused the resume range; starting again from the first byte');
-    }
-    if (res.status !== 200 && res.status !== 206) {
-      const text = (await bodyText(res, 200)).trim();
-      const why = `${url} answered ${res.status}${text ? `: ${text}` : ''}`;
-      // A 4xx will not change by asking again (a missing token, a removed file); a 5xx may.
-      if (res.status >= 400 && res.status < 500 && res.status !== 408 && res.status !== 429)
-        throw new DownloadError(why);
-      throw new Error(why);
-    }
-    const range = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
-    const resumed = res.status === 206 && held > 0 && Number(range?.[1]) === held;
-    if (res.status === 206 && !resumed) {
-      // Not the range we asked for: start again rather than splice bytes from elsewhere.
-      res.cancel();
-      await fs.rm(part, { force: true });
-      throw new Error(`the server answered a range this agent did not ask for (${range?.[0] ?? 'none'})`);
-    }
-    const length = Number(res.headers.get('content-length') ?? Number.NaN);
-    const total = resumed ? (range?.[3] === '*' ? null : Number(range?.[3])) : Number.isFinite(length) ? length : null;
-    const at = { offset: resumed ? await hash.addFile(part) : 0 };
-    const fh = await fs.open(part, resumed ? 'a' : 'w');
-    try {
-      await receiveInto(res, fh, hash, at, { onBytes: watch.heard, fsync: true });
-    } finally {
-      await fh.close();
-    }
-    const offset = at.offset;
-    if (total !== null && offset < total) throw new Error(`the body ended at byte ${offset} of ${total}`);
-    const sha256 = await hash.digest();
-    const mismatch =
-      o.bytes != null && offset !== o.bytes
-        ? `${url} is ${offset} bytes, but the job says ${o.bytes}`
-        : o.sha256 && sha256 !== o.sha256
-          ? `${url} has sha256 ${sha256}, but the job says ${o.sha256}`
-          : undefined;
-    if (mismatch) {
-      await fs.rm(part, { force: true });
-      // A resumed file may hold the head of an older version: once more from zero before calling it wrong.
-      if (resumed) throw new Error(`${mismatch} (after a resume; fetching it whole)`);
-      throw new DownloadError(`${mismatch}: the file was not kept`);
-    }
-    await fs.rename(part, dest);
-    return { bytes: offset, sha256 };
-  } catch (err) {
-    res?.cancel();
-    if (stall.signal.aborted && !o.signal?.aborted) throw stall.signal.reason;
-    throw err;
-  } finally {
-    watch.stop();
-    await hash.close().catch(() => {});
+  const attempts = o.attempts ?? 5;
+  const result = await resumableDownload({
+    url,
+    partialPath: `${dest}.part`,
+    headers,
+    // Every failed try counts (no outage deadline): a job waits minutes, not hours, for its files.
+    attempts: { maxAttempts: attempts, backoffMs: backoff(o.backoffMs ?? 1000, 10_000) },
+    stallMs: o.stallMs ?? 30_000,
+    expect: { size: o.bytes, sha256: o.sha256 },
+    fsync: true,
+    signal: o.signal,
+  });
+  if (result.ok) {
+    await fs.rename(result.partialPath, dest);
+    return { bytes: result.size, sha256: result.sha256 };
   }
-}
-
-async function sizeOf(file: string) {
-  return (await fs.stat(file).catch(() => undefined))?.size ?? 0;
+  if (result.kind === 'cancelled') throw o.signal?.reason ?? new Error('cancelled');
+  if (result.kind === 'attempts')
+    throw new DownloadError(`${url} could not be fetched in ${attempts} tries: ${result.last}`);
+  if (result.kind === 'status')
+    throw new DownloadError(`${url} answered ${result.status}${result.text ? `: ${result.text}` : ''}`);
+  if (result.kind === 'mismatch' && result.got) {
+    const { size, sha256, wanted } = result.got;
+    const what =
+      o.bytes != null && size !== o.bytes
+        ? `${url} is ${size} bytes, but the job says ${o.bytes}`
+        : `${url} has sha256 ${sha256}, but the job says ${wanted}`;
+    throw new DownloadError(`${what}: the file was not kept`);
+  }
+  throw new DownloadError(`${url}: ${result.reason}`);
 }
 
 function describe(err: unknown): string {

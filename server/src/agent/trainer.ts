@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import readline from 'node:readline';
+import { backoff, sleep } from '../lib/download/retry.js';
 import type { Logger } from '../lib/log.js';
 import { packDirectory } from '../train/peft-tar.js';
 import { ControlPlaneError } from './control-plane.js';
@@ -604,7 +605,7 @@ export class TrainWorker {
   }
 
   private backoff(failures: number) {
-    return Math.min((this.o.retryMs ?? 2000) * 2 ** (failures - 1), 30_000);
+    return backoff(this.o.retryMs ?? 2000, 30_000)(failures);
   }
 
   /** Waits `ms`; cut short to the stop deadline by stop(), and rejected by `signal`. */
@@ -990,8 +991,4 @@ function duration(ms: number) {
 
 function messageOf(err: unknown) {
   return err instanceof Error ? err.message : String(err);
-}
-
-function sleep(ms: number) {
-  return new Promise<void>((resolve) => setTimeout(resolve, ms));
 }

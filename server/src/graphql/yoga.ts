@@ -2,9 +2,8 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { usePrometheus } from '@graphql-yoga/plugin-prometheus';
-import { renderGraphiQL } from '@graphql-yoga/render-graphiql';
 import { GraphQLError } from 'graphql';
-import { createYoga, type Plugin } from 'graphql-yoga';
+import { createYoga, type GraphiQLOptions, type Plugin } from 'graphql-yoga';
 import type { Registry } from 'prom-client';
 import { clientAddress } from '../auth/client-address.js';
 import { CSRF_COOKIE, CSRF_HEADER } from '../auth/cookies.js';
@@ -19,7 +18,9 @@ import { isHangarError } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import type { PubSub } from '../pubsub.js';
 import { schema } from '../schema/index.js';
+import type { Tracing } from '../telemetry/tracing.js';
 import { requestGuards } from './guards.js';
+import { shareSubscriptionResults } from './shared-results.js';
 import { liveSubscriptions } from './subscriptions.js';
 
 /** What a request carries before its GraphQL context exists: worked out once, read by several hooks. */
@@ -35,6 +36,10 @@ export type YogaDeps = {
   live: LiveCallers;
   /** Where GraphQL's Prometheus figures go (metrics/metrics.ts serves them); none, none are kept. */
   metrics?: Registry;
+  /** OpenTelemetry (telemetry/tracing.ts); absent, tracing is off and adds nothing to a request. */
+  tracing?: Tracing;
+  /** Told of each subscription event result: executed for its subscriber, or shared from another's. */
+  onSubscriptionResult?: (how: 'executed' | 'shared') => void;
 };
 
 // Limits against abusive queries, the same on HTTP and WebSocket (both go through these envelop plugins).
@@ -193,6 +198,7 @@ export function buildYoga(deps: YogaDeps) {
       requestGuards,
       identifyEarly,
       liveSubscriptions(deps.live),
+      shareSubscriptionResults({ pubsub: deps.pubsub, onResult: deps.onSubscriptionResult }),
       suggestionsForSignedInOnly,
       EnvelopArmorPlugin({
         maxDepth: { n: queryLimits.maxDepth },
@@ -205,6 +211,7 @@ export function buildYoga(deps: YogaDeps) {
       }),
       compressAnswers(),
       ...(deps.metrics ? [graphqlMetrics(deps.metrics)] : []),
+      ...(deps.tracing ? [deps.tracing.graphqlPlugin()] : []),
     ],
     context: async (initial): Promise<Context> => {
       // WebSocket operations arrive with their viewer already set (graphql/ws.ts); HTTP ones are looked up.
@@ -241,7 +248,9 @@ export function buildYoga(deps: YogaDeps) {
  * console does, so signing in again in another tab does not leave this page with a stale one. Requests that bring
  * their own header (an Authorization typed into the headers editor) are left as they are.
  */
-function graphiqlWithSession(options: Parameters<typeof renderGraphiQL>[0]): string {
+async function graphiqlWithSession(options: GraphiQLOptions): Promise<string> {
+  // Loaded at the first GraphiQL page, not at every start: the renderer alone is 0.25–0.4 s of module loading.
+  const { renderGraphiQL } = await import('@graphql-yoga/render-graphiql');
   const page = renderGraphiQL(options);
   const session = `<script>
     (function () {

@@ -7,6 +7,7 @@ import type { Logger } from '../lib/log.js';
 import type { MirrorPaths } from '../mirror/paths.js';
 import { mirrorCaller, sendStoredFile } from '../mirror/serve.js';
 import { ggufManifest, type HfFile, type HfMirror, type HfSnapshot, lfsPointer } from './hf.service.js';
+import { isMiss, mayPullThrough, type PullThrough, withUpstream } from './pull-through.js';
 
 // The mirror over the Hugging Face Hub's protocol, under /hf, so that `HF_ENDPOINT=http://hangar:4000/hf`
 // (huggingface_hub, transformers, vLLM, TGI) and `hubUrl`/`env.remoteHost` (the JS clients) download from it
@@ -26,6 +27,8 @@ type Deps = {
   requireToken: boolean;
   internalToken: string;
   log: Logger;
+  /** HANGAR_HF_PULL_THROUGH=on with a Hub to pull from; null serves only what the mirror holds. */
+  pull?: PullThrough | null;
 };
 
 /** The Hub's answer to a failed request: its status, X-Error-Code and message, and `{ error }` as JSON. */
@@ -64,9 +67,13 @@ function json(req: IncomingMessage, res: ServerResponse, body: unknown, headers:
   res.end(req.method === 'HEAD' ? undefined : text);
 }
 
-/** A typed refusal from HfMirror as the Hub words it: 404 with its X-Error-Code, or 400 for a bad name. */
+/**
+ * A typed refusal from HfMirror as the Hub words it: 404 with its X-Error-Code, 400 for a bad name, 502 for a
+ * pull-through the Hub did not complete (the client's error says why; nothing unverified was kept or sent).
+ */
 function refusal(req: IncomingMessage, res: ServerResponse, error: HangarError) {
   if (error.code === 'VALIDATION') return hubError(req, res, 400, error.message);
+  if (error.code === 'UPSTREAM') return hubError(req, res, 502, error.message);
   const code = (error as { hubCode?: string }).hubCode;
   return hubError(req, res, 404, error.message, { code: code ?? 'RepoNotFound' });
 }
@@ -94,6 +101,7 @@ export function modelInfo(s: HfSnapshot) {
 }
 
 function sibling(f: HfFile) {
+  if (f.sha256 === null) return { rfilename: f.path, size: f.size, blobId: f.oid };
   const lfs = lfsPointer(f.sha256, f.size);
   return {
     rfilename: f.path,
@@ -156,7 +164,7 @@ export function hfRoute(pathname: string): Route {
   return { kind: 'unknown' };
 }
 
-export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log }: Deps) {
+export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pull }: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
     const route = hfRoute(pathname);
     if (route.kind === 'unknown') {
@@ -182,20 +190,41 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log }: 
         headers: { 'www-authenticate': 'Bearer realm="Hangar mirror"' },
       });
     }
+    // Pull-through, for whom it is open: what the mirror lacks is listed from the Hub, and fetched when asked for.
+    const puller = pull && mayPullThrough(caller.viewer) ? pull : null;
+    /**
+     * The repository at a revision: the mirror's, or with pull-through the Hub's listing at the commit the mirror
+     * answers (a branch stays at the commit mirrored last, as without pull-through), or at the commit the Hub
+     * names for it when the mirror has none. A Hub out of reach leaves the mirror's answer as it is.
+     */
+    const snapshotFor = async (repo: string, revision: string) => {
+      const local = await hf.snapshot(repo, revision);
+      if (!puller || (!local.ok && !isMiss(local.error))) return local;
+      const up = await puller.upstream(repo, local.ok ? local.value.commit : revision);
+      if (!up.ok) {
+        if (!local.ok) return up;
+        log.warn('pull-through: the Hub did not list a mirrored repository; serving what the mirror holds', {
+          repo,
+          error: up.error.message,
+        });
+        return local;
+      }
+      return { ok: true as const, value: withUpstream(local.ok ? local.value : null, up.value) };
+    };
     if (route.kind === 'info') {
-      const snap = await hf.snapshot(route.repo, route.revision);
+      const snap = await snapshotFor(route.repo, route.revision);
       if (!snap.ok) return refusal(req, res, snap.error);
       return json(req, res, modelInfo(snap.value));
     }
     if (route.kind === 'manifest') {
-      const snap = await hf.snapshot(route.repo, 'main');
+      const snap = await snapshotFor(route.repo, 'main');
       if (!snap.ok) return refusal(req, res, snap.error);
       const manifest = ggufManifest(snap.value, route.tag);
       if (!manifest.ok) return refusal(req, res, manifest.error);
       return json(req, res, manifest.value);
     }
     if (route.kind === 'tree') {
-      const snap = await hf.snapshot(route.repo, route.revision);
+      const snap = await snapshotFor(route.repo, route.revision);
       if (!snap.ok) return refusal(req, res, snap.error);
       const recursive = ['true', '1'].includes(
         new URL(req.url ?? '/', 'http://hangar').searchParams.get('recursive') ?? '',
@@ -204,17 +233,34 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log }: 
       if (!listed.ok) return refusal(req, res, listed.error);
       return json(req, res, listed.value);
     }
-    const found = await hf.file(route.repo, route.revision, route.path);
+    let found = await hf.file(route.repo, route.revision, route.path);
+    if (!found.ok && puller && isMiss(found.error)) {
+      const snap = await snapshotFor(route.repo, route.revision);
+      if (!snap.ok) return refusal(req, res, snap.error);
+      const listed = snap.value.files.find((f) => f.path === route.path);
+      if (!listed) return refusal(req, res, found.error);
+      if (!listed.stored) {
+        const gone = new AbortController();
+        res.once('close', () => gone.abort());
+        const pulled = await puller.pull(caller.viewer, snap.value, listed, gone.signal);
+        if (res.destroyed) return;
+        if (!pulled.ok) return refusal(req, res, pulled.error);
+      }
+      found = await hf.file(route.repo, snap.value.commit, route.path);
+    }
     if (!found.ok) return refusal(req, res, found.error);
     const { snapshot, file } = found.value;
-    const onDisk = paths.file(file.stored.model, file.stored.version, file.stored.file);
+    if (!file.stored)
+      return hubError(req, res, 404, `${file.path} is not in Hangar's mirror`, { code: 'EntryNotFound' });
+    const stored = file.stored;
+    const onDisk = paths.file(stored.model, stored.version, stored.file);
     // The names come from the mirror's own rows (checked when fetched); checked once more, since this is the one
     // place a Hub path turns into a path on disk.
     if (!path.resolve(onDisk).startsWith(path.resolve(paths.files) + path.sep))
       return hubError(req, res, 404, `${file.path} is not in Hangar's mirror`, { code: 'EntryNotFound' });
     return sendStoredFile(req, res, {
       onDisk,
-      sha256: file.sha256,
+      sha256: file.sha256 ?? '',
       // The same bytes for ever at a commit; a branch may be mirrored at a newer one tomorrow.
       cacheControl: route.revision === snapshot.commit ? 'public, max-age=31536000, immutable' : 'public, max-age=300',
       headers: {

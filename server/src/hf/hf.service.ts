@@ -29,10 +29,13 @@ export type HfFile = {
   /** Its path in the repository, as the Hub names it. */
   path: string;
   size: number;
-  sha256: string;
-  /** Where the mirror keeps it. */
-  stored: { model: string; version: string; file: string };
+  /** Null only for a file the Hub lists without one (kept in Git, not LFS) that the mirror does not hold yet. */
+  sha256: string | null;
+  /** Where the mirror keeps it; null for a file only the Hub holds so far (pull-through lists it, then fetches it). */
+  stored: { model: string; version: string; file: string } | null;
   finishedAt: Date | null;
+  /** The Hub's Git blob id, for a file listed from the Hub: what its tree listing says for a file not in LFS. */
+  oid?: string;
 };
 
 export type HfSnapshot = {
@@ -48,7 +51,7 @@ export type HfSnapshot = {
 
 /** One entry of the Hub's tree listing (`GET /api/models/{repo}/tree/{rev}[/path]`). */
 export type HfTreeEntry =
-  | { type: 'file'; oid: string; size: number; path: string; lfs: { oid: string; size: number; pointerSize: number } }
+  | { type: 'file'; oid: string; size: number; path: string; lfs?: { oid: string; size: number; pointerSize: number } }
   | { type: 'directory'; oid: string; size: 0; path: string };
 
 /**
@@ -203,6 +206,10 @@ export class HfMirror {
           entries.set(folder, { type: 'directory', oid: folderOid(snapshot, folder), size: 0, path: folder });
       }
       if (!recursive && rest.length > 1) continue;
+      if (f.sha256 === null) {
+        entries.set(f.path, { type: 'file', oid: f.oid ?? folderOid(snapshot, f.path), size: f.size, path: f.path });
+        continue;
+      }
       const lfs = lfsPointer(f.sha256, f.size);
       entries.set(f.path, {
         type: 'file',
@@ -260,7 +267,7 @@ export function ggufManifest(
   snapshot: HfSnapshot,
   tag: string,
 ): Result<{ ggufFile: ManifestFile; mmprojFile?: ManifestFile }> {
-  const ggufs = snapshot.files.filter((f) => f.path.toLowerCase().endsWith('.gguf'));
+  const ggufs = snapshot.files.filter((f) => f.path.toLowerCase().endsWith('.gguf') && f.sha256 !== null);
   const mmproj = ggufs.filter((f) => /mmproj/i.test(f.path));
   const weights = ggufs.filter((f) => !/mmproj|imatrix/i.test(f.path));
   const named = (quant: string) => {

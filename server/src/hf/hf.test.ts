@@ -193,6 +193,17 @@ describe('what is not mirrored answers as the Hub does', () => {
     expect(err.message).toMatch(/^acme\/absent is not in Hangar's mirror/);
   });
 
+  it('with pull-through off (the default) a repository the Hub has is not fetched: 404 as for any other', async () => {
+    hub.repos.set('acme/on-the-hub', { id: 'acme/on-the-hub', sha: 'f'.repeat(40), files: FILES.slice(0, 1) });
+    const asked = hub.requests.length;
+    for (const p of ['/api/models/acme/on-the-hub', '/acme/on-the-hub/resolve/main/config.json']) {
+      const r = await get(p);
+      expect([p, r.status, r.headers.get('x-error-code')]).toEqual([p, 404, 'RepoNotFound']);
+    }
+    expect(await t.app.db.prisma.mirrorFile.count({ where: { sourceUrl: { contains: 'on-the-hub' } } })).toBe(0);
+    expect(hub.requests.slice(asked)).toEqual([]);
+  });
+
   it('a missing file: 404 EntryNotFound, which downloadFile answers as null', async () => {
     const r = await get(`/${REPO}/resolve/main/nope.bin`, 'HEAD');
     expect([r.status, r.headers.get('x-error-code')]).toEqual([404, 'EntryNotFound']);

@@ -138,6 +138,18 @@ const MAX_KEPT_BYTES = 16 * 1024 * 1024;
 type Packed = { br: Buffer; gzip: Buffer };
 
 /**
+ * The copies the console's build wrote beside the file (web/scripts/precompress.mjs), when both are there and
+ * not older than the file: a file rebuilt without them (or copied in by hand) must not be answered with the
+ * bytes of the one before, so it is compressed here instead.
+ */
+async function precompressed(file: string, stat: { mtimeMs: number }): Promise<Packed | null> {
+  const [br, gz] = await Promise.all([fs.stat(`${file}.br`), fs.stat(`${file}.gz`)]).catch(() => []);
+  if (!br || !gz || br.mtimeMs < stat.mtimeMs || gz.mtimeMs < stat.mtimeMs) return null;
+  const [brBytes, gzBytes] = await Promise.all([fs.readFile(`${file}.br`), fs.readFile(`${file}.gz`)]);
+  return { br: brBytes, gzip: gzBytes };
+}
+
+/**
  * The console's files compressed once, at their best (brotli 11 takes a second on the main bundle, off the event
  * loop), and kept in memory: every later request is a write of bytes already made. Started for every file when
  * the server starts, so the first page load rarely waits; a file rebuilt since (another size or time) is
@@ -150,9 +162,15 @@ class PackedFiles {
     const hit = this.kept.get(file);
     if (hit && hit.size === stat.size && hit.mtimeMs === stat.mtimeMs) return hit.packed;
     // A file that cannot be read or compressed (gone in a rebuild) is sent as the plain path would send it.
-    const packed = fs
-      .readFile(file)
-      .then(async (bytes) => ({ br: await compress(bytes, 'br', 'best'), gzip: await compress(bytes, 'gzip', 'best') }))
+    const packed = precompressed(file, stat)
+      .then(
+        async (made) =>
+          made ??
+          fs.readFile(file).then(async (bytes) => ({
+            br: await compress(bytes, 'br', 'best'),
+            gzip: await compress(bytes, 'gzip', 'best'),
+          })),
+      )
       .catch(() => null);
     this.kept.set(file, { size: stat.size, mtimeMs: stat.mtimeMs, packed });
     return packed;

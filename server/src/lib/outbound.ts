@@ -1,5 +1,7 @@
 import dns from 'node:dns';
 import net from 'node:net';
+import { ProxyAgent, fetch as undiciFetch } from 'undici';
+import { proxyFor } from './download/proxy.js';
 
 // What the server itself may fetch, and who gets the Hub's token. A URL in fetchToMirror is typed by an operator,
 // or pasted from somewhere: without a rule, the server would fetch its own PostgreSQL port, a cloud's metadata
@@ -232,8 +234,23 @@ const CREDENTIALS = ['authorization', 'cookie', 'proxy-authorization'];
  * by the policy first (its name looked up then: fetch offers no hook at connect time, so here a name that changes
  * its address between the look-up and the connection is not caught, as it is for downloads). Credentials are
  * dropped once a redirect leaves the origin, as fetch itself does.
+ *
+ * Each hop goes through the proxy the environment names for its URL (HTTPS_PROXY / HTTP_PROXY / NO_PROXY, read
+ * by proxyFor, as the downloads do), with undici's ProxyAgent: a CONNECT tunnel, TLS to the Hub inside it, so the
+ * proxy never sees the token. The proxy's own address is the operator's choice and is not checked; each hop's
+ * host still is, by the addresses this server resolves it to. `ca` adds a certificate authority for the upstream
+ * through a proxy (tests); a direct connection trusts NODE_EXTRA_CA_CERTS as fetch does.
  */
-export function guardedFetch(policy: OutboundPolicy, fetchImpl: typeof fetch = fetch): typeof fetch {
+export function guardedFetch(policy: OutboundPolicy, fetchImpl?: typeof fetch, o: { ca?: string } = {}): typeof fetch {
+  const agents = new Map<string, ProxyAgent>();
+  const through = (proxy: URL) => {
+    let agent = agents.get(proxy.href);
+    if (!agent) {
+      agent = new ProxyAgent({ uri: proxy.href, requestTls: o.ca ? { ca: o.ca } : undefined });
+      agents.set(proxy.href, agent);
+    }
+    return agent;
+  };
   return async (input, init) => {
     const request = input instanceof Request ? input : null;
     let url = new URL(request ? request.url : String(input));
@@ -243,7 +260,15 @@ export function guardedFetch(policy: OutboundPolicy, fetchImpl: typeof fetch = f
     for (let hop = 0; hop <= 10; hop++) {
       const refused = await policy.check(url.href);
       if (refused) throw new OutboundRefused(hop ? `a redirect led to ${refused}` : refused);
-      const res = await fetchImpl(url, { ...init, method, headers, body, redirect: 'manual' });
+      const hopInit = { ...init, method, headers, body, redirect: 'manual' as const };
+      // A fetch handed in (a test's stand-in) is used as it is; the proxy applies to the real one.
+      const proxy = fetchImpl ? null : proxyFor(url);
+      const res = proxy
+        ? ((await undiciFetch(url, {
+            ...(hopInit as Parameters<typeof undiciFetch>[1]),
+            dispatcher: through(proxy),
+          })) as unknown as Response)
+        : await (fetchImpl ?? fetch)(url, hopInit);
       const location = res.headers.get('location');
       if (!REDIRECTS.has(res.status) || !location || init?.redirect === 'manual') return res;
       await res.body?.cancel();

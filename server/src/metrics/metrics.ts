@@ -53,6 +53,7 @@ export class Metrics {
   private readonly gatewayTokens: Counter<'model' | 'kind'>;
   private readonly gatewayDuration: Histogram<'model'>;
   private readonly gatewayFirstToken: Histogram<'model'>;
+  private readonly subscriptionResults: Counter<'how'>;
   private snapshot: { at: number; value: Promise<Snapshot | undefined> } | undefined;
 
   constructor(private readonly deps: MetricsDeps) {
@@ -77,6 +78,12 @@ export class Metrics {
       buckets: LATENCY_BUCKETS_S,
       registers,
     });
+    this.subscriptionResults = new Counter({
+      name: 'hangar_graphql_subscription_results_total',
+      help: 'Subscription event results sent, by how they were made: executed for the subscriber, or shared from another subscriber with the same document, variables and caller',
+      labelNames: ['how'],
+      registers,
+    });
     this.gatewayFirstToken = new Histogram({
       name: 'hangar_gateway_time_to_first_byte_seconds',
       help: "From a request's arrival to the replica's first byte of answer, by model",
@@ -96,6 +103,10 @@ export class Metrics {
   }
 
   /** Counts one gateway request; the gateway's usage recorder calls it for every request it accounts. */
+  observeSubscriptionResult = (how: 'executed' | 'shared') => {
+    this.subscriptionResults.inc({ how });
+  };
+
   observeGateway = (e: UsageEvent) => {
     this.gatewayRequests.inc({ model: e.model, outcome: e.outcome });
     if (e.promptTokens) this.gatewayTokens.inc({ model: e.model, kind: 'prompt' }, e.promptTokens);

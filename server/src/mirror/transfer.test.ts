@@ -5,6 +5,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
+import { startLoopbackProxy } from '../../test/fixtures/loopback-proxy.js';
 import { Bandwidth, SLICE } from './bandwidth.js';
 import { transfer } from './transfer.js';
 
@@ -258,5 +259,38 @@ describe('the bandwidth limit', () => {
     });
     expect(r).toMatchObject({ ok: true, size: 2_000_000, sha256: sha256(body) });
     expect(Date.now() - started).toBeGreaterThanOrEqual(1500);
+  });
+});
+
+describe('through a proxy', () => {
+  it('fetches and resumes through HTTP_PROXY, and goes direct for a host in NO_PROXY', async () => {
+    const proxy = await startLoopbackProxy();
+    const saved = { http: process.env.HTTP_PROXY, no: process.env.NO_PROXY };
+    try {
+      process.env.HTTP_PROXY = proxy.url;
+      const body = bytes(300_000, 26);
+      up.files.set('proxied.bin', { body, fault: { kind: 'reset', afterBytes: 100_000, times: 1 } });
+      const r = await run('proxied.bin', path.join(dir, 'proxied.part'));
+      expect(r).toMatchObject({ ok: true, size: body.length, sha256: sha256(body) });
+      expect(proxy.seen.map((q) => [q.method, q.target, q.headers.range ?? null])).toEqual([
+        ['GET', up.url('proxied.bin'), null],
+        ['GET', up.url('proxied.bin'), expect.stringMatching(/^bytes=\d+-$/)],
+      ]);
+
+      proxy.reset();
+      process.env.NO_PROXY = new URL(up.url('x')).hostname;
+      up.files.set('direct.bin', { body: bytes(5000, 27) });
+      expect(await run('direct.bin', path.join(dir, 'direct.part'))).toMatchObject({ ok: true });
+      expect(proxy.seen).toEqual([]);
+    } finally {
+      for (const [k, v] of [
+        ['HTTP_PROXY', saved.http],
+        ['NO_PROXY', saved.no],
+      ] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      await proxy.close();
+    }
   });
 });

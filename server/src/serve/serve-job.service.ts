@@ -4,22 +4,32 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Context } from '../context.js';
 import { asLoop, type Db } from '../db/client.js';
+import { LeaseQueue } from '../db/lease.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import type { ServeJob, ServeJobStep } from '../generated/prisma/client.js';
+import { Prisma, type ServeJob, type ServeJobStep } from '../generated/prisma/client.js';
 import { fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
+import {
+  type Detail,
+  Interrupted,
+  STEP_HANDLERS,
+  STEPS,
+  type Step,
+  type StepDone,
+  StepFailed,
+  StopEarly,
+} from './serve-job-steps.js';
 
 // Serving a model from the registry in one step, as a job kept in PostgreSQL so a download of hours does not
-// depend on the caller staying connected, and a server restart picks it up where it was. Each step is written
-// so that running it again after a restart does no harm.
+// depend on the caller staying connected, and a server restart picks it up where it was. The steps themselves are
+// in serve-job-steps.ts; this file queues jobs, leases them to one replica and runs their steps in order.
 
-export const STEPS = ['registry', 'mirror', 'check', 'catalog', 'replica', 'smoke'] as const;
-type Step = (typeof STEPS)[number];
+export { STEPS } from './serve-job-steps.js';
 
 const input = z.object({
   repo: z
@@ -38,17 +48,8 @@ const input = z.object({
   onDemand: z.boolean().nullish(),
 });
 
-class StepFailed extends Error {}
-class StopEarly extends Error {}
-/** The server is stopping: the job is left for the next start (or another replica) to pick up. */
-class Interrupted extends Error {}
-
-type Detail = { set?: string; revision?: string; model?: string; version?: string; name?: string };
-
-const LEASE_MS = 30_000;
-const REPLICA_PATIENCE_MS = 15 * 60_000;
-/** How long a replica may wait for a node with room before the job says so and stops. */
-const UNPLACED_PATIENCE_MS = 5_000;
+/** A job is held by one replica at a time; one whose replica went away is taken up 30 s after its last renewal. */
+const jobLeases = new LeaseQueue({ table: 'ServeJob', leaseMs: 30_000, touchColumn: 'updatedAt' });
 
 export class ServeJobService {
   private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
@@ -84,7 +85,7 @@ export class ServeJobService {
     const { repo, file, onDemand } = parsed.value;
     const quant = file ? null : (parsed.value.quant ?? 'Q4_K_M').toUpperCase();
     const job = await this.db.$transaction(async (tx) => {
-      const j = await tx.serveJob.create({
+      const created = await tx.serveJob.create({
         data: {
           repo,
           quant,
@@ -98,9 +99,9 @@ export class ServeJobService {
       await this.audit.done(tx, ctx, {
         action: 'serveFromRegistry',
         target: repo,
-        message: `${file ?? quant}${onDemand ? ', on demand' : ''}: job ${j.id}`,
+        message: `${file ?? quant}${onDemand ? ', on demand' : ''}: job ${created.id}`,
       });
-      return j;
+      return created;
     });
     this.kick();
     return ok(job);
@@ -116,7 +117,7 @@ export class ServeJobService {
     this.running = false;
     clearInterval(this.timer);
     const deadline = Date.now() + 5000;
-    while (this.active.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    while (this.active.size && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
   }
 
   private kick() {
@@ -142,13 +143,12 @@ export class ServeJobService {
 
   /** A job nobody holds (new, or its holder's lease ran out: a restart), taken atomically. */
   private async claim(): Promise<ServeJob | null> {
-    const rows = await this.db.$queryRaw<{ id: string }[]>`
-      UPDATE "ServeJob" SET state = 'RUNNING', "leaseOwner" = ${this.owner}, "leaseUntil" = now() + ${`${LEASE_MS} milliseconds`}::interval, "updatedAt" = now()
-      WHERE id = (SELECT id FROM "ServeJob" WHERE state = 'QUEUED' OR (state = 'RUNNING' AND ("leaseUntil" IS NULL OR "leaseUntil" < now()))
-                  ORDER BY "createdAt" LIMIT 1 FOR UPDATE SKIP LOCKED)
-      RETURNING id`;
-    const id = rows[0]?.id;
-    return id ? this.db.serveJob.findUnique({ where: { id } }) : null;
+    const claimed = await jobLeases.claim(this.db, this.owner, {
+      claimable: Prisma.sql`state = 'QUEUED' OR (state = 'RUNNING' AND ${jobLeases.expired({ orNone: true })})`,
+      order: Prisma.sql`"createdAt"`,
+      set: Prisma.sql`state = 'RUNNING'`,
+    });
+    return claimed ? this.db.serveJob.findUnique({ where: { id: claimed.id } }) : null;
   }
 
   /**
@@ -157,16 +157,10 @@ export class ServeJobService {
    */
   private async run(job: ServeJob) {
     const renew = setInterval(() => {
-      this.db.serveJob
-        .updateMany({
-          where: { id: job.id, leaseOwner: this.owner },
-          data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
-        })
-        .catch((err) => {
-          if (!this.health.failed(err))
-            this.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
-        });
-    }, LEASE_MS / 3);
+      jobLeases.renew(this.db, job.id, this.owner).catch((err) => {
+        if (!this.health.failed(err)) this.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
+      });
+    }, jobLeases.leaseMs / 3);
     try {
       for (;;) {
         try {
@@ -174,15 +168,11 @@ export class ServeJobService {
         } catch (err) {
           if (!this.health.failed(err)) throw err;
         }
-        const held = await this.health.until(
-          () =>
-            this.db.serveJob.updateMany({
-              where: { id: job.id, leaseOwner: this.owner, state: 'RUNNING' },
-              data: { leaseUntil: new Date(Date.now() + LEASE_MS) },
-            }),
+        const stillOurs = await this.health.until(
+          () => jobLeases.renew(this.db, job.id, this.owner, Prisma.sql`state = 'RUNNING'`),
           () => !this.running,
         );
-        if (held.count === 0) return; // taken over by another replica after its lease ran out
+        if (!stillOurs) return; // taken over by another replica after its lease ran out
         this.log.info('serve job goes on now that the database answers', { job: job.id });
       }
     } catch (err) {
@@ -198,29 +188,30 @@ export class ServeJobService {
     try {
       const steps = await this.db.serveJobStep.findMany({ where: { jobId: job.id }, orderBy: { position: 'asc' } });
       let detail: Detail = {};
-      for (const s of steps)
-        if (s.detail && typeof s.detail === 'object') detail = { ...detail, ...(s.detail as Detail) };
-      for (const s of steps) {
-        if (s.state === 'DONE') continue;
+      for (const step of steps)
+        if (step.detail && typeof step.detail === 'object') detail = { ...detail, ...(step.detail as Detail) };
+      for (const step of steps) {
+        if (step.state === 'DONE') continue;
         if (!this.running) throw new Interrupted();
-        await this.setStep(job.id, s.name as Step, { state: 'RUNNING', startedAt: s.startedAt ?? new Date() });
+        const name = step.name as Step;
+        await this.setStep(job.id, name, { state: 'RUNNING', startedAt: step.startedAt ?? new Date() });
         try {
-          const { message, more } = await this.step(job, s.name as Step, detail);
+          const { message, more } = await this.runStep(job, name, detail);
           detail = { ...detail, ...more };
-          await this.setStep(job.id, s.name as Step, { state: 'DONE', message, detail: more, finishedAt: new Date() });
+          await this.setStep(job.id, name, { state: 'DONE', message, detail: more, finishedAt: new Date() });
         } catch (err) {
           // An outage is not the step's failure: run() waits for the database and runs the step again.
           if (err instanceof Interrupted || isDatabaseUnreachable(err)) throw err;
           if (err instanceof StopEarly) {
-            await this.setStep(job.id, s.name as Step, { state: 'DONE', message: err.message, finishedAt: new Date() });
+            await this.setStep(job.id, name, { state: 'DONE', message: err.message, finishedAt: new Date() });
             await this.finish(job.id, 'DONE', err.message);
             return;
           }
           const message = err instanceof StepFailed ? err.message : `unexpected: ${(err as Error).message}`;
           if (!(err instanceof StepFailed))
-            this.log.error('serve job step crashed', { job: job.id, step: s.name, error: err });
-          await this.setStep(job.id, s.name as Step, { state: 'FAILED', message, finishedAt: new Date() });
-          await this.finish(job.id, 'FAILED', `${s.name}: ${message}`);
+            this.log.error('serve job step crashed', { job: job.id, step: name, error: err });
+          await this.setStep(job.id, name, { state: 'FAILED', message, finishedAt: new Date() });
+          await this.finish(job.id, 'FAILED', `${name}: ${message}`);
           return;
         }
       }
@@ -229,150 +220,25 @@ export class ServeJobService {
     } catch (err) {
       if (!(err instanceof Interrupted)) throw err;
       // Released rather than left to expire: the next start takes it up at once, at the step it was on.
-      await this.db.serveJob
-        .updateMany({
-          where: { id: job.id, leaseOwner: this.owner },
-          data: { leaseOwner: null, leaseUntil: null },
-        })
-        .catch(() => {}); // the database is away too: the lease runs out instead
+      await jobLeases.release(this.db, job.id, this.owner).catch(() => {}); // the database is away too: the lease runs out instead
       this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
     }
   }
 
-  private async step(job: ServeJob, name: Step, d: Detail): Promise<{ message: string; more: Detail }> {
-    switch (name) {
-      case 'registry': {
-        const opened = await this.registry.repo({ id: job.repo });
-        if (!opened.ok) throw new StepFailed(opened.error.message);
-        const repo = opened.value;
-        if (repo.noAccess) throw new StepFailed(repo.noAccess);
-        const models = repo.sets.filter((s) => s.kind === 'MODEL' && s.format === 'GGUF');
-        const set = job.file
-          ? repo.sets.find((s) => s.files.some((f) => f.path === job.file))
-          : models.find((s) => s.quant === job.quant);
-        if (!set) {
-          const has = models
-            .map((s) => (s.shardCount > 1 ? `${s.quant ?? s.id} (${s.shardCount} shards)` : (s.quant ?? s.id)))
-            .join(', ');
-          throw new StepFailed(
-            `${job.repo} has no ${job.file ?? `${job.quant} set`}; it has ${has || 'no GGUF model sets'}`,
-          );
-        }
-        if (!set.verdict.servable) throw new StepFailed(`${set.id}: ${set.verdict.reason}`);
-        return {
-          message: `${set.id}: ${set.files.length} file(s), ${set.totalBytes} bytes at ${repo.shortRevision}`,
-          more: { set: set.id, revision: repo.revision, model: set.model, version: set.version, name: set.model },
-        };
-      }
-      case 'mirror': {
-        const { model = '', version = '' } = d;
-        const existing = await this.mirror.version(model, version);
-        if (!existing || existing.state === 'FAILED' || existing.state === 'CANCELLED') {
-          const started = await this.registry.fetchSet(this.systemCtx(job), {
-            repo: job.repo,
-            revision: d.revision,
-            set: d.set ?? '',
-            model,
-            version,
-          });
-          if (!started.ok) throw new StepFailed(started.error.message);
-          if (existing && existing.state !== 'PRESENT')
-            await this.mirror.retry(this.systemCtx(job), { model, version }).catch(() => {});
-        }
-        for (;;) {
-          const v = await this.mirror.version(model, version);
-          if (!v) throw new StepFailed(`${model}/${version} left the mirror while arriving`);
-          if (v.state === 'PRESENT') return { message: `${model}/${version} present and verified`, more: {} };
-          if (v.state === 'FAILED' || v.state === 'CANCELLED')
-            throw new StepFailed(v.files.find((f) => f.error)?.error ?? `the fetch ended ${v.state.toLowerCase()}`);
-          await this.progress(job.id, 'mirror', `${v.progress.bytesDone} of ${v.progress.bytesTotal ?? '?'} bytes`);
-          await this.pause();
-        }
-      }
-      case 'check': {
-        const plan = await this.catalog.plan({ model: d.model ?? '', version: d.version ?? '', name: d.name });
-        if (!plan.ok) throw new StepFailed(plan.error.message);
-        if (plan.value.verdict && !plan.value.verdict.servable) throw new StepFailed(plan.value.verdict.reason);
-        const gib = plan.value.memory ? (plan.value.memory.totalBytes / 2 ** 30).toFixed(1) : '?';
-        const fits = plan.value.fitsOn.filter((f) => f.fits).map((f) => f.node);
-        return {
-          message: `${plan.value.architecture}: needs ${gib} GiB at ${plan.value.memory?.context} tokens; fits on ${fits.join(', ') || 'no node now'}`,
-          more: {},
-        };
-      }
-      case 'catalog': {
-        const name = d.name ?? d.model ?? '';
-        const existing = await this.catalog.get(name);
-        if (existing) {
-          // After a restart, this step may already have run: the entry it made is the one wanted.
-          if (existing.source.includes(`/mirror/${d.model}/${d.version}/`))
-            return { message: `${name} is in the catalog`, more: {} };
-          throw new StepFailed(`the catalog already has a model named ${name} serving something else`);
-        }
-        const placed = await this.catalog.serveMirrorVersion(this.systemCtx(job), {
-          model: d.model ?? '',
-          version: d.version ?? '',
-          name,
-          mode: job.onDemand ? 'ON_DEMAND' : 'ALWAYS',
-        });
-        if (!placed.ok) throw new StepFailed(placed.error.message);
-        return { message: placed.value.message, more: {} };
-      }
-      case 'replica': {
-        if (job.onDemand)
-          throw new StopEarly(`${d.name} is on demand: no replica runs until it is asked for (wakeModel)`);
-        const deadline = Date.now() + REPLICA_PATIENCE_MS;
-        let unplacedSince: number | null = null;
-        for (;;) {
-          const model = await this.db.catalogModel.findUnique({
-            where: { name: d.name ?? '' },
-            include: { replicas: { include: { node: true } } },
-          });
-          if (!model) throw new StepFailed(`${d.name} left the catalog`);
-          if (model.maxReplicas === 0) throw new StopEarly(`${d.name} was stopped (parked): no replica will start`);
-          const ready = model.replicas.find((r) => r.state === 'READY');
-          if (ready) return { message: `ready on ${ready.node?.name}`, more: {} };
-          const failed = model.replicas.find((r) => r.state === 'FAILED');
-          if (failed)
-            throw new StepFailed(
-              `the replica failed on ${failed.node?.name ?? 'its node'}: ${failed.message ?? 'no reason given'}`,
-            );
-          const unplaced = model.replicas.find((r) => r.state === 'PENDING' && !r.nodeId);
-          if (unplaced) {
-            unplacedSince ??= Date.now();
-            if (Date.now() - unplacedSince > UNPLACED_PATIENCE_MS)
-              throw new StepFailed(unplaced.message ?? 'no node can take it');
-          } else unplacedSince = null;
-          const waiting = model.replicas.find((r) => r.state === 'LOADING' || r.state === 'PENDING');
-          await this.progress(
-            job.id,
-            'replica',
-            waiting
-              ? `${waiting.state.toLowerCase()} on ${waiting.node?.name ?? '—'}${waiting.message ? `: ${waiting.message}` : ''}`
-              : 'waiting for placement',
-          );
-          if (Date.now() > deadline) throw new StepFailed('no replica became ready in 15 minutes');
-          await this.pause();
-        }
-      }
-      case 'smoke': {
-        const model = await this.db.catalogModel.findUnique({
-          where: { name: d.name ?? '' },
-          include: { replicas: true },
-        });
-        const ready = model?.replicas.find((r) => r.state === 'READY');
-        if (!ready) throw new StepFailed(`${d.name} has no ready replica any more`);
-        if (!this.fleet) throw new StepFailed('this server cannot reach replicas');
-        // A request of its own through the replica's endpoint with its engine key, as the gateway will send one:
-        // the job ends DONE only when the model it made answers.
-        const smoke = await this.fleet.smokeReplica(ready.id);
-        if (!smoke.ok) throw new StepFailed(smoke.reason);
-        return {
-          message: `answered ${JSON.stringify(smoke.text)} at ${smoke.tokensPerSecond.toFixed(1)} tokens/s, first token in ${Math.round(smoke.timeToFirstTokenMs)} ms`,
-          more: {},
-        };
-      }
-    }
+  /** One step of the job, by its handler in the table; an error it throws ends the step (see runSteps). */
+  private runStep(job: ServeJob, name: Step, detail: Detail): Promise<StepDone> {
+    return STEP_HANDLERS[name]({
+      job,
+      detail,
+      db: this.db,
+      registry: this.registry,
+      mirror: this.mirror,
+      catalog: this.catalog,
+      fleet: this.fleet,
+      asJob: this.systemCtx(job),
+      progress: (message) => this.progress(job.id, name, message),
+      pause: () => this.pause(),
+    });
   }
 
   private async pause() {
@@ -422,4 +288,4 @@ export class ServeJobService {
   }
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -112,6 +112,10 @@ describe('serveFromRegistry', () => {
     expect(done.steps.map((s: { state: string }) => s.state)).toEqual(['DONE', 'DONE', 'DONE', 'DONE', 'DONE', 'DONE']);
     expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
     expect(done.steps[1].message).toBe('tiny/feedbee-q4_k_m present and verified');
+    // Each step ran its own handler (the table in serve-job-steps.ts): the check says what the model needs, and
+    // the catalog step, after it, says something else.
+    expect(done.steps[2].message).toMatch(/: needs \S+ GiB at \S+ tokens; fits on /);
+    expect(done.steps[3].message).not.toMatch(/ GiB at /);
     expect(done.steps[4].message).toBe('ready on gpu-1');
     // Its own request through the replica's endpoint, with the engine key: the answer, speed and first token.
     expect(done.message).toMatch(/^answered " Hello there!" at [\d.]+ tokens\/s, first token in \d+ ms$/);

@@ -1,10 +1,8 @@
 import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
 import { gql } from 'urql';
-import { type AuditSearch, matchesAuditFilter } from '../components/audit/audit-filter';
-import { type AuditEventRow, AuditLog_EventsQuery } from '../components/audit/audit-log';
-import type { TrainJob_Row } from '../components/training/train-progress';
-import { TrainingList_JobsQuery } from '../components/training/training-list';
 import schema from '../generated/schema.json';
+import { type AuditFilterValues, matchesAuditFilter } from './audit-match';
+import { graphql, type ResultOf } from './graphql';
 
 // Graphcache normalizes by `__typename:id`; entities that arrive by subscription or as a mutation's result update
 // every view that shows them. Only a *new* entity needs an updater, to say which lists it joins.
@@ -53,19 +51,6 @@ function addToLists(cache: Cache, field: string, entity: Data, at: 'start' | 'en
 }
 
 /**
- * The mirror's listing is grouped into families by the server: a version it does not hold yet (fetched from this
- * console, another one, a script) is not placed by guessing its family here; the listing is read again instead.
- */
-function joinMirror(cache: Cache, version: Data) {
-  const key = cache.keyOfEntity(version);
-  const mirror = cache.resolve('Query', 'mirror');
-  if (!key || typeof mirror !== 'string') return;
-  const families = (cache.resolve(mirror, 'families') ?? []) as string[];
-  const listed = families.some((f) => ((cache.resolve(f, 'versions') ?? []) as string[]).includes(key));
-  if (!listed) cache.invalidate('Query', 'mirror');
-}
-
-/**
  * A model as an event has it now, in every cached `models` list (the server's is by name): a new one is put in its
  * place by name, a removed one (model null: only its id is left) leaves.
  */
@@ -86,7 +71,47 @@ function placeModel(cache: Cache, modelId: string, model: Data | null) {
   }
 }
 
-type TrainJobEntity = TrainJob_Row & { __typename: 'TrainJob' };
+// The updaters' own views of the lists they change, only the fields they decide with: graphcache writes links
+// through them and leaves every other field as the views' queries and the events wrote it. So this file imports no
+// component, and a component's query can select more without this file changing.
+
+const TrainJobsPage = graphql(`
+  query Cache_TrainJobsPage($state: JobState, $first: Int!, $after: String) {
+    trainJobs(state: $state, first: $first, after: $after) {
+      edges {
+        __typename
+        cursor
+        node {
+          __typename
+          id
+          state
+          createdAt
+        }
+      }
+      pageInfo {
+        hasNextPage
+      }
+    }
+  }
+`);
+
+const AuditEventsPage = graphql(`
+  query Cache_AuditEventsPage($first: Int!, $after: String, $filter: AuditFilter) {
+    auditEvents(first: $first, after: $after, filter: $filter) {
+      edges {
+        __typename
+        cursor
+        node {
+          __typename
+          id
+        }
+      }
+    }
+  }
+`);
+
+type TrainJobEntity = ResultOf<typeof TrainJobsPage>['trainJobs']['edges'][number]['node'];
+type AuditEventEntity = { __typename: 'AuditEvent'; id: string } & Parameters<typeof matchesAuditFilter>[0];
 
 /** Every cached page of the training list, with the variables it was read with (null arguments are not stored). */
 function trainJobPages(cache: Cache) {
@@ -94,7 +119,7 @@ function trainJobPages(cache: Cache) {
     .inspectFields('Query')
     .filter((f) => f.fieldName === 'trainJobs' && typeof f.arguments?.first === 'number')
     .map((f) => ({
-      state: (f.arguments?.state ?? null) as TrainJob_Row['state'] | null,
+      state: (f.arguments?.state ?? null) as TrainJobEntity['state'] | null,
       first: f.arguments?.first as number,
       after: (f.arguments?.after ?? null) as string | null,
     }));
@@ -108,7 +133,7 @@ function trainJobPages(cache: Cache) {
 function placeTrainJob(cache: Cache, job: TrainJobEntity) {
   for (const variables of trainJobPages(cache)) {
     if (variables.after !== null) continue;
-    cache.updateQuery({ query: TrainingList_JobsQuery, variables }, (data) => {
+    cache.updateQuery({ query: TrainJobsPage, variables }, (data) => {
       if (!data) return data;
       const edges = data.trainJobs.edges;
       const at = edges.findIndex((e) => e.node.id === job.id);
@@ -120,7 +145,8 @@ function placeTrainJob(cache: Cache, job: TrainJobEntity) {
       );
       // Older than every row of a page that has more after it: it belongs on a later page.
       if (older < 0 && data.trainJobs.pageInfo.hasNextPage) return data;
-      const edge = { __typename: 'TrainJobEdge' as const, cursor: job.id, node: job };
+      const node = { __typename: 'TrainJob' as const, id: job.id, state: job.state, createdAt: job.createdAt };
+      const edge = { __typename: 'TrainJobEdge' as const, cursor: job.id, node };
       edges.splice(older < 0 ? edges.length : older, 0, edge);
       return data;
     });
@@ -196,14 +222,8 @@ export const cacheConfig: CacheExchangeOpts = {
         const user = success(parent, 'createUser', 'User');
         if (user) addToLists(cache, 'users', user, 'end');
       },
-      fetchToMirror(parent, _args, cache) {
-        const started = success(parent, 'fetchToMirror', 'FetchStarted');
-        if (started) joinMirror(cache, started.version as Data);
-      },
-      fetchRepoSet(parent, _args, cache) {
-        const started = success(parent, 'fetchRepoSet', 'FetchStarted');
-        if (started) joinMirror(cache, started.version as Data);
-      },
+      // The mirror's listing is not in graphcache (thousands of versions): the Mirror page keeps it, and places
+      // what fetchToMirror, fetchRepoSet and mirrorChanged answer itself (components/mirror/mirror-listing.tsx).
       // As the subscription's last event about it would: every view drops a removed version, even without a socket.
       removeMirrorVersion(parent, _args, cache) {
         const removed = success(parent, 'removeMirrorVersion', 'RemovedMirrorVersion');
@@ -217,12 +237,11 @@ export const cacheConfig: CacheExchangeOpts = {
         addToLists(cache, 'models', placed.model as Data, 'end');
         cache.invalidate({ __typename: 'MirrorVersion', id: `${args.model}/${args.version}` }, 'usedBy');
       },
-      // The answer names the model, not its id: it leaves every cached list by name. The mirror's "used by" changes.
+      // The answer names the model, not its id: it leaves every cached list by name. (The mirror's "used by" is
+      // read again with its listing, on the Mirror page's next visit.)
       removeModel(parent, _args, cache) {
         const removed = success(parent, 'removeModel', 'RemovedModel');
-        if (!removed) return;
-        dropFromListsByName(cache, 'models', removed.name as string);
-        cache.invalidate('Query', 'mirror');
+        if (removed) dropFromListsByName(cache, 'models', removed.name as string);
       },
       // The answer is only the new job's id: the training list is read again where it is cached.
       createTrainJob(parent, _args, cache) {
@@ -235,7 +254,7 @@ export const cacheConfig: CacheExchangeOpts = {
         const deleted = success(parent, 'deleteTrainJob', 'DeletedTrainJob');
         if (!deleted) return;
         for (const variables of trainJobPages(cache)) {
-          cache.updateQuery({ query: TrainingList_JobsQuery, variables }, (data) => {
+          cache.updateQuery({ query: TrainJobsPage, variables }, (data) => {
             if (!data) return data;
             data.trainJobs.edges = data.trainJobs.edges.filter((e) => e.node.id !== deleted.id);
             return data;
@@ -260,23 +279,20 @@ export const cacheConfig: CacheExchangeOpts = {
         const change = parent.modelChanged as { modelId?: string; model?: Data | null } | null;
         if (change?.modelId) placeModel(cache, change.modelId, change.model ?? null);
       },
-      mirrorChanged(parent, _args, cache) {
-        const version = parent.mirrorChanged as Data | null;
-        if (version && !version.removed) joinMirror(cache, version);
-      },
       // A new event goes on top of every cached first page (later pages are fetched by cursor and stay put).
       auditEventAdded(parent, _args, cache) {
-        const event = parent.auditEventAdded as (AuditEventRow & { __typename: 'AuditEvent' }) | null;
+        const event = parent.auditEventAdded as AuditEventEntity | null;
         if (!event) return;
         for (const f of cache.inspectFields('Query')) {
           const first = f.arguments?.first;
           if (f.fieldName !== 'auditEvents' || f.arguments?.after != null || typeof first !== 'number') continue;
           // A filtered list takes only the events its filter would have given it.
-          const filter = (f.arguments?.filter ?? null) as AuditSearch | null;
+          const filter = (f.arguments?.filter ?? null) as AuditFilterValues | null;
           if (!matchesAuditFilter(event, filter)) continue;
-          cache.updateQuery({ query: AuditLog_EventsQuery, variables: { first, after: null, filter } }, (data) => {
+          cache.updateQuery({ query: AuditEventsPage, variables: { first, after: null, filter } }, (data) => {
             if (!data || data.auditEvents.edges.some((e) => e.node.id === event.id)) return data;
-            data.auditEvents.edges.unshift({ __typename: 'AuditEventEdge', cursor: event.id, node: event });
+            const node = { __typename: 'AuditEvent' as const, id: event.id };
+            data.auditEvents.edges.unshift({ __typename: 'AuditEventEdge', cursor: event.id, node });
             return data;
           });
         }

@@ -24,20 +24,38 @@ export function makeClient(origin: string = window.location.origin): Client {
       },
     },
   });
-  return new Client({
+  const transports = [
+    fetchExchange,
+    subscriptionExchange({
+      forwardSubscription: (request) => {
+        const input = { ...request, query: request.query ?? '' };
+        return { subscribe: (sink) => ({ unsubscribe: ws.subscribe(input, sink) }) };
+      },
+    }),
+  ];
+  const options = {
     url: new URL('/graphql', origin).href,
-    exchanges: [
-      cacheExchange(cacheConfig),
-      fetchExchange,
-      subscriptionExchange({
-        forwardSubscription: (request) => {
-          const input = { ...request, query: request.query ?? '' };
-          return { subscribe: (sink) => ({ unsubscribe: ws.subscribe(input, sink) }) };
-        },
-      }),
-    ],
     preferGetMethod: false,
     // A function, so the CSRF cookie is read when each request is sent, not when the client is made.
-    fetchOptions: () => ({ credentials: 'same-origin', headers: csrfHeaders() }),
-  });
+    fetchOptions: (): RequestInit => ({ credentials: 'same-origin', headers: csrfHeaders() }),
+  };
+  const client = new Client({ ...options, exchanges: [cacheExchange(cacheConfig), ...transports] });
+  // The same transports (and the one socket) without the cache, for the Mirror page's listing.
+  pairUncached(client, new Client({ ...options, exchanges: transports }));
+  return client;
+}
+
+const uncached = new WeakMap<Client, Client>();
+
+/**
+ * Gives `client` a twin without graphcache, for views whose data is too big to normalise and that keep it
+ * themselves (the Mirror page at thousands of versions: graphcache took most of its first load and of every event).
+ */
+export function pairUncached(client: Client, twin: Client): void {
+  uncached.set(client, twin);
+}
+
+/** The twin without a cache of `client`, or `client` itself where it has none (it works, only slower). */
+export function uncachedClient(client: Client): Client {
+  return uncached.get(client) ?? client;
 }

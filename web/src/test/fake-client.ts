@@ -15,6 +15,7 @@ import {
 } from 'urql';
 import { delay, filter, fromValue, makeSubject, map, mergeMap, pipe, share, takeUntil } from 'wonka';
 import { cacheConfig } from '../graphql/cache';
+import { pairUncached } from '../graphql/client';
 
 type Data = Record<string, unknown>;
 type Answer = { name: string; resolve: (variables: Data) => Data };
@@ -68,6 +69,8 @@ export function fakeClient(answers: Answer[]) {
   };
 
   const client = new Client({ url: 'http://hangar.test/graphql', exchanges: [cacheExchange(cacheConfig), fake] });
+  // As makeClient does: the same server without the cache, for the views that keep their own data.
+  pairUncached(client, new Client({ url: 'http://hangar.test/graphql', exchanges: [fake] }));
   return {
     client,
     /** Every operation the "server" answered, in order. */

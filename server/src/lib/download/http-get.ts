@@ -2,6 +2,7 @@ import net from 'node:net';
 import tls from 'node:tls';
 import type { OutboundGuard } from '../outbound.js';
 import { ChunkedDecoder } from './chunked.js';
+import { proxyAuthorization, proxyFor, refusedByResolution, tunnel } from './proxy.js';
 
 // A GET for the mirror's downloads on a socket of its own, rather than node:http or fetch(). Both of those hand a
 // body over as 64 KiB chunks through one or two stream layers, and at a fast upstream that alone held a fetch to
@@ -15,6 +16,12 @@ import { ChunkedDecoder } from './chunked.js';
 // Node's CAs (NODE_EXTRA_CA_CERTS adds a private one). With a guard (the server's own fetches), every hop is
 // checked before it is sent and connects only to the addresses the guard allows, so a redirect cannot lead a
 // download into the server's own network.
+//
+// Through a proxy (HTTPS_PROXY / HTTP_PROXY / NO_PROXY, proxy.ts): an https:// URL goes through a CONNECT tunnel
+// with TLS to the upstream inside it, so the proxy never sees the request's headers; an http:// URL is sent to
+// the proxy in absolute form, as HTTP proxies expect (its headers are in the clear there, as they are on the wire).
+//
+// Over 400 lines: one exchange's reads, framing and buffers share its fields, and read best in one place.
 
 export type GetResponse = {
   status: number;
@@ -57,14 +64,26 @@ const PRIVATE = ['authorization', 'cookie', 'proxy-authorization'];
 
 export async function httpGet(
   url: string,
-  o: { headers: Record<string, string>; signal: AbortSignal; ca?: string; guard?: OutboundGuard },
+  o: {
+    headers: Record<string, string>;
+    signal: AbortSignal;
+    ca?: string;
+    guard?: OutboundGuard;
+    /** The proxy for a URL, or null for none; the environment's (proxyFor) unless given. */
+    proxy?: (url: URL) => URL | null;
+  },
 ): Promise<GetResponse> {
   let current = new URL(url);
   let headers = { ...o.headers };
   for (let hop = 0; hop <= MAX_REDIRECTS; hop++) {
     const refused = o.guard?.refuse(current);
     if (refused) throw new HttpGetError(hop ? `a redirect led to ${refused}` : refused, 'EOUTBOUND');
-    const res = await new Exchange(current, headers, o.signal, o.ca, o.guard?.lookup(current)).response.catch(
+    const proxy = (o.proxy ?? proxyFor)(current);
+    // Through a proxy the connection's addresses are the proxy's: the host is checked by what it resolves to here.
+    const resolved = proxy && o.guard ? await refusedByResolution(current, o.guard) : null;
+    if (resolved) throw new HttpGetError(hop ? `a redirect led to ${resolved}` : resolved, 'EOUTBOUND');
+    const lookup = proxy ? undefined : o.guard?.lookup(current);
+    const res = await new Exchange(current, headers, o.signal, o.ca, lookup, proxy).response.catch(
       (err: HttpGetError) => {
         throw hop && err.code === 'EOUTBOUND' ? new HttpGetError(`a redirect led to ${err.message}`, err.code) : err;
       },
@@ -91,7 +110,8 @@ type Framing =
 /** One request and its response on a connection of its own. */
 class Exchange {
   readonly response: Promise<GetResponse>;
-  private socket: net.Socket;
+  /** Unset only while a proxy's tunnel is being opened. */
+  private socket: net.Socket | undefined;
   private free: Buffer[] = [];
   private made = 0;
   /** The buffer reads land in, and how much of it holds the head (until parsed) or then body bytes. */
@@ -116,32 +136,68 @@ class Exchange {
     private signal: AbortSignal,
     ca: string | undefined,
     lookup: net.LookupFunction | undefined,
+    proxy: URL | null = null,
   ) {
     this.response = new Promise((resolve, reject) => {
       this.answer = { resolve, reject };
     });
-    const lines = Object.entries({ host: url.host, ...headers, connection: 'close' }).map(([k, v]) => {
+    // A plain-HTTP proxy takes the whole URL on the request line, and its own credentials in a header.
+    const viaProxy = proxy !== null && url.protocol === 'http:';
+    const all = { host: url.host, ...headers, ...(viaProxy ? proxyAuthorization(proxy) : {}), connection: 'close' };
+    const lines = Object.entries(all).map(([k, v]) => {
       if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) throw new HttpGetError(`the header ${k} holds a line break`);
       return `${k}: ${v}\r\n`;
     });
-    const request = `GET ${url.pathname}${url.search} HTTP/1.1\r\n${lines.join('')}\r\n`;
+    const target = viaProxy ? `${url.origin}${url.pathname}${url.search}` : `${url.pathname}${url.search}`;
+    const request = `GET ${target} HTTP/1.1\r\n${lines.join('')}\r\n`;
     this.cur = this.take() as Buffer;
     const host = url.hostname.replace(/^\[|\]$/g, '');
     const onread = { buffer: () => this.cur.subarray(this.filled), callback: (n: number) => this.onRead(n) };
-    const port = Number(url.port) || (url.protocol === 'https:' ? 443 : 80);
-    this.socket =
-      url.protocol === 'https:'
+    if (signal.aborted) this.fail(signal.reason);
+    else signal.addEventListener('abort', this.onAbort, { once: true });
+    if (proxy && url.protocol === 'https:') {
+      tunnel(proxy, url, signal).then(
+        (raw) => {
+          if (this.failure) return void raw.destroy();
+          // Over an existing socket TLS ignores `onread`: its reads arrive as 'data' and are copied in (feed).
+          const socket = tls.connect({ socket: raw, servername: net.isIP(host) ? undefined : host, ca });
+          socket.on('data', (chunk: Buffer) => this.feed(chunk));
+          this.attach(socket, request);
+        },
+        (err: NodeJS.ErrnoException) =>
+          this.fail(
+            new HttpGetError(
+              err.code === 'EPROXY'
+                ? err.message
+                : `could not reach the proxy ${proxy.host} (${err.code ?? err.message})`,
+              err.code,
+            ),
+          ),
+      );
+      return;
+    }
+    const to = viaProxy ? proxy : url;
+    const toHost = to.hostname.replace(/^\[|\]$/g, '');
+    const port = Number(to.port) || (to.protocol === 'https:' ? 443 : 80);
+    this.attach(
+      to.protocol === 'https:'
         ? // tls.connect takes every net.connect option, `onread` too, though @types/node leaves it out.
           tls.connect({
-            host,
+            host: toHost,
             port,
-            servername: net.isIP(host) ? undefined : host,
-            ca,
+            servername: net.isIP(toHost) ? undefined : toHost,
+            ca: viaProxy ? undefined : ca,
             onread,
             lookup,
           } as tls.ConnectionOptions)
-        : net.connect({ host, port, onread, lookup });
-    this.socket.on('error', (err: NodeJS.ErrnoException) => {
+        : net.connect({ host: toHost, port, onread, lookup }),
+      request,
+    );
+  }
+
+  private attach(socket: net.Socket, request: string) {
+    this.socket = socket;
+    socket.on('error', (err: NodeJS.ErrnoException) => {
       this.fail(
         err.code === 'EOUTBOUND'
           ? new HttpGetError(err.message, err.code)
@@ -150,11 +206,22 @@ class Exchange {
             : new HttpGetError(`could not reach the upstream (${err.code ?? err.message})`, err.code),
       );
     });
-    this.socket.on('end', () => this.onEnd());
-    this.socket.on('close', () => this.onEnd());
-    if (signal.aborted) this.fail(signal.reason);
-    else signal.addEventListener('abort', this.onAbort, { once: true });
-    this.socket.write(request, 'latin1');
+    socket.on('end', () => this.onEnd());
+    socket.on('close', () => this.onEnd());
+    if (this.failure) socket.destroy();
+    else socket.write(request, 'latin1');
+  }
+
+  /** Bytes that arrived as a 'data' event (TLS inside a tunnel), copied into the buffers `onread` would fill. */
+  private feed(chunk: Buffer) {
+    for (let from = 0; from < chunk.length && !this.ended && !this.failure; ) {
+      const n = Math.min(this.cur.length - this.filled, chunk.length - from);
+      chunk.copy(this.cur, this.filled, from, from + n);
+      from += n;
+      // False: the body is done, failed, or the sink holds every buffer (then the rest of this chunk goes into
+      // the spare one handOver made, and the socket waits).
+      if (!this.onRead(n) && !this.ended && !this.failure) this.socket?.pause();
+    }
   }
 
   private onAbort = () => this.fail(this.signal.reason);
@@ -262,7 +329,7 @@ class Exchange {
     this.free.push(buf);
     if (this.paused && !this.ended && !this.failure) {
       this.paused = false;
-      this.socket.resume(); // with `onread`, a false from the callback stopped reading without marking it paused
+      this.socket?.resume(); // with `onread`, a false from the callback stopped reading without marking it paused
     }
   }
 
@@ -289,7 +356,7 @@ class Exchange {
   private close() {
     this.signal.removeEventListener('abort', this.onAbort);
     if (this.framing && this.filled > 0) this.handOver();
-    this.socket.destroy();
+    this.socket?.destroy();
     this.wakeSink();
   }
 

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import type { AuditOutcome } from '../../graphql/types';
 
 export const auditOutcomes = ['DONE', 'REFUSED', 'FAILED'] as const;
 
@@ -25,26 +24,4 @@ export function auditFilterOf(search: AuditSearch): AuditSearch | null {
   return entries.length
     ? (Object.fromEntries(entries.map(([k, v]) => [k, (v as string).trim()])) as AuditSearch)
     : null;
-}
-
-/**
- * Whether an event belongs to a filtered list, as the server decides it (audit.service.ts): an event that arrives
- * live joins only the lists it would have been in.
- */
-export function matchesAuditFilter(
-  event: { actor: string; action: string; target: string | null; outcome: AuditOutcome; at: string },
-  filter: AuditSearch | null | undefined,
-): boolean {
-  if (!filter) return true;
-  const has = (value: string | null, part?: string) =>
-    !part || (value ?? '').toLowerCase().includes(part.toLowerCase());
-  const at = Date.parse(event.at);
-  return (
-    has(event.actor, filter.actor) &&
-    has(event.action, filter.action) &&
-    has(event.target, filter.target) &&
-    (!filter.outcome || filter.outcome === event.outcome) &&
-    (!filter.from || at >= Date.parse(filter.from)) &&
-    (!filter.to || at < Date.parse(filter.to))
-  );
 }

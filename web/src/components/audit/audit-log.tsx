@@ -1,5 +1,6 @@
 import { type FormEvent, useState, useSyncExternalStore } from 'react';
-import { gql, useQuery, useSubscription } from 'urql';
+import { useQuery, useSubscription } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
@@ -10,19 +11,7 @@ import { PageHeader } from '../common/page';
 import { TimeAgo } from '../common/time-ago';
 import { type AuditSearch, auditFilterOf, auditOutcomes } from './audit-filter';
 
-export type AuditEventRow = {
-  __typename?: 'AuditEvent';
-  id: string;
-  at: string;
-  actor: string;
-  action: string;
-  target: string | null;
-  outcome: AuditOutcome;
-  message: string | null;
-  requestId: string | null;
-};
-
-export const AuditLog_EventFragment = gql<AuditEventRow>`
+export const AuditLog_EventFragment = graphql(`
   fragment AuditLog_Event on AuditEvent {
     id
     at
@@ -33,22 +22,18 @@ export const AuditLog_EventFragment = gql<AuditEventRow>`
     message
     requestId
   }
-`;
+`);
 
-type EventsPage = {
-  auditEvents: {
-    edges: { __typename?: 'AuditEventEdge'; cursor: string; node: AuditEventRow }[];
-    pageInfo: { hasNextPage: boolean; endCursor: string | null };
-  };
-};
+/** One event as the table shows it, typed from the fragment (gql.tada, from server/schema.graphql). */
+export type AuditEventRow = ResultOf<typeof AuditLog_EventFragment>;
 
-export const AuditLog_EventsQuery = gql<
-  EventsPage,
-  { first: number; after: string | null; filter?: AuditSearch | null }
->`
+export const AuditLog_EventsQuery = graphql(
+  `
   query AuditLog_Events($first: Int!, $after: String, $filter: AuditFilter) {
     auditEvents(first: $first, after: $after, filter: $filter) {
+      # Named, so the live updater (graphql/cache.ts) can write an edge of its own typed like these.
       edges {
+        __typename
         cursor
         node {
           ...AuditLog_Event
@@ -60,18 +45,21 @@ export const AuditLog_EventsQuery = gql<
       }
     }
   }
-  ${AuditLog_EventFragment}
-`;
+`,
+  [AuditLog_EventFragment],
+);
 
 /** Each committed event; graphcache's updater (graphql/cache.ts) puts it on top of the first page. */
-export const AuditLog_EventAddedSubscription = gql<{ auditEventAdded: AuditEventRow }>`
+export const AuditLog_EventAddedSubscription = graphql(
+  `
   subscription AuditLog_EventAdded {
     auditEventAdded {
       ...AuditLog_Event
     }
   }
-  ${AuditLog_EventFragment}
-`;
+`,
+  [AuditLog_EventFragment],
+);
 
 export const AUDIT_PAGE_SIZE = 50;
 

@@ -4,6 +4,7 @@ import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { useMirrorListingUpdates } from './mirror-updates';
 import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
 type Started = {
@@ -17,7 +18,7 @@ type Started = {
 
 export type MirrorSourceInput = { url: string; file?: string | null; sha256?: string | null; size?: number | null };
 
-/** A new version joins the listing through graphcache's updater (graphql/cache.ts). */
+/** A new version joins the listing: the form hands it over (mirror-updates.ts), and the listing reads itself again. */
 /** The answer to any fetch into the mirror (by URL here, or a registry set): the message and the whole version. */
 export const FetchForm_StartedFragment = gql`
   fragment FetchForm_Started on FetchStarted {
@@ -69,6 +70,7 @@ type LinePart = 'url' | 'file' | 'sha256';
  */
 export function FetchForm({ titleId }: { titleId: string }) {
   const [{ fetching, error }, fetchToMirror] = useMutation(FetchForm_FetchMutation);
+  const listing = useMirrorListingUpdates();
   const nextKey = useRef(1);
   const blank = (): Line => ({ key: nextKey.current++, url: '', file: '', sha256: '' });
   const [model, setModel] = useState('');
@@ -111,6 +113,8 @@ export function FetchForm({ titleId }: { titleId: string }) {
     const outcome = result.data?.fetchToMirror;
     if (isRefusal(outcome)) setRefusal(outcome);
     else if (outcome?.__typename === 'FetchStarted') {
+      // The listing shows the version now (reading itself again when it is new), not on the first event.
+      listing.put(outcome.version);
       setStarted(outcome.message);
       setModel('');
       setVersion('');

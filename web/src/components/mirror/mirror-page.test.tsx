@@ -4,6 +4,7 @@ import { Provider } from 'urql';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
 import { FetchForm_FetchMutation } from './fetch-form';
+import { type MirrorPage_Mirror, placeVersion } from './mirror-listing';
 import { MirrorPage, MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery } from './mirror-page';
 import { RemoveVersion_RemoveMutation } from './remove-version';
 import {
@@ -11,6 +12,7 @@ import {
   VersionRow_ResumeMutation,
   VersionRow_RetryMutation,
   VersionRow_SetModeMutation,
+  type VersionRow_Version,
 } from './version-row';
 
 const GiB = 1024 ** 3;
@@ -447,6 +449,26 @@ describe('MirrorPage', () => {
     expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(readsBefore);
     await vi.waitFor(() => expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(readsBefore + 1));
     expect(screen.getByTestId('version-qwen3-8b/Q4_K_M')).toBeInTheDocument();
+  });
+
+  it('keeps the listing out of graphcache, and an event replaces only its own version', async () => {
+    const fetching = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB });
+    const others = [version('llama3.1-8b', 'Q4_K_M', 'PRESENT'), version('qwen3-8b', 'Q8_0', 'PRESENT')];
+    const fake = fakeClient([answer(MirrorPage_MirrorQuery, () => listing(byFamily([fetching, ...others])))]);
+    renderPage(fake);
+    await row('qwen3-8b/Q4_K_M');
+    // Normalising thousands of versions was most of the page's first load and of every event: none of it is cached.
+    expect(fake.client.readQuery(MirrorPage_MirrorQuery, {})?.data ?? null).toBeNull();
+
+    const mirror = listing(byFamily([fetching, ...others])).mirror as unknown as MirrorPage_Mirror;
+    const [qwen, llama] = mirror.families;
+    const changed = { ...(qwen?.versions[0] as VersionRow_Version), bytesDone: 2 * GiB };
+    const next = placeVersion(mirror, changed);
+    expect(next?.families[0]?.versions).toEqual([changed, qwen?.versions[1]]);
+    // The other family and the other row keep their objects, so their memoised rows are not rendered again.
+    expect(next?.families[1]).toBe(llama);
+    expect(next?.families[0]?.versions[1]).toBe(qwen?.versions[1]);
+    expect(placeVersion(mirror, { ...changed, id: 'new/one' })).toBeNull();
   });
 
   it('opens the fetch form on an empty mirror and shows a refusal next to the field it names', async () => {

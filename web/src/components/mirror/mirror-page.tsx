@@ -1,5 +1,4 @@
 import { useCallback, useEffect, useId, useMemo, useRef, useState, useSyncExternalStore } from 'react';
-import { gql, useClient, useQuery, useSubscription } from 'urql';
 import { type LiveState, live } from '../../graphql/live';
 import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
@@ -12,69 +11,13 @@ import type { ExplorerNavigate, ExplorerSearch } from '../registry/explorer-sear
 import { RegistryExplorer } from '../registry/registry-explorer';
 import { BandwidthLimit } from './bandwidth-limit';
 import { FetchForm } from './fetch-form';
+import { type MirrorPage_Mirror, useMirrorListing } from './mirror-listing';
 import { BreakableUrl } from './mirror-parts';
-import {
-  bytesOf,
-  type MirrorFilter,
-  MirrorTable,
-  type MirrorTable_Family,
-  MirrorTable_FamilyFragment,
-  mirrorItems,
-  type StateFilter,
-  stateFilters,
-} from './mirror-table';
-import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
+import { bytesOf, type MirrorFilter, MirrorTable, mirrorItems, type StateFilter, stateFilters } from './mirror-table';
+import { MirrorListingContext } from './mirror-updates';
 
-export type MirrorPage_Mirror = {
-  baseUrl: string;
-  fetching: number;
-  present: number;
-  failed: number;
-  diskFreeBytes: Bytes;
-  families: MirrorTable_Family[];
-};
-
-export const MirrorPage_MirrorQuery = gql<{ mirror: MirrorPage_Mirror }, Record<string, never>>`
-  query MirrorPage_Mirror {
-    mirror {
-      baseUrl
-      fetching
-      present
-      failed
-      diskFreeBytes
-      families {
-        ...MirrorTable_Family
-      }
-    }
-  }
-  ${MirrorTable_FamilyFragment}
-`;
-
-/**
- * Every version that changes, whole: graphcache updates its row by id. A version the listing does not hold yet
- * makes graphcache's updater (graphql/cache.ts) read the listing again.
- */
-export const MirrorPage_ChangedSubscription = gql<{ mirrorChanged: VersionRow_Version }>`
-  subscription MirrorPage_Changed {
-    mirrorChanged {
-      ...VersionRow_Version
-    }
-  }
-  ${VersionRow_VersionFragment}
-`;
-
-/** One version read again by itself: graphcache puts it in its row by id. */
-export const MirrorPage_VersionQuery = gql<
-  { mirrorVersion: VersionRow_Version | null },
-  { model: string; version: string }
->`
-  query MirrorPage_Version($model: String!, $version: String!) {
-    mirrorVersion(model: $model, version: $version) {
-      ...VersionRow_Version
-    }
-  }
-  ${VersionRow_VersionFragment}
-`;
+// The listing's documents live with the listing; exported here too, as the page's own.
+export { MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery, MirrorPage_VersionQuery } from './mirror-listing';
 
 // The most arriving versions read again each time: more than this are queued ones, which events do follow.
 const REREAD_AT_MOST = 20;
@@ -114,16 +57,11 @@ export function MirrorPage({
   registrySearch?: ExplorerSearch;
   onRegistrySearchChange?: ExplorerNavigate;
 }) {
-  const [{ data, fetching, error }, refetch] = useQuery({
-    query: MirrorPage_MirrorQuery,
-    // Re-read on every visit: downloads went on while the page was closed.
-    requestPolicy: 'cache-and-network',
-  });
-  useSubscription({ query: MirrorPage_ChangedSubscription });
+  // Read on every visit (downloads went on while the page was closed), and followed live.
+  const { mirror, fetching, error, read, updates } = useMirrorListing();
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
-  useRefetchOnReconnect(refetch);
-  const client = useClient();
-  const arriving = (data?.mirror.families ?? [])
+  useRefetchOnReconnect(read);
+  const arriving = (mirror?.families ?? [])
     .flatMap((f) => f.versions)
     .filter((v) => !v.removed && arrivingStates.includes(v.state))
     .slice(0, REREAD_AT_MOST)
@@ -137,11 +75,11 @@ export function MirrorPage({
     const t = setInterval(() => {
       for (const key of arriving.split('\n')) {
         const [model = '', version = ''] = key.split('/');
-        client.query(MirrorPage_VersionQuery, { model, version }, { requestPolicy: 'network-only' }).toPromise();
+        updates.reread(model, version);
       }
     }, 5000);
     return () => clearInterval(t);
-  }, [arriving, client]);
+  }, [arriving, updates]);
 
   const [localOpen, setLocalOpen] = useState(false);
   const [localServe, setLocalServe] = useState<string>();
@@ -166,12 +104,11 @@ export function MirrorPage({
   const formTitleId = useId();
   const registryTitleId = useId();
 
-  const mirror = data?.mirror;
   // A removed version's last event says `removed: true`: it leaves the view at once.
   const families = useMemo(
     () =>
       (mirror?.families ?? [])
-        // A family left as graphcache gave it keeps its identity, so its rows' order is not worked out again.
+        // A family the last event did not touch keeps its identity, so its rows' order is not worked out again.
         .map((f) => (f.versions.some((v) => v.removed) ? { ...f, versions: f.versions.filter((v) => !v.removed) } : f))
         .filter((f) => f.versions.length > 0),
     [mirror],
@@ -182,7 +119,7 @@ export function MirrorPage({
     () => mirrorItems(families, { name: nameFilter, state: stateFilter }, collapsed),
     [families, nameFilter, stateFilter, collapsed],
   );
-  useTotalsFollowRows(mirror, fetching, () => refetch({ requestPolicy: 'network-only' }));
+  useTotalsFollowRows(mirror, fetching, read);
 
   const empty = mirror !== undefined && families.length === 0;
   // An empty mirror has nothing to show but the way to fill it. Opened that way, the form stays open once the
@@ -197,85 +134,87 @@ export function MirrorPage({
   const showForm = canChange && open;
 
   return (
-    <section>
-      <PageHeader title="Mirror">
-        The model files this Hangar keeps, by model and version, with what is arriving and what failed. Nodes load
-        weights from here.
-      </PageHeader>
-      {mirror ? <MirrorFacts mirror={mirror} usedBytes={bytesOf(families.flatMap((f) => f.versions))} /> : null}
-      <div className="toolbar">
-        <p className="live-state" aria-live="polite">
-          <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
-          {liveText[liveState]}
-        </p>
-        <BandwidthLimit canChange={canChange} />
-        {canChange && !empty ? (
-          <button
-            type="button"
-            className={`button disclosure${open ? '' : ' primary'}`}
-            aria-expanded={open}
-            aria-controls="fetch-by-url"
-            onClick={toggleForm}
-          >
-            Fetch by URL
-          </button>
-        ) : null}
-      </div>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
-      {empty ? (
-        <p className="empty">
-          The mirror holds nothing yet.{' '}
-          {canChange
-            ? `Give a model, a version and the URLs of its files below${registryOn ? ', or get a model from the registry further down' : ''}: Hangar fetches the files, checks their sha256 and serves them to the nodes.`
-            : 'An operator fetches model files into it.'}
-        </p>
-      ) : null}
-      {showForm ? (
-        <section id="fetch-by-url" className="panel fetch-panel" aria-labelledby={formTitleId}>
-          <h2 id={formTitleId}>Fetch by URL</h2>
-          <FetchForm titleId={formTitleId} />
-        </section>
-      ) : null}
-      {mirror && !empty ? (
-        <>
-          <MirrorFilters filter={filter} onChange={setFilter} />
-          {items.length === 0 ? (
-            <p className="empty">
-              No version matches the filter.{' '}
-              <button type="button" className="link-button" onClick={() => setFilter({})}>
-                Show every version
-              </button>
-            </p>
-          ) : (
-            <MirrorTable
-              items={items}
-              canChange={canChange}
-              serve={serve}
-              onServeChange={setServe}
-              onToggleFamily={toggleFamily}
-            />
-          )}
-        </>
-      ) : null}
-      {!mirror && fetching ? <p className="muted">Loading…</p> : null}
-      {/* A set fetched from here joins the listing above: graphcache's updater reads it again (graphql/cache.ts). */}
-      {registryOn ? (
-        <section className="panel registry-panel" aria-labelledby={registryTitleId}>
-          <h2 id={registryTitleId} className="registry-title">
-            Get from the registry
-          </h2>
-          <p className="hint">
-            Search the model registry and open a repository: each file set is judged against the fleet (will llama.cpp
-            load it, how much memory, where it fits) before any download.
+    <MirrorListingContext.Provider value={updates}>
+      <section>
+        <PageHeader title="Mirror">
+          The model files this Hangar keeps, by model and version, with what is arriving and what failed. Nodes load
+          weights from here.
+        </PageHeader>
+        {mirror ? <MirrorFacts mirror={mirror} usedBytes={bytesOf(families.flatMap((f) => f.versions))} /> : null}
+        <div className="toolbar">
+          <p className="live-state" aria-live="polite">
+            <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
+            {liveText[liveState]}
           </p>
-          <RegistryExplorer canFetch={canChange} search={registrySearch} onSearchChange={onRegistrySearchChange} />
-        </section>
-      ) : null}
-    </section>
+          <BandwidthLimit canChange={canChange} />
+          {canChange && !empty ? (
+            <button
+              type="button"
+              className={`button disclosure${open ? '' : ' primary'}`}
+              aria-expanded={open}
+              aria-controls="fetch-by-url"
+              onClick={toggleForm}
+            >
+              Fetch by URL
+            </button>
+          ) : null}
+        </div>
+        {error ? (
+          <p role="alert" className="form-error">
+            {describeError(error)}
+          </p>
+        ) : null}
+        {empty ? (
+          <p className="empty">
+            The mirror holds nothing yet.{' '}
+            {canChange
+              ? `Give a model, a version and the URLs of its files below${registryOn ? ', or get a model from the registry further down' : ''}: Hangar fetches the files, checks their sha256 and serves them to the nodes.`
+              : 'An operator fetches model files into it.'}
+          </p>
+        ) : null}
+        {showForm ? (
+          <section id="fetch-by-url" className="panel fetch-panel" aria-labelledby={formTitleId}>
+            <h2 id={formTitleId}>Fetch by URL</h2>
+            <FetchForm titleId={formTitleId} />
+          </section>
+        ) : null}
+        {mirror && !empty ? (
+          <>
+            <MirrorFilters filter={filter} onChange={setFilter} />
+            {items.length === 0 ? (
+              <p className="empty">
+                No version matches the filter.{' '}
+                <button type="button" className="link-button" onClick={() => setFilter({})}>
+                  Show every version
+                </button>
+              </p>
+            ) : (
+              <MirrorTable
+                items={items}
+                canChange={canChange}
+                serve={serve}
+                onServeChange={setServe}
+                onToggleFamily={toggleFamily}
+              />
+            )}
+          </>
+        ) : null}
+        {!mirror && fetching ? <p className="muted">Loading…</p> : null}
+        {/* A set fetched from here joins the listing above: its row reports the answer (mirror-updates.ts). */}
+        {registryOn ? (
+          <section className="panel registry-panel" aria-labelledby={registryTitleId}>
+            <h2 id={registryTitleId} className="registry-title">
+              Get from the registry
+            </h2>
+            <p className="hint">
+              Search the model registry and open a repository: each file set is judged against the fleet (will llama.cpp
+              load it, how much memory, where it fits) before any download.
+            </p>
+            <RegistryExplorer canFetch={canChange} search={registrySearch} onSearchChange={onRegistrySearchChange} />
+          </section>
+        ) : null}
+      </section>
+    </MirrorListingContext.Provider>
   );
 }
 

@@ -1,19 +1,13 @@
 import { useWindowVirtualizer } from '@tanstack/react-virtual';
 import { memo, type RefObject, useCallback, useLayoutEffect, useRef, useState } from 'react';
-import { gql } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { COLUMNS, VersionRow, type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
-export type MirrorTable_Family = {
-  __typename?: 'MirrorFamily';
-  name: string;
-  modelCount: number;
-  versions: VersionRow_Version[];
-};
-
-export const MirrorTable_FamilyFragment = gql<MirrorTable_Family>`
+export const MirrorTable_FamilyFragment = graphql(
+  `
   fragment MirrorTable_Family on MirrorFamily {
     name
     modelCount
@@ -21,8 +15,11 @@ export const MirrorTable_FamilyFragment = gql<MirrorTable_Family>`
       ...VersionRow_Version
     }
   }
-  ${VersionRow_VersionFragment}
-`;
+`,
+  [VersionRow_VersionFragment],
+);
+
+export type MirrorTable_Family = ResultOf<typeof MirrorTable_FamilyFragment>;
 
 /** What the operator narrows the listing to: part of a name, and a state (or "in use"). */
 export type MirrorFilter = { name?: string; state?: StateFilter };
@@ -113,7 +110,7 @@ type FamilyRows = {
   counts: Pick<FamilySummary, 'bytes' | 'fetching' | 'failed' | 'inUse'>;
 };
 
-// A live event changes one version: graphcache hands the same array for every other family, whose rows are then
+// A live event changes one version: the listing (mirror-listing.tsx) keeps the same array for every other family, whose rows are then
 // not filtered, sorted and counted again.
 const rowsOf = new WeakMap<VersionRow_Version[], FamilyRows>();
 

@@ -6,6 +6,7 @@ import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { FormError_RefusalFragment } from '../common/form-error';
 import { modeWords } from './mirror-parts';
+import { useMirrorListingUpdates } from './mirror-updates';
 import type { VersionRow_Version } from './version-row';
 
 type Removed = {
@@ -17,7 +18,7 @@ type Removed = {
   bytes: number;
 };
 
-/** graphcache's updater (graphql/cache.ts) marks the version removed, so every view drops it at once. */
+/** The listing drops the version on the answer; graphcache's updater (graphql/cache.ts) marks it removed elsewhere. */
 export const RemoveVersion_RemoveMutation = gql<
   { removeMirrorVersion: Outcome<Removed> },
   { model: string; version: string; force: boolean }
@@ -45,6 +46,7 @@ export const RemoveVersion_RemoveMutation = gql<
 export function RemoveVersion({ version, onClose }: { version: VersionRow_Version; onClose: () => void }) {
   const [{ fetching, error }, remove] = useMutation(RemoveVersion_RemoveMutation);
   const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const listing = useMirrorListingUpdates();
   const name = `${version.model}/${version.version}`;
 
   const confirm = async (force: boolean) => {
@@ -52,6 +54,7 @@ export function RemoveVersion({ version, onClose }: { version: VersionRow_Versio
     const result = await remove({ model: version.model, version: version.version, force });
     const outcome = result.data?.removeMirrorVersion;
     if (isRefusal(outcome)) setRefusal(outcome);
+    else if (outcome?.__typename === 'RemovedMirrorVersion') listing.drop(outcome.id);
   };
 
   const inUse = refusal?.__typename === 'ConflictError';

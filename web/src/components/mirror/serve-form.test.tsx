@@ -3,7 +3,7 @@ import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
 import { describe, expect, it } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
-import { MirrorPage, MirrorPage_MirrorQuery } from './mirror-page';
+import { MirrorPage, MirrorPage_MirrorQuery, MirrorPage_VersionQuery } from './mirror-page';
 import { ServeForm_PlanQuery, ServeForm_ServeMutation } from './serve-form';
 
 const GiB = 1024 ** 3;
@@ -82,24 +82,23 @@ const plan = {
 describe('ServeForm on a mirror row', () => {
   it('shows the plan before anything is confirmed, then serves under the edited name', async () => {
     let served = false;
+    const usedBy = () =>
+      served
+        ? [
+            {
+              __typename: 'ModelUse',
+              name: 'qwen-chat',
+              mode: 'ALWAYS',
+              replicas: 2,
+              maxReplicas: 2,
+              declared: false,
+              adapterOf: null,
+            },
+          ]
+        : [];
     const fake = fakeClient([
-      answer(MirrorPage_MirrorQuery, () =>
-        listing(
-          served
-            ? [
-                {
-                  __typename: 'ModelUse',
-                  name: 'qwen-chat',
-                  mode: 'ALWAYS',
-                  replicas: 2,
-                  maxReplicas: 2,
-                  declared: false,
-                  adapterOf: null,
-                },
-              ]
-            : [],
-        ),
-      ),
+      answer(MirrorPage_MirrorQuery, () => listing(usedBy())),
+      answer(MirrorPage_VersionQuery, () => ({ mirrorVersion: present(usedBy()) })),
       answer(ServeForm_PlanQuery, () => ({ servePlan: plan })),
       answer(ServeForm_ServeMutation, (v) => {
         served = true;
@@ -164,9 +163,13 @@ describe('ServeForm on a mirror row', () => {
     expect(fake.sent(ServeForm_ServeMutation).map((op) => op.variables)).toEqual([
       { model: 'qwen3-8b', version: 'Q4_K_M', name: 'qwen-chat', context: 8192, mode: 'ALWAYS', replicas: 2 },
     ]);
-    // The version's "used by" is read again, and links to the Models page.
+    // The version's "used by" is read again (that version alone, not the listing), and links to the Models page.
     const used = await within(row).findByRole('link', { name: 'used by qwen-chat' });
     expect(used).toHaveAttribute('href', '/models');
+    expect(fake.sent(MirrorPage_VersionQuery).map((op) => op.variables)).toEqual([
+      { model: 'qwen3-8b', version: 'Q4_K_M' },
+    ]);
+    expect(fake.sent(MirrorPage_MirrorQuery)).toHaveLength(1);
   });
 
   it('shows a refusal next to the field it names', async () => {

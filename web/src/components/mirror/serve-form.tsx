@@ -7,6 +7,7 @@ import { describeError, FormError, FormError_RefusalFragment } from '../common/f
 import { PageLink } from '../common/page-link';
 import { type ModelCard_Model, ModelCard_ModelFragment } from '../models/model-card';
 import { modeWords } from './mirror-parts';
+import { useMirrorListingUpdates } from './mirror-updates';
 
 export type ServeForm_Plan = {
   __typename: 'ServePlan';
@@ -225,6 +226,7 @@ function ServeFields({
   const [mode, setMode] = useState<ModelMode>('ALWAYS');
   const [replicas, setReplicas] = useState('1');
   const [{ fetching, error }, serve] = useMutation(ServeForm_ServeMutation);
+  const listing = useMirrorListingUpdates();
   const [refusal, setRefusal] = useState<Refusal | null>(null);
   const [placed, setPlaced] = useState<Placed>();
   const ids = { name: useId(), context: useId(), mode: useId(), replicas: useId() };
@@ -245,7 +247,11 @@ function ServeFields({
     });
     const outcome = result.data?.serveMirrorVersion;
     if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'ServePlaced') setPlaced(outcome);
+    else if (outcome?.__typename === 'ServePlaced') {
+      setPlaced(outcome);
+      // The version's "used by" now names the new model.
+      listing.reread(model, version);
+    }
   };
 
   const field = refusal?.__typename === 'ValidationError' ? (refusal.field as Field | undefined) : undefined;

@@ -1,26 +1,9 @@
-import { gql } from 'urql';
-import type { Bytes, MirrorFileState } from '../../graphql/types';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes, shortSha } from '../../lib/format';
 import { stateBadge } from './mirror-parts';
 
-export type VersionFiles_File = {
-  __typename?: 'MirrorFile';
-  id: string;
-  file: string;
-  state: MirrorFileState;
-  bytesDone: Bytes;
-  bytesTotal: Bytes | null;
-  bytesPerSecond: number | null;
-  sha256: string | null;
-  expectedSha256: string | null;
-  verified: boolean;
-  error: string | null;
-  url: string | null;
-  sourceUrl: string;
-};
-
-export const VersionFiles_FileFragment = gql<VersionFiles_File>`
+export const VersionFiles_FileFragment = graphql(`
   fragment VersionFiles_File on MirrorFile {
     id
     file
@@ -35,7 +18,10 @@ export const VersionFiles_FileFragment = gql<VersionFiles_File>`
     url
     sourceUrl
   }
-`;
+`);
+
+/** One file of a version, typed from the fragment (gql.tada). */
+export type VersionFiles_File = ResultOf<typeof VersionFiles_FileFragment>;
 
 /** The files of one version, listed when its row is opened. */
 export function VersionFiles({ files, label }: { files: VersionFiles_File[]; label: string }) {

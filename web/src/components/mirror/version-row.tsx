@@ -1,6 +1,7 @@
 import { memo, useEffect, useState } from 'react';
 import { type CombinedError, gql, useMutation } from 'urql';
-import type { Bytes, MirrorVersionState, ModelMode, Outcome } from '../../graphql/types';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { ModelMode, Outcome } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatDuration, formatRate } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
@@ -8,9 +9,10 @@ import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { BreakableUrl, modeWords, stateBadge } from './mirror-parts';
+import { useMirrorListingUpdates } from './mirror-updates';
 import { RemoveVersion } from './remove-version';
 import { ServeForm } from './serve-form';
-import { VersionFiles, type VersionFiles_File, VersionFiles_FileFragment } from './version-files';
+import { VersionFiles, VersionFiles_FileFragment } from './version-files';
 
 export const VersionRow_SetModeMutation = gql<
   { setModelMode: Outcome<{ __typename: 'Model'; id: string; mode: ModelMode }> },
@@ -125,34 +127,9 @@ function replicaWords(u: ModelUse): string | null {
   return `${u.replicas === 0 ? 'up to ' : ''}${count} ${u.maxReplicas === 1 ? 'replica' : 'replicas'}`;
 }
 
-export type VersionRow_Version = {
-  __typename?: 'MirrorVersion';
-  id: string;
-  model: string;
-  version: string;
-  state: MirrorVersionState;
-  removed: boolean;
-  fileCount: number;
-  files: VersionFiles_File[];
-  bytesDone: Bytes;
-  bytesTotal: Bytes | null;
-  percent: number | null;
-  bytesPerSecond: number | null;
-  etaSeconds: number | null;
-  /** Set while every file arriving waits to try its upstream again. */
-  retry: { attempt: number; nextAt: string; reason: string } | null;
-  error: string | null;
-  verified: boolean;
-  url: string | null;
-  usedBy: ModelUse[];
-  /** What it holds, from its headers; optional for fixtures of older rows (taken as a model). */
-  kind?: VersionKind;
-  architecture?: string | null;
-  updatedAt: string | null;
-};
-
 /** The whole version: the query, the subscription and every mutation select it, so each updates the row in place. */
-export const VersionRow_VersionFragment = gql<VersionRow_Version>`
+export const VersionRow_VersionFragment = graphql(
+  `
   fragment VersionRow_Version on MirrorVersion {
     id
     model
@@ -188,12 +165,16 @@ export const VersionRow_VersionFragment = gql<VersionRow_Version>`
     architecture
     updatedAt
   }
-  ${VersionFiles_FileFragment}
-`;
+`,
+  [VersionFiles_FileFragment],
+);
+
+/** A version as every view of it selects it, typed from the fragment (gql.tada, from server/schema.graphql). */
+export type VersionRow_Version = ResultOf<typeof VersionRow_VersionFragment>;
 
 type VersionResult = { __typename: 'MirrorVersion' } & VersionRow_Version;
 
-/** The result is the version: graphcache updates the row by id. */
+/** The result is the version: the row hands it to the listing (mirror-updates.ts), which shows it at once. */
 export const VersionRow_CancelMutation = gql<
   { cancelMirrorFetch: Outcome<VersionResult> },
   { model: string; version: string }
@@ -258,7 +239,7 @@ export const VersionRow_ResumeMutation = gql<
 export const COLUMNS = 5;
 
 /**
- * One version's row (and what opens beneath it). Memoised: graphcache keeps the same object for a version that did
+ * One version's row (and what opens beneath it). Memoised: the listing keeps the same object for a version that did
  * not change, so a live event about one version re-renders its row only, not the thousands beside it.
  */
 export const VersionRow = memo(function VersionRow({
@@ -281,6 +262,7 @@ export const VersionRow = memo(function VersionRow({
   const [pauseState, pause] = useMutation(VersionRow_PauseMutation);
   const [resumeState, resume] = useMutation(VersionRow_ResumeMutation);
   const [problem, setProblem] = useState<string>();
+  const listing = useMirrorListingUpdates();
   const name = `${version.model}/${version.version}`;
   const arriving = arrivingStates.includes(version.state);
   // A cancelled version, a failed one, or one still arriving whose other files failed: the server retries those.
@@ -291,6 +273,8 @@ export const VersionRow = memo(function VersionRow({
   const report = (outcome: Outcome<VersionResult> | undefined, error: CombinedError | undefined) => {
     if (isRefusal(outcome)) setProblem(outcome.message);
     else if (error) setProblem(describeError(error));
+    // The answer is the version as it is now: its row shows it, without waiting for the event that follows.
+    else if (outcome?.__typename === 'MirrorVersion') listing.put(outcome);
   };
   const onCancel = async () => {
     setProblem(undefined);

@@ -6,6 +6,7 @@ import { formatBytes, formatCount, shortSha } from '../../lib/format';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { FetchForm_StartedFragment } from '../mirror/fetch-form';
 import { stateBadge } from '../mirror/mirror-parts';
+import { useMirrorListingUpdates } from '../mirror/mirror-updates';
 import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
 import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
 
@@ -111,7 +112,7 @@ type Started = {
 
 /**
  * The revision is the one the verdict was made for, so a push to the repository meanwhile cannot swap the files
- * judged. The new version joins the mirror's listing through graphcache's updater (graphql/cache.ts).
+ * judged. The new version joins the mirror's listing above, when there is one (mirror-updates.ts).
  */
 export const FileSetRow_FetchMutation = gql<
   { fetchRepoSet: Outcome<Started> },
@@ -240,6 +241,7 @@ export function FileSetRow({
   const [model, setModel] = useState(set.model);
   const [version, setVersion] = useState(set.version);
   const [{ fetching, error }, fetchSet] = useMutation(FileSetRow_FetchMutation);
+  const listing = useMirrorListingUpdates();
   const [refusal, setRefusal] = useState<Refusal | null>(null);
   const [confirmed, setConfirmed] = useState(false);
   const [started, setStarted] = useState<Started>();
@@ -264,6 +266,8 @@ export function FileSetRow({
     const outcome = result.data?.fetchRepoSet;
     if (isRefusal(outcome)) setRefusal(outcome);
     else if (outcome?.__typename === 'FetchStarted') {
+      // Under the Mirror page, its listing shows the new version (reading itself again to place it).
+      listing.put(outcome.version);
       setStarted(outcome);
       setConfirmed(false);
     }

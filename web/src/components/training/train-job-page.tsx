@@ -173,7 +173,7 @@ export function TrainJobPage({ id, canChange, onDeleted }: { id: string; canChan
           <section className="panel train-progress" aria-label="Progress">
             <TrainProgress job={job} />
           </section>
-          <TrainCharts id={job.id} step={job.step} gpuMiB={job.gpuMiB} />
+          <TrainCharts id={job.id} gpuMiB={job.gpuMiB} />
           <div className="train-columns">
             <Events job={job} />
             <div className="train-side">

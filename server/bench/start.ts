@@ -1,0 +1,103 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { buildServer } from '../scripts/build.mjs';
+
+// Start time as an operator meets it after an upgrade or a crash: the data directory exists (embedded PostgreSQL
+// initialised, migrations applied, first admin made), and the clock runs from the process's spawn to the first
+// 200 from /readyz. Against a bare graphql-yoga process on Hangar's SDL (plain JavaScript, no tsx), each side in
+// its own process, rounds interleaved, median and spread. Sides: the sources through tsx (how every start ran
+// before `pnpm build`), the bundle in dist/, and the whole `pnpm start` (console and server checks included).
+//
+//   tsx bench/start.ts [rounds]
+
+const ROUNDS = Math.max(3, Number(process.argv[2] ?? 5));
+const serverDir = fileURLToPath(new URL('..', import.meta.url));
+const repoDir = path.dirname(serverDir);
+
+const bareYoga = `
+import http from 'node:http';
+import fs from 'node:fs';
+import { createSchema, createYoga } from 'graphql-yoga';
+const typeDefs = fs.readFileSync('schema.graphql', 'utf8');
+const yoga = createYoga({ schema: createSchema({ typeDefs, resolvers: {} }), logging: false });
+http.createServer((req, res) => req.url === '/readyz' ? res.end('{"ready":true}') : yoga(req, res)).listen(process.env.PORT, '127.0.0.1');
+`;
+
+type Side = { name: string; cwd: string; command: string; args: string[] };
+
+const port = 4790 + (process.pid % 100);
+const sides: Side[] = [
+  { name: 'bare Yoga', cwd: serverDir, command: process.execPath, args: ['--input-type=module', '-e', bareYoga] },
+  { name: 'tsx (src)', cwd: serverDir, command: process.execPath, args: ['--import', 'tsx', 'src/main.ts'] },
+  { name: 'dist', cwd: serverDir, command: process.execPath, args: ['--enable-source-maps', 'dist/main.js'] },
+  { name: 'pnpm start', cwd: repoDir, command: 'pnpm', args: ['--silent', 'start'] },
+];
+
+async function once(side: Side, env: NodeJS.ProcessEnv): Promise<number> {
+  const started = performance.now();
+  const child = spawn(side.command, side.args, {
+    cwd: side.cwd,
+    env,
+    stdio: ['ignore', 'ignore', 'pipe'],
+    detached: true,
+  });
+  let stderr = '';
+  child.stderr?.on('data', (c) => (stderr += c));
+  try {
+    for (;;) {
+      if (child.exitCode !== null) throw new Error(`${side.name} ended before it was ready: ${stderr}`);
+      const ok = await fetch(`http://127.0.0.1:${port}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (ok) return performance.now() - started;
+      await new Promise((r) => setTimeout(r, 10));
+    }
+  } finally {
+    await stop(child);
+  }
+}
+
+/** The whole group: `pnpm start` is a shell and node under it. */
+async function stop(child: ChildProcess) {
+  if (child.exitCode !== null || child.pid === undefined) return;
+  const ended = new Promise((r) => child.once('exit', r));
+  process.kill(-child.pid, 'SIGTERM');
+  await ended;
+}
+
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+
+const dataDir = path.join(os.tmpdir(), `hangar-bench-start-${process.pid}`);
+await fs.mkdir(dataDir, { recursive: true, mode: 0o755 });
+const env = {
+  ...process.env,
+  HANGAR_DATA_DIR: dataDir,
+  PORT: String(port),
+  HANGAR_LOG_LEVEL: 'warn',
+  HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
+};
+try {
+  await buildServer();
+  // The first start makes the data directory; it is not what is measured.
+  await once(sides[1] as Side, env);
+  // One unmeasured `pnpm start` too, so that its console check finds a console built from these sources.
+  await once(sides[3] as Side, env);
+  const times = new Map(sides.map((s) => [s.name, [] as number[]]));
+  for (let round = 0; round < ROUNDS; round++) {
+    for (const side of sides) times.get(side.name)?.push(await once(side, env));
+  }
+  const base = median(times.get('bare Yoga') ?? []);
+  console.log(`server start, existing data dir, spawn to /readyz (${ROUNDS} rounds interleaved, median (min–max)):`);
+  for (const side of sides) {
+    const ms = times.get(side.name) ?? [];
+    console.log(
+      `  ${side.name.padEnd(11)} ${median(ms).toFixed(0).padStart(5)} ms (${Math.min(...ms).toFixed(0)}–${Math.max(...ms).toFixed(0)})  ${(median(ms) / base).toFixed(2)}× bare Yoga`,
+    );
+  }
+} finally {
+  await fs.rm(dataDir, { recursive: true, force: true });
+}

@@ -1,0 +1,105 @@
+// `pnpm build` (server): bundles the server's and the agent's entry points into dist/, so production starts run
+// JavaScript instead of compiling TypeScript through tsx at every start (2 s of a 2.3 s start, measured in
+// bench/start.ts). Dependencies stay external: node_modules is installed beside dist, and native or wasm parts
+// (Prisma's query compiler, node-llama-cpp, argon2) are loaded from there as they are under tsx.
+// Plain JavaScript, so that `pnpm start` can run it (and ask whether it is needed) without tsx.
+import { existsSync } from 'node:fs';
+import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import path from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { build } from 'esbuild';
+import { hashServerInputs, serverStampName } from './server-stamp.mjs';
+
+const serverDir = fileURLToPath(new URL('..', import.meta.url));
+export const distDir = path.join(serverDir, 'dist');
+
+/**
+ * Files reach things beside them through `new URL('../../trainer/…', import.meta.url)`: the migrations, the
+ * trainer, the hashing worker, package.json. In one bundle every file would share the bundle's URL and those
+ * paths would point one or two folders off. This rewrites each file's import.meta.url to its source file's URL,
+ * computed from where the bundle runs, so every such path means what it means under tsx, and the tree beside
+ * dist (src/lib/download/sha256-worker.cjs, ../prisma/migrations, trainer/) is what is read.
+ * @type {import('esbuild').Plugin}
+ */
+const sourceUrls = {
+  name: 'hangar-source-urls',
+  setup(b) {
+    b.onLoad({ filter: /[\\/]server[\\/]src[\\/].*\.ts$/ }, async (args) => {
+      const text = await readFile(args.path, 'utf8');
+      if (!text.includes('import.meta.url')) return undefined;
+      const rel = path.relative(distDir, args.path).split(path.sep).join('/');
+      return {
+        contents: text.replaceAll('import.meta.url', `new URL(${JSON.stringify(rel)}, import.meta.url).href`),
+        loader: 'ts',
+      };
+    });
+  },
+};
+
+/**
+ * OpenTelemetry's SDK is loaded only when tracing is on (app.ts imports telemetry/tracing.ts dynamically). A
+ * bundle would inline it and hoist the SDK's imports to the top, 0.3 s of every start; as an entry of its own
+ * (dist/telemetry.js), the dynamic import stays one.
+ * @type {import('esbuild').Plugin}
+ */
+const lazyTelemetry = {
+  name: 'hangar-lazy-telemetry',
+  setup(b) {
+    b.onResolve({ filter: /^\.\/telemetry\/tracing\.js$/ }, (args) =>
+      args.kind === 'dynamic-import' ? { path: './telemetry.js', external: true } : undefined,
+    );
+  },
+};
+
+/** Builds dist/main.js (the server), dist/agent.js (the node agent) and dist/cli.js, then stamps dist. */
+export async function buildServer() {
+  // Hashed before building: a source edited during the build makes the next start build again.
+  const hash = await hashServerInputs(serverDir);
+  // Built aside and swapped in, so a server started from dist (or a second build at the same time: the tests
+  // build in parallel) never finds half a bundle. Same depth as dist: sourceUrls' paths hold for both.
+  const next = path.join(serverDir, `.dist-${process.pid}-${Date.now()}`);
+  await build({
+    absWorkingDir: serverDir,
+    entryPoints: {
+      main: 'src/main.ts',
+      agent: 'src/agent/main.ts',
+      // `hangar <command>` (bin/hangar.mjs runs dist/cli.js when it is there).
+      ...(existsSync(path.join(serverDir, 'src/cli/run.ts')) ? { cli: 'src/cli/run.ts' } : {}),
+      telemetry: 'src/telemetry/tracing.ts',
+    },
+    outdir: next,
+    bundle: true,
+    // No shared chunks: the import.meta.url rewrite is computed from dist/ itself, where both bundles lie.
+    format: 'esm',
+    platform: 'node',
+    target: 'node20.19',
+    packages: 'external',
+    sourcemap: true,
+    // Stack traces in logs then name the TypeScript file and line (node --enable-source-maps).
+    sourcesContent: false,
+    logLevel: 'warning',
+    plugins: [sourceUrls, lazyTelemetry],
+  }).catch(async (err) => {
+    await rm(next, { recursive: true, force: true });
+    throw err;
+  });
+  await writeFile(path.join(next, serverStampName), `${hash}\n`);
+  const old = `${next}-old`;
+  // Another build may swap its own in between our two renames; then ours goes in over it.
+  for (let attempt = 0; ; attempt++) {
+    await rename(distDir, `${old}${attempt}`).catch(() => undefined);
+    try {
+      await rename(next, distDir);
+      break;
+    } catch (err) {
+      if (attempt >= 3) throw err;
+    }
+  }
+  for (let attempt = 0; attempt <= 3; attempt++) await rm(`${old}${attempt}`, { recursive: true, force: true });
+}
+
+if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+  const started = performance.now();
+  await buildServer();
+  process.stdout.write(`built the server into dist/ in ${Math.round(performance.now() - started)} ms\n`);
+}

@@ -1,0 +1,175 @@
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import type { TadaDocumentNode } from 'gql.tada';
+import { print } from 'graphql';
+import { createClient } from 'graphql-ws';
+import WebSocket from 'ws';
+import { CliError, EXIT } from './exit-codes.js';
+
+// Where the CLI finds its server and token. The only file of the CLI that reads the environment, as config.ts
+// is for the server: HANGAR_URL and HANGAR_TOKEN (for CI, containers) win over what `hangar login` stored.
+
+export type Credentials = { url: string; token: string };
+
+/** ~/.config/hangar/credentials.json, or under XDG_CONFIG_HOME where it is set. */
+export function credentialsFile(env: NodeJS.ProcessEnv = process.env) {
+  const base = env.XDG_CONFIG_HOME || path.join(env.HOME || os.homedir(), '.config');
+  return path.join(base, 'hangar', 'credentials.json');
+}
+
+export async function saveCredentials(c: Credentials, env: NodeJS.ProcessEnv = process.env) {
+  const file = credentialsFile(env);
+  await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  // Written to a new file and renamed, mode 0600 from the start: the token is as good as the user's password
+  // for what its role allows, and a file readable by others for even a moment is a leak.
+  const tmp = `${file}.${process.pid}.tmp`;
+  await fs.writeFile(tmp, `${JSON.stringify(c, null, 2)}\n`, { mode: 0o600 });
+  await fs.chmod(tmp, 0o600);
+  await fs.rename(tmp, file);
+  return file;
+}
+
+export async function loadCredentials(env: NodeJS.ProcessEnv = process.env): Promise<Credentials> {
+  const fromEnv = { url: env.HANGAR_URL, token: env.HANGAR_TOKEN };
+  let stored: Partial<Credentials> = {};
+  try {
+    stored = JSON.parse(await fs.readFile(credentialsFile(env), 'utf8'));
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
+      throw new CliError(`${credentialsFile(env)} could not be read: ${(err as Error).message}`, EXIT.auth);
+  }
+  const url = fromEnv.url || stored.url;
+  const token = fromEnv.token || stored.token;
+  if (!url || !token)
+    throw new CliError(
+      'not signed in: run `hangar login URL` (or set HANGAR_URL and HANGAR_TOKEN)',
+      EXIT.auth,
+      'UNAUTHENTICATED',
+    );
+  return { url: normalizeUrl(url), token };
+}
+
+/** The server's base URL as typed ("hangar:4000", "https://hangar.example/"), as http(s)://host[:port]. */
+export function normalizeUrl(raw: string) {
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(raw) ? raw : `http://${raw}`;
+  let u: URL;
+  try {
+    u = new URL(withScheme);
+  } catch {
+    throw new CliError(`"${raw}" is not a server address: give one such as http://hangar:4000`, EXIT.usage);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:')
+    throw new CliError(`the server address is http:// or https://: "${raw}" is not`, EXIT.usage);
+  return `${u.origin}${u.pathname.replace(/\/+$/, '')}`;
+}
+
+type Vars<V> = V extends Record<string, never> ? Record<string, never> | undefined : V;
+
+/** GraphQL over HTTP for queries and mutations, graphql-ws for subscriptions, with the bearer token. */
+export class HangarClient {
+  constructor(
+    readonly url: string,
+    readonly token: string,
+  ) {}
+
+  async request<R, V>(doc: TadaDocumentNode<R, V>, variables?: Vars<V>, headers: Record<string, string> = {}) {
+    const { data } = await this.send(doc, variables, headers);
+    return data as R;
+  }
+
+  /** As request, with the response's headers (login reads its cookies). */
+  async send<R, V>(doc: TadaDocumentNode<R, V>, variables?: Vars<V>, headers: Record<string, string> = {}) {
+    let res: Response;
+    try {
+      res = await fetch(`${this.url}/graphql`, {
+        method: 'POST',
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/graphql-response+json, application/json',
+          ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
+          ...headers,
+        },
+        body: JSON.stringify({ query: print(doc), variables: variables ?? {} }),
+        signal: AbortSignal.timeout(30_000),
+      });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new CliError(
+        `${this.url} did not answer (${cause?.code ?? cause?.message ?? (err as Error).message}): is the server running, and is the address right?`,
+        EXIT.unreachable,
+      );
+    }
+    const text = await res.text();
+    let body: { data?: unknown; errors?: { message: string; extensions?: { code?: string } }[] } | undefined;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (res.status === 401 || res.status === 403)
+      throw new CliError(
+        `${this.url} refused the token (${body?.errors?.[0]?.message ?? res.status}): run \`hangar login\` again`,
+        EXIT.auth,
+        'UNAUTHENTICATED',
+      );
+    if (!body || res.status >= 500)
+      throw new CliError(
+        `${this.url} answered ${res.status} ${text.slice(0, 120)}: is this a Hangar server?`,
+        EXIT.unreachable,
+      );
+    if (body.errors?.length) {
+      const code = body.errors[0]?.extensions?.code;
+      throw new CliError(
+        body.errors.map((e) => e.message).join('; '),
+        code === 'UNAUTHENTICATED' || code === 'FORBIDDEN' ? EXIT.auth : EXIT.failed,
+        code,
+      );
+    }
+    return { data: body.data as R, headers: res.headers };
+  }
+
+  /**
+   * A subscription's events as an async iterator. Ending the loop (break, return) unsubscribes; the server's
+   * work is not touched by that, which is what Ctrl-C relies on.
+   */
+  async *subscribe<R, V>(doc: TadaDocumentNode<R, V>, variables?: Vars<V>): AsyncGenerator<R> {
+    const client = createClient({
+      url: `${this.url.replace(/^http/, 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${this.token}` },
+      retryAttempts: 5,
+      // Long downloads outlive a network blip: reconnect and carry on instead of failing the watch.
+      shouldRetry: () => true,
+      lazy: true,
+    });
+    const events = client.iterate<R>({
+      query: print(doc),
+      variables: (variables ?? {}) as Record<string, unknown>,
+    });
+    try {
+      for await (const e of events) {
+        if (e.errors?.length) throw new CliError(e.errors.map((x) => x.message).join('; '), EXIT.failed);
+        if (e.data) yield e.data as R;
+      }
+    } catch (err) {
+      if (err instanceof CliError) throw err;
+      throw new CliError(`the event stream from ${this.url} broke: ${describe(err)}`, EXIT.unreachable);
+    } finally {
+      await events.return?.(undefined);
+      await client.dispose();
+    }
+  }
+}
+
+function describe(err: unknown) {
+  if (err instanceof Error) return err.message;
+  const close = err as { code?: number; reason?: string };
+  if (typeof close?.code === 'number') return `closed ${close.code} ${close.reason ?? ''}`.trim();
+  return String(err);
+}
+
+export async function connect(env: NodeJS.ProcessEnv = process.env) {
+  const c = await loadCredentials(env);
+  return new HangarClient(c.url, c.token);
+}

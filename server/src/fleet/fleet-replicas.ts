@@ -1,0 +1,196 @@
+import { z } from 'zod';
+import { withState } from '../audit/message.js';
+import type { Context } from '../context.js';
+import type { CatalogModel, Replica } from '../generated/prisma/client.js';
+import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
+import { resourceName } from '../lib/names.js';
+import { parseInput } from '../lib/validate.js';
+import { FleetPlacement } from './fleet-placement.js';
+import { endpointProblem } from './smoke.js';
+
+// What node agents say of their replicas (assignments, reportReplica): the replica rows' state as an agent sees
+// it, the serving report that makes a smoke test due. Over fleet-placement.ts, under fleet.service.ts (nodes).
+
+const reportReplicaInput = z.object({
+  replicaId: z.string().uuid('the replica id, as nodeAssignments gives it'),
+  state: z.enum(['LOADING', 'READY', 'FAILED', 'STOPPED'], { error: 'LOADING, READY, FAILED or STOPPED' }),
+  message: z.string().max(2000).nullish(),
+  smokeText: z.string().max(2000).nullish(),
+  tokensPerSecond: z.number().min(0).nullish(),
+  endpoint: z
+    .string()
+    .max(500, 'at most 500 characters')
+    .superRefine((e, ctx) => {
+      const problem = endpointProblem(e);
+      if (problem) ctx.addIssue({ code: 'custom', message: problem });
+    })
+    .nullish(),
+  // Never echoed in a refusal (parseInput names the field, not the value).
+  engineKey: z
+    .string()
+    .regex(/^[\x21-\x7e]{16,512}$/, '16 to 512 printable characters without spaces, as newEngineKey() makes')
+    .nullish(),
+  gpuLayers: z.number().int().min(0).max(100_000).nullish(),
+  totalLayers: z.number().int().min(0).max(100_000).nullish(),
+  vramUsedBytes: z.number().int().min(0).nullish(),
+  // Absent (an agent from before it reported them) leaves the column as it is.
+  adapters: z
+    .array(resourceName('an adapter name'))
+    .max(1000, 'at most 1000 adapters')
+    .refine((a) => new Set(a).size === a.length, 'each adapter once')
+    .nullish(),
+});
+
+/** The adapters a report lists, as the column's update; nothing when the report has none to say. */
+function adaptersOf(r: { adapters?: string[] | null }) {
+  return r.adapters == null ? {} : { adapters: r.adapters };
+}
+
+export class FleetReplicas extends FleetPlacement {
+  assignments(nodeId: string) {
+    return this.db.replica.findMany({
+      where: {
+        nodeId,
+        OR: [
+          { desired: 'RUN', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+          { desired: 'STOP', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+        ],
+      },
+      include: { model: { include: { adapters: { orderBy: { name: 'asc' } } } } },
+      orderBy: { createdAt: 'asc' },
+    });
+  }
+
+  /** An agent says how a replica is doing. Audited when it becomes ready, fails or stops; not for loading. */
+  async reportReplica(ctx: Context, input: unknown): Promise<Result<Replica>> {
+    if (ctx.viewer.kind !== 'node')
+      return fail(new ConflictError('reportReplica is for node agents, with their node token'));
+    const parsed = parseInput(reportReplicaInput, input);
+    if (!parsed.ok) return parsed;
+    const r = parsed.value;
+    const replica = await this.db.replica.findUnique({ where: { id: r.replicaId }, include: { model: true } });
+    if (!replica || replica.nodeId !== ctx.viewer.node.id) {
+      return fail(new NotFoundError(`no replica ${r.replicaId} is assigned to node ${ctx.viewer.node.name}`));
+    }
+    if (r.state === 'READY') return this.reportServing(ctx, replica, r);
+    // A replica the control plane failed (its smoke test) stays failed, with that reason, when its agent then
+    // stops it: the operator needs to see why it went, not that it stopped.
+    const keepFailure = replica.state === 'FAILED' && r.state === 'STOPPED';
+    const updated = await this.db.$transaction(async (tx) => {
+      const u = await tx.replica.update({
+        where: { id: replica.id },
+        data: keepFailure
+          ? adaptersOf(r)
+          : {
+              ...adaptersOf(r),
+              state: r.state,
+              message: r.message ?? null,
+              // Loading again (an agent that restarted, say): the endpoint and key it had are no longer what
+              // it serves, and a smoke test of them would fail a replica that is about to come up.
+              servingAt: null,
+              smokeLeaseUntil: null,
+            },
+      });
+      // An ended or reloading replica's key opens nothing any more: it is not kept.
+      await tx.engineKey.deleteMany({ where: { replicaId: u.id } });
+      if (r.state !== 'LOADING' && !keepFailure) {
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: withState(r.state, r.message),
+        });
+      }
+      return u;
+    });
+    if (r.state === 'FAILED' || r.state === 'STOPPED') void this.place();
+    return ok(updated);
+  }
+
+  /**
+   * The agent says a replica serves: its endpoint, engine key and what it holds are kept, and it stays LOADING
+   * until the control plane's own smoke test through that endpoint answers. READY without an endpoint is a
+   * replica nothing can reach (an agent from before nodes served over HTTP): recorded as FAILED, saying so.
+   */
+  protected async reportServing(
+    ctx: Context,
+    replica: Replica & { model: CatalogModel },
+    r: z.output<typeof reportReplicaInput>,
+  ): Promise<Result<Replica>> {
+    const node = ctx.viewer.kind === 'node' ? ctx.viewer.node : null;
+    if (!r.endpoint || !r.engineKey) {
+      const message = `the agent on ${node?.name ?? 'its node'} reported it ready without an endpoint and an engine key, so no request can reach it: run an agent of this server's version there`;
+      const failed = await this.db.$transaction(async (tx) => {
+        const u = await tx.replica.update({ where: { id: replica.id }, data: { state: 'FAILED', message } });
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: `failed: ${message}`,
+        });
+        return u;
+      });
+      void this.place();
+      return ok(failed);
+    }
+    // The same endpoint and key again: a retry that got through before, or the agent saying that the adapters it
+    // holds changed. Smoke-tested already: not again.
+    const sameServing =
+      replica.state === 'READY' &&
+      replica.endpoint === r.endpoint &&
+      (await this.engineKey(replica.id)) === r.engineKey;
+    const measured =
+      r.vramUsedBytes != null && r.gpuLayers != null && r.totalLayers != null && r.gpuLayers >= r.totalLayers
+        ? BigInt(r.vramUsedBytes)
+        : null;
+    const updated = await this.db.$transaction(async (tx) => {
+      const memory = {
+        gpuLayers: r.gpuLayers ?? null,
+        totalLayers: r.totalLayers ?? null,
+        vramUsedBytes: r.vramUsedBytes == null ? null : BigInt(r.vramUsedBytes),
+      };
+      // What the agent says of the load now (an adapter added, or refused and why) replaces what it said before.
+      const u = sameServing
+        ? await tx.replica.update({
+            where: { id: replica.id },
+            data: { ...memory, ...adaptersOf(r), ...(r.message != null ? { message: r.message } : {}) },
+          })
+        : await tx.replica.update({
+            where: { id: replica.id },
+            data: {
+              ...memory,
+              ...adaptersOf(r),
+              state: 'LOADING',
+              endpoint: r.endpoint,
+              servingAt: new Date(),
+              smokeLeaseUntil: null,
+              smokeText: null,
+              tokensPerSecond: null,
+              timeToFirstTokenMs: null,
+              smokedAt: null,
+              // What the agent said of the load (context, layers on the GPU, adapters) stays the message; the
+              // smoke test's numbers have columns of their own.
+              message: r.message ?? 'loaded',
+            },
+          });
+      await tx.engineKey.upsert({
+        where: { replicaId: replica.id },
+        create: { replicaId: replica.id, key: r.engineKey as string },
+        update: { key: r.engineKey as string },
+      });
+      // Fully offloaded, what the card holds is the model's real need, to set against the plan's estimate.
+      if (measured !== null)
+        await tx.catalogModel.update({
+          where: { id: replica.modelId },
+          data: { measuredMemoryBytes: measured, measuredAt: new Date() },
+        });
+      if (!sameServing)
+        await this.audit.done(tx, ctx, {
+          action: 'reportReplica',
+          target: replica.model.name,
+          message: `serving on ${r.endpoint}; smoke test due`,
+        });
+      return u;
+    });
+    if (!sameServing) void this.claimSmokes();
+    return ok(updated);
+  }
+}

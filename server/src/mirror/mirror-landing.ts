@@ -1,0 +1,353 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import type { Context } from '../context.js';
+import type { MirrorFile } from '../generated/prisma/client.js';
+import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/errors.js';
+import { parseInput } from '../lib/validate.js';
+import { notify } from '../pubsub.js';
+import { readFileKind } from './kind.js';
+import { MirrorReads } from './mirror-reads.js';
+import { describeRequester, type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
+import { fileName } from './paths.js';
+import type { TransferDone, TransferFailed } from './transfer.js';
+
+// Bytes arriving in the mirror: a file Hangar made (upload), and a transfer's end (finish): verified bytes moved
+// into place, or linked to a copy already held; a failure written down with its reason. Under mirror-worker.ts,
+// which drives the transfers, and above mirror-reads.ts, whose state it shares.
+
+export abstract class MirrorLanding extends MirrorReads {
+  /** Looks for work now (mirror-worker.ts): a landed file frees a slot, a re-queued one needs a worker. */
+  abstract kick(): void;
+
+  /**
+   * Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch: written to a partial,
+   * hashed, checked against the digest when one is given, and only then moved into place.
+   */
+  async upload(
+    ctx: Pick<Context, 'viewer' | 'requestId'>,
+    input: { model: string; version: string; file: string; sha256?: string | null; size?: number | null },
+    body: AsyncIterable<Uint8Array>,
+  ): Promise<Result<MirrorVersionView>> {
+    const parsed = parseInput(
+      nameInput.extend({ file: fileName, sha256: sha256.nullish(), size: z.number().int().min(0).nullish() }),
+      input,
+      '',
+    );
+    if (!parsed.ok) return parsed;
+    const { model, version, file } = parsed.value;
+    const existing = await this.db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
+    if (existing && existing.state !== 'FAILED' && existing.state !== 'CANCELLED') {
+      return fail(
+        new ConflictError(
+          `${model}/${version}/${file} is already in the mirror (${existing.state.toLowerCase()}): versions are immutable; upload a new version`,
+        ),
+      );
+    }
+    const freeBytes = await this.freeBytes();
+    if (parsed.value.size && parsed.value.size > freeBytes) {
+      return fail(
+        new ConflictError(`not enough disk: the upload is ${parsed.value.size} bytes and ${freeBytes} are free`),
+      );
+    }
+    const row = existing
+      ? await this.db.mirrorFile.update({
+          where: { id: existing.id },
+          data: { state: 'FETCHING', error: null, bytesDone: 0, storageId: this.storageId },
+        })
+      : await this.db.mirrorFile.create({
+          data: {
+            model,
+            version,
+            file,
+            sourceUrl: `upload by ${describeRequester(ctx)}`,
+            state: 'FETCHING',
+            storageId: this.storageId,
+            requestedBy: describeRequester(ctx),
+            startedAt: new Date(),
+          },
+        });
+    const partial = this.paths.partial(row.id);
+    await fs.mkdir(path.dirname(partial), { recursive: true });
+    const { createHash } = await import('node:crypto');
+    const hash = createHash('sha256');
+    let size = 0;
+    const fh = await fs.open(partial, 'w');
+    try {
+      for await (const chunk of body) {
+        await fh.write(chunk);
+        hash.update(chunk);
+        size += chunk.length;
+      }
+    } catch (err) {
+      await fh.close();
+      await fs.rm(partial, { force: true });
+      await this.db.mirrorFile.update({
+        where: { id: row.id },
+        data: { state: 'FAILED', error: `the upload broke off after ${size} bytes: ${(err as Error).message}` },
+      });
+      throw err;
+    }
+    if (this.config.mirrorFsync) await fh.datasync(); // on the disk before it can be listed, like a fetch
+    await fh.close();
+    const digest = hash.digest('hex');
+    const expected = parsed.value.sha256 ?? null;
+    const badSize = parsed.value.size != null && parsed.value.size !== size;
+    if ((expected && expected !== digest) || badSize) {
+      await fs.rm(partial, { force: true });
+      const error = badSize
+        ? `the upload was ${size} bytes; ${parsed.value.size} were announced`
+        : `sha256 mismatch: ${expected} was announced, the bytes hash to ${digest}`;
+      await this.db.mirrorFile.update({ where: { id: row.id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      return fail(new ValidationError('sha256', error));
+    }
+    await this.promote(row, partial);
+    // What it holds, from its header, with the state that makes it listed: never a present file of unknown kind.
+    const what = await readFileKind(this.paths.file(model, version, file), file);
+    await this.db.$transaction(async (tx) => {
+      await tx.mirrorFile.update({
+        where: { id: row.id },
+        data: {
+          state: 'PRESENT',
+          ...what,
+          bytesDone: size,
+          bytesTotal: size,
+          actualSha256: digest,
+          expectedSha256: expected,
+          finishedAt: new Date(),
+          error: null,
+        },
+      });
+      await this.audit.done(tx, ctx, {
+        action: 'uploadToMirror',
+        target: `${model}/${version}/${file}`,
+        message: `${size} bytes, sha256 ${digest}`,
+      });
+      await notify(tx, 'mirrorVersion', versionKey(model, version));
+    });
+    return ok((await this.version(model, version)) as MirrorVersionView);
+  }
+
+  /**
+   * Writes down what the transfer came to. Each write waits out a database outage rather than being dropped: a
+   * verified file is recorded PRESENT when the database returns, not downloaded again.
+   */
+  protected async finish(row: MirrorFile, result: TransferDone | TransferFailed) {
+    const key = versionKey(row.model, row.version);
+    const partial = this.paths.partial(row.id);
+    const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.stopping);
+    // Best effort: when the database is away, so is every listener, and a client that reconnects reads afresh.
+    const tell = () => notify(this.db, 'mirrorVersion', key).catch(() => {});
+
+    const whileOurs = { id: row.id, leaseOwner: this.owner };
+    if (!result.ok) {
+      if (result.reason === 'cancelled') {
+        if (this.stopping) {
+          // A shutdown, not a cancel: back in the queue, to resume from the partial at the next start.
+          await this.db.mirrorFile
+            .updateMany({
+              where: { ...whileOurs, state: 'FETCHING' },
+              data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
+            })
+            .catch((err) =>
+              this.log.warn('could not put a download back in the queue; it resumes when its lease runs out', {
+                id: row.id,
+                error: err,
+              }),
+            );
+        } else {
+          // Paused keeps its partial for the resume (and one resumed at once may already be another worker's);
+          // only a cancelled or removed file's bytes are of no more use.
+          const now = await this.db.mirrorFile.findUnique({ where: { id: row.id } }).catch(() => undefined);
+          if (now === null || now?.state === 'CANCELLED') await fs.rm(partial, { force: true });
+          else if (now?.state === 'PAUSED') {
+            const kept = await fs.stat(partial).then(
+              (st) => st.size,
+              () => 0,
+            );
+            await this.db.mirrorFile
+              .updateMany({ where: { id: row.id, state: 'PAUSED' }, data: { bytesDone: kept } })
+              .then(tell, () => {});
+          }
+        }
+        return;
+      }
+      if (!result.keepPartial) await fs.rm(partial, { force: true });
+      const kept = result.keepPartial
+        ? await fs.stat(partial).then(
+            (s) => s.size,
+            () => 0,
+          )
+        : 0;
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: { ...whileOurs, state: 'FETCHING' },
+          data: {
+            state: 'FAILED',
+            error: result.reason,
+            bytesDone: kept,
+            bytesPerSecond: null,
+            ...NO_RETRY,
+            leaseOwner: null,
+            leaseUntil: null,
+            finishedAt: new Date(),
+          },
+        }),
+      );
+      this.log.warn('mirror file failed', { file: `${row.model}/${row.version}/${row.file}`, reason: result.reason });
+      await tell();
+      return;
+    }
+
+    // The same bytes once: a file whose sha256 the mirror already holds, verified, becomes a hard link to it,
+    // whether that was known before the download (held) or only once its bytes were hashed.
+    const copy = await this.heldCopy(result.sha256, row.id);
+    if (result.held && !copy) {
+      // The copy went (removed) between the look and now: download the file after all.
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: { ...whileOurs, state: 'FETCHING' },
+          data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
+        }),
+      );
+      this.kick();
+      return;
+    }
+    const size = result.held && copy ? copy.size : result.size;
+    const { count: stillMine } = await write(() =>
+      this.db.mirrorFile.updateMany({
+        where: { ...whileOurs, state: 'FETCHING' },
+        data: {
+          state: 'VERIFYING',
+          bytesDone: size,
+          bytesTotal: size,
+          bytesPerSecond: null,
+          etag: result.etag,
+          ...NO_RETRY,
+        },
+      }),
+    );
+    // Cancelled, removed or taken over meanwhile: the bytes are not this worker's to verify or to put in place,
+    // where they would replace a file another worker verified.
+    if (stillMine === 0) return;
+    await tell();
+    const expected = row.expectedSha256 ?? result.upstreamSha256;
+    if (expected && expected !== result.sha256) {
+      await fs.rm(partial, { force: true });
+      await write(() =>
+        this.db.mirrorFile.updateMany({
+          where: whileOurs,
+          data: {
+            state: 'FAILED',
+            error: `sha256 mismatch: ${row.expectedSha256 ? 'expected' : 'the upstream published'} ${expected}, the bytes hash to ${result.sha256}; the download was discarded`,
+            bytesDone: 0,
+            actualSha256: result.sha256,
+            leaseOwner: null,
+            leaseUntil: null,
+            finishedAt: new Date(),
+          },
+        }),
+      );
+      await tell();
+      return;
+    }
+    await this.promote(row, partial, copy?.path);
+    if (copy)
+      this.log.info('the mirror already held these bytes: linked, not stored twice', {
+        file: `${row.model}/${row.version}/${row.file}`,
+        sha256: result.sha256,
+        from: copy.path,
+        downloaded: !result.held,
+      });
+    const what = await readFileKind(this.paths.file(row.model, row.version, row.file), row.file);
+    await write(() =>
+      this.db.mirrorFile.updateMany({
+        where: whileOurs,
+        data: {
+          state: 'PRESENT',
+          ...what,
+          actualSha256: result.sha256,
+          expectedSha256: expected,
+          error: null,
+          leaseOwner: null,
+          leaseUntil: null,
+          finishedAt: new Date(),
+        },
+      }),
+    );
+    await tell();
+  }
+
+  /**
+   * A present, verified file with these bytes on this storage, other than `except`, that is still on disk with
+   * its verified size: what a new file with the same sha256 is linked to.
+   */
+  protected async heldCopy(sha: string, except: string): Promise<{ path: string; size: number } | null> {
+    const rows = await this.db.mirrorFile.findMany({
+      where: {
+        actualSha256: sha,
+        expectedSha256: sha,
+        state: 'PRESENT',
+        storageId: this.storageId,
+        id: { not: except },
+      },
+      orderBy: { finishedAt: 'asc' },
+      take: 5,
+    });
+    for (const r of rows) {
+      const file = this.paths.file(r.model, r.version, r.file);
+      const size = await fs.stat(file).then(
+        (st) => st.size,
+        () => null,
+      );
+      if (size !== null && (r.bytesTotal === null || BigInt(size) === r.bytesTotal)) return { path: file, size };
+    }
+    return null;
+  }
+
+  /**
+   * Only a verified file is moved to where it is listed and served; rename is atomic on one filesystem. With a
+   * `copy` of the same bytes, the listed file is a hard link to it instead: one set of blocks on the disk, freed
+   * by the filesystem only once no version links them any more.
+   */
+  protected async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string, copy?: string) {
+    const target = this.paths.file(row.model, row.version, row.file);
+    await fs.mkdir(path.dirname(target), { recursive: true });
+    if (copy) {
+      // Linked beside the target, then renamed over it: a file refetched with force is replaced in one step.
+      const tmp = path.join(this.paths.partials, `${randomUUID()}.link`);
+      const linked = await fs.link(copy, tmp).then(
+        () => true,
+        (err: NodeJS.ErrnoException) => {
+          // A filesystem without hard links (or the copy on another one): stored twice, but stored.
+          this.log.warn('could not hard-link a file the mirror already holds; keeping its own bytes', {
+            file: target,
+            error: err.code ?? err.message,
+          });
+          return false;
+        },
+      );
+      if (linked) {
+        await fs.rename(tmp, target);
+        await fs.rm(partial, { force: true });
+      } else if (
+        await fs.stat(partial).then(
+          () => true,
+          () => false,
+        )
+      )
+        await fs.rename(partial, target);
+      else await fs.copyFile(copy, target);
+    } else await fs.rename(partial, target);
+    if (!this.config.mirrorFsync) return;
+    // The rename is on the disk too, not only the bytes (transfer flushed them): then a file marked PRESENT is
+    // there after the machine restarts.
+    const dir = await fs.open(path.dirname(target), 'r');
+    try {
+      await dir.sync();
+    } finally {
+      await dir.close();
+    }
+  }
+}

@@ -1,0 +1,257 @@
+import { randomUUID } from 'node:crypto';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
+import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { Config } from '../config.js';
+import type { Context } from '../context.js';
+import type { Db, Tx } from '../db/client.js';
+import { LoopHealth } from '../db/outage.js';
+import type { FleetService } from '../fleet/fleet.service.js';
+import type { TrainJob } from '../generated/prisma/client.js';
+import type { Logger } from '../lib/log.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
+import { notify } from '../pubsub.js';
+import type { RegistryService } from '../registry/registry.service.js';
+import type { BaseFile } from './base-files.js';
+import {
+  checkTrainData,
+  type LengthStats,
+  pairsOf,
+  stats,
+  TRAIN_MAX_DATA_BYTES,
+  type TrainDataLine,
+  type TrainDataReport,
+} from './data.js';
+import { catalogGguf } from './model-file.js';
+import type { OwnerRules } from './owner.js';
+import { TRAIN_PARAMS, type TrainParams } from './params.js';
+import { Tokenizers } from './tokens.js';
+
+// Training jobs: the rules of DESIGN.md §5 "Train" and docs/training.md. Every state change is one transaction
+// that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
+// same truth, and a server restart loses nothing: the job's state is the database's.
+//
+// One service written in three files, each layer on the one before: train-reads.ts (paths, reads, the pairs),
+// train-node.ts (the node's protocol: work, claim, reports, the lost-node clock) and train.service.ts (what
+// people ask: submit, cancel, remove).
+
+export type TrainSpec = {
+  id: string;
+  name: string;
+  base_repo: string;
+  base_revision: string | null;
+  params: TrainParams;
+  data: { url: string; sha256: string; bytes: number; pairs: number };
+  base: { files: BaseFile[] };
+  gguf: boolean;
+};
+
+export type TrainWorkItem = {
+  id: string;
+  name: string;
+  state: 'QUEUED' | 'RUNNING';
+  gpuMiB: number;
+  cancelRequested: boolean;
+};
+
+const uuid = z.string().uuid();
+
+export const ENDED = ['DONE', 'FAILED', 'CANCELLED'] as const;
+export const ended = (s: string) => (ENDED as readonly string[]).includes(s);
+
+/** Who asks: the viewer and the request, without the rest of the GraphQL context. */
+export type Caller = Pick<Context, 'viewer' | 'requestId'>;
+
+export class TrainReads {
+  readonly dataDir: string;
+  readonly jobsDir: string;
+  protected timer: NodeJS.Timeout | undefined;
+  protected sweeping: Promise<void> = Promise.resolve();
+  /**
+   * Since when this control plane has been able to hear its nodes: it started, or its database came back. The
+   * lost clock counts from here at the earliest.
+   */
+  protected hearingSince = Date.now();
+  /** The last sweep found the database out of reach. */
+  protected deaf = false;
+  /** The sweeps' view of the database: paused while it is out of reach (nothing is failed meanwhile). */
+  protected sweepHealth: LoopHealth | undefined;
+  get health(): LoopHealth {
+    this.sweepHealth ??= new LoopHealth('training sweeps', this.log);
+    return this.sweepHealth;
+  }
+  protected baseUrl: () => string = () => 'http://127.0.0.1';
+  protected readonly tokenizers: Tokenizers;
+
+  constructor(
+    protected readonly db: Db,
+    protected readonly audit: AuditService,
+    protected readonly config: Config,
+    protected readonly fleet: FleetService,
+    protected readonly mirror: MirrorService,
+    protected readonly registry: RegistryService,
+    protected readonly owners: OwnerRules,
+    protected readonly log: Logger,
+  ) {
+    this.dataDir = path.join(config.dataDir, 'train', 'data');
+    this.jobsDir = path.join(config.dataDir, 'train', 'jobs');
+    this.tokenizers = new Tokenizers(log);
+  }
+
+  setBaseUrl(get: () => string) {
+    this.baseUrl = get;
+  }
+  protected base() {
+    return this.config.publicUrl ?? this.baseUrl();
+  }
+  dataUrl(id: string) {
+    return `${this.base()}/api/train/jobs/${id}/data`;
+  }
+  dataFile(sha256: string) {
+    return path.join(this.dataDir, `${sha256}.ndjson`);
+  }
+  jobDir(id: string) {
+    return path.join(this.jobsDir, id);
+  }
+
+  // ─── reading ───────────────────────────────────────────────────────────────
+
+  get(id: string) {
+    return uuid.safeParse(id).success ? this.db.trainJob.findUnique({ where: { id } }) : Promise.resolve(null);
+  }
+
+  /**
+   * Who may read a job's pairs: the node it is for (it trains on them), and operators whom the job's owner admits
+   * (admins always). Pairs from a team's knowledge base say what the base says, so an operator outside the team
+   * may not read them, nor may another node.
+   */
+  async mayReadData(viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>): Promise<boolean> {
+    if (viewer.kind === 'node') return job.nodeId !== null && viewer.node.id === job.nodeId;
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return false;
+    return roleAtLeast(viewer.role, 'OPERATOR') && this.owners.mayRead(viewer, job.owner);
+  }
+
+  /**
+   * Who may download what a job made. A public job's: any signed-in caller or node, as before. An owned job's:
+   * those its owner admits (admins always) and the job's own node; an adapter repeats what it was trained on.
+   */
+  async mayReadArtifacts(viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>): Promise<boolean> {
+    if (viewer.kind === 'node') return job.owner === null || (job.nodeId !== null && viewer.node.id === job.nodeId);
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return false;
+    return this.owners.mayRead(viewer, job.owner);
+  }
+
+  async page(input: { state?: string | null; first?: number | null; after?: string | null }) {
+    const first = Math.min(Math.max(input.first ?? 50, 1), 200);
+    const after = input.after ? await this.get(input.after) : null;
+    const state =
+      input.state && ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'].includes(input.state)
+        ? input.state
+        : undefined;
+    const rows = await this.db.trainJob.findMany({
+      where: {
+        ...(state ? { state: state as TrainJob['state'] } : {}),
+        ...(after
+          ? { OR: [{ createdAt: { lt: after.createdAt } }, { createdAt: after.createdAt, id: { lt: after.id } }] }
+          : {}),
+      },
+      orderBy: [{ createdAt: 'desc' }, { id: 'desc' }],
+      take: first + 1,
+    });
+    return { rows: rows.slice(0, first), hasNextPage: rows.length > first };
+  }
+
+  // ─── the pairs ─────────────────────────────────────────────────────────────
+
+  /**
+   * The pairs as createTrainJob will read them; with `model`, also their lengths in that model's tokens (and
+   * how many pass `maxLen`, 1024 by default as the trainer's).
+   */
+  async check(data: string, options: { model?: string | null; maxLen?: number | null } = {}): Promise<TrainDataReport> {
+    const report = checkTrainData(data);
+    if (!options.model || report.pairs === 0) return report;
+    const local = await catalogGguf(this.db, this.mirror, options.model);
+    if (!local.ok) return { ...report, tokensNote: `no token counts: ${local.reason}` };
+    const pairs = [...pairsOf(data)].filter((p): p is TrainDataLine => !('error' in p));
+    try {
+      const q = await this.tokenizers.count(
+        local.file,
+        pairs.map((p) => p.q),
+      );
+      const a = await this.tokenizers.count(
+        local.file,
+        pairs.map((p) => p.a),
+      );
+      const both = q.map((n, i) => n + (a[i] ?? 0));
+      const r = TRAIN_PARAMS.max_len;
+      const maxLen = options.maxLen && options.maxLen >= r.min && options.maxLen <= r.max ? options.maxLen : r.default;
+      return {
+        ...report,
+        tokens: {
+          model: options.model,
+          question: stats(q) as LengthStats,
+          answer: stats(a) as LengthStats,
+          pair: stats(both) as LengthStats,
+          maxLen,
+          overMaxLen: both.filter((n) => n > maxLen).length,
+        },
+        tokensNote: null,
+      };
+    } catch (err) {
+      return { ...report, tokensNote: `no token counts: the tokenizer could not be read (${(err as Error).message})` };
+    }
+  }
+
+  /**
+   * Keeps uploaded pairs by their sha256 (the same data uploaded twice is kept once) and returns the report.
+   * Kept even when the report has errors: the console shows them, and createTrainJob refuses the sha256 then.
+   */
+  async storeData(
+    data: string,
+    options: { model?: string | null; maxLen?: number | null } = {},
+  ): Promise<TrainDataReport> {
+    const report = await this.check(data, options);
+    if (report.bytes <= TRAIN_MAX_DATA_BYTES) await this.keepData(data, report.sha256);
+    return report;
+  }
+
+  /**
+   * Writes the pairs under their sha256, once: whole or not at all (a rename), so a crash leaves no half file.
+   * Each upload writes a temporary file of its own: the same pairs sent eight times at once (a console tab and a
+   * script, a retry) are eight renames of the same bytes onto one name, each answered with the same sha256.
+   */
+  protected async keepData(data: string, sha256: string) {
+    const file = this.dataFile(sha256);
+    await fs.mkdir(this.dataDir, { recursive: true });
+    const exists = await fs.stat(file).then(
+      () => true,
+      () => false,
+    );
+    if (exists) return;
+    const part = `${file}.${randomUUID()}.part`;
+    try {
+      await fs.writeFile(part, data);
+      await fs.rename(part, file);
+    } finally {
+      await fs.rm(part, { force: true });
+    }
+  }
+
+  // ─── helpers ───────────────────────────────────────────────────────────────
+
+  protected leaseFrom(now: Date) {
+    return new Date(now.getTime() + this.config.trainLostSeconds * 1000);
+  }
+
+  async event(tx: Db | Tx, jobId: string, level: 'info' | 'warn' | 'error', message: string) {
+    await tx.trainEvent.create({ data: { jobId, level, message: message.slice(0, 4000) } });
+  }
+
+  /** Queues the NOTIFYs for a job's change: its watchers, and its node's agent. */
+  async changed(tx: Db | Tx, job: Pick<TrainJob, 'id' | 'nodeId'>) {
+    await notify(tx, 'trainJob', job.id);
+    if (job.nodeId) await notify(tx, 'trainWork', job.nodeId);
+  }
+}

@@ -1,0 +1,126 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import pg from 'pg';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
+import { buildServer } from '../scripts/build.mjs';
+import { checkServerBuild } from '../scripts/server-stamp.mjs';
+
+// Production runs the bundle `pnpm build` makes, not the sources: this builds it and starts it as `pnpm start`
+// does, on a database nobody has migrated, so the bundle must find the migrations, Prisma's client and its own
+// config beside it as the sources do.
+
+const serverDir = fileURLToPath(new URL('..', import.meta.url));
+const children: ChildProcess[] = [];
+let dataDir: string;
+let dbUrl: string;
+const dbName = `hangar_test_${randomBytes(5).toString('hex')}`;
+
+async function sql(text: string) {
+  const client = new pg.Client({ connectionString: inject('pgAdminUrl') });
+  await client.connect();
+  await client.query(text);
+  await client.end();
+}
+
+beforeAll(async () => {
+  await sql(`CREATE DATABASE ${dbName}`);
+  const url = new URL(inject('pgAdminUrl'));
+  url.pathname = `/${dbName}`;
+  dbUrl = url.toString();
+  dataDir = path.join(os.tmpdir(), `hangar-build-test-${process.pid}`);
+  await fs.mkdir(dataDir, { recursive: true, mode: 0o755 });
+  await buildServer();
+}, 60_000);
+
+afterAll(async () => {
+  for (const child of children) {
+    if (child.exitCode === null) {
+      const ended = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await ended;
+    }
+  }
+  await sql(`DROP DATABASE IF EXISTS ${dbName} WITH (FORCE)`);
+  await fs.rm(dataDir, { recursive: true, force: true });
+});
+
+/** Starts a file of dist/ and resolves with what it logged once it said it listens (or its exit and output). */
+function start(file: string, env: Record<string, string>) {
+  const child = spawn(process.execPath, ['--enable-source-maps', file], {
+    cwd: serverDir,
+    // Only what this test sets: the run's own environment must not decide which database the bundle uses.
+    env: { PATH: process.env.PATH ?? '', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  children.push(child);
+  // The log goes to stderr, stdout only carries what the operator is told (the first admin's password).
+  let stderr = '';
+  child.stderr?.on('data', (c) => (stderr += c));
+  child.stdout?.resume();
+  const lines = readline.createInterface({ input: child.stderr as NodeJS.ReadableStream });
+  return new Promise<{ url?: string; code?: number | null; stderr: string }>((resolve) => {
+    lines.on('line', (line) => {
+      if (!line.includes('"Hangar is listening"')) return;
+      resolve({ url: (JSON.parse(line) as { url: string }).url, stderr });
+    });
+    child.on('exit', (code) => resolve({ code, stderr }));
+  });
+}
+
+describe('the built server', () => {
+  it('is stamped current for the sources it was built from', async () => {
+    expect(await checkServerBuild(serverDir)).toEqual({ current: true });
+    for (const file of ['main.js', 'agent.js', 'main.js.map']) {
+      await expect(fs.stat(path.join(serverDir, 'dist', file))).resolves.toBeTruthy();
+    }
+  });
+
+  it('migrates an empty database, answers /readyz and GraphQL, and loads its tracing when asked', async () => {
+    // A collector that only counts exports: tracing lives in a bundle of its own (dist/telemetry.js).
+    const exports: string[] = [];
+    const collector = http.createServer((req, res) => {
+      exports.push(`${req.method} ${req.url}`);
+      req.resume();
+      req.on('end', () => res.end('{}'));
+    });
+    await new Promise<void>((r) => collector.listen(0, '127.0.0.1', r));
+    const started = await start('dist/main.js', {
+      OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${(collector.address() as AddressInfo).port}`,
+      DATABASE_URL: dbUrl,
+      HANGAR_DATA_DIR: dataDir,
+      PORT: '0',
+      HANGAR_LOG_LEVEL: 'info',
+      HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
+    });
+    expect(started.stderr).not.toMatch(/"level":"(error|warn)"/);
+    expect(started.url, `the bundle did not start: exit ${started.code}`).toBeDefined();
+    const ready = await fetch(`${started.url}/readyz`);
+    expect(ready.status).toBe(200);
+    const answer = await fetch(`${started.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ query: '{ __typename }' }),
+    });
+    expect(await answer.json()).toEqual({ data: { __typename: 'Query' } });
+    const child = children.at(-1) as ChildProcess;
+    const ended = new Promise((r) => child.once('exit', r));
+    child.kill('SIGTERM');
+    await ended;
+    await new Promise((r) => collector.close(r));
+    expect(exports).toContain('POST /v1/traces');
+  }, 60_000);
+
+  it("the agent's bundle loads and refuses a missing setting in its own words", async () => {
+    const ended = await start('dist/agent.js', { HANGAR_AGENT_DIR: dataDir });
+    expect(ended.code).toBe(2);
+    expect(ended.stderr).toMatch(/HANGAR_/);
+    expect(ended.stderr).not.toMatch(/ERR_MODULE_NOT_FOUND|Cannot find/);
+  });
+});

@@ -1,0 +1,148 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import fs from 'node:fs/promises';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
+import { BASE_REPO, PAIRS, type TrainingWorld, trainingWorld } from './fixtures/training.js';
+import { startTestApp, type TestApp } from './harness.js';
+
+// `hangar train` as a user runs it (bin/hangar.mjs, a process of its own) against a real server, with the node's
+// side of a job played over the node API as the real agent speaks it: claim, progress reports, finish.
+
+const BIN = path.resolve(import.meta.dirname, '..', 'bin', 'hangar.mjs');
+
+let t: TestApp;
+let hub: FakeHub;
+let w: TrainingWorld;
+let base: string;
+let dir: string;
+
+type Run = { code: number | null; stdout: string; stderr: string; proc: ChildProcess; done: Promise<Run> };
+
+function start(args: string[]) {
+  const { HANGAR_URL: _u, HANGAR_TOKEN: _t, ...inherited } = process.env;
+  const proc = spawn(process.execPath, [BIN, ...args], {
+    cwd: os.tmpdir(),
+    env: { ...inherited, HOME: dir, HANGAR_URL: base, HANGAR_TOKEN: w.operator },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  const run = { code: null, stdout: '', stderr: '', proc } as unknown as Run;
+  proc.stdout?.on('data', (d) => {
+    run.stdout += String(d);
+  });
+  proc.stderr?.on('data', (d) => {
+    run.stderr += String(d);
+  });
+  run.done = new Promise((resolve) =>
+    proc.once('exit', (code) => {
+      run.code = code;
+      resolve(run);
+    }),
+  );
+  return run;
+}
+
+async function until<T>(what: string, probe: () => T | Promise<T>, timeoutMs = 30_000): Promise<NonNullable<T>> {
+  const end = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await probe();
+    if (v) return v as NonNullable<T>;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+const node = (query: string, variables: Record<string, unknown>) => t.gql(query, variables, { token: w.nodeToken });
+
+beforeAll(async () => {
+  dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-cli-train-'));
+  await fs.writeFile(path.join(dir, 'pairs.ndjson'), PAIRS);
+  hub = await startFakeHub();
+  t = await startTestApp({ HANGAR_HUB_URL: hub.url, HOST: '127.0.0.1' });
+  base = await t.app.start();
+  w = await trainingWorld(t, base, hub);
+}, 60_000);
+
+afterAll(async () => {
+  await t?.close();
+  await hub?.close();
+  await fs.rm(dir, { recursive: true, force: true });
+});
+
+describe('hangar train', () => {
+  it('creates a job and follows it to the end: steps of all, and the reason it failed with exit 1', async () => {
+    const run = start([
+      'train',
+      'create',
+      '--name',
+      'cli-adapter',
+      '--model',
+      'tiny',
+      '--base-repo',
+      BASE_REPO,
+      '--node',
+      'gpu-1',
+      '--gpu-mib',
+      '8000',
+      '--data',
+      path.join(dir, 'pairs.ndjson'),
+      '--params',
+      '{"rank": 4, "epochs": 1, "batch": 4}',
+      '--public',
+    ]);
+    const id = await until('the job to be queued', async () => {
+      if (run.code !== null) throw new Error(`hangar exited ${run.code}: ${run.stderr}`);
+      return run.stderr.match(/training job (\S+) queued on gpu-1/)?.[1];
+    });
+    // The node's side: it claims the job, reports steps, and finishes.
+    const claim = await node('mutation($id: ID!) { claimTrainJob(id: $id) { __typename ... on Error { message } } }', {
+      id,
+    });
+    expect(claim.data?.claimTrainJob.__typename).toBe('TrainClaim');
+    const REPORT = `mutation($id: ID!, $input: TrainProgressInput!) { reportTrainProgress(id: $id, input: $input) { __typename ... on Error { message } } }`;
+    for (const step of [1, 2, 3]) {
+      const r = await node(REPORT, { id, input: { steps: 3, points: [{ step, loss: 2 - step / 2 }] } });
+      expect(r.data?.reportTrainProgress.__typename, JSON.stringify(r)).toBe('TrainJob');
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    // Finished FAILED: DONE would need the adapter uploaded first, which is the trainer's part, not the CLI's.
+    const finished = await node(
+      'mutation($id: ID!) { finishTrainJob(id: $id, state: FAILED, message: "CUDA out of memory at step 3") { __typename ... on Error { message } } }',
+      { id },
+    );
+    expect(finished.data?.finishTrainJob.__typename, JSON.stringify(finished.data)).toBe('TrainJob');
+    const r = await run.done;
+    expect(r.code, r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/cli-adapter +\[[█░]+\] +100% +3 of 3/);
+    expect(r.stderr).toContain('cli-adapter failed: CUDA out of memory at step 3\n');
+
+    const ls = start(['--json', 'train', 'ls']);
+    const listed = await ls.done;
+    expect(listed.code, listed.stderr).toBe(0);
+    expect(JSON.parse(listed.stdout)).toEqual([
+      expect.objectContaining({ id, name: 'cli-adapter', state: 'FAILED', step: 3, steps: 3 }),
+    ]);
+  }, 120_000);
+
+  it('refuses a job for a node that does not exist, naming it, with exit 2', async () => {
+    const r = await start([
+      'train',
+      'create',
+      '--name',
+      'nowhere',
+      '--model',
+      'tiny',
+      '--base-repo',
+      BASE_REPO,
+      '--node',
+      'no-such-node',
+      '--gpu-mib',
+      '8000',
+      '--data',
+      path.join(dir, 'pairs.ndjson'),
+    ]).done;
+    expect(r.code, r.stderr).toBe(2);
+    expect(r.stderr).toBe('hangar: no node no-such-node: name a node that reports to Hangar (see Nodes)\n');
+  }, 60_000);
+});
