@@ -15,11 +15,13 @@ COPY package.json pnpm-lock.yaml pnpm-workspace.yaml .npmrc ./
 COPY server/package.json server/package.json
 COPY web/package.json web/package.json
 COPY e2e/package.json e2e/package.json
+COPY packages/common/package.json packages/common/package.json
+COPY packages/agent/package.json packages/agent/package.json
 RUN pnpm install --frozen-lockfile
 COPY . .
 RUN pnpm build
 # Only what the server needs at run time; pnpm keeps the store at the root, the server's links point into it.
-RUN rm -rf node_modules server/node_modules web/node_modules e2e/node_modules \
+RUN rm -rf node_modules server/node_modules web/node_modules e2e/node_modules packages/*/node_modules \
   && pnpm install --frozen-lockfile --prod --filter @hangar/server
 
 FROM ${NODE_IMAGE} AS server
@@ -33,7 +35,7 @@ COPY --from=build /src/server/dist ./server/dist
 COPY --from=build /src/server/scripts/server-stamp.mjs ./server/scripts/server-stamp.mjs
 COPY --from=build /src/web/scripts/console-stamp.mjs ./web/scripts/console-stamp.mjs
 # Read beside the bundle as beside the sources (scripts/build.mjs: paths from import.meta.url).
-COPY --from=build /src/server/src/lib/download/sha256-worker.cjs ./server/src/lib/download/sha256-worker.cjs
+COPY --from=build /src/packages/common/src/download/sha256-worker.cjs ./packages/common/src/download/sha256-worker.cjs
 COPY --from=build /src/prisma/migrations ./prisma/migrations
 COPY --from=build /src/web/dist ./web/dist
 RUN mkdir -p /data && chown node:node /data

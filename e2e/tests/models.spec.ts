@@ -1,6 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { expect, test } from '@playwright/test';
-import { gguf as ggufHeader } from '../../server/test/fixtures/gguf-writer.js';
+import { gguf as ggufHeader } from '../../packages/common/test/fixtures/gguf-writer.js';
 import { admin, signIn, snap } from '../fixtures/hangar.js';
 
 // Serving a mirrored model from the console. The e2e server has no node agent, so the replica waits and says
@@ -25,7 +25,9 @@ test('an operator serves a mirrored version after seeing its plan, then changes 
     },
   });
   const token = (await made.json()).data.createApiToken.secret as string;
-  const gguf = await readFile(new URL('../../server/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+  const gguf = await readFile(
+    new URL('../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
   const put = await request.put('/mirror/e2e-served/v1/model.gguf', {
     headers: { authorization: `Bearer ${token}` },
     data: gguf,

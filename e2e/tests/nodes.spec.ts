@@ -1,6 +1,6 @@
 import { mkdir } from 'node:fs/promises';
 import { expect, type Page, test } from '@playwright/test';
-import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { tinyLlama } from '../../packages/common/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { adminApi, signIn, snap } from '../fixtures/hangar.js';
 
@@ -94,7 +94,7 @@ test('an admin sees replicas per GPU, adds, rotates and removes nodes, and a sto
   await page.getByRole('button', { name: 'Add node' }).click();
   const command = page.getByTestId('agent-command');
   await expect(command).toContainText(`HANGAR_URL=${baseURL} HANGAR_NODE_TOKEN=hgn_`);
-  await expect(command).toContainText('node --import tsx server/src/agent/main.ts');
+  await expect(command).toContainText('node packages/agent/bin/hangar-agent.mjs');
   await shoot(page, 'nodes-added-1280');
   await page.getByRole('button', { name: 'I have copied it' }).click();
 

@@ -39,7 +39,9 @@ test('an operator restricts a model to a team, then makes it public again', asyn
     'mutation { createApiToken(input: { name: "e2e-owners", role: OPERATOR }) { ... on CreatedApiToken { secret } } }',
   );
   const token = made.data.createApiToken.secret as string;
-  const gguf = await readFile(new URL('../../server/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+  const gguf = await readFile(
+    new URL('../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
   const put = await request.put('/mirror/e2e-owned/v1/model.gguf', {
     headers: { authorization: `Bearer ${token}` },
     data: gguf,

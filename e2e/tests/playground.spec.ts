@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { expect, type Page, test } from '@playwright/test';
-import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { tinyLlama } from '../../packages/common/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { adminApi, signIn, snap } from '../fixtures/hangar.js';
 

@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { tinyLlama } from '../../packages/common/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { admin, signIn, snap } from '../fixtures/hangar.js';
 

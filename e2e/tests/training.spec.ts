@@ -1,6 +1,6 @@
 import path from 'node:path';
 import { expect, type Page, test } from '@playwright/test';
-import { tinyLlama } from '../../server/test/fixtures/tiny-llama.js';
+import { tinyLlama } from '../../packages/common/test/fixtures/tiny-llama.js';
 import { type RunningAgent, startAgent } from '../fixtures/agent.js';
 import { adminApi, overflows, signIn, snap } from '../fixtures/hangar.js';
 import { trainBaseRepo } from '../fixtures/stand-in-hub.js';

@@ -29,7 +29,7 @@ if (mode === 'bare') {
   const from = (file: string) => import(pathToFileURL(path.join(src as string, file)).href);
   const { createApp } = await from('app.ts');
   const { loadConfig } = await from('config.ts');
-  const { createLogger } = await from('lib/log.ts');
+  const { createLogger } = await import('@hangar/common/log');
   const root = path.join(os.tmpdir(), `hangar-bench-auth-${process.pid}`);
   await fs.mkdir(root, { recursive: true, mode: 0o755 });
   const config = loadConfig({

@@ -6,11 +6,11 @@ import os from 'node:os';
 import path from 'node:path';
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { newEngineKey } from '../src/agent/control-plane.js';
+import { newEngineKey } from '@hangar/agent/control-plane';
+import { createLogger } from '@hangar/common/log';
 import { createApp } from '../src/app.js';
 import { hashSecret } from '../src/auth/secrets.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/lib/log.js';
 import { benchToken } from './api-token.js';
 import type { Job, LatencyResult, StreamResult, Target } from './gateway-client.js';
 

@@ -3,9 +3,9 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import zlib from 'node:zlib';
+import { createLogger } from '@hangar/common/log';
 import { createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/lib/log.js';
 import { recordSql } from '../test/sql-count.js';
 import { benchToken } from './api-token.js';
 

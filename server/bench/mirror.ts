@@ -3,10 +3,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort } from '@hangar/common/free-port';
+import { createLogger } from '@hangar/common/log';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { freePort } from '../src/lib/free-port.js';
-import { createLogger } from '../src/lib/log.js';
 
 // The mirror's speed as ratios against the tools an operator would otherwise use, run side by side on the same
 // machine and the same filesystem: fetching a large file from a local nginx (Hangar's fetchToMirror against

@@ -1,11 +1,11 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
+import { modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
 import { createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/lib/log.js';
 import { startFakeHub } from '../test/fixtures/fake-hub.js';
-import { modelHeader } from '../test/fixtures/gguf-writer.js';
 
 // What judging a repository costs, against the stand-in Hub on loopback: bytes read to judge each set against
 // the set's size (the ratio that matters: a verdict must not cost a download), and the time to open a

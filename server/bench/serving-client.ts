@@ -1,6 +1,6 @@
 import http from 'node:http';
 import { parentPort, workerData } from 'node:worker_threads';
-import { openAiClient } from '../test/fixtures/openai-client.js';
+import { openAiClient } from '@hangar/common/test/fixtures/openai-client';
 
 // The application's side of bench/serving.ts, on a thread of its own: a real client is another process on
 // another machine, and parsing its stream on the server's event loop would bill the endpoint for the client.

@@ -1,13 +1,13 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { Worker } from 'node:worker_threads';
-import { newEngineKey } from '../src/agent/control-plane.js';
-import { LlamaRuntime } from '../src/agent/llama-runtime.js';
-import type { GenerateInput } from '../src/agent/openai/engine.js';
-import { createOpenAiServer } from '../src/agent/openai/http.js';
-import { LlamaServedModel } from '../src/agent/openai/llama-model.js';
-import { createLogger } from '../src/lib/log.js';
-import { writeTinyLlama } from '../test/fixtures/tiny-llama.js';
+import { newEngineKey } from '@hangar/agent/control-plane';
+import { LlamaRuntime } from '@hangar/agent/llama-runtime';
+import type { GenerateInput } from '@hangar/agent/openai/engine';
+import { createOpenAiServer } from '@hangar/agent/openai/http';
+import { LlamaServedModel } from '@hangar/agent/openai/llama-model';
+import { createLogger } from '@hangar/common/log';
+import { writeTinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 
 // What a node's HTTP layer costs: tokens per second of the tiny llama through the agent's endpoint (the
 // official `openai` client, streaming, over a real socket, on a thread of its own) against the same served

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
-// `hangar` runs the server; `hangar agent` runs the node agent. Each runs its bundle in dist/ (`pnpm build`)
+// `hangar` runs the server; `hangar agent` runs the node agent (its own package, packages/agent, which a checkout
+// links beside the server). The server and the CLI each run their bundle in dist/ (`pnpm build`)
 // when that is the build of the sources as they are now, and otherwise the TypeScript through tsx: a checkout
 // with edits never runs yesterday's bundle. An image ships dist without the sources; dist is then what there is.
 import { existsSync } from 'node:fs';
@@ -20,8 +21,18 @@ async function run(dist, src) {
 }
 
 const [command = 'server'] = process.argv.slice(2);
-if (command === 'agent') await run('../dist/agent.js', '../src/agent/main.ts');
-else if (command === 'server') await run('../dist/main.js', '../src/main.ts');
+if (command === 'agent') {
+  try {
+    await import('@hangar/agent/bin');
+  } catch (err) {
+    if (/** @type {{ code?: string }} */ (err).code !== 'ERR_MODULE_NOT_FOUND') throw err;
+    process.stderr.write(
+      'the node agent is its own package (@hangar/agent), not installed beside this server: run it from a checkout ' +
+        '(pnpm agent) or its image (Dockerfile.agent)\n',
+    );
+    process.exit(2);
+  }
+} else if (command === 'server') await run('../dist/main.js', '../src/main.ts');
 // Every other command is the CLI (docs/cli.md); a build without its bundle runs its TypeScript.
 else if (existsSync(new URL('../dist/cli.js', import.meta.url))) await run('../dist/cli.js', '../src/cli/run.ts');
 else {

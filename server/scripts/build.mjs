@@ -1,4 +1,5 @@
-// `pnpm build` (server): bundles the server's and the agent's entry points into dist/, so production starts run
+// `pnpm build` (server): bundles the server's and the CLI's entry points into dist/ (the node agent builds in its
+// own package, packages/agent), so production starts run
 // JavaScript instead of compiling TypeScript through tsx at every start (2 s of a 2.3 s start, measured in
 // bench/start.ts). Dependencies stay external: node_modules is installed beside dist, and native or wasm parts
 // (Prisma's query compiler, node-llama-cpp, argon2) are loaded from there as they are under tsx.
@@ -18,13 +19,13 @@ export const distDir = path.join(serverDir, 'dist');
  * trainer, the hashing worker, package.json. In one bundle every file would share the bundle's URL and those
  * paths would point one or two folders off. This rewrites each file's import.meta.url to its source file's URL,
  * computed from where the bundle runs, so every such path means what it means under tsx, and the tree beside
- * dist (src/lib/download/sha256-worker.cjs, ../prisma/migrations, trainer/) is what is read.
+ * dist (../packages/common/src/download/sha256-worker.cjs, ../prisma/migrations) is what is read.
  * @type {import('esbuild').Plugin}
  */
 const sourceUrls = {
   name: 'hangar-source-urls',
   setup(b) {
-    b.onLoad({ filter: /[\\/]server[\\/]src[\\/].*\.ts$/ }, async (args) => {
+    b.onLoad({ filter: /[\\/](server|packages[\\/]common)[\\/]src[\\/].*\.ts$/ }, async (args) => {
       const text = await readFile(args.path, 'utf8');
       if (!text.includes('import.meta.url')) return undefined;
       const rel = path.relative(distDir, args.path).split(path.sep).join('/');
@@ -51,7 +52,22 @@ const lazyTelemetry = {
   },
 };
 
-/** Builds dist/main.js (the server), dist/agent.js (the node agent) and dist/cli.js, then stamps dist. */
+/**
+ * `packages: 'external'` would leave @hangar/common to Node, which cannot load its TypeScript: it is bundled,
+ * resolved through its exports map (`@hangar/common/x` is packages/common/src/x.ts). The packages common imports are then
+ * imported by the bundle, from this package's node_modules, so they are listed in this package.json too.
+ * @type {import('esbuild').Plugin}
+ */
+const bundleCommon = {
+  name: 'hangar-bundle-common',
+  setup(b) {
+    b.onResolve({ filter: /^@hangar\/common\// }, (args) => ({
+      path: path.join(serverDir, '../packages/common/src', `${args.path.slice('@hangar/common/'.length)}.ts`),
+    }));
+  },
+};
+
+/** Builds dist/main.js (the server) and dist/cli.js, then stamps dist. */
 export async function buildServer() {
   // Hashed before building: a source edited during the build makes the next start build again.
   const hash = await hashServerInputs(serverDir);
@@ -62,7 +78,6 @@ export async function buildServer() {
     absWorkingDir: serverDir,
     entryPoints: {
       main: 'src/main.ts',
-      agent: 'src/agent/main.ts',
       // `hangar <command>` (bin/hangar.mjs runs dist/cli.js when it is there).
       ...(existsSync(path.join(serverDir, 'src/cli/run.ts')) ? { cli: 'src/cli/run.ts' } : {}),
       telemetry: 'src/telemetry/tracing.ts',
@@ -78,7 +93,7 @@ export async function buildServer() {
     // Stack traces in logs then name the TypeScript file and line (node --enable-source-maps).
     sourcesContent: false,
     logLevel: 'warning',
-    plugins: [sourceUrls, lazyTelemetry],
+    plugins: [bundleCommon, sourceUrls, lazyTelemetry],
   }).catch(async (err) => {
     await rm(next, { recursive: true, force: true });
     throw err;

@@ -19,5 +19,5 @@ execFileSync('pnpm', ['exec', 'prisma', 'generate'], {
 });
 // A fresh process: the schema must be built from the client just generated, not one already imported.
 execFileSync('pnpm', ['exec', 'tsx', 'scripts/print-schema.ts'], { cwd: server, stdio: 'inherit' });
-// Then the CLI's and the agent's typed documents (src/client/graphql-env.d.ts, gql.tada) from that schema.
+// Then the CLI's and the agent's typed documents (packages/common/src/client/graphql-env.d.ts, gql.tada) from that schema.
 execFileSync('pnpm', ['exec', 'gql.tada', 'generate', 'output'], { cwd: server, stdio: 'inherit' });

@@ -5,11 +5,11 @@ import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { freePort } from '@hangar/common/free-port';
 import { PrismaPg } from '@prisma/adapter-pg';
 import type { MigrationList, SchemaEngine } from '@prisma/schema-engine-wasm/schema_engine_bg';
 import pg from 'pg';
 import EmbeddedPostgres from '../src/db/embedded-postgres.js';
-import { freePort } from '../src/lib/free-port.js';
 
 // Prisma's CLI downloads a native schema engine before `migrate diff`/`migrate dev`, and this machine (like the
 // sites Hangar runs at) has no network. Its WebAssembly build does the same diff offline, talking to PostgreSQL

@@ -9,7 +9,14 @@ import { hashBuildInputs, stampName } from '../../web/scripts/console-stamp.mjs'
 export const serverStampName = stampName;
 
 /** What the bundle is made from, relative to server/: tests are in src too, which only costs a rebuild. */
-export const serverInputs = ['src', 'package.json', 'tsconfig.json', 'scripts/build.mjs', '../pnpm-lock.yaml'];
+export const serverInputs = [
+  'src',
+  '../packages/common/src',
+  'package.json',
+  'tsconfig.json',
+  'scripts/build.mjs',
+  '../pnpm-lock.yaml',
+];
 
 /** @param {string} serverDir */
 export function hashServerInputs(serverDir) {
@@ -17,13 +24,13 @@ export function hashServerInputs(serverDir) {
 }
 
 /**
- * Current when dist holds both entry points and a stamp matching the sources' hash now; otherwise, why not.
+ * Current when dist holds the server's entry point and a stamp matching the sources' hash now; otherwise, why not.
  * @param {string} serverDir
  * @returns {Promise<{ current: true } | { current: false; why: string }>}
  */
 export async function checkServerBuild(serverDir) {
   const dist = path.join(serverDir, 'dist');
-  if (!existsSync(path.join(dist, 'main.js')) || !existsSync(path.join(dist, 'agent.js'))) {
+  if (!existsSync(path.join(dist, 'main.js'))) {
     return { current: false, why: 'no server build yet' };
   }
   const stamp = await readFile(path.join(dist, serverStampName), 'utf8').catch(() => undefined);

@@ -1,8 +1,10 @@
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
+import type { Logger } from '@hangar/common/log';
 import { WebSocketServer } from 'ws';
 import { AccessService } from './access/access.service.js';
 import { AuditService } from './audit/audit.service.js';
+import { actorOf } from './auth/actor.js';
 import { AuthService } from './auth/auth.service.js';
 import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
@@ -18,7 +20,7 @@ import { Gateway } from './gateway/gateway.js';
 import { UsageService } from './gateway/usage.service.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
-import { hfRoutes } from './hf/hf.http.js';
+import { hfAuthorization, hfRoutes } from './hf/hf.http.js';
 import { HfMirror } from './hf/hf.service.js';
 import { PullThrough } from './hf/pull-through.js';
 import {
@@ -30,18 +32,19 @@ import {
   urlHasNul,
   withDeadline,
 } from './http/edge.js';
+import { sendJson } from './http/reply.js';
+import { credentialsOf, type Edge, edgeFor, type Route } from './http/routes.js';
 import { serveConsole } from './http/static.js';
-import type { Logger } from './lib/log.js';
 import { listenForMetrics, metricsRoute } from './metrics/metrics.http.js';
 import { Metrics } from './metrics/metrics.js';
 import { MirrorService } from './mirror/mirror.service.js';
-import { serveMirror, uploadToMirror } from './mirror/serve.js';
+import { mirrorCredentials, serveMirror, uploadToMirror } from './mirror/serve.js';
 import { OrgService } from './org/org.service.js';
 import { listen, makePubSub } from './pubsub.js';
 import { RegistryService } from './registry/registry.service.js';
 import { ServeJobService } from './serve/serve-job.service.js';
 import { TrainArtifacts } from './train/artifacts.js';
-import { trainRoutes } from './train/train.http.js';
+import { trainDataRoute, trainRoutes } from './train/train.http.js';
 import { TrainService } from './train/train.service.js';
 
 export type App = {
@@ -167,7 +170,7 @@ export async function createApp({
     metrics: metrics.registry,
     onSubscriptionResult: metrics.observeSubscriptionResult,
   });
-  const metricsHttp = metricsRoute({ metrics, auth: services.auth, listenElsewhere: Boolean(config.metricsListen) });
+  const metricsHttp = metricsRoute({ metrics, listenElsewhere: Boolean(config.metricsListen) });
   let metricsListener: Awaited<ReturnType<typeof listenForMetrics>> | undefined;
   // Model cards show the Hub's images, and an internal Hub may be plain http.
   const consoleHandler = serveConsole(config.webDist, {
@@ -203,21 +206,68 @@ export async function createApp({
           })
         : null,
   });
-  const mirrorUpload = uploadToMirror({
-    mirror: services.mirror,
-    auth: services.auth,
-    audit,
-    maxBytes: 64 * 1024 ** 3,
-  });
+  const mirrorUpload = uploadToMirror({ mirror: services.mirror, audit, maxBytes: 64 * 1024 ** 3 });
   let listeningUrl = `http://${config.host}:${config.port}`;
   services.mirror.setBaseUrl(() => listeningUrl);
   services.train.setBaseUrl(() => listeningUrl);
   services.fleet.setAgentUrl(() => config.publicUrl ?? listeningUrl);
-  const train = trainRoutes({
-    train: services.train,
-    artifacts: services.trainArtifacts,
-    auth: services.auth,
-    audit,
+  const train = trainRoutes({ train: services.train, artifacts: services.trainArtifacts, audit });
+
+  // The route table: every path outside the console, in the order they are tried. Each route reads its own
+  // credentials and declares who may call it (http/routes.ts); the edge gives it a request id and its caller.
+  // GraphQL and /v1 identify in their own protocol (Yoga's plugins, the gateway's callers) and get the id.
+  const routes: Route[] = [
+    {
+      name: 'gateway',
+      match: (path) => path === '/v1' || path.startsWith('/v1/'),
+      answersRequestId: false,
+      guardsOwnBody: true,
+      handle: (req, res, edge) => {
+        const handle = () => services.gateway.handle(req, res, edge.path, edge.requestId);
+        return tracing ? tracing.gatewayCall(req, res, edge.path, handle) : handle();
+      },
+    },
+    {
+      name: 'graphql',
+      match: (path) => path === '/graphql',
+      handle: async (req, res) => {
+        await yoga.requestListener(req, res);
+      },
+    },
+    {
+      name: 'healthz',
+      match: (path) => path === '/healthz',
+      handle: async (_req, res) => sendJson(res, 200, { ok: true }),
+    },
+    { name: 'readyz', match: (path) => path === '/readyz', handle: (_req, res) => readyz(res) },
+    metricsHttp,
+    mirrorUpload,
+    {
+      name: 'mirror files',
+      match: (path) => path.startsWith('/mirror/'),
+      credentials: (req) => mirrorCredentials(req),
+      handle: (req, res, edge) => mirrorFiles(req, res, edge.path, edge),
+    },
+    {
+      name: 'hf',
+      match: (path) => path === '/hf' || path.startsWith('/hf/'),
+      credentials: (req) => mirrorCredentials(req, hfAuthorization(req)),
+      handle: (req, res, edge) => hfFiles(req, res, edge.path, edge),
+    },
+    trainDataRoute({ train: services.train, audit }),
+    {
+      name: 'train',
+      match: (path) => path.startsWith('/api/train/'),
+      handle: async (req, res, edge) => {
+        if (!(await train(req, res, edge))) notServed(res, edge.path);
+      },
+    },
+  ];
+  const edgeRoutes = edgeFor(routes, {
+    identify: (credentials) => services.auth.identify(credentials),
+    refused: (actor, action, target, message) => audit.refused(actor, action, target, message),
+    log,
+    trustProxy: config.trustProxy,
   });
 
   let inFlight = 0;
@@ -234,35 +284,19 @@ export async function createApp({
       inFlight++;
       res.on('close', () => inFlight--);
       const path = (req.url ?? '/').split('?')[0] ?? '/';
+      const route = edgeRoutes.find(path, req.method ?? 'GET');
+      const edge = edgeRoutes.open(req, res, path, route);
       try {
         if (draining) res.setHeader('connection', 'close');
-        if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, path);
-        // The gateway guards its own bodies, to refuse them in OpenAI's words.
-        if (path === '/v1' || path.startsWith('/v1/')) {
-          const handle = () => services.gateway.handle(req, res, path);
-          return await (tracing ? tracing.gatewayCall(req, res, path, handle) : handle());
-        }
-        guardBody(req, res, isUpload(req.method, path), config, log, path);
-        if (path === '/graphql') return await yoga.requestListener(req, res);
-        if (path === '/healthz') return json(res, 200, { ok: true });
-        if (path === '/readyz') return await readyz(res);
-        if (path === '/metrics') return await metricsHttp(req, res);
-        if (path.startsWith('/mirror/')) {
-          return req.method === 'PUT' ? await mirrorUpload(req, res, path) : await mirrorFiles(req, res, path);
-        }
-        if (path === '/hf' || path.startsWith('/hf/')) return await hfFiles(req, res, path);
-        if (path.startsWith('/api/train/') && (await train(req, res, path))) return;
-        if (isApiPath(path)) {
-          return json(res, 404, {
-            error: `nothing is served at ${path}: the APIs are /graphql, /v1 (OpenAI's), /mirror/<model>/<version>/<file>, /hf (the Hub's protocol) and /api/train/; see README.md`,
-            code: 'NOT_FOUND',
-          });
-        }
+        if (urlHasNul(req.url ?? '')) return await refuseNul(req, res, edge);
+        if (!route?.guardsOwnBody) guardBody(req, res, isUpload(req.method, path), config, edge.log, path);
+        if (route) return await edgeRoutes.run(route, req, res, edge);
+        if (isApiPath(path)) return notServed(res, path);
         if (req.method === 'GET' || req.method === 'HEAD') return await consoleHandler(req, res);
-        json(res, 405, { error: `${req.method} is not served at ${path}` });
+        sendJson(res, 405, { error: `${req.method} is not served at ${path}` });
       } catch (err) {
-        log.error('request failed', { path, error: err });
-        if (!res.headersSent) json(res, 500, { error: 'unexpected error' });
+        edge.log.error('request failed', { path, error: err });
+        if (!res.headersSent) sendJson(res, 500, { error: 'unexpected error', requestId: edge.requestId });
         else res.destroy();
       }
     },
@@ -282,15 +316,14 @@ export async function createApp({
   // A NUL in a URL is refused before any route: PostgreSQL cannot store it, and a lookup with it would fail as
   // an unexpected error. A refused change by a caller who showed a credential is audited, as any refusal is;
   // anonymous ones are not, or anyone could add rows without end.
-  const refuseNul = async (req: http.IncomingMessage, res: http.ServerResponse, path: string) => {
+  const refuseNul = async (req: http.IncomingMessage, res: http.ServerResponse, edge: Edge) => {
+    const path = edge.path;
     const error = 'a NUL byte (%00) is not accepted in a URL: no name, id or cursor in Hangar holds one';
     if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'OPTIONS') {
-      const viewer = await services.auth.identify({
-        authorization: req.headers.authorization ?? null,
-        cookie: req.headers.cookie ?? null,
-        csrf: (req.headers['x-hangar-csrf'] as string | undefined) ?? null,
-        method: req.method ?? 'POST',
-      });
+      // By the full credentials and the real method, whatever the path's route reads: a session cookie counts
+      // only with its CSRF header here too, or another site's page could file refusals in a user's name.
+      const viewer = await services.auth.identify(credentialsOf(req));
+      const actor = actorOf(viewer, { requestId: edge.requestId });
       const action = path.startsWith('/mirror/')
         ? 'uploadToMirror'
         : path === '/api/train/data'
@@ -300,16 +333,11 @@ export async function createApp({
             : `${req.method} ${path.split('/')[1] ?? ''}`;
       // The path as sent, still percent-encoded: the audit log holds text, and %00 is text.
       if (viewer.kind !== 'anonymous') {
-        await audit.refused(
-          { viewer, requestId: crypto.randomUUID() },
-          action,
-          path.replaceAll('\u0000', '%00'),
-          error,
-        );
+        await audit.refused(actor, action, path.replaceAll('\u0000', '%00'), error);
       }
     }
     res.setHeader('connection', 'close');
-    return json(res, 400, { error, code: 'VALIDATION' });
+    return sendJson(res, 400, { error, code: 'VALIDATION' });
   };
 
   // Each check says why the server is not ready, in words safe for anyone to read; the details go to the log.
@@ -345,7 +373,7 @@ export async function createApp({
   ];
   const readyz = async (res: http.ServerResponse) => {
     const answer = await readiness(readinessChecks);
-    return json(res, answer.ready ? 200 : 503, answer);
+    return sendJson(res, answer.ready ? 200 : 503, answer);
   };
 
   const wss = new WebSocketServer({ noServer: true, maxPayload: config.maxBodyBytes });
@@ -437,9 +465,12 @@ export async function createApp({
   };
 }
 
-function json(res: http.ServerResponse, status: number, body: unknown) {
-  res.writeHead(status, { 'content-type': 'application/json' });
-  res.end(JSON.stringify(body));
+/** A path under an API's prefix that no route serves: a 404 a script can read, never the console's page. */
+function notServed(res: http.ServerResponse, path: string) {
+  sendJson(res, 404, {
+    error: `nothing is served at ${path}: the APIs are /graphql, /v1 (OpenAI's), /mirror/<model>/<version>/<file>, /hf (the Hub's protocol) and /api/train/; see README.md`,
+    code: 'NOT_FOUND',
+  });
 }
 
 function refuseUpgrade(socket: Duplex, status: number, text: string) {

@@ -1,6 +1,6 @@
 import path from 'node:path';
+import { parseAllowEntry } from '@hangar/common/outbound';
 import { z } from 'zod';
-import { parseAllowEntry } from './lib/outbound.js';
 
 // The only reader of process.env. Every setting is parsed here, once, so a bad value stops start-up with a
 // message naming the variable and what it accepts, instead of surfacing later as a confusing failure.

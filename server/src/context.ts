@@ -1,6 +1,8 @@
+import type { Logger } from '@hangar/common/log';
 import type { YogaInitialContext } from 'graphql-yoga';
 import type { AccessService } from './access/access.service.js';
 import type { AuditService } from './audit/audit.service.js';
+import type { Actor } from './auth/actor.js';
 import type { AuthService } from './auth/auth.service.js';
 import type { LiveConnection } from './auth/live.js';
 import type { Viewer } from './auth/viewer.js';
@@ -10,7 +12,6 @@ import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
 import type { Gateway } from './gateway/gateway.js';
 import type { UsageService } from './gateway/usage.service.js';
-import type { Logger } from './lib/log.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { OrgService } from './org/org.service.js';
 import type { PubSub } from './pubsub.js';
@@ -44,6 +45,8 @@ export type Context = YogaInitialContext & {
   services: Services;
   viewer: Viewer;
   requestId: string;
+  /** What resolvers hand the services: the viewer, the request id and where the request came from. */
+  actor: Actor;
   /** Cookies a resolver wants set on the response (login, logout); HTTP only. */
   responseCookies: string[];
   /** Whether the request came over TLS (directly or as a proxy says), so cookies are marked Secure. */

@@ -1,7 +1,7 @@
+import { createLogger } from '@hangar/common/log';
 import { createApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
 import { MigrationError } from './db/migrate.js';
-import { createLogger } from './lib/log.js';
 import { MirrorStorageError } from './mirror/storage.js';
 
 let config: ReturnType<typeof loadConfig>;

@@ -1,8 +1,8 @@
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type DbRelay, relayedDatabase } from '../test/fixtures/db-relay.js';
 import { freshDatabase } from '../test/harness.js';
 import type { Database } from './db/database.js';
-import { createLogger } from './lib/log.js';
 import { listen, makePubSub, notify } from './pubsub.js';
 
 // Live events ride one LISTEN connection per process. Losing it, or not having it at the first try, must not

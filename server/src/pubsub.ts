@@ -1,8 +1,8 @@
+import type { Logger } from '@hangar/common/log';
 import { Repeater } from 'graphql-yoga';
 import pg from 'pg';
 import type { Db, Tx } from './db/client.js';
 import { outageReason } from './db/outage.js';
-import type { Logger } from './lib/log.js';
 
 // Live updates go through PostgreSQL's NOTIFY. It is transactional: an event sent inside the transaction that
 // made a change is delivered only when that change commits, so a subscriber never hears of a row it cannot

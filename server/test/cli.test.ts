@@ -2,10 +2,10 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { bytes, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
+import { modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
-import { bytes, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
-import { modelHeader } from './fixtures/gguf-writer.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';
 import { ADMIN_EMAIL, ADMIN_PASSWORD, startTestApp, type TestApp } from './harness.js';
 

@@ -1,9 +1,9 @@
+import { createLogger } from '@hangar/common/log';
 import { type Client, createClient } from 'graphql-ws';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import WebSocket from 'ws';
 import { type Ending, LiveCallers } from '../src/auth/live.js';
-import { createLogger } from '../src/lib/log.js';
 import { makePubSub } from '../src/pubsub.js';
 import { startTestApp, type TestApp } from './harness.js';
 

@@ -4,11 +4,11 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { freePort } from '@hangar/common/free-port';
+import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing } from '../src/db/embedded.js';
 import EmbeddedPostgres from '../src/db/embedded-postgres.js';
-import { freePort } from '../src/lib/free-port.js';
-import { bytes, sha256, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
 import {
   fetchInto,
   isRunning,

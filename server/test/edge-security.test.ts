@@ -2,13 +2,13 @@ import fs from 'node:fs/promises';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
 import { z } from 'zod';
 import { createApp } from '../src/app.js';
 import { ConfigError, loadConfig } from '../src/config.js';
 import { createPrisma } from '../src/db/client.js';
-import { createLogger } from '../src/lib/log.js';
 import { parseInput } from '../src/lib/validate.js';
 import { ADMIN_EMAIL, ADMIN_PASSWORD, freshDatabase, startTestApp, type TestApp } from './harness.js';
 

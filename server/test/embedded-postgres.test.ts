@@ -2,8 +2,8 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bytes, sha256, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
 import {
   fetchInto,
   isRunning,

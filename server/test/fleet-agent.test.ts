@@ -2,11 +2,11 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { type Agent, createAgent } from '@hangar/agent/agent';
+import { loadAgentConfig } from '@hangar/agent/config';
+import { createLogger } from '@hangar/common/log';
+import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Agent, createAgent } from '../src/agent/agent.js';
-import { loadAgentConfig } from '../src/agent/config.js';
-import { createLogger } from '../src/lib/log.js';
-import { tinyLlama } from './fixtures/tiny-llama.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // A fleet as an operator changes it, with a real node agent running real llama.cpp (CPU) on the tiny llama: an
@@ -108,7 +108,7 @@ describe('a fleet that can be changed, with a real agent', () => {
       { name: 'HANGAR_NODE_TOKEN', value: created.token },
     ]);
     expect(created.agentCommand).toBe(
-      `HANGAR_URL=${base} HANGAR_NODE_TOKEN=${created.token} node --import tsx server/src/agent/main.ts`,
+      `HANGAR_URL=${base} HANGAR_NODE_TOKEN=${created.token} node packages/agent/bin/hangar-agent.mjs`,
     );
   });
 

@@ -2,22 +2,22 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { type Agent, createAgent } from '@hangar/agent/agent';
+import { loadAgentConfig } from '@hangar/agent/config';
+import { createLogger } from '@hangar/common/log';
+import { peftToGguf } from '@hangar/common/peft/gguf-adapter';
+import { openAiClient, readChatStream } from '@hangar/common/test/fixtures/openai-client';
+import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type Agent, createAgent } from '../src/agent/agent.js';
-import { loadAgentConfig } from '../src/agent/config.js';
 import { hashSecret, newSecret } from '../src/auth/secrets.js';
-import { createLogger } from '../src/lib/log.js';
 import { ownerKey } from '../src/org/org.service.js';
-import { peftToGguf } from '../src/train/gguf-adapter.js';
-import { openAiClient, readChatStream } from './fixtures/openai-client.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';
-import { tinyLlama } from './fixtures/tiny-llama.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // The gateway end to end, as an application meets it: the official `openai` client on the control plane's /v1,
 // a real node agent (its heartbeat, its runner, its own OpenAI endpoint) running real llama.cpp on the tiny
-// random llama with the committed PEFT adapter (test/fixtures/peft-h200, converted to GGUF by the server's
+// random llama with the committed PEFT adapter (packages/common/test/fixtures/peft-h200, converted to GGUF by the server's
 // converter and served from the mirror), placed by the real placement pass. One app and one agent for the file:
 // every test shares them, so the tiny llama loads once per catalog model.
 //
@@ -29,7 +29,7 @@ import { startTestApp, type TestApp } from './harness.js';
 // Rows a published training job would make (an adapter with an owner, a model with an owner) are inserted with
 // Prisma: a training run here would take minutes and is tested in src/train/.
 
-const FIXTURE = new URL('./fixtures/peft-h200/', import.meta.url).pathname;
+const FIXTURE = new URL('../../packages/common/test/fixtures/peft-h200/', import.meta.url).pathname;
 const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
 const KEY_A = 'hgk_gateway-e2e-stand-in-a-0123456789abcdef';
 const KEY_B = 'hgk_gateway-e2e-stand-in-b-0123456789abcdef';

@@ -21,12 +21,17 @@ describe('generated files', () => {
     expect(await fs.readFile(schemaFile, 'utf8'), 'server/schema.graphql is stale: run pnpm generate').toBe(printed);
   });
 
-  it("src/client/graphql-env.d.ts (the CLI and agent documents' types) matches server/schema.graphql", async () => {
+  it("packages/common/src/client/graphql-env.d.ts (the CLI and agent documents' types) matches server/schema.graphql", async () => {
     // gql.tada reads the schema this file's neighbour test checks; written elsewhere and compared, as generate writes it.
     const out = path.join(await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-tada-')), 'graphql-env.d.ts');
     execFileSync('pnpm', ['exec', 'gql.tada', 'generate', 'output', '--output', out], { cwd: server, stdio: 'pipe' });
-    const committed = await fs.readFile(path.join(server, 'src', 'client', 'graphql-env.d.ts'), 'utf8');
-    expect(committed, 'src/client/graphql-env.d.ts is stale: run pnpm generate').toBe(await fs.readFile(out, 'utf8'));
+    const committed = await fs.readFile(
+      path.join(server, '..', 'packages', 'common', 'src', 'client', 'graphql-env.d.ts'),
+      'utf8',
+    );
+    expect(committed, 'packages/common/src/client/graphql-env.d.ts is stale: run pnpm generate').toBe(
+      await fs.readFile(out, 'utf8'),
+    );
     await fs.rm(path.dirname(out), { recursive: true, force: true });
   }, 60_000);
 

@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import type { TestProject } from 'vitest/node';
 import { loadConfig } from '../src/config.js';
 import { startEmbeddedPostgres } from '../src/db/embedded.js';
-import { createLogger } from '../src/lib/log.js';
 
 declare module 'vitest' {
   export interface ProvidedContext {

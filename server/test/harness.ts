@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import pg from 'pg';
 import { inject } from 'vitest';
 import { type App, createApp } from '../src/app.js';
@@ -9,7 +10,6 @@ import { loadConfig } from '../src/config.js';
 import { createPrisma } from '../src/db/client.js';
 import type { Database } from '../src/db/database.js';
 import { migrate } from '../src/db/migrate.js';
-import { createLogger } from '../src/lib/log.js';
 
 export const ADMIN_EMAIL = 'admin@example.com';
 export const ADMIN_PASSWORD = 'correct-horse-battery';

@@ -49,7 +49,14 @@ describe.each(['Dockerfile', 'Dockerfile.agent'])('%s', (file) => {
   it('copies only what the repository has or the build stage makes, and ends as a user that is not root', async () => {
     const all = stages(await read(file));
     const build = all.find((s) => s.name === 'build') as Stage;
-    expect(build.lines).toContain('RUN pnpm install --frozen-lockfile');
+    const installs = build.lines.filter((l) => l.startsWith('RUN pnpm install') || l.includes('&& pnpm install'));
+    expect(installs[0]).toMatch(/^RUN pnpm install --frozen-lockfile\b/);
+    if (file === 'Dockerfile.agent') {
+      // A GPU node's image installs the agent's package and its workspace dependencies alone: none of the
+      // server's (PostgreSQL, Prisma, Yoga), which packages/agent/test/imports.test.ts proves it does not need.
+      for (const line of installs) expect(line).toMatch(/--filter @hangar\/agent\b/);
+      for (const c of copies(build)) expect(c.sources.filter((s) => /^(server|web|e2e)\//.test(s))).toEqual([]);
+    }
     for (const c of copies(build)) {
       for (const src of c.sources) {
         if (src === '.') continue;

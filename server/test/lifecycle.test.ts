@@ -2,10 +2,10 @@ import fs from 'node:fs/promises';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/lib/log.js';
 
 // The default deployment: no DATABASE_URL, so the embedded PostgreSQL under the data dir, started and stopped
 // with the server. These start real servers on real ports.
@@ -100,6 +100,8 @@ describe('the embedded database', () => {
     const url = new URL(await app.start());
     const body = JSON.stringify({ query: '{ __typename }' });
     // Half a request is on the wire when the server is told to stop; the rest arrives after.
+    let connected: () => void = () => {};
+    const onTheWire = new Promise<void>((r) => (connected = r));
     const answer = new Promise<{ status: number; text: string }>((resolve, reject) => {
       const req = http.request(
         {
@@ -116,10 +118,14 @@ describe('the embedded database', () => {
         },
       );
       req.on('error', reject);
+      req.on('socket', (socket) => socket.once('connect', connected));
       req.write(body.slice(0, 5));
       setTimeout(() => req.end(body.slice(5)), 300);
     });
-    await new Promise((r) => setTimeout(r, 100));
+    // Stopping before the server has taken the connection in would test the listen queue, not the drain: on two
+    // busy cores a fixed 100 ms from the start was sometimes not enough.
+    await onTheWire;
+    await new Promise((r) => setTimeout(r, 150));
     const stopped = app.stop();
     const r = await answer;
     await stopped;

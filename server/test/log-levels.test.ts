@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
-import { createLogger } from '../src/lib/log.js';
 import { ADMIN_EMAIL, ADMIN_PASSWORD, freshDatabase } from './harness.js';
 
 // What an operator reading the log at level error should find there: faults, not callers being refused. Every

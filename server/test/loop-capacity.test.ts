@@ -1,10 +1,10 @@
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuditService } from '../src/audit/audit.service.js';
 import { asLoop, POOL_SIZES } from '../src/db/client.js';
 import type { Database } from '../src/db/database.js';
 import { FleetService } from '../src/fleet/fleet.service.js';
 import { UsageRecorder } from '../src/gateway/usage.js';
-import { createLogger } from '../src/lib/log.js';
 import { freshDatabase } from './harness.js';
 
 // Under 50 connections of the Mirror page's query the single pool of 20 ran dry, and the placement pass failed

@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
+import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bytes, sha256, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // The mirror left alone through an upstream outage, paused and resumed by an operator, and holding the same

@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { bytes, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
-import { bytes, startUpstream, type Upstream } from './fixtures/fault-upstream.js';
 import { startTestApp } from './harness.js';
 
 // What the mirror's server-side fetches reach and which credentials go with them, through fetchToMirror on a

@@ -2,12 +2,12 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { peftToGguf } from '@hangar/common/peft/gguf-adapter';
+import { readSafetensors, toFloat32 } from '@hangar/common/peft/safetensors';
+import { TINY_LLAMA, tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { peftToGguf } from '../src/train/gguf-adapter.js';
-import { readSafetensors, toFloat32 } from '../src/train/safetensors.js';
 import { cpuLlama, logitsAt, maxDiff, promptTokens } from './fixtures/llama-lora.js';
 import { writeTinyBaseRepo } from './fixtures/tiny-base-repo.js';
-import { TINY_LLAMA, tinyLlama } from './fixtures/tiny-llama.js';
 
 // The stand-in trainer as the agent runs it: `node stand-in-trainer.mjs --job job.json --out DIR`, a child process
 // speaking JSON lines. What it writes must be a PEFT adapter that converts and loads on the tiny llama, since the

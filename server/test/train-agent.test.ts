@@ -2,23 +2,24 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { type Agent, createAgent } from '@hangar/agent/agent';
+import { loadAgentConfig } from '@hangar/agent/config';
+import { freePort } from '@hangar/common/free-port';
+import { createLogger } from '@hangar/common/log';
 import { createClient } from 'graphql-ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { type Agent, createAgent } from '../src/agent/agent.js';
-import { loadAgentConfig } from '../src/agent/config.js';
-import { freePort } from '../src/lib/free-port.js';
-import { createLogger } from '../src/lib/log.js';
 import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
 import { BASE_REPO, type TrainingWorld, trainingWorld } from './fixtures/training.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // A training job end to end through a real node agent and the stand-in trainer (fixtures/stand-in-trainer.mjs,
-// the same protocol as server/trainer/train_lora.py, which needs a GPU): progress arriving over a subscription,
+// the same protocol as packages/agent/trainer/train_lora.py, which needs a GPU): progress arriving over a subscription,
 // a cancel mid-run, an agent killed mid-run, and the server restarted mid-run.
 
 const TRAINER = new URL('./fixtures/stand-in-trainer.mjs', import.meta.url).pathname;
-const SERVER_ROOT = new URL('..', import.meta.url).pathname;
+// The agent's own package, where `hangar-agent` runs it from (as an operator's checkout does).
+const AGENT_ROOT = new URL('../../packages/agent/', import.meta.url).pathname;
 
 let t: TestApp;
 let hub: FakeHub;
@@ -168,8 +169,8 @@ describe('a job through a real agent and the stand-in trainer', () => {
 
   it('fails the job of an agent killed mid-run once its lease runs out, and a new agent runs the next job', async () => {
     const env = await agentEnv(100);
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/agent/main.ts'], {
-      cwd: SERVER_ROOT,
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts'], {
+      cwd: AGENT_ROOT,
       env: { ...process.env, ...env },
       stdio: 'ignore',
     });

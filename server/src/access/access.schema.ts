@@ -113,27 +113,28 @@ builder.mutationFields((t) => ({
     authScopes: { viewer: true },
     errors: { types: [ValidationError] },
     args: { input: t.arg({ type: CreateApiTokenInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createToken(ctx, input)),
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createToken(ctx.actor, input)),
   }),
   revokeApiToken: t.field({
     type: ApiTokenRef,
     authScopes: { viewer: true },
     errors: { types: [NotFoundError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, { id }, ctx) => unwrap(await ctx.services.access.revokeToken(ctx, String(id))),
+    resolve: async (_root, { id }, ctx) => unwrap(await ctx.services.access.revokeToken(ctx.actor, String(id))),
   }),
   createUser: t.field({
     type: UserRef,
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError] },
     args: { input: t.arg({ type: CreateUserInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createUser(ctx, input)),
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.access.createUser(ctx.actor, input)),
   }),
   updateUser: t.field({
     type: UserRef,
     authScopes: { admin: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }), input: t.arg({ type: UpdateUserInput, required: true }) },
-    resolve: async (_root, { id, input }, ctx) => unwrap(await ctx.services.access.updateUser(ctx, String(id), input)),
+    resolve: async (_root, { id, input }, ctx) =>
+      unwrap(await ctx.services.access.updateUser(ctx.actor, String(id), input)),
   }),
 }));

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import type { Actor } from '../auth/actor.js';
 import { hashPassword, hashSecret, newSecret } from '../auth/secrets.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
-import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import type { ApiToken, User } from '../generated/prisma/client.js';
 import { Role } from '../generated/prisma/enums.js';
@@ -55,20 +55,23 @@ export class AccessService {
     });
   }
 
-  async createToken(ctx: Context, input: unknown): Promise<Result<{ token: ApiToken; secret: string }>> {
+  async createToken(
+    actor: Actor,
+    input: z.input<typeof createTokenInput>,
+  ): Promise<Result<{ token: ApiToken; secret: string }>> {
     const parsed = parseInput(createTokenInput, input);
     if (!parsed.ok) return parsed;
     const { name, role, expiresAt } = parsed.value;
     const callerOnly = parsed.value.callerOnly ?? false;
-    if (ctx.viewer.kind !== 'user' && ctx.viewer.kind !== 'token') {
+    if (actor.viewer.kind !== 'user' && actor.viewer.kind !== 'token') {
       return fail(new ForbiddenError('API tokens belong to users: sign in as one to create a token'));
     }
     // A token never carries more than the person who made it: otherwise a viewer could mint an admin.
-    if (!roleAtLeast(ctx.viewer.role, role)) {
+    if (!roleAtLeast(actor.viewer.role, role)) {
       return fail(
         new ValidationError(
           'input.role',
-          `input.role: a token can have at most your own role (${ctx.viewer.role}); ${role} is above it`,
+          `input.role: a token can have at most your own role (${actor.viewer.role}); ${role} is above it`,
         ),
       );
     }
@@ -81,7 +84,7 @@ export class AccessService {
       );
     }
     const secret = newSecret('api');
-    const userId = ctx.viewer.user.id;
+    const userId = actor.viewer.user.id;
     const token = await this.db.$transaction(async (tx) => {
       const t = await tx.apiToken.create({
         data: {
@@ -94,7 +97,7 @@ export class AccessService {
           prefix: secret.slice(0, 10),
         },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'createApiToken',
         target: name,
         message: `${callerOnly ? 'caller-only (calls models at /v1, nothing else), ' : ''}role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
@@ -104,12 +107,13 @@ export class AccessService {
     return ok({ token, secret });
   }
 
-  async revokeToken(ctx: Context, id: string): Promise<Result<ApiToken>> {
+  async revokeToken(actor: Actor, id: string): Promise<Result<ApiToken>> {
     const token = z.string().uuid().safeParse(id).success ? await this.db.apiToken.findUnique({ where: { id } }) : null;
     if (!token) return fail(new NotFoundError(`no API token with id ${id}`));
     const isAdmin =
-      (ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token') && roleAtLeast(ctx.viewer.role, 'ADMIN');
-    const isOwner = (ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token') && ctx.viewer.user.id === token.userId;
+      (actor.viewer.kind === 'user' || actor.viewer.kind === 'token') && roleAtLeast(actor.viewer.role, 'ADMIN');
+    const isOwner =
+      (actor.viewer.kind === 'user' || actor.viewer.kind === 'token') && actor.viewer.user.id === token.userId;
     if (!isAdmin && !isOwner) return fail(new ForbiddenError('only its owner or an admin may revoke this token'));
     // Revoking twice is not an error: the script that retries after a timeout gets the same answer.
     if (token.revokedAt) return ok(token);
@@ -118,7 +122,7 @@ export class AccessService {
         const t = await tx.apiToken.update({ where: { id }, data: { revokedAt: new Date() } });
         // Heard on commit by every replica: live subscriptions opened with this token end there and then.
         await notify(tx, 'credentials', `user:${token.userId}`);
-        await this.audit.done(tx, ctx, { action: 'revokeApiToken', target: token.name });
+        await this.audit.done(tx, actor, { action: 'revokeApiToken', target: token.name });
         return t;
       }),
     );
@@ -128,7 +132,7 @@ export class AccessService {
     return this.db.user.findMany({ orderBy: { email: 'asc' } });
   }
 
-  async createUser(ctx: Context, input: unknown): Promise<Result<User>> {
+  async createUser(actor: Actor, input: z.input<typeof createUserInput>): Promise<Result<User>> {
     const parsed = parseInput(createUserInput, input);
     if (!parsed.ok) return parsed;
     const { email, name, role } = parsed.value;
@@ -139,13 +143,13 @@ export class AccessService {
     return ok(
       await this.db.$transaction(async (tx) => {
         const u = await tx.user.create({ data: { email, name, role, passwordHash } });
-        await this.audit.done(tx, ctx, { action: 'createUser', target: email, message: `role ${role}` });
+        await this.audit.done(tx, actor, { action: 'createUser', target: email, message: `role ${role}` });
         return u;
       }),
     );
   }
 
-  async updateUser(ctx: Context, id: string, input: unknown): Promise<Result<User>> {
+  async updateUser(actor: Actor, id: string, input: z.input<typeof updateUserInput>): Promise<Result<User>> {
     const parsed = parseInput(updateUserInput, input);
     if (!parsed.ok) return parsed;
     const user = z.string().uuid().safeParse(id).success ? await this.db.user.findUnique({ where: { id } }) : null;
@@ -182,7 +186,7 @@ export class AccessService {
         // `viewer { user { name } }` is answered from them.
         if (disabled || passwordHash || (role && role !== user.role) || (name && name !== user.name))
           await notify(tx, 'credentials', `user:${id}`);
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'updateUser',
           target: user.email,
           message: changes.join(', ') || 'no change',

@@ -1,14 +1,12 @@
-import { describeActor } from '../auth/viewer.js';
-import type { Context } from '../context.js';
+import type { Logger } from '@hangar/common/log';
+import { type Actor, describeActor } from '../auth/actor.js';
 import type { Db, Tx } from '../db/client.js';
 import type { AuditEvent } from '../generated/prisma/client.js';
 import type { AuditOutcome } from '../generated/prisma/enums.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import { notify } from '../pubsub.js';
 
 export type AuditEntry = { action: string; target?: string | null; message?: string | null };
-type Caller = Pick<Context, 'viewer' | 'requestId'>;
 
 /** Which events a page holds: each given field must match (text anywhere in the value, any case). */
 export type AuditFilter = {
@@ -27,12 +25,12 @@ export class AuditService {
   ) {}
 
   /** Records a change that happened: call inside the transaction that made it. */
-  async done(tx: Tx, caller: Caller, entry: AuditEntry) {
-    await this.write(tx, caller, entry, 'DONE');
+  async done(tx: Tx, actor: Actor, entry: AuditEntry) {
+    await this.write(tx, actor, entry, 'DONE');
   }
 
-  async refused(caller: Caller, action: string, target: string | undefined, message: string) {
-    await this.write(this.db, caller, { action, target, message }, 'REFUSED');
+  async refused(actor: Actor, action: string, target: string | undefined, message: string) {
+    await this.write(this.db, actor, { action, target, message }, 'REFUSED');
   }
 
   /**
@@ -40,13 +38,13 @@ export class AuditService {
    * one row, whose `repeats` counts them and whose message is `message` with {n} replaced by that count. The
    * log shows the attack, one row per key, instead of growing by a row per request.
    */
-  async refusedRepeated(caller: Caller, entry: AuditEntry & { message: string }, key: string) {
-    const actor = describeActor(caller.viewer);
+  async refusedRepeated(actor: Actor, entry: AuditEntry & { message: string }, key: string) {
+    const named = describeActor(actor);
     try {
       const rows = await this.db.$queryRaw<{ id: bigint }[]>`
         INSERT INTO "AuditEvent" (actor, action, target, outcome, message, "requestId", "coalesceKey", repeats)
-        VALUES (${actor}, ${entry.action}, ${entry.target ?? null}, 'REFUSED'::"AuditOutcome",
-                replace(${entry.message}, '{n}', '1'), ${caller.requestId}, ${key}, 1)
+        VALUES (${named}, ${entry.action}, ${entry.target ?? null}, 'REFUSED'::"AuditOutcome",
+                replace(${entry.message}, '{n}', '1'), ${actor.requestId}, ${key}, 1)
         ON CONFLICT ("coalesceKey") DO UPDATE SET
           repeats = "AuditEvent".repeats + 1,
           message = replace(${entry.message}, '{n}', ("AuditEvent".repeats + 1)::text),
@@ -55,22 +53,22 @@ export class AuditService {
       const id = rows[0]?.id;
       if (id !== undefined) await notify(this.db, 'auditEvent', id.toString());
     } catch (err) {
-      this.log.error('could not write audit event', { actor, ...entry, key, error: err });
+      this.log.error('could not write audit event', { actor: named, ...entry, key, error: err });
     }
   }
 
-  async failed(caller: Caller, action: string, target: string | undefined, message: string) {
-    await this.write(this.db, caller, { action, target, message }, 'FAILED');
+  async failed(actor: Actor, action: string, target: string | undefined, message: string) {
+    await this.write(this.db, actor, { action, target, message }, 'FAILED');
   }
 
-  private async write(db: Db | Tx, caller: Caller, entry: AuditEntry, outcome: AuditOutcome) {
+  private async write(db: Db | Tx, actor: Actor, entry: AuditEntry, outcome: AuditOutcome) {
     const row = {
-      actor: describeActor(caller.viewer),
+      actor: describeActor(actor),
       action: entry.action,
       target: entry.target ?? null,
       outcome,
       message: entry.message ?? null,
-      requestId: caller.requestId,
+      requestId: actor.requestId,
     };
     try {
       const created = await db.auditEvent.create({ data: row, select: { id: true } });

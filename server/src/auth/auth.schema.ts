@@ -3,6 +3,8 @@ import { RoleEnum, UserRef } from '../access/access.schema.js';
 import type { User } from '../generated/prisma/client.js';
 import { TooManyAttemptsError, UnauthenticatedError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
+import { clearedSessionCookies, sessionCookies } from './cookies.js';
+import { crossSiteSignIn } from './origin.js';
 import type { ViewerUser } from './viewer.js';
 
 const Viewer = builder
@@ -90,7 +92,13 @@ builder.mutationFields((t) => ({
       'Signs in to the console: sets the session cookie (HttpOnly) and the CSRF cookie. Refused from pages of other origins, and with TooManyAttemptsError after repeated wrong passwords.',
     errors: { types: [ValidationError, TooManyAttemptsError] },
     args: { email: t.arg.string({ required: true }), password: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.auth.login(ctx, args)),
+    resolve: async (_root, args, ctx) => {
+      // Where the request came from is the edge's to read (its headers); the service refuses and audits it.
+      const crossSite = crossSiteSignIn(ctx.request.headers, ctx.config);
+      const signedIn = unwrap(await ctx.services.auth.login(ctx.actor, args, crossSite));
+      ctx.responseCookies.push(...sessionCookies(signedIn.session, ctx.secure));
+      return signedIn;
+    },
   }),
   changePassword: t.field({
     type: PasswordChanged,
@@ -99,12 +107,16 @@ builder.mutationFields((t) => ({
     authScopes: { viewer: true },
     errors: { types: [ValidationError, UnauthenticatedError, TooManyAttemptsError] },
     args: { input: t.arg({ type: ChangePasswordInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.auth.changePassword(ctx, input)),
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.auth.changePassword(ctx.actor, input)),
   }),
   logout: t.field({
     type: LogoutPayload,
     errors: {},
-    resolve: async (_root, _args, ctx) => ({ ok: unwrap(await ctx.services.auth.logout(ctx)) }),
+    resolve: async (_root, _args, ctx) => {
+      const ended = unwrap(await ctx.services.auth.logout(ctx.actor));
+      ctx.responseCookies.push(...clearedSessionCookies(ctx.secure));
+      return { ok: ended };
+    },
   }),
 }));
 

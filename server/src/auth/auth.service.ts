@@ -1,7 +1,7 @@
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
-import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import {
   ForbiddenError,
@@ -13,13 +13,12 @@ import {
   UnauthenticatedError,
   ValidationError,
 } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
-import { CSRF_COOKIE, CSRF_HEADER, parseCookies, SESSION_COOKIE, serializeCookie } from './cookies.js';
+import type { Actor } from './actor.js';
+import { CSRF_COOKIE, CSRF_HEADER, parseCookies, SESSION_COOKIE } from './cookies.js';
 import { CredentialCache, type CredentialEvents } from './credential-cache.js';
 import type { LoginLimits } from './login-limits.js';
-import { crossSiteSignIn } from './origin.js';
 import { hashPassword, hashSecret, newSecret, sameSecret, secretKind, verifyPassword } from './secrets.js';
 import { lowerRole, type Viewer, type ViewerUser } from './viewer.js';
 
@@ -62,6 +61,12 @@ export type Credentials = {
    */
   fresh?: boolean;
 };
+
+/**
+ * A session a sign-in opened: the edge hands the secret and the CSRF token to the browser (as cookies, for
+ * GraphQL: auth/cookies.ts's sessionCookies); the service only keeps their hashes and the expiry.
+ */
+export type OpenedSession = { secret: string; csrfToken: string; maxAgeSeconds: number };
 
 /** What a token's lookup found: the token as it stands, or why it does not. */
 type TokenFound =
@@ -204,21 +209,26 @@ export class AuthService {
     return { ok: true, user: toViewerUser(session.user), sessionId, csrfToken, expiresAt };
   }
 
+  /**
+   * Signs in with a password. `crossSite` is the edge's reason to refuse a request that came from another
+   * site's page (auth/origin.ts reads that from the request's headers); it is refused and audited here like any
+   * other refused sign-in. What to hand the browser comes back as `session`: setting it is the edge's work.
+   */
   async login(
-    ctx: Context,
-    input: unknown,
+    actor: Actor,
+    input: { email: string; password: string },
+    crossSite?: string,
   ): Promise<
     Result<
-      { user: ViewerUser; csrfToken: string },
+      { user: ViewerUser; csrfToken: string; session: OpenedSession },
       ValidationError | UnauthenticatedError | ForbiddenError | TooManyAttemptsError
     >
   > {
-    const address = ctx.clientAddress;
+    const address = actor.clientAddress;
     const from = address ?? 'in-process';
-    const crossSite = crossSiteSignIn(ctx.request.headers, this.config);
-    if (crossSite) return this.refuseLogin(ctx, new ForbiddenError(crossSite), `cross-site:${from}`, undefined, from);
+    if (crossSite) return this.refuseLogin(actor, new ForbiddenError(crossSite), `cross-site:${from}`, undefined, from);
     const parsed = parseInput(loginInput, input, '');
-    if (!parsed.ok) return this.refuseLogin(ctx, parsed.error, `invalid:${from}`, undefined, from);
+    if (!parsed.ok) return this.refuseLogin(actor, parsed.error, `invalid:${from}`, undefined, from);
     const { email, password } = parsed.value;
     const account = hashSecret(email).slice(0, 32);
     const guessKey = `account:${account}:${from}`;
@@ -244,7 +254,7 @@ export class AuthService {
         },
       }[verdict.which];
       return this.refuseLogin(
-        ctx,
+        actor,
         new TooManyAttemptsError(`${what}: try again in ${when}, or ask an admin to reset the password`, wait),
         key,
         target,
@@ -254,11 +264,11 @@ export class AuthService {
     const user = await this.db.user.findUnique({ where: { email } });
     const good = await verifyPassword(user?.passwordHash ?? (await decoyHash), password);
     if (!user || !good) {
-      return this.refuseLogin(ctx, new UnauthenticatedError('wrong email or password'), guessKey, email, from);
+      return this.refuseLogin(actor, new UnauthenticatedError('wrong email or password'), guessKey, email, from);
     }
     if (user.disabledAt) {
       return this.refuseLogin(
-        ctx,
+        actor,
         new UnauthenticatedError('this user is disabled: ask an admin'),
         guessKey,
         email,
@@ -277,20 +287,17 @@ export class AuthService {
           csrfToken,
           userId: user.id,
           expiresAt: new Date(Date.now() + maxAgeSeconds * 1000),
-          userAgent: ctx.request.headers.get('user-agent')?.slice(0, 300) ?? null,
+          userAgent: actor.userAgent ?? null,
         },
       });
-      const caller = {
-        requestId: ctx.requestId,
-        viewer: { kind: 'user', user: viewerUser, role: user.role, sessionId: session.id } as const,
+      // Recorded as the user now signed in, not as the anonymous caller who asked.
+      const signedIn: Actor = {
+        ...actor,
+        viewer: { kind: 'user', user: viewerUser, role: user.role, sessionId: session.id },
       };
-      await this.audit.done(tx, caller, { action: 'login', target: user.email, message: 'signed in to the console' });
+      await this.audit.done(tx, signedIn, { action: 'login', target: user.email, message: 'signed in to the console' });
     });
-    ctx.responseCookies.push(
-      serializeCookie(SESSION_COOKIE, secret, { httpOnly: true, secure: ctx.secure, maxAgeSeconds }),
-      serializeCookie(CSRF_COOKIE, csrfToken, { httpOnly: false, secure: ctx.secure, maxAgeSeconds }),
-    );
-    return ok({ user: viewerUser, csrfToken });
+    return ok({ user: viewerUser, csrfToken, session: { secret, csrfToken, maxAgeSeconds } });
   }
 
   /**
@@ -299,7 +306,7 @@ export class AuthService {
    * the log and bury what matters in it.
    */
   private async refuseLogin<E extends HangarError>(
-    ctx: Context,
+    actor: Actor,
     error: E,
     key: string,
     target: string | undefined,
@@ -308,7 +315,7 @@ export class AuthService {
     const start = Math.floor(Date.now() / AUDIT_WINDOW_MS) * AUDIT_WINDOW_MS;
     const since = new Date(start).toISOString().slice(11, 16);
     await this.audit.refusedRepeated(
-      ctx,
+      actor,
       {
         action: 'login',
         target,
@@ -320,23 +327,20 @@ export class AuthService {
     return fail(error);
   }
 
-  async logout(ctx: Context): Promise<Result<boolean>> {
-    if (ctx.viewer.kind !== 'user') {
+  /** Ends the caller's console session; the edge clears the browser's cookies once this answers ok. */
+  async logout(actor: Actor): Promise<Result<boolean>> {
+    if (actor.viewer.kind !== 'user') {
       return fail(
         new UnauthenticatedError('logout ends a console session; API tokens are revoked with revokeApiToken'),
       );
     }
-    const { sessionId, user } = ctx.viewer;
+    const { sessionId, user } = actor.viewer;
     await this.db.$transaction(async (tx) => {
       await tx.session.delete({ where: { id: sessionId } });
       // The console's live views of this session (its WebSocket, any SSE stream) end on commit.
       await notify(tx, 'credentials', `user:${user.id}`);
-      await this.audit.done(tx, ctx, { action: 'logout', target: user.email });
+      await this.audit.done(tx, actor, { action: 'logout', target: user.email });
     });
-    ctx.responseCookies.push(
-      serializeCookie(SESSION_COOKIE, '', { httpOnly: true, secure: ctx.secure, maxAgeSeconds: 0 }),
-      serializeCookie(CSRF_COOKIE, '', { httpOnly: false, secure: ctx.secure, maxAgeSeconds: 0 }),
-    );
     return ok(true);
   }
 
@@ -347,17 +351,17 @@ export class AuthService {
    * in. Wrong current passwords count against the same limits as sign-ins, or this would be a way around them.
    */
   async changePassword(
-    ctx: Context,
-    input: unknown,
+    actor: Actor,
+    input: { currentPassword: string; newPassword: string },
   ): Promise<Result<{ signedOut: number }, ValidationError | UnauthenticatedError | TooManyAttemptsError>> {
     const parsed = parseInput(changePasswordInput, input);
     if (!parsed.ok) return parsed;
-    const viewer = ctx.viewer;
+    const viewer = actor.viewer;
     if (viewer.kind !== 'user' && viewer.kind !== 'token') {
       return fail(new UnauthenticatedError('sign in to change your password'));
     }
     const { currentPassword, newPassword } = parsed.value;
-    const verdict = await this.limits.attempt({ email: viewer.user.email, address: ctx.clientAddress });
+    const verdict = await this.limits.attempt({ email: viewer.user.email, address: actor.clientAddress });
     // Refusals are audited by the schema's audit plugin, as every mutation's are.
     if (!verdict.ok) {
       return fail(
@@ -386,7 +390,7 @@ export class AuthService {
       const ended = await tx.session.deleteMany({ where: { userId: user.id, ...(keep ? { id: { not: keep } } : {}) } });
       // Live subscriptions of the ended sessions are checked again on commit, and end; this session's go on.
       await notify(tx, 'credentials', `user:${user.id}`);
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'changePassword',
         target: user.email,
         message: `changed their own password; ${ended.count} other session${ended.count === 1 ? '' : 's'} signed out`,
@@ -414,7 +418,8 @@ export class AuthService {
       const how = generated
         ? 'created with a generated password'
         : 'created from HANGAR_ADMIN_EMAIL / HANGAR_ADMIN_PASSWORD';
-      const startup = { requestId: 'startup', viewer: { kind: 'anonymous' } as const };
+      // Nobody asked for it: the row names no one (anonymous), under the request id 'startup'.
+      const startup: Actor = { requestId: 'startup', viewer: { kind: 'anonymous' } };
       await this.audit.done(tx, startup, { action: 'createFirstAdmin', target: email, message: how });
       return true;
     });

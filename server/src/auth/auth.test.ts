@@ -66,6 +66,26 @@ describe('signing in', () => {
     expect(r.headers.getSetCookie().every((c) => c.includes('Secure'))).toBe(true);
   });
 
+  it("keeps the browser's user agent with the session, and ends the session the cookie named on sign-out", async () => {
+    // The service sees the agent only as the edge hands it over (auth/actor.ts): the header is read there.
+    const agent = 'Mozilla/5.0 (X11; Linux x86_64) Hangar-test';
+    const r = await t.gql(LOGIN, { e: ADMIN_EMAIL, p: 'correct-horse-battery' }, { headers: { 'user-agent': agent } });
+    expect(r.data?.login.__typename).toBe('LoginPayload');
+    const newest = await t.app.db.prisma.session.findFirstOrThrow({ orderBy: { createdAt: 'desc' } });
+    expect(newest.userAgent).toBe(agent);
+
+    const cookies = r.headers.getSetCookie().map((c) => c.split(';')[0]);
+    const csrf = cookies.find((c) => c?.startsWith('hangar_csrf='))?.split('=')[1];
+    const out = await t.gql('mutation { logout { __typename ... on LogoutPayload { ok } } }', undefined, {
+      cookie: cookies.join('; '),
+      csrf,
+    });
+    expect(out.data?.logout).toEqual({ __typename: 'LogoutPayload', ok: true });
+    expect(out.headers.getSetCookie().every((c) => c.includes('Max-Age=0'))).toBe(true);
+    expect(out.headers.getSetCookie()).toHaveLength(2);
+    expect(await t.app.db.prisma.session.findUnique({ where: { id: newest.id } })).toBeNull();
+  });
+
   it('takes the session cookie only with its CSRF header', async () => {
     const { cookie, csrf } = await t.login();
     const withCsrf = await t.gql(VIEWER, {}, { cookie, csrf });

@@ -29,3 +29,27 @@ export function serializeCookie(name: string, value: string, o: CookieOptions): 
   if (o.secure) parts.push('Secure');
   return parts.join('; ');
 }
+
+/**
+ * The two cookies of a console session that a sign-in opened (AuthService.login): the session itself, which
+ * scripts cannot read, and the CSRF token, which the console copies into its header. Services return the
+ * session; setting cookies is the edge's part.
+ */
+export function sessionCookies(
+  session: { secret: string; csrfToken: string; maxAgeSeconds: number },
+  secure: boolean,
+): string[] {
+  const { secret, csrfToken, maxAgeSeconds } = session;
+  return [
+    serializeCookie(SESSION_COOKIE, secret, { httpOnly: true, secure, maxAgeSeconds }),
+    serializeCookie(CSRF_COOKIE, csrfToken, { httpOnly: false, secure, maxAgeSeconds }),
+  ];
+}
+
+/** The same two cookies, emptied and expired at once: what a sign-out sends. */
+export function clearedSessionCookies(secure: boolean): string[] {
+  return [
+    serializeCookie(SESSION_COOKIE, '', { httpOnly: true, secure, maxAgeSeconds: 0 }),
+    serializeCookie(CSRF_COOKIE, '', { httpOnly: false, secure, maxAgeSeconds: 0 }),
+  ];
+}

@@ -1,5 +1,5 @@
+import { createLogger } from '@hangar/common/log';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createLogger } from '../lib/log.js';
 import { makePubSub } from '../pubsub.js';
 import { CredentialCache } from './credential-cache.js';
 

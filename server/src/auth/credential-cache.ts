@@ -1,4 +1,4 @@
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '@hangar/common/log';
 import type { PubSub } from '../pubsub.js';
 import { onLocalNotify } from '../pubsub.js';
 

@@ -1,4 +1,4 @@
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '@hangar/common/log';
 import type { PubSub } from '../pubsub.js';
 import type { AuthService, Credentials } from './auth.service.js';
 import { credentialHolder, roleAtLeast, type Viewer, viewerRole } from './viewer.js';

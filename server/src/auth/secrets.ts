@@ -1,4 +1,4 @@
-import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { hash, verify } from '@node-rs/argon2';
 
 // Passwords are low-entropy and chosen by people: argon2id, slow on purpose. Tokens and session ids are 256
@@ -31,12 +31,5 @@ export function secretKind(secret: string): SecretKind | undefined {
   return undefined;
 }
 
-export function hashSecret(secret: string): string {
-  return createHash('sha256').update(secret).digest('hex');
-}
-
-export function sameSecret(a: string, b: string): boolean {
-  const x = Buffer.from(a);
-  const y = Buffer.from(b);
-  return x.length === y.length && timingSafeEqual(x, y);
-}
+// Shared with the node agent, which checks its engines' API keys the same way (packages/common).
+export { hashSecret, sameSecret } from '@hangar/common/secret-hash';

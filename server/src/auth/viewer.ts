@@ -36,19 +36,3 @@ export function credentialHolder(viewer: Viewer): string | undefined {
 export function viewerRole(viewer: Viewer): Role | undefined {
   return viewer.kind === 'user' || viewer.kind === 'token' ? viewer.role : undefined;
 }
-
-/** The actor as the audit log names it. */
-export function describeActor(viewer: Viewer): string {
-  switch (viewer.kind) {
-    case 'user':
-      return `user:${viewer.user.email}`;
-    case 'token':
-      return `token:${viewer.tokenName} (${viewer.user.email})`;
-    case 'node':
-      return `node:${viewer.node.name}`;
-    case 'system':
-      return `system:${viewer.name}`;
-    default:
-      return 'anonymous';
-  }
-}

@@ -204,7 +204,7 @@ builder.mutationFields((t) => ({
       replicas: t.arg.int({ required: false }),
       parallel: t.arg.int({ required: false, description: 'Requests one replica answers at once, 1–64; default 1.' }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.serveMirrorVersion(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.serveMirrorVersion(ctx.actor, args)),
   }),
   setModelMode: t.field({
     type: CatalogModelRef,
@@ -220,7 +220,7 @@ builder.mutationFields((t) => ({
           'Requests one replica answers at once, 1–64; unchanged when absent. Replicas started after take it.',
       }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setMode(ctx.actor, args)),
   }),
   setModelOwner: t.field({
     type: CatalogModelRef,
@@ -236,7 +236,7 @@ builder.mutationFields((t) => ({
           'org:<name or id>, team:<org/team or id>, project:<org/team/project or id>, user:<email or id> or key:<API token id>; null for every caller.',
       }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setOwner(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setOwner(ctx.actor, args)),
   }),
   wakeModel: t.field({
     type: CatalogModelRef,
@@ -244,14 +244,14 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.wake(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.wake(ctx.actor, args)),
   }),
   removeModel: t.field({
     type: RemovedModel,
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.remove(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.remove(ctx.actor, args)),
   }),
 }));
 

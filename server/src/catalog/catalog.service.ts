@@ -1,22 +1,22 @@
 import fs from 'node:fs/promises';
+import { knownTensorTypes, newestBuild } from '@hangar/common/gguf/catalog';
+import { factsOf } from '@hangar/common/gguf/facts';
+import { estimateMemory, type MemoryEstimate } from '@hangar/common/gguf/memory';
+import { readGguf } from '@hangar/common/gguf/reader';
+import { fileSource } from '@hangar/common/gguf/source';
+import { type Verdict, verdictFor } from '@hangar/common/gguf/verdict';
+import type { Logger } from '@hangar/common/log';
 import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import { ConfigError } from '../config.js';
-import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import { freeMiB } from '../fleet/placement.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
-import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
-import { factsOf } from '../gguf/facts.js';
-import { estimateMemory, type MemoryEstimate } from '../gguf/memory.js';
-import { readGguf } from '../gguf/reader.js';
-import { fileSource } from '../gguf/source.js';
-import { type Verdict, verdictFor } from '../gguf/verdict.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notAModel, versionArchitecture, versionKindOf } from '../mirror/kind.js';
@@ -240,7 +240,7 @@ export class CatalogService {
 
   /** Puts a present mirror version into the catalog. Answered as placed on the next pass: nothing is serving yet. */
   async serveMirrorVersion(
-    ctx: Context,
+    actor: Actor,
     input: {
       model: string;
       version: string;
@@ -296,7 +296,7 @@ export class CatalogService {
           ...scaling(mode, extra.value.replicas ?? 1),
         },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'serveMirrorVersion',
         target: plan.name,
         message: `from ${input.model}/${input.version}, ${mode.toLowerCase().replace('_', ' ')}`,
@@ -315,7 +315,7 @@ export class CatalogService {
   }
 
   async setMode(
-    ctx: Context,
+    actor: Actor,
     input: { name: string; mode: string; replicas?: number | null; parallel?: number | null },
   ): Promise<Result<CatalogModel>> {
     const parsed = parseInput(
@@ -356,7 +356,7 @@ export class CatalogService {
         });
         const key = mirrorKeyOf(m.source);
         if (key) await notify(tx, 'mirrorVersion', key);
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'setModelMode',
           target: m.name,
           message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas${parallel !== m.parallel ? `, ${m.parallel} → ${parallel} requests at once` : ''})`,
@@ -372,7 +372,7 @@ export class CatalogService {
    * Who may call a model at /v1: an owner in the forms OrgService.resolveOwner reads (org:, team:, project:,
    * user:, key:), or null for every caller again. Its adapters are narrowed by their own owners on top.
    */
-  async setOwner(ctx: Context, input: { name: string; owner?: string | null }): Promise<Result<CatalogModel>> {
+  async setOwner(actor: Actor, input: { name: string; owner?: string | null }): Promise<Result<CatalogModel>> {
     const parsed = parseInput(
       z.object({ name: catalogName, owner: z.string().max(400, 'at most 400 characters').nullish() }),
       input,
@@ -397,7 +397,7 @@ export class CatalogService {
         label = resolved.value.label;
       }
       const updated = await tx.catalogModel.update({ where: { id: m.id }, data: { owner } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'setModelOwner',
         target: m.name,
         message: `owner ${before} → ${label}`,
@@ -406,7 +406,7 @@ export class CatalogService {
     });
   }
 
-  async wake(ctx: Context, input: { name: string }): Promise<Result<CatalogModel>> {
+  async wake(actor: Actor, input: { name: string }): Promise<Result<CatalogModel>> {
     const parsed = parseInput(z.object({ name: catalogName }), input, '');
     if (!parsed.ok) return parsed;
     const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
@@ -421,7 +421,7 @@ export class CatalogService {
     const until = new Date(Date.now() + m.idleSeconds * 1000);
     const woken = await this.db.$transaction(async (tx) => {
       const u = await tx.catalogModel.update({ where: { id: m.id }, data: { awakeUntil: until } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'wakeModel',
         target: m.name,
         message: `awake until ${until.toISOString()}`,
@@ -432,7 +432,7 @@ export class CatalogService {
     return ok(woken);
   }
 
-  async remove(ctx: Context, input: { name: string }): Promise<Result<{ name: string }>> {
+  async remove(actor: Actor, input: { name: string }): Promise<Result<{ name: string }>> {
     const parsed = parseInput(z.object({ name: catalogName }), input, '');
     if (!parsed.ok) return parsed;
     const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
@@ -442,7 +442,7 @@ export class CatalogService {
       await tx.catalogModel.delete({ where: { id: m.id } });
       const key = mirrorKeyOf(m.source);
       if (key) await notify(tx, 'mirrorVersion', key);
-      await this.audit.done(tx, ctx, { action: 'removeModel', target: m.name });
+      await this.audit.done(tx, actor, { action: 'removeModel', target: m.name });
     });
     return ok({ name: m.name });
   }

@@ -1,16 +1,16 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { createApp } from '../app.js';
 import { ConfigError, loadConfig } from '../config.js';
-import { createLogger } from '../lib/log.js';
 
 let t: TestApp;
 let base: string;
 let operator: string;
 let nodeToken: string;
-const gguf = new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url);
+const gguf = new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url);
 
 beforeAll(async () => {
   t = await startTestApp();

@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { gguf } from '@hangar/common/test/fixtures/gguf-writer';
 import { createClient } from 'graphql-ws';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { gguf } from '../../test/fixtures/gguf-writer.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { modeMessage } from './catalog.service.js';
 
@@ -15,7 +15,7 @@ let t: TestApp;
 let base: string;
 let operator: string;
 let yaml: string;
-const vocab = new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url);
+const vocab = new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url);
 
 /** A LoRA adapter's header, as Hangar's own converter (train/gguf-adapter.ts) and llama.cpp's write it. */
 const adapterFile = () =>

@@ -1,6 +1,6 @@
+import { graphql } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
 import OpenAI from 'openai';
-import { graphql } from '../client/graphql.js';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
 import { bytes, table } from './format.js';

@@ -1,6 +1,6 @@
 import os from 'node:os';
+import { graphql } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
-import { graphql } from '../client/graphql.js';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
 import { HangarClient, normalizeUrl, saveCredentials } from './session.js';

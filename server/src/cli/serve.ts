@@ -1,5 +1,5 @@
+import { graphql, type ResultOf } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
-import { graphql, type ResultOf } from '../client/graphql.js';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
 import type { Out } from './output.js';

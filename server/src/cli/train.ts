@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
+import { graphql, type ResultOf } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
-import { graphql, type ResultOf } from '../client/graphql.js';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
 import { table } from './format.js';

@@ -1,6 +1,6 @@
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
 import type { Config } from '../config.js';
-import type { Logger } from '../lib/log.js';
 import { createPrisma, type Db } from './client.js';
 import { createDatabaseIfMissing, startEmbeddedPostgres } from './embedded.js';
 import { migrate } from './migrate.js';

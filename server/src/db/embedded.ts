@@ -4,8 +4,8 @@ import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { promisify } from 'node:util';
-import { freePort } from '../lib/free-port.js';
-import type { Logger } from '../lib/log.js';
+import { freePort } from '@hangar/common/free-port';
+import type { Logger } from '@hangar/common/log';
 import EmbeddedPostgres from './embedded-postgres.js';
 
 export type EmbeddedDatabase = {

@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../../test/harness.js';
-import { createLogger } from '../lib/log.js';
 import type { Database } from './database.js';
 import { MigrationError, migrate, migrationsDir, readMigrations } from './migrate.js';
 

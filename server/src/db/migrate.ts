@@ -2,8 +2,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
 import pg from 'pg';
-import type { Logger } from '../lib/log.js';
 
 // Prisma's CLI downloads a native engine before it migrates, which an air-gapped site cannot do. So the server
 // applies prisma/migrations/*/migration.sql itself and records each in _prisma_migrations exactly as Prisma

@@ -1,8 +1,8 @@
+import { freePort } from '@hangar/common/free-port';
+import { createLogger } from '@hangar/common/log';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../../test/harness.js';
-import { freePort } from '../lib/free-port.js';
-import { createLogger } from '../lib/log.js';
 import { createPrisma } from './client.js';
 import type { Database } from './database.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from './outage.js';

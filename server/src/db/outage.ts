@@ -1,4 +1,4 @@
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '@hangar/common/log';
 
 // The control plane's background loops (downloads, placement, serve jobs, training sweeps, live events) all
 // depend on PostgreSQL. When it goes away (restarted, failed over, killed) none of them may take the process

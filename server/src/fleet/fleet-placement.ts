@@ -1,9 +1,10 @@
+import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
+import { systemActor } from '../auth/actor.js';
 import { asLoop, type Db } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { LoopHealth } from '../db/outage.js';
 import { type Node, Prisma } from '../generated/prisma/client.js';
-import type { Logger } from '../lib/log.js';
 import { decide } from './placement.js';
 import { type SmokeResult, smokeTest } from './smoke.js';
 
@@ -175,7 +176,7 @@ export class FleetPlacement {
         .catch(() => {});
       return;
     }
-    const ctx = { viewer: { kind: 'system', name: 'smoke test' }, requestId: `smoke-${replicaId}` } as const;
+    const actor = systemActor('smoke test', `smoke-${replicaId}`);
     const changed = await this.db.$transaction(async (tx) => {
       const data = result.ok
         ? {
@@ -194,7 +195,7 @@ export class FleetPlacement {
       });
       if (u.count === 0) return false;
       if (!result.ok) await tx.engineKey.deleteMany({ where: { replicaId } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'smokeTest',
         target: replica.model.name,
         message: `${replica.node?.name ?? 'a node'}: ${

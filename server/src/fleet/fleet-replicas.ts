@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { withState } from '../audit/message.js';
-import type { Context } from '../context.js';
+import type { Actor } from '../auth/actor.js';
 import type { CatalogModel, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
@@ -62,17 +62,19 @@ export class FleetReplicas extends FleetPlacement {
   }
 
   /** An agent says how a replica is doing. Audited when it becomes ready, fails or stops; not for loading. */
-  async reportReplica(ctx: Context, input: unknown): Promise<Result<Replica>> {
-    if (ctx.viewer.kind !== 'node')
+  // Untyped on purpose: the schema's ReplicaState also holds the states only Hangar sets (LOST, …), which a node
+  // may not report; reportReplicaInput refuses them, naming the field.
+  async reportReplica(actor: Actor, input: unknown): Promise<Result<Replica>> {
+    if (actor.viewer.kind !== 'node')
       return fail(new ConflictError('reportReplica is for node agents, with their node token'));
     const parsed = parseInput(reportReplicaInput, input);
     if (!parsed.ok) return parsed;
     const r = parsed.value;
     const replica = await this.db.replica.findUnique({ where: { id: r.replicaId }, include: { model: true } });
-    if (!replica || replica.nodeId !== ctx.viewer.node.id) {
-      return fail(new NotFoundError(`no replica ${r.replicaId} is assigned to node ${ctx.viewer.node.name}`));
+    if (!replica || replica.nodeId !== actor.viewer.node.id) {
+      return fail(new NotFoundError(`no replica ${r.replicaId} is assigned to node ${actor.viewer.node.name}`));
     }
-    if (r.state === 'READY') return this.reportServing(ctx, replica, r);
+    if (r.state === 'READY') return this.reportServing(actor, replica, r);
     // A replica the control plane failed (its smoke test) stays failed, with that reason, when its agent then
     // stops it: the operator needs to see why it went, not that it stopped.
     const keepFailure = replica.state === 'FAILED' && r.state === 'STOPPED';
@@ -94,7 +96,7 @@ export class FleetReplicas extends FleetPlacement {
       // An ended or reloading replica's key opens nothing any more: it is not kept.
       await tx.engineKey.deleteMany({ where: { replicaId: u.id } });
       if (r.state !== 'LOADING' && !keepFailure) {
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'reportReplica',
           target: replica.model.name,
           message: withState(r.state, r.message),
@@ -112,16 +114,16 @@ export class FleetReplicas extends FleetPlacement {
    * replica nothing can reach (an agent from before nodes served over HTTP): recorded as FAILED, saying so.
    */
   protected async reportServing(
-    ctx: Context,
+    actor: Actor,
     replica: Replica & { model: CatalogModel },
     r: z.output<typeof reportReplicaInput>,
   ): Promise<Result<Replica>> {
-    const node = ctx.viewer.kind === 'node' ? ctx.viewer.node : null;
+    const node = actor.viewer.kind === 'node' ? actor.viewer.node : null;
     if (!r.endpoint || !r.engineKey) {
       const message = `the agent on ${node?.name ?? 'its node'} reported it ready without an endpoint and an engine key, so no request can reach it: run an agent of this server's version there`;
       const failed = await this.db.$transaction(async (tx) => {
         const u = await tx.replica.update({ where: { id: replica.id }, data: { state: 'FAILED', message } });
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'reportReplica',
           target: replica.model.name,
           message: `failed: ${message}`,
@@ -183,7 +185,7 @@ export class FleetReplicas extends FleetPlacement {
           data: { measuredMemoryBytes: measured, measuredAt: new Date() },
         });
       if (!sameServing)
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'reportReplica',
           target: replica.model.name,
           message: `serving on ${r.endpoint}; smoke test due`,

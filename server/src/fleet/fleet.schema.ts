@@ -88,7 +88,7 @@ const CreatedNode = builder.objectRef<{ node: Node; token: string }>('CreatedNod
     agentCommand: t.string({
       description: 'The command line that starts its agent, run from a checkout of Hangar on the node.',
       resolve: (p, _args, ctx) =>
-        `HANGAR_URL=${ctx.services.fleet.agentUrl()} HANGAR_NODE_TOKEN=${p.token} node --import tsx server/src/agent/main.ts`,
+        `HANGAR_URL=${ctx.services.fleet.agentUrl()} HANGAR_NODE_TOKEN=${p.token} node packages/agent/bin/hangar-agent.mjs`,
     }),
   }),
 });
@@ -234,7 +234,9 @@ builder.mutationField('reportReplica', (t) =>
     errors: { types: [ValidationError, ConflictError, NotFoundError] },
     args: { input: t.arg({ type: ReplicaReportInput, required: true }) },
     resolve: async (_root, args, ctx) =>
-      unwrap(await ctx.services.fleet.reportReplica(ctx, { ...args.input, replicaId: String(args.input.replicaId) })),
+      unwrap(
+        await ctx.services.fleet.reportReplica(ctx.actor, { ...args.input, replicaId: String(args.input.replicaId) }),
+      ),
   }),
 );
 
@@ -277,7 +279,7 @@ builder.mutationField('reportNode', (t) =>
     authScopes: { node: true },
     errors: { types: [ValidationError, ConflictError] },
     args: { input: t.arg({ type: NodeReportInput, required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.report(ctx, args.input)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.report(ctx.actor, args.input)),
   }),
 );
 
@@ -287,7 +289,7 @@ builder.mutationField('createNode', (t) =>
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.createNode(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.createNode(ctx.actor, args)),
   }),
 );
 
@@ -306,7 +308,7 @@ builder.mutationField('removeNode', (t) =>
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError, NotFoundError] },
     args: { name: t.arg.string({ required: true }), force: t.arg.boolean({ required: false }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.removeNode(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.removeNode(ctx.actor, args)),
   }),
 );
 
@@ -318,7 +320,7 @@ builder.mutationField('rotateNodeToken', (t) =>
     authScopes: { admin: true },
     errors: { types: [ValidationError, NotFoundError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.rotateNodeToken(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.rotateNodeToken(ctx.actor, args)),
   }),
 );
 
@@ -330,7 +332,7 @@ builder.mutationField('revokeNodeToken', (t) =>
     authScopes: { admin: true },
     errors: { types: [ValidationError, NotFoundError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.revokeNodeToken(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.fleet.revokeNodeToken(ctx.actor, args)),
   }),
 );
 
@@ -341,6 +343,6 @@ builder.mutationField('leaveNode', (t) =>
       'A node agent says it is stopping (node token only): the node is offline at once and its replicas are placed elsewhere.',
     authScopes: { node: true },
     errors: { types: [ConflictError] },
-    resolve: async (_root, _args, ctx) => unwrap(await ctx.services.fleet.leave(ctx)),
+    resolve: async (_root, _args, ctx) => unwrap(await ctx.services.fleet.leave(ctx.actor)),
   }),
 );

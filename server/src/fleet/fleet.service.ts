@@ -1,6 +1,6 @@
 import { z } from 'zod';
+import type { Actor } from '../auth/actor.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
-import type { Context } from '../context.js';
 import type { Node } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
@@ -75,13 +75,13 @@ export class FleetService extends FleetReplicas {
    * An agent's heartbeat with its inventory. Audited when what the node reports changes (its first report, a
    * GPU or engine added, removed or upgraded), not at every heartbeat, which would bury the log.
    */
-  async report(ctx: Context, input: unknown): Promise<Result<Node>> {
-    if (ctx.viewer.kind !== 'node')
+  async report(actor: Actor, input: z.input<typeof reportInput>): Promise<Result<Node>> {
+    if (actor.viewer.kind !== 'node')
       return fail(new ConflictError('reportNode is for node agents, with their node token'));
     const parsed = parseInput(reportInput, input);
     if (!parsed.ok) return parsed;
     const r = parsed.value;
-    const id = ctx.viewer.node.id;
+    const id = actor.viewer.node.id;
     const before = await this.db.node.findUniqueOrThrow({ where: { id } });
     const shape = (gpus: unknown, engines: unknown) =>
       JSON.stringify([
@@ -106,7 +106,7 @@ export class FleetService extends FleetReplicas {
       if (changed) {
         const gpus = r.gpus.map((g) => `${g.name} ${g.totalMiB} MiB`).join(', ') || 'no GPU';
         const engines = r.engines.map((e) => `${e.name}${e.build ? ` b${e.build}` : ''}`).join(', ') || 'no engine';
-        await this.audit.done(tx, ctx, { action: 'reportNode', target: n.name, message: `${gpus}; ${engines}` });
+        await this.audit.done(tx, actor, { action: 'reportNode', target: n.name, message: `${gpus}; ${engines}` });
       }
       // Its free GPU memory may now fit a queued training job: the agent's work list is worked out again.
       await notify(tx, 'trainWork', n.id);
@@ -121,7 +121,7 @@ export class FleetService extends FleetReplicas {
    * running and queued jobs are failed with the reason. Its token is refused from the moment this commits.
    */
   async removeNode(
-    ctx: Context,
+    actor: Actor,
     input: { name: string; force?: boolean | null },
   ): Promise<Result<{ name: string; message: string }>> {
     const parsed = parseInput(z.object({ name: resourceName('a node name'), force: z.boolean().nullish() }), input, '');
@@ -177,7 +177,7 @@ export class FleetService extends FleetReplicas {
           : null,
       ].filter(Boolean);
       const message = `removed node ${name}${did.length ? `: ${did.join('; ')}` : ''}. An agent still running there is refused: stop it`;
-      await this.audit.done(tx, ctx, { action: 'removeNode', target: name, message });
+      await this.audit.done(tx, actor, { action: 'removeNode', target: name, message });
       return ok({ name, message });
     });
     if (result.ok) void this.place();
@@ -188,7 +188,7 @@ export class FleetService extends FleetReplicas {
    * A new token for a node's agent, shown once; the old one is refused from the moment this commits. Until the
    * agent is started again with the new one it cannot report, and the node goes offline after NODE_ONLINE_MS.
    */
-  async rotateNodeToken(ctx: Context, input: { name: string }): Promise<Result<{ node: Node; token: string }>> {
+  async rotateNodeToken(actor: Actor, input: { name: string }): Promise<Result<{ node: Node; token: string }>> {
     const parsed = parseInput(z.object({ name: resourceName('a node name') }), input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -201,7 +201,7 @@ export class FleetService extends FleetReplicas {
         data: { tokenHash: hashSecret(token), tokenChangedAt: new Date(), tokenRevokedAt: null },
       });
       await notify(tx, 'credentials', `node:${node.id}`);
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'rotateNodeToken',
         target: name,
         message: found.tokenRevokedAt ? 'a new token after revocation' : 'the old token is refused from now',
@@ -214,7 +214,7 @@ export class FleetService extends FleetReplicas {
    * Cuts a node off: its token is refused at once and no new one is made (rotateNodeToken makes one). The node
    * is offline from now, and its replicas are handled as a lost node's: replaced elsewhere.
    */
-  async revokeNodeToken(ctx: Context, input: { name: string }): Promise<Result<Node>> {
+  async revokeNodeToken(actor: Actor, input: { name: string }): Promise<Result<Node>> {
     const parsed = parseInput(z.object({ name: resourceName('a node name') }), input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -228,7 +228,7 @@ export class FleetService extends FleetReplicas {
         data: { tokenHash: hashSecret(newSecret('node')), tokenChangedAt: now, tokenRevokedAt: now, leftAt: now },
       });
       await notify(tx, 'credentials', `node:${node.id}`);
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'revokeNodeToken',
         target: name,
         message: 'its agent is refused from now; its replicas are placed elsewhere',
@@ -244,10 +244,10 @@ export class FleetService extends FleetReplicas {
    * its replicas are lost and replaced elsewhere now, as for a node that went away. Its next heartbeat (an agent
    * started again) brings it back.
    */
-  async leave(ctx: Context): Promise<Result<Node>> {
-    if (ctx.viewer.kind !== 'node')
+  async leave(actor: Actor): Promise<Result<Node>> {
+    if (actor.viewer.kind !== 'node')
       return fail(new ConflictError('leaveNode is for node agents, with their node token'));
-    const id = ctx.viewer.node.id;
+    const id = actor.viewer.node.id;
     const node = await this.db.$transaction(async (tx) => {
       const n = await tx.node.update({ where: { id }, data: { leftAt: new Date() } });
       const lost = await tx.replica.updateMany({
@@ -260,7 +260,7 @@ export class FleetService extends FleetReplicas {
         where: { nodeId: id, state: 'PENDING' },
         data: { nodeId: null, gpuIndex: null, message: `node ${n.name} is shutting down` },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'leaveNode',
         target: n.name,
         message: `the agent is stopping${lost.count ? `; ${count(lost.count, 'replica')} to place elsewhere` : ''}`,
@@ -273,7 +273,10 @@ export class FleetService extends FleetReplicas {
   }
 
   /** Registers a node and returns its agent's token, once: only its hash is kept. */
-  async createNode(ctx: Context, input: unknown): Promise<Result<{ node: Node; token: string }>> {
+  async createNode(
+    actor: Actor,
+    input: z.input<typeof createNodeInput>,
+  ): Promise<Result<{ node: Node; token: string }>> {
     const parsed = parseInput(createNodeInput, input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -282,7 +285,7 @@ export class FleetService extends FleetReplicas {
     const token = newSecret('node');
     const node = await this.db.$transaction(async (tx) => {
       const n = await tx.node.create({ data: { name, tokenHash: hashSecret(token) } });
-      await this.audit.done(tx, ctx, { action: 'createNode', target: name });
+      await this.audit.done(tx, actor, { action: 'createNode', target: name });
       return n;
     });
     return ok({ node, token });

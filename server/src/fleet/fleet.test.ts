@@ -42,7 +42,9 @@ beforeAll(async () => {
       await t.gql(`mutation { createNode(name: "${name}") { ... on CreatedNode { token } } }`, {}, { token: admin })
     ).data?.createNode.token;
   }
-  const body = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+  const body = await fs.readFile(
+    new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
   await fetch(`${base}/mirror/llama-vocab/v1/model.gguf`, {
     method: 'PUT',
     headers: { authorization: `Bearer ${operator}` },

@@ -1,4 +1,6 @@
 import fs from 'node:fs/promises';
+import { GraphqlControlPlane, newEngineKey } from '@hangar/agent/control-plane';
+import { freePort } from '@hangar/common/free-port';
 import {
   buildSchema,
   type GraphQLField,
@@ -12,8 +14,6 @@ import {
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
-import { GraphqlControlPlane, newEngineKey } from '../agent/control-plane.js';
-import { freePort } from '../lib/free-port.js';
 
 // A replica's readiness through its own endpoint: the agent reports where it serves and its engine key, the
 // control plane smoke-tests it there with the official OpenAI client and marks it READY (or FAILED, saying
@@ -103,7 +103,9 @@ beforeAll(async () => {
   nodeToken = (
     await t.gql('mutation { createNode(name: "gpu-9") { ... on CreatedNode { token } } }', {}, { token: admin })
   ).data?.createNode.token;
-  const body = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+  const body = await fs.readFile(
+    new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
   await fetch(`${base}/mirror/llama-vocab/v1/model.gguf`, {
     method: 'PUT',
     headers: { authorization: `Bearer ${operator}` },

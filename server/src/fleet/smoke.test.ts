@@ -1,6 +1,6 @@
+import { freePort } from '@hangar/common/free-port';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
-import { freePort } from '../lib/free-port.js';
 import { endpointProblem, SMOKE_MAX_TOKENS, smokeTest } from './smoke.js';
 
 // The control plane's smoke test through a replica's endpoint, with the official OpenAI client, against a

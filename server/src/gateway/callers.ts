@@ -18,10 +18,10 @@ export type Caller = {
   userId: string;
   /** The API token's id; '' for a console session (the playground). */
   tokenId: string;
-  /** What the audit log calls it, as describeActor does. */
-  label: string;
   admin: boolean;
   reach: Reach;
+  /** The HTTP edge's id for the request (http/routes.ts): what its audit rows (a wake) are filed under. */
+  requestId?: string;
 };
 
 export type Identified = { ok: true; caller: Caller } | { ok: false; reason: string };
@@ -71,7 +71,6 @@ export class Callers {
       viewer,
       userId: viewer.user.id,
       tokenId,
-      label: viewer.kind === 'token' ? `token:${viewer.tokenName} (${viewer.user.email})` : `user:${viewer.user.email}`,
       admin: roleAtLeast(viewer.role, 'ADMIN'),
       reach: await this.reachOf(viewer.user.id, tokenId),
     };

@@ -1,10 +1,10 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { freePort } from '@hangar/common/free-port';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
-import { freePort } from '../lib/free-port.js';
 
 // The gateway's protocol edges, against stand-in replicas on real sockets (they stand for a node's endpoint: the
 // fixed words make the answers easy to check): who may call, OpenAI's refusals, a replica that cannot be reached

@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { Logger } from '@hangar/common/log';
+import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '@hangar/common/openai-error';
 import type { AuditService } from '../audit/audit.service.js';
 import type { AuthService } from '../auth/auth.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import type { Logger } from '../lib/log.js';
-import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '../lib/openai-error.js';
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
 import { admits, type Caller, Callers } from './callers.js';
@@ -102,8 +102,8 @@ export class Gateway {
     return this.waitingFor.get(model) ?? 0;
   }
 
-  /** Answers a request under /v1. */
-  async handle(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+  /** Answers a request under /v1; `requestId` is the HTTP edge's, so a wake it causes is audited under it. */
+  async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId?: string): Promise<void> {
     const route = path.slice('/v1'.length);
     const isModels = route === '/models' || route.startsWith('/models/');
     if (!(req.method === 'GET' && isModels) && !(req.method === 'POST' && POST_ROUTES.has(route))) {
@@ -139,7 +139,7 @@ export class Gateway {
     }
     const target = this.visible(who.caller, body.model);
     if (!target) return sendError(res, modelNotFound(body.model));
-    await this.forward(res, route, body, raw, target, who.caller);
+    await this.forward(res, route, body, raw, target, { ...who.caller, requestId });
   }
 
   /** The name as this caller may call it; undefined for one they may not see, exactly as for one nobody has. */
@@ -468,7 +468,7 @@ export class Gateway {
       if (row) {
         await this.deps.audit.done(
           tx,
-          { viewer: caller.viewer, requestId: randomUUID() },
+          { viewer: caller.viewer, requestId: caller.requestId ?? randomUUID() },
           {
             action: 'wakeModel',
             target: model.name,

@@ -1,6 +1,6 @@
+import type { Logger } from '@hangar/common/log';
 import { type Mode, modeOf } from '../catalog/catalog.service.js';
 import { asLoop, type Db } from '../db/client.js';
-import type { Logger } from '../lib/log.js';
 
 // What the gateway routes by: every catalog model with its adapters and its running replicas, read from
 // PostgreSQL as one snapshot and refreshed every second. A request looks its name up here, in memory, so the

@@ -1,5 +1,5 @@
+import type { Logger } from '@hangar/common/log';
 import { asLoop, type Db } from '../db/client.js';
-import type { Logger } from '../lib/log.js';
 
 // Every request the gateway answers is accounted, but never with a database round-trip on its own path: the
 // recorder adds it to a row in memory (one per minute, caller token, model, adapter and replica) and writes

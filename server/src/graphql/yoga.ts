@@ -2,9 +2,11 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
 import { usePrometheus } from '@graphql-yoga/plugin-prometheus';
+import type { Logger } from '@hangar/common/log';
 import { GraphQLError } from 'graphql';
 import { createYoga, type GraphiQLOptions, type Plugin } from 'graphql-yoga';
 import type { Registry } from 'prom-client';
+import { actorOf } from '../auth/actor.js';
 import { clientAddress } from '../auth/client-address.js';
 import { CSRF_COOKIE, CSRF_HEADER } from '../auth/cookies.js';
 import type { LiveCallers } from '../auth/live.js';
@@ -15,7 +17,6 @@ import type { Db } from '../db/client.js';
 import { compressAnswers } from '../http/compress.js';
 import { GRAPHIQL_HEADERS } from '../http/static.js';
 import { isHangarError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import type { PubSub } from '../pubsub.js';
 import { schema } from '../schema/index.js';
 import type { Tracing } from '../telemetry/tracing.js';
@@ -217,7 +218,7 @@ export function buildYoga(deps: YogaDeps) {
       // WebSocket operations arrive with their viewer already set (graphql/ws.ts); HTTP ones are looked up.
       const pre = initial as Partial<Context>;
       const state = pre.viewer ? undefined : await stateOf(initial.request);
-      return {
+      const built = {
         ...initial,
         prisma: deps.prisma,
         config,
@@ -236,6 +237,14 @@ export function buildYoga(deps: YogaDeps) {
         responseCookies: state?.cookies ?? [],
         secure: state?.secure ?? false,
       } as Context;
+      // What the services get: who, under which request, from where; never the context itself.
+      const { viewer, requestId, clientAddress: address } = built;
+      built.actor = actorOf(viewer, {
+        requestId,
+        clientAddress: address,
+        userAgent: initial.request.headers.get('user-agent'),
+      });
+      return built;
     },
   });
   return yoga;

@@ -1,11 +1,13 @@
 import { createHash } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
 import type { AuthService } from '../auth/auth.service.js';
+import { sendJson } from '../http/reply.js';
+import type { Edge } from '../http/routes.js';
 import type { HangarError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import type { MirrorPaths } from '../mirror/paths.js';
-import { mirrorCaller, sendStoredFile } from '../mirror/serve.js';
+import { mirrorCaller, mirrorCredentials, sendStoredFile } from '../mirror/serve.js';
 import { ggufManifest, type HfFile, type HfMirror, type HfSnapshot, lfsPointer } from './hf.service.js';
 import { isMiss, mayPullThrough, type PullThrough, withUpstream } from './pull-through.js';
 
@@ -164,25 +166,36 @@ export function hfRoute(pathname: string): Route {
   return { kind: 'unknown' };
 }
 
+/** `Bearer hf_<Hangar token>`: what HF_TOKEN holds when a client insists on the Hub's token shape. */
+export function hfAuthorization(req: IncomingMessage): string | null {
+  return req.headers.authorization?.replace(/^(Bearer\s+)hf_(hg[a-z]_)/i, '$1$2') ?? null;
+}
+
 export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pull }: Deps) {
-  return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer'>) => {
     const route = hfRoute(pathname);
     if (route.kind === 'unknown') {
-      const body = JSON.stringify({
-        error: `nothing is served at ${pathname}: Hangar's Hub protocol serves /hf/api/models/<repo>[/revision/<rev>], /hf/api/models/<repo>/tree/<rev>[/<path>], /hf/<repo>/resolve/<rev>/<path> and /hf/v2/<repo>/manifests/<quant>`,
-        code: 'NOT_FOUND',
-      });
-      res.writeHead(404, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-      return res.end(req.method === 'HEAD' ? undefined : body);
+      return sendJson(
+        res,
+        404,
+        {
+          error: `nothing is served at ${pathname}: Hangar's Hub protocol serves /hf/api/models/<repo>[/revision/<rev>], /hf/api/models/<repo>/tree/<rev>[/<path>], /hf/<repo>/resolve/<rev>/<path> and /hf/v2/<repo>/manifests/<quant>`,
+          code: 'NOT_FOUND',
+        },
+        { head: req.method === 'HEAD' },
+      );
     }
     if (req.method !== 'GET' && req.method !== 'HEAD')
       return hubError(req, res, 405, `${req.method} is not served by Hangar's mirror: it only downloads (GET, HEAD)`, {
         headers: { allow: 'GET, HEAD' },
       });
     if (route.kind === 'bad') return hubError(req, res, 400, route.why);
-    // `Bearer hf_<Hangar token>`: what HF_TOKEN holds when a client insists on the Hub's token shape.
-    const authorization = req.headers.authorization?.replace(/^(Bearer\s+)hf_(hg[a-z]_)/i, '$1$2');
-    const caller = await mirrorCaller({ auth, requireToken, internalToken }, authorization, req.headers.cookie);
+    const authorization = hfAuthorization(req);
+    const caller = await mirrorCaller(
+      { requireToken, internalToken },
+      authorization,
+      edge?.viewer ?? (() => auth.identify(mirrorCredentials(req, authorization))),
+    );
     if (!caller.ok) {
       // The Hub's words for a refused token, so huggingface_hub says the token is wrong, not the repository.
       return hubError(req, res, 401, caller.reason, {

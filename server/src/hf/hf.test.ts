@@ -2,12 +2,12 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import http from 'node:http';
 import path from 'node:path';
+import { bytes } from '@hangar/common/test/fixtures/fault-upstream';
+import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import { downloadFile, fileDownloadInfo, HubApiError, listFiles, modelInfo } from '@huggingface/hub';
 import { resolveModelFile } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeFile, type FakeHub, fileSha256, startFakeHub } from '../../test/fixtures/fake-hub.js';
-import { bytes } from '../../test/fixtures/fault-upstream.js';
-import { tinyLlama } from '../../test/fixtures/tiny-llama.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // The mirror over the Hub's protocol, read by @huggingface/hub (the Hub's own JS client, nobody here wrote it)

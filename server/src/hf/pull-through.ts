@@ -1,11 +1,11 @@
 import { createHash } from 'node:crypto';
+import type { Logger } from '@hangar/common/log';
+import { guardedFetch } from '@hangar/common/outbound';
 import { HubApiError, listFiles, modelInfo } from '@huggingface/hub';
+import { actorOf } from '../auth/actor.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
-import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import { fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
-import { guardedFetch } from '../lib/outbound.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import {
   EntryNotMirroredError,
@@ -206,10 +206,10 @@ export class PullThrough {
     const what = `${file.path} of ${repo.id} at ${repo.commit}`;
     const url = `${this.o.hubUrl}/${repo.id}/resolve/${repo.commit}/${file.path.split('/').map(encodeURIComponent).join('/')}`;
     // Audited as a fetchToMirror by whoever asked, as if they had asked for it in the console.
-    const ctx = { viewer, requestId: `hf-pull-${Date.now().toString(36)}` } as unknown as Context;
+    const actor = actorOf(viewer, { requestId: `hf-pull-${Date.now().toString(36)}` });
     let raced: Error | null = null;
     const started = await this.o.mirror
-      .fetch(ctx, {
+      .fetch(actor, {
         model,
         version,
         sources: [{ url, file: file.path, size: file.size, ...(file.sha256 ? { sha256: file.sha256 } : {}) }],

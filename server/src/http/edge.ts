@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '@hangar/common/log';
 
 // What the HTTP edge checks before any route runs: a body that arrives too slowly, a NUL in the URL, and
 // whether the server is ready. Kept apart from app.ts so each rule can be read (and extended) on its own.

@@ -69,6 +69,15 @@ export class TooManyAttemptsError extends HangarError {
   }
 }
 
+/**
+ * Well-formed but refused for what it holds: an adapter tar that breaks a rule, say. Apart from ValidationError
+ * because sending it again will not help: what made it has to change.
+ */
+export class UnprocessableError extends HangarError {
+  readonly code = 'UNPROCESSABLE';
+  override name = 'UnprocessableError';
+}
+
 /** Someone else's server (the Hub, a node) failed or is out of reach. */
 export class UpstreamError extends HangarError {
   readonly code = 'UPSTREAM';

@@ -1,6 +1,7 @@
 import http from 'node:http';
-import type { AuthService } from '../auth/auth.service.js';
-import type { Logger } from '../lib/log.js';
+import type { Logger } from '@hangar/common/log';
+import { sendJson } from '../http/reply.js';
+import { credentialsOf, type Route } from '../http/routes.js';
 import type { Metrics } from './metrics.js';
 
 // GET /metrics, in Prometheus' text format. On the main port it needs a credential, as every other API does: the
@@ -18,27 +19,36 @@ async function answer(metrics: Metrics, req: http.IncomingMessage, res: http.Ser
   res.end(req.method === 'HEAD' ? undefined : body);
 }
 
-/** The main port's /metrics: for a user's API token (or session); 401 in Prometheus' plain words otherwise. */
-export function metricsRoute(deps: { metrics: Metrics; auth: AuthService; listenElsewhere: boolean }) {
-  return async (req: http.IncomingMessage, res: http.ServerResponse) => {
-    if (deps.listenElsewhere) {
-      res.writeHead(404, { 'content-type': 'application/json' });
-      return res.end(
-        JSON.stringify({ error: '/metrics is served on HANGAR_METRICS_LISTEN, not on this port', code: 'NOT_FOUND' }),
-      );
-    }
-    const viewer = await deps.auth.identify({
-      authorization: req.headers.authorization ?? null,
-      cookie: req.headers.cookie ?? null,
-      csrf: null,
-      method: 'GET',
-    });
-    if (viewer.kind !== 'user' && viewer.kind !== 'token') {
+/**
+ * The main port's /metrics, a route of the HTTP edge: for a user's API token (or session); 401 in Prometheus'
+ * plain words otherwise. With HANGAR_METRICS_LISTEN it is a 404 here that says where it went.
+ */
+export function metricsRoute(deps: { metrics: Metrics; listenElsewhere: boolean }): Route {
+  const route: Route = {
+    name: 'metrics',
+    match: (path) => path === '/metrics',
+    // A scraper sends no CSRF header and only reads.
+    credentials: (req) => credentialsOf(req, { csrf: false, method: 'GET' }),
+    authorize: (viewer) => {
+      if (viewer.kind === 'user' || viewer.kind === 'token') return undefined;
       const why = viewer.kind === 'anonymous' && viewer.reason ? viewer.reason : 'no credential was sent';
-      res.writeHead(401, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer realm="hangar"' });
-      return res.end(`/metrics needs an API token (Authorization: Bearer hgr_…): ${why}\n`);
-    }
-    await answer(deps.metrics, req, res);
+      return { status: 401, message: `/metrics needs an API token (Authorization: Bearer hgr_…): ${why}` };
+    },
+    refuse: (res, refusal) => {
+      res.writeHead(refusal.status, { 'content-type': 'text/plain', 'www-authenticate': 'Bearer realm="hangar"' });
+      res.end(`${refusal.message}\n`);
+    },
+    handle: (req, res) => answer(deps.metrics, req, res),
+  };
+  if (!deps.listenElsewhere) return route;
+  return {
+    name: 'metrics (moved)',
+    match: route.match,
+    handle: async (_req, res) =>
+      sendJson(res, 404, {
+        error: '/metrics is served on HANGAR_METRICS_LISTEN, not on this port',
+        code: 'NOT_FOUND',
+      }),
   };
 }
 

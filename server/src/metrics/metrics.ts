@@ -1,7 +1,7 @@
+import type { Logger } from '@hangar/common/log';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/client.js';
 import type { UsageEvent } from '../gateway/usage.js';
-import type { Logger } from '../lib/log.js';
 
 // What Prometheus scrapes at /metrics (Prometheus' text format, through prom-client). Two kinds of figure:
 // - what this process counts as it goes (gateway requests, tokens and latency; GraphQL's, through Yoga's

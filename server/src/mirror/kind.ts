@@ -1,7 +1,7 @@
-import { knownTensorTypes } from '../gguf/catalog.js';
-import { factsOf } from '../gguf/facts.js';
-import { readGguf } from '../gguf/reader.js';
-import { fileSource } from '../gguf/source.js';
+import { knownTensorTypes } from '@hangar/common/gguf/catalog';
+import { factsOf } from '@hangar/common/gguf/facts';
+import { readGguf } from '@hangar/common/gguf/reader';
+import { fileSource } from '@hangar/common/gguf/source';
 import { headerKind } from '../registry/look.js';
 
 // What a mirrored version holds, read from its files' own headers (general.type, adapter.type, a clip

@@ -2,14 +2,14 @@ import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import type { Context } from '../context.js';
+import { type Actor, describeActor } from '../auth/actor.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import { readFileKind } from './kind.js';
 import { MirrorReads } from './mirror-reads.js';
-import { describeRequester, type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
+import { type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
 import { fileName } from './paths.js';
 import type { TransferDone, TransferFailed } from './transfer.js';
 
@@ -26,7 +26,7 @@ export abstract class MirrorLanding extends MirrorReads {
    * hashed, checked against the digest when one is given, and only then moved into place.
    */
   async upload(
-    ctx: Pick<Context, 'viewer' | 'requestId'>,
+    actor: Actor,
     input: { model: string; version: string; file: string; sha256?: string | null; size?: number | null },
     body: AsyncIterable<Uint8Array>,
   ): Promise<Result<MirrorVersionView>> {
@@ -61,10 +61,10 @@ export abstract class MirrorLanding extends MirrorReads {
             model,
             version,
             file,
-            sourceUrl: `upload by ${describeRequester(ctx)}`,
+            sourceUrl: `upload by ${describeActor(actor)}`,
             state: 'FETCHING',
             storageId: this.storageId,
-            requestedBy: describeRequester(ctx),
+            requestedBy: describeActor(actor),
             startedAt: new Date(),
           },
         });
@@ -119,7 +119,7 @@ export abstract class MirrorLanding extends MirrorReads {
           error: null,
         },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'uploadToMirror',
         target: `${model}/${version}/${file}`,
         message: `${size} bytes, sha256 ${digest}`,

@@ -1,12 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
+import type { Logger } from '@hangar/common/log';
+import { OutboundPolicy } from '@hangar/common/outbound';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
-import type { Logger } from '../lib/log.js';
-import { OutboundPolicy } from '../lib/outbound.js';
 import { Bandwidth, SLICE } from './bandwidth.js';
 import { readFileKind } from './kind.js';
 import {

@@ -1,5 +1,4 @@
 import { z } from 'zod';
-import type { Context } from '../context.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { fileName, modelName, versionName } from './paths.js';
 import { type VersionProgress, type VersionState, versionProgress, versionState } from './progress.js';
@@ -106,11 +105,4 @@ export function view(files: MirrorFile[]): MirrorVersionView {
     progress: versionProgress(files),
     removed: false,
   };
-}
-
-export function describeRequester(ctx: Pick<Context, 'viewer'>) {
-  const viewer = ctx.viewer;
-  if (viewer.kind === 'user' || viewer.kind === 'token') return viewer.user.email;
-  if (viewer.kind === 'node') return `node:${viewer.node.name}`;
-  return 'anonymous';
 }

@@ -1,10 +1,10 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import { hubAuthorization } from '@hangar/common/outbound';
 import { asLoop } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { Stopped } from '../db/outage.js';
 import { type MirrorFile, Prisma } from '../generated/prisma/client.js';
-import { hubAuthorization } from '../lib/outbound.js';
 import { notify } from '../pubsub.js';
 import { MirrorLanding } from './mirror-landing.js';
 import { NO_RETRY, versionKey } from './mirror-view.js';

@@ -371,21 +371,21 @@ builder.mutationFields((t) => ({
           "Fetch without reading the GGUF headers first: for a file the check refused (UnloadableError), an architecture the nodes' llama.cpp does not know yet, say.",
       }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx.actor, args)),
   }),
   cancelMirrorFetch: t.field({
     type: MirrorVersionRef,
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.cancel(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.cancel(ctx.actor, args)),
   }),
   retryMirrorFetch: t.field({
     type: MirrorVersionRef,
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.retry(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.retry(ctx.actor, args)),
   }),
   pauseMirrorFetch: t.field({
     type: MirrorVersionRef,
@@ -393,7 +393,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.pause(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.pause(ctx.actor, args)),
   }),
   resumeMirrorFetch: t.field({
     type: MirrorVersionRef,
@@ -401,7 +401,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.resume(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.resume(ctx.actor, args)),
   }),
   setMirrorBandwidth: t.field({
     type: MirrorBandwidth,
@@ -410,7 +410,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError] },
     args: { bytesPerSecond: t.arg({ type: 'Bytes', required: false }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.setBandwidth(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.setBandwidth(ctx.actor, args)),
   }),
   removeMirrorVersion: t.field({
     type: RemovedMirrorVersion,
@@ -421,7 +421,7 @@ builder.mutationFields((t) => ({
       version: t.arg.string({ required: true }),
       force: t.arg.boolean({ required: false, description: 'Remove it even while catalog models use it.' }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.remove(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.remove(ctx.actor, args)),
   }),
 }));
 

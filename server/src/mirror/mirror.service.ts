@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
-import type { Context } from '../context.js';
+import { type Actor, describeActor } from '../auth/actor.js';
 import {
   ConflictError,
   fail,
@@ -15,7 +15,6 @@ import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import {
   ACTIVE,
-  describeRequester,
   type FetchStarted,
   fetchInput,
   type MirrorVersionView,
@@ -40,7 +39,7 @@ export class MirrorService extends MirrorWorkers {
    * Starts fetching a set of files into one version: one decision for a set of any size. Answered as started,
    * never as added: the bytes are still moving, and "added" would invite pointing the catalog at a partial file.
    */
-  async fetch(ctx: Context, input: unknown): Promise<Result<FetchStarted>> {
+  async fetch(actor: Actor, input: z.input<typeof fetchInput>): Promise<Result<FetchStarted>> {
     const parsed = parseInput(fetchInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version, sources, force, fetchAnyway } = parsed.value;
@@ -126,7 +125,7 @@ export class MirrorService extends MirrorWorkers {
       );
     }
 
-    const actor = describeRequester(ctx);
+    const requestedBy = describeActor(actor);
     await this.db.$transaction(async (tx) => {
       for (const f of toStart) {
         const fresh = {
@@ -143,7 +142,7 @@ export class MirrorService extends MirrorWorkers {
           leaseOwner: null,
           leaseUntil: null,
           storageId: this.storageId,
-          requestedBy: actor,
+          requestedBy,
           startedAt: null,
           finishedAt: null,
         };
@@ -154,7 +153,7 @@ export class MirrorService extends MirrorWorkers {
       const parts = [`${toStart.length} of ${files.length} files started`];
       if (alreadyArriving) parts.push(`${alreadyArriving} already arriving`);
       if (alreadyPresent) parts.push(`${alreadyPresent} already present`);
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'fetchToMirror',
         target: `${model}/${version}`,
         message: parts.join(', '),
@@ -177,7 +176,7 @@ export class MirrorService extends MirrorWorkers {
     return ok({ version: view, started: toStart.length, alreadyArriving, alreadyPresent, message });
   }
 
-  async cancel(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+  async cancel(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
@@ -197,7 +196,7 @@ export class MirrorService extends MirrorWorkers {
           bytesDone: 0,
         },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'cancelMirrorFetch',
         target: `${model}/${version}`,
         message: `${rows.length} file(s) cancelled`,
@@ -211,7 +210,7 @@ export class MirrorService extends MirrorWorkers {
     return ok((await this.version(model, version)) as MirrorVersionView);
   }
 
-  async retry(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+  async retry(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
@@ -242,7 +241,7 @@ export class MirrorService extends MirrorWorkers {
           },
         });
       }
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'retryMirrorFetch',
         target: `${model}/${version}`,
         message: `${rows.length} file(s) queued again`,
@@ -257,7 +256,7 @@ export class MirrorService extends MirrorWorkers {
    * Stops a version's downloads and keeps what they have: its files are never leased while paused, and resume
    * continues each with a Range request from where its partial ends. A file being verified finishes.
    */
-  async pause(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+  async pause(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
@@ -272,7 +271,7 @@ export class MirrorService extends MirrorWorkers {
         where: { id: { in: rows.map((r) => r.id) }, state: { in: ['QUEUED', 'FETCHING'] } },
         data: { state: 'PAUSED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'pauseMirrorFetch',
         target: `${model}/${version}`,
         message: `${rows.length} file(s) paused; their partials are kept`,
@@ -285,7 +284,7 @@ export class MirrorService extends MirrorWorkers {
     return ok((await this.version(model, version)) as MirrorVersionView);
   }
 
-  async resume(ctx: Context, input: unknown): Promise<Result<MirrorVersionView>> {
+  async resume(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
@@ -303,7 +302,7 @@ export class MirrorService extends MirrorWorkers {
           data: { state: 'QUEUED', attempts: 0, bytesDone: BigInt(kept), storageId: this.storageId },
         });
       }
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'resumeMirrorFetch',
         target: `${model}/${version}`,
         message: `${rows.length} file(s) queued again, each from its partial`,
@@ -318,22 +317,15 @@ export class MirrorService extends MirrorWorkers {
    * Changes the bandwidth limit every download of this server process shares, at once (the next bytes taken).
    * Not stored: a restart goes back to HANGAR_MIRROR_BANDWIDTH, which is where a lasting limit belongs.
    */
-  async setBandwidth(ctx: Context, input: unknown): Promise<Result<{ bytesPerSecond: number | null }>> {
-    const parsed = parseInput(
-      z.object({
-        bytesPerSecond: z
-          .number()
-          .int('a whole number of bytes per second')
-          .refine((n) => n === 0 || (n >= 65_536 && n <= 1e12), 'at least 65536 (64 KiB/s), or 0 for no limit')
-          .nullish(),
-      }),
-      input,
-      '',
-    );
+  async setBandwidth(
+    actor: Actor,
+    input: z.input<typeof bandwidthInput>,
+  ): Promise<Result<{ bytesPerSecond: number | null }>> {
+    const parsed = parseInput(bandwidthInput, input, '');
     if (!parsed.ok) return parsed;
     const limit = parsed.value.bytesPerSecond ? parsed.value.bytesPerSecond : null;
     await this.db.$transaction(async (tx) => {
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'setMirrorBandwidth',
         target: 'mirror',
         message:
@@ -348,10 +340,10 @@ export class MirrorService extends MirrorWorkers {
   }
 
   async remove(
-    ctx: Context,
-    input: unknown,
+    actor: Actor,
+    input: z.input<typeof removeInput>,
   ): Promise<Result<{ model: string; version: string; files: number; bytes: number }>> {
-    const parsed = parseInput(nameInput.extend({ force: z.boolean().nullish() }), input, '');
+    const parsed = parseInput(removeInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version, force } = parsed.value;
     const rows = await this.db.mirrorFile.findMany({ where: { model, version } });
@@ -368,7 +360,7 @@ export class MirrorService extends MirrorWorkers {
     const bytes = rows.reduce((n, r) => n + Number(r.bytesDone), 0);
     await this.db.$transaction(async (tx) => {
       await tx.mirrorFile.deleteMany({ where: { model, version } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'removeMirrorVersion',
         target: `${model}/${version}`,
         message: `removed ${rows.length} file(s), ${bytes} bytes${users.length ? `; still used by ${names.join(', ')} (forced)` : ''}`,
@@ -384,3 +376,13 @@ export class MirrorService extends MirrorWorkers {
     return ok({ model, version, files: rows.length, bytes });
   }
 }
+
+const bandwidthInput = z.object({
+  bytesPerSecond: z
+    .number()
+    .int('a whole number of bytes per second')
+    .refine((n) => n === 0 || (n >= 65_536 && n <= 1e12), 'at least 65536 (64 KiB/s), or 0 for no limit')
+    .nullish(),
+});
+
+const removeInput = nameInput.extend({ force: z.boolean().nullish() });

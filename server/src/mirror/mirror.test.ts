@@ -1,9 +1,9 @@
 import { existsSync } from 'node:fs';
 import fs from 'node:fs/promises';
+import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { createClient } from 'graphql-ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
-import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 let t: TestApp;

@@ -1,8 +1,8 @@
 import { execFile } from 'node:child_process';
 import fs from 'node:fs/promises';
 import { promisify } from 'node:util';
+import { bytes, sha256 } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bytes, sha256 } from '../../test/fixtures/fault-upstream.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { parseRange } from './serve.js';
 
@@ -259,7 +259,9 @@ describe('a mirror that requires a token (the default)', () => {
     const t = await startTestApp();
     const base = await t.app.start();
     const operator = await t.token('OPERATOR', 'private-mirror');
-    const body = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+    const body = await fs.readFile(
+      new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+    );
     const put = await fetch(`${base}/mirror/priv/v1/model.gguf`, {
       method: 'PUT',
       headers: { authorization: `Bearer ${operator}` },

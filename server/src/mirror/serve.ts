@@ -1,10 +1,12 @@
 import fs from 'node:fs/promises';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import type { AuthService } from '../auth/auth.service.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
-import type { Logger } from '../lib/log.js';
+import { sendJson, statusOf } from '../http/reply.js';
+import { credentialsOf, type Edge, needRole, type Route } from '../http/routes.js';
 import type { MirrorService } from './mirror.service.js';
 import type { MirrorPaths } from './paths.js';
 
@@ -157,12 +159,12 @@ async function sendRange(file: string, start: number, end: number, res: ServerRe
  * needed (HANGAR_MIRROR_REQUIRE_TOKEN) and none stands.
  */
 export async function mirrorCaller(
-  o: Pick<Deps, 'auth' | 'requireToken' | 'internalToken'>,
-  authorization: string | undefined,
-  cookie: string | undefined,
+  o: Pick<Deps, 'requireToken' | 'internalToken'>,
+  authorization: string | null | undefined,
+  identify: () => Promise<Viewer>,
 ): Promise<{ ok: true; viewer: Viewer } | { ok: false; reason: string; bearer: boolean }> {
   if (authorization === `Bearer ${o.internalToken}`) return { ok: true, viewer: { kind: 'system', name: 'mirror' } };
-  const viewer = await o.auth.identify({ authorization: authorization ?? null, cookie: cookie ?? null, method: 'GET' });
+  const viewer = await identify();
   // A bearer token that was shown and refused (revoked, or a caller token, which only calls models at /v1) is
   // answered with why, even on a mirror open to anonymous callers: the script should learn its token does not
   // stand here, not be served as if it had sent none.
@@ -179,16 +181,28 @@ export async function mirrorCaller(
   return { ok: true, viewer };
 }
 
+/**
+ * The credentials a mirror read is identified by: a token (`authorization`, as /hf rewrites it) or the console's
+ * session; no CSRF header, because a read changes nothing.
+ */
+export function mirrorCredentials(req: IncomingMessage, authorization = req.headers.authorization ?? null) {
+  return credentialsOf(req, { csrf: false, method: 'GET', authorization });
+}
+
+/**
+ * The handler of GET/HEAD /mirror/…; `edge` (http/routes.ts) brings the caller it identified, and without one
+ * (a test mounting the handler on its own socket) the caller is identified here, by the same credentials.
+ */
 export function serveMirror({ db, paths, auth, owners, requireToken, internalToken, log }: Deps) {
-  return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer'>) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
     }
     const caller = await mirrorCaller(
-      { auth, requireToken, internalToken },
+      { requireToken, internalToken },
       req.headers.authorization,
-      req.headers.cookie,
+      edge?.viewer ?? (() => auth.identify(mirrorCredentials(req))),
     );
     if (!caller.ok) {
       res.writeHead(401, { 'content-type': 'text/plain; charset=utf-8', 'www-authenticate': 'Bearer' });
@@ -328,19 +342,20 @@ async function listVersion(
   const rows = await db.mirrorFile.findMany({ where: { model, version }, orderBy: { file: 'asc' } });
   if (!rows.length) return notFound('no such version in the mirror');
   const present = rows.filter((r) => r.state === 'PRESENT' && r.actualSha256);
-  const body = JSON.stringify({
-    model,
-    version,
-    complete: present.length === rows.length,
-    files: present.map((r) => ({ name: r.file, size: Number(r.bytesDone), sha256: r.actualSha256 })),
-  });
-  res.writeHead(200, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-    'cache-control': owned ? 'private, no-cache' : 'no-cache',
-    'x-content-type-options': 'nosniff',
-  });
-  res.end(req.method === 'HEAD' ? undefined : body);
+  sendJson(
+    res,
+    200,
+    {
+      model,
+      version,
+      complete: present.length === rows.length,
+      files: present.map((r) => ({ name: r.file, size: Number(r.bytesDone), sha256: r.actualSha256 })),
+    },
+    {
+      headers: { 'cache-control': owned ? 'private, no-cache' : 'no-cache', 'x-content-type-options': 'nosniff' },
+      head: req.method === 'HEAD',
+    },
+  );
 }
 
 /**
@@ -366,68 +381,84 @@ async function mayFetchOwned(
 /**
  * PUT /mirror/<model>/<version>/<file>: how Hangar's own products (trained adapters) and operators' files
  * enter the mirror, verified like a fetch: an OPERATOR token, a Content-Length, and optionally the sha256 the
- * bytes must hash to (X-Content-Sha256).
+ * bytes must hash to (X-Content-Sha256). A route of the HTTP edge (http/routes.ts): who may upload is its
+ * declared rule, checked and audited there; what is checked here needs the request itself.
  */
 export function uploadToMirror({
   mirror,
-  auth,
   audit,
   maxBytes,
 }: {
   mirror: MirrorService;
-  auth: AuthService;
   audit: AuditService;
   maxBytes: number;
-}) {
-  return async (req: IncomingMessage, res: ServerResponse, pathname: string) => {
-    const reply = (status: number, body: unknown) => {
-      res.writeHead(status, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    };
-    const viewer = await auth.identify({ authorization: req.headers.authorization ?? null, method: 'PUT' });
-    const raw = pathname.replace(/^\/mirror\//, '');
-    let segments: string[] | null;
-    try {
-      segments = raw.split('/').map((p) => decodeURIComponent(p));
-    } catch {
-      segments = null;
-    }
-    // Named as decoded (as sent when it is not valid encoding), escaped: PostgreSQL refuses a NUL in text, so a
-    // NUL in a name would otherwise have stopped the audit row being written at all.
-    const target = printable(segments ? segments.join('/') : raw);
-    // Every refusal of a caller who showed a credential is audited. Anonymous ones are not: anyone could add
-    // rows without end that way.
-    const refuse = async (status: number, error: string, code?: string) => {
-      if (viewer.kind !== 'anonymous')
-        await audit.refused({ viewer, requestId: crypto.randomUUID() }, 'uploadToMirror', target, printable(error));
-      return reply(status, code ? { error, code } : { error });
-    };
-    if (viewer.kind === 'anonymous')
-      return reply(401, { error: viewer.reason ?? 'an upload needs an API token: Authorization: Bearer <token>' });
-    if (viewer.kind !== 'user' && viewer.kind !== 'token')
-      return refuse(403, 'an upload to the mirror needs an API token of an OPERATOR; a node token only reads it');
-    if (viewer.role === 'VIEWER')
-      return refuse(403, 'uploading to the mirror needs the OPERATOR role; this token has VIEWER');
-    const length = Number(req.headers['content-length'] ?? Number.NaN);
-    if (!Number.isSafeInteger(length)) return refuse(411, 'an upload needs a Content-Length header');
-    if (length > maxBytes) return refuse(413, `the upload is ${length} bytes; the limit is ${maxBytes}`);
-    if (!segments)
-      return refuse(
-        400,
-        'the path is not valid percent-encoding: /mirror/<model>/<version>/<file>, each part URL-encoded',
+}): Route {
+  return {
+    name: 'mirror upload',
+    match: (path, method) => method === 'PUT' && path.startsWith('/mirror/'),
+    // A token only: the console does not upload, and a session cookie on a PUT from another site must not.
+    credentials: (req) => credentialsOf(req, { cookie: false, csrf: false, method: 'PUT' }),
+    authorize: needRole('OPERATOR', {
+      anonymous: 'an upload needs an API token: Authorization: Bearer <token>',
+      notAUser: 'an upload to the mirror needs an API token of an OPERATOR; a node token only reads it',
+      tooLow: (role) => `uploading to the mirror needs the OPERATOR role; this token has ${role}`,
+    }),
+    auditRefusal: { action: 'uploadToMirror', target: uploadTarget },
+    handle: async (req, res, edge) => {
+      const actor = await edge.actor();
+      const segments = decodedSegments(edge.path);
+      const target = uploadTarget(edge.path);
+      // Every refusal of a caller who showed a credential is audited (the route's rule let only those through).
+      const refuse = async (status: number, error: string, code?: string) => {
+        await audit.refused(actor, 'uploadToMirror', target, printable(error));
+        return sendJson(res, status, code ? { error, code } : { error });
+      };
+      const length = Number(req.headers['content-length'] ?? Number.NaN);
+      if (!Number.isSafeInteger(length)) return refuse(411, 'an upload needs a Content-Length header');
+      if (length > maxBytes) return refuse(413, `the upload is ${length} bytes; the limit is ${maxBytes}`);
+      if (!segments)
+        return refuse(
+          400,
+          'the path is not valid percent-encoding: /mirror/<model>/<version>/<file>, each part URL-encoded',
+        );
+      const [model = '', version = '', ...rest] = segments;
+      const sha = req.headers['x-content-sha256'];
+      const result = await mirror.upload(
+        actor,
+        { model, version, file: rest.join('/'), size: length, sha256: typeof sha === 'string' ? sha : null },
+        req,
       );
-    const [model = '', version = '', ...rest] = segments;
-    const sha = req.headers['x-content-sha256'];
-    const result = await mirror.upload(
-      { viewer, requestId: crypto.randomUUID() },
-      { model, version, file: rest.join('/'), size: length, sha256: typeof sha === 'string' ? sha : null },
-      req,
-    );
-    if (!result.ok)
-      return refuse(result.error.code === 'CONFLICT' ? 409 : 400, result.error.message, result.error.code);
-    const f = result.value.files.find((x) => x.file === rest.join('/'));
-    return reply(201, { url: f ? mirror.fileUrl(f) : null, sha256: f?.actualSha256, size: Number(f?.bytesDone ?? 0) });
+      if (!result.ok) return refuse(statusOf(result.error), result.error.message, result.error.code);
+      const stored = result.value.files.find((x) => x.file === rest.join('/'));
+      edge.log.info('mirror: upload kept', { file: target, bytes: Number(stored?.bytesDone ?? 0) });
+      return sendJson(res, 201, {
+        url: stored ? mirror.fileUrl(stored) : null,
+        sha256: stored?.actualSha256,
+        size: Number(stored?.bytesDone ?? 0),
+      });
+    },
   };
+}
+
+/** The path's parts after /mirror/, each decoded; null when one is not valid percent-encoding. */
+function decodedSegments(pathname: string): string[] | null {
+  try {
+    return pathname
+      .replace(/^\/mirror\//, '')
+      .split('/')
+      .map((p) => decodeURIComponent(p));
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * An upload's target in the audit log: named as decoded (as sent when it is not valid encoding), escaped:
+ * PostgreSQL refuses a NUL in text, so a NUL in a name would otherwise have stopped the audit row being written.
+ */
+function uploadTarget(pathname: string): string {
+  const segments = decodedSegments(pathname);
+  return printable(segments ? segments.join('/') : pathname.replace(/^\/mirror\//, ''));
 }
 
 /** A name or message as the audit log can hold it: control characters (NUL among them) escaped, cut at 500. */

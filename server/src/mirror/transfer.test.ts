@@ -3,9 +3,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
+import { startLoopbackProxy } from '@hangar/common/test/fixtures/loopback-proxy';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
-import { startLoopbackProxy } from '../../test/fixtures/loopback-proxy.js';
 import { Bandwidth, SLICE } from './bandwidth.js';
 import { transfer } from './transfer.js';
 

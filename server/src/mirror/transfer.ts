@@ -1,9 +1,14 @@
-import { formatDuration, type ResumableFailed, type RetryState, resumableDownload } from '../lib/download/resumable.js';
-import { backoff } from '../lib/download/retry.js';
-import type { OutboundGuard } from '../lib/outbound.js';
+import {
+  formatDuration,
+  type ResumableFailed,
+  type RetryState,
+  resumableDownload,
+} from '@hangar/common/download/resumable';
+import { backoff } from '@hangar/common/download/retry';
+import type { OutboundGuard } from '@hangar/common/outbound';
 
-export { formatDuration, type RetryState, upstreamDigest } from '../lib/download/resumable.js';
-export { retryAfterMs } from '../lib/download/retry.js';
+export { formatDuration, type RetryState, upstreamDigest } from '@hangar/common/download/resumable';
+export { retryAfterMs } from '@hangar/common/download/retry';
 
 // One file from an upstream to the mirror's partial path: the API the mirror's worker calls, over the one
 // resumable download every part of Hangar shares (lib/download/resumable.ts). The mirror's rules, as options

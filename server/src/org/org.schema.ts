@@ -204,7 +204,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createOrg(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createOrg(ctx.actor, args)),
   }),
   deleteOrg: t.field({
     type: RemovedOrg,
@@ -212,7 +212,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteOrg(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteOrg(ctx.actor, String(args.id))),
   }),
   createTeam: t.field({
     type: TeamRef,
@@ -222,7 +222,7 @@ builder.mutationFields((t) => ({
       org: t.arg.string({ required: true, description: "The org's name or id." }),
       name: t.arg.string({ required: true }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createTeam(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createTeam(ctx.actor, args)),
   }),
   deleteTeam: t.field({
     type: OrgRef,
@@ -230,7 +230,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteTeam(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteTeam(ctx.actor, String(args.id))),
   }),
   createProject: t.field({
     type: ProjectRef,
@@ -240,7 +240,7 @@ builder.mutationFields((t) => ({
       team: t.arg.string({ required: true, description: "The team's path org/team, or its id." }),
       name: t.arg.string({ required: true }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createProject(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.createProject(ctx.actor, args)),
   }),
   deleteProject: t.field({
     type: TeamRef,
@@ -248,7 +248,7 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteProject(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteProject(ctx.actor, String(args.id))),
   }),
   addMember: t.field({
     type: MembershipRef,
@@ -257,7 +257,7 @@ builder.mutationFields((t) => ({
     args: { input: t.arg({ type: AddMemberInput, required: true }) },
     resolve: async (_root, { input }, ctx) =>
       unwrap(
-        await ctx.services.org.addMember(ctx, {
+        await ctx.services.org.addMember(ctx.actor, {
           ...input,
           apiToken: input.apiToken === null || input.apiToken === undefined ? input.apiToken : String(input.apiToken),
         }),
@@ -269,14 +269,14 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [NotFoundError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.removeMember(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.removeMember(ctx.actor, String(args.id))),
   }),
   createCollection: t.field({
     type: CollectionRef,
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError] },
     args: { input: t.arg({ type: CreateCollectionInput, required: true }) },
-    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.org.createCollection(ctx, input)),
+    resolve: async (_root, { input }, ctx) => unwrap(await ctx.services.org.createCollection(ctx.actor, input)),
   }),
   deleteCollection: t.field({
     type: OrgRef,
@@ -284,6 +284,6 @@ builder.mutationFields((t) => ({
     authScopes: { admin: true },
     errors: { types: [NotFoundError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteCollection(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteCollection(ctx.actor, String(args.id))),
   }),
 }));

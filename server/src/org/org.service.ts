@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import type { Context } from '../context.js';
+import type { Actor } from '../auth/actor.js';
 import type { Tx } from '../db/client.js';
 import type { Collection, Membership, Org, Prisma, Project, Team } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -68,7 +68,7 @@ export class OrgService extends OrgReads {
     });
   }
 
-  async createOrg(ctx: Context, input: unknown): Promise<Result<Org>> {
+  async createOrg(actor: Actor, input: z.input<typeof createOrgInput>): Promise<Result<Org>> {
     const parsed = parseInput(createOrgInput, input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -76,12 +76,12 @@ export class OrgService extends OrgReads {
       if (await tx.org.findUnique({ where: { name } }))
         return fail(new ConflictError(`an org named ${name} already exists`));
       const org = await tx.org.create({ data: { name } });
-      await this.audit.done(tx, ctx, { action: 'createOrg', target: name });
+      await this.audit.done(tx, actor, { action: 'createOrg', target: name });
       return ok(org);
     });
   }
 
-  async createTeam(ctx: Context, input: unknown): Promise<Result<Team>> {
+  async createTeam(actor: Actor, input: z.input<typeof createTeamInput>): Promise<Result<Team>> {
     const parsed = parseInput(createTeamInput, input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -92,12 +92,12 @@ export class OrgService extends OrgReads {
         return fail(new ConflictError(`org ${org.value.name} already has a team ${name}`));
       }
       const team = await tx.team.create({ data: { orgId: org.value.id, name } });
-      await this.audit.done(tx, ctx, { action: 'createTeam', target: `${org.value.name}/${name}` });
+      await this.audit.done(tx, actor, { action: 'createTeam', target: `${org.value.name}/${name}` });
       return ok(team);
     });
   }
 
-  async createProject(ctx: Context, input: unknown): Promise<Result<Project>> {
+  async createProject(actor: Actor, input: z.input<typeof createProjectInput>): Promise<Result<Project>> {
     const parsed = parseInput(createProjectInput, input, '');
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -108,7 +108,7 @@ export class OrgService extends OrgReads {
         return fail(new ConflictError(`team ${teamPath(team.value)} already has a project ${name}`));
       }
       const project = await tx.project.create({ data: { teamId: team.value.id, name } });
-      await this.audit.done(tx, ctx, { action: 'createProject', target: `${teamPath(team.value)}/${name}` });
+      await this.audit.done(tx, actor, { action: 'createProject', target: `${teamPath(team.value)}/${name}` });
       return ok(project);
     });
   }
@@ -117,7 +117,7 @@ export class OrgService extends OrgReads {
    * Makes a user or an API token a member of an org, or of a team or project in it. A project's membership
    * records its team too, so the row says the whole place: org, team, project.
    */
-  async addMember(ctx: Context, input: unknown): Promise<Result<Membership>> {
+  async addMember(actor: Actor, input: z.input<typeof addMemberInput>): Promise<Result<Membership>> {
     const parsed = parseInput(addMemberInput, input);
     if (!parsed.ok) return parsed;
     const i = parsed.value;
@@ -165,25 +165,25 @@ export class OrgService extends OrgReads {
       }
       const membership = await tx.membership.create({ data: { ...at, ...who } });
       await membersChanged(tx, { id: membership.id });
-      await this.audit.done(tx, ctx, { action: 'addMember', target: place, message: label });
+      await this.audit.done(tx, actor, { action: 'addMember', target: place, message: label });
       return ok(membership);
     });
   }
 
   /** Ends a membership; answers with the org it was in, as it is now. */
-  async removeMember(ctx: Context, id: string): Promise<Result<Org>> {
+  async removeMember(actor: Actor, id: string): Promise<Result<Org>> {
     return this.change(async (tx) => {
       const m = isId(id) ? await tx.membership.findUnique({ where: { id }, include: memberInclude }) : null;
       if (!m) return fail(new NotFoundError(`no membership with id ${id}`));
       await membersChanged(tx, { id });
       await tx.membership.delete({ where: { id } });
-      await this.audit.done(tx, ctx, { action: 'removeMember', target: placeOf(m), message: memberLabel(m) });
+      await this.audit.done(tx, actor, { action: 'removeMember', target: placeOf(m), message: memberLabel(m) });
       return ok(m.org);
     });
   }
 
   /** A knowledge base in an org, owned by the org, one of its teams or projects, or one of its members. */
-  async createCollection(ctx: Context, input: unknown): Promise<Result<Collection>> {
+  async createCollection(actor: Actor, input: z.input<typeof createCollectionInput>): Promise<Result<Collection>> {
     const parsed = parseInput(createCollectionInput, input);
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
@@ -219,7 +219,7 @@ export class OrgService extends OrgReads {
       const c = await tx.collection.create({
         data: { name, orgId: org.value.id, ownerScope: found.scope, ownerId: found.id },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'createCollection',
         target: name,
         message: `in org ${org.value.name}, owned by ${found.label}`,
@@ -229,7 +229,7 @@ export class OrgService extends OrgReads {
   }
 
   /** Deletes a collection's record; answers with its org, as it is now. */
-  async deleteCollection(ctx: Context, id: string): Promise<Result<Org>> {
+  async deleteCollection(actor: Actor, id: string): Promise<Result<Org>> {
     return this.change(async (tx) => {
       const c = isId(id) ? await tx.collection.findUnique({ where: { id }, include: { org: true } }) : null;
       if (!c) return fail(new NotFoundError(`no collection with id ${id}`));
@@ -237,7 +237,7 @@ export class OrgService extends OrgReads {
       const owner = (await this.formatOwners([{ scope: c.ownerScope, id: c.ownerId }], tx)).get(
         `${c.ownerScope}:${c.ownerId}`,
       );
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'deleteCollection',
         target: c.name,
         message: `in org ${c.org.name}, owned by ${owner}`,
@@ -247,7 +247,7 @@ export class OrgService extends OrgReads {
   }
 
   /** Deletes a project and its memberships; answers with its team, as it is now. */
-  async deleteProject(ctx: Context, id: string): Promise<Result<TeamIn>> {
+  async deleteProject(actor: Actor, id: string): Promise<Result<TeamIn>> {
     return this.change(async (tx) => {
       const p = isId(id)
         ? await tx.project.findUnique({ where: { id }, include: { team: { include: { org: true } } } })
@@ -257,7 +257,7 @@ export class OrgService extends OrgReads {
       if (!holdings.ok) return holdings;
       const members = await membersChanged(tx, { projectId: p.id });
       await tx.project.delete({ where: { id } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'deleteProject',
         target: projectPath(p),
         message: `with ${plural(members, 'membership')}`,
@@ -267,7 +267,7 @@ export class OrgService extends OrgReads {
   }
 
   /** Deletes a team with its projects and their memberships; answers with its org, as it is now. */
-  async deleteTeam(ctx: Context, id: string): Promise<Result<Org>> {
+  async deleteTeam(actor: Actor, id: string): Promise<Result<Org>> {
     return this.change(async (tx) => {
       const team = isId(id)
         ? await tx.team.findUnique({ where: { id }, include: { org: true, projects: true } })
@@ -281,7 +281,7 @@ export class OrgService extends OrgReads {
       // A project's membership records its team too: this counts (and tells) the projects' members as well.
       const members = await membersChanged(tx, { teamId: team.id });
       await tx.team.delete({ where: { id } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'deleteTeam',
         target: teamPath(team),
         message: `with ${plural(team.projects.length, 'project')}, ${plural(members, 'membership')}`,
@@ -291,7 +291,7 @@ export class OrgService extends OrgReads {
   }
 
   /** Deletes an org with its teams, projects and memberships, once it holds no collection and owns nothing. */
-  async deleteOrg(ctx: Context, id: string): Promise<Result<{ id: string; name: string }>> {
+  async deleteOrg(actor: Actor, id: string): Promise<Result<{ id: string; name: string }>> {
     return this.change(async (tx) => {
       const org = isId(id)
         ? await tx.org.findUnique({ where: { id }, include: { teams: { include: { projects: true } } } })
@@ -306,7 +306,7 @@ export class OrgService extends OrgReads {
       const members = await membersChanged(tx, { orgId: org.id });
       const projects = org.teams.reduce((n, t) => n + t.projects.length, 0);
       await tx.org.delete({ where: { id } });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'deleteOrg',
         target: org.name,
         message: `with ${plural(org.teams.length, 'team')}, ${plural(projects, 'project')}, ${plural(members, 'membership')}`,

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
-import { createLogger } from '../lib/log.js';
 import { type Listener, listen, makePubSub, notify } from '../pubsub.js';
 import type { OrgService } from './org.service.js';
 import { ownerKey, parseOwnerKey } from './org.service.js';

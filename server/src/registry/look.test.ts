@@ -1,7 +1,7 @@
+import { bytes, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
+import { gguf, modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
+import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { bytes, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
-import { gguf, modelHeader } from '../../test/fixtures/gguf-writer.js';
-import { tinyLlama } from '../../test/fixtures/tiny-llama.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // The look before a fetch by URL: fetchToMirror reads each GGUF's header over Range and refuses what the nodes'

@@ -1,11 +1,11 @@
+import { knownTensorTypes, newestBuild } from '@hangar/common/gguf/catalog';
+import { factsOf, type ModelFacts } from '@hangar/common/gguf/facts';
+import { GgufError, readGguf } from '@hangar/common/gguf/reader';
+import { httpSource, SourceError } from '@hangar/common/gguf/source';
+import { type Verdict, verdictFor } from '@hangar/common/gguf/verdict';
+import { hubAuthorization } from '@hangar/common/outbound';
 import type { Config } from '../config.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import { knownTensorTypes, newestBuild } from '../gguf/catalog.js';
-import { factsOf, type ModelFacts } from '../gguf/facts.js';
-import { GgufError, readGguf } from '../gguf/reader.js';
-import { httpSource, SourceError } from '../gguf/source.js';
-import { type Verdict, verdictFor } from '../gguf/verdict.js';
-import { hubAuthorization } from '../lib/outbound.js';
 
 // What a GGUF is, and whether the nodes' llama.cpp loads it, read from its header over Range (a few hundred KiB
 // to a few MiB of a file of gigabytes) before anything is downloaded. One reader for the registry explorer and

@@ -1,6 +1,6 @@
-import type { ModelFacts } from '../gguf/facts.js';
-import type { MemoryEstimate } from '../gguf/memory.js';
-import type { Verdict } from '../gguf/verdict.js';
+import type { ModelFacts } from '@hangar/common/gguf/facts';
+import type { MemoryEstimate } from '@hangar/common/gguf/memory';
+import type { Verdict } from '@hangar/common/gguf/verdict';
 import {
   ConflictError,
   NotFoundError,
@@ -234,6 +234,6 @@ builder.mutationField('fetchRepoSet', (t) =>
       version: t.arg.string({ required: false }),
       force: t.arg.boolean({ required: false, description: 'Fetch a set the verdict says cannot be served.' }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.registry.fetchSet(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.registry.fetchSet(ctx.actor, args)),
   }),
 );

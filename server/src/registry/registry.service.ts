@@ -1,14 +1,15 @@
+import { newestBuild } from '@hangar/common/gguf/catalog';
+import type { ModelFacts } from '@hangar/common/gguf/facts';
+import { estimateMemory, type MemoryEstimate } from '@hangar/common/gguf/memory';
+import { GgufError } from '@hangar/common/gguf/reader';
+import { SourceError } from '@hangar/common/gguf/source';
+import type { Verdict } from '@hangar/common/gguf/verdict';
+import { guardedFetch } from '@hangar/common/outbound';
 import { z } from 'zod';
+import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
-import type { Context } from '../context.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import { freeMiB } from '../fleet/placement.js';
-import { newestBuild } from '../gguf/catalog.js';
-import type { ModelFacts } from '../gguf/facts.js';
-import { estimateMemory, type MemoryEstimate } from '../gguf/memory.js';
-import { GgufError } from '../gguf/reader.js';
-import { SourceError } from '../gguf/source.js';
-import type { Verdict } from '../gguf/verdict.js';
 import {
   ConflictError,
   ForbiddenError,
@@ -20,7 +21,6 @@ import {
   UpstreamError,
   ValidationError,
 } from '../lib/errors.js';
-import { guardedFetch } from '../lib/outbound.js';
 import { parseInput } from '../lib/validate.js';
 import type { FetchStarted, MirrorService, SourceCheck } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
@@ -342,7 +342,7 @@ export class RegistryService {
 
   /** Fetches one set through the mirror with the registry's sha256 for every file; a set that cannot be served is refused unless forced. */
   async fetchSet(
-    ctx: Context,
+    actor: Actor,
     input: {
       repo: string;
       revision?: string | null;
@@ -384,7 +384,7 @@ export class RegistryService {
     if (!set.verdict.servable && !force) {
       return fail(new ConflictError(`not fetched: ${set.verdict.reason}. Fetch it anyway with force: true`));
     }
-    return this.mirror.fetch(ctx, {
+    return this.mirror.fetch(actor, {
       model: parsed.value.model ?? set.model,
       version: parsed.value.version ?? set.version,
       sources: set.files.map((f) => ({

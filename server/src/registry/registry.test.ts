@@ -1,7 +1,7 @@
 import fs from 'node:fs/promises';
+import { gguf, modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, fileSha256, startFakeHub } from '../../test/fixtures/fake-hub.js';
-import { gguf, modelHeader } from '../../test/fixtures/gguf-writer.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 const GB = 1024 ** 3;
@@ -109,7 +109,9 @@ beforeAll(async () => {
       { path: 'b/model-Q8_0.gguf', head: q4.header, size: 9 * GB, lfs: true },
     ],
   });
-  const real = await fs.readFile(new URL('../../test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url));
+  const real = await fs.readFile(
+    new URL('../../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
   hub.repos.set('ggml-org/Llama-Vocab-GGUF', {
     id: 'ggml-org/Llama-Vocab-GGUF',
     sha: '1234567000000000000000000000000000000000',

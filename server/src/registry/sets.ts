@@ -1,4 +1,4 @@
-import { fileTypeTokens } from '../gguf/catalog.js';
+import { fileTypeTokens } from '@hangar/common/gguf/catalog';
 
 // A repository's files grouped into what can be fetched: a file, or every shard of one, as one set. A
 // fifteen-shard model is one decision, not fifteen; a vision projector or an importance matrix is its own set

@@ -30,14 +30,14 @@ export class AuditPlugin<Types extends SchemaTypes> extends BasePlugin<Types> {
         const result = await resolver(parent, args, context, info);
         // The errors plugin hands a typed refusal back as the resolved value.
         if (isHangarError(result) && !result.recorded) {
-          await ctx.services.audit.refused(ctx, action, target, result.message);
+          await ctx.services.audit.refused(ctx.actor, action, target, result.message);
         }
         return result;
       } catch (err) {
         if (isHangarError(err)) {
-          if (!err.recorded) await ctx.services.audit.refused(ctx, action, target, err.message);
+          if (!err.recorded) await ctx.services.audit.refused(ctx.actor, action, target, err.message);
         } else {
-          await ctx.services.audit.failed(ctx, action, target, `unexpected error (request ${ctx.requestId})`);
+          await ctx.services.audit.failed(ctx.actor, action, target, `unexpected error (request ${ctx.requestId})`);
         }
         throw err;
       }

@@ -1,5 +1,5 @@
+import type { Actor } from '../auth/actor.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
-import type { Context } from '../context.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { ServeJob } from '../generated/prisma/client.js';
@@ -37,7 +37,7 @@ export type StepRun = {
   /** Runs the smoke step's request through the replica's endpoint. */
   fleet?: Pick<FleetService, 'smokeReplica'>;
   /** The job's own changes (the fetch, the catalog entry) are audited as the job's, naming who started it. */
-  asJob: Context;
+  asJob: Actor;
   /** Says how the step is getting on, in its row's message (bytes arrived, where the replica is). */
   progress(message: string): Promise<void>;
   /** Waits one poll; throws Interrupted when the server is stopping meanwhile. */

@@ -60,7 +60,7 @@ builder.mutationField('serveFromRegistry', (t) =>
       file: t.arg.string({ required: false, description: 'Or the set holding this file.' }),
       onDemand: t.arg.boolean({ required: false, description: 'Add it on demand: no replica starts until asked.' }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.serveJobs.create(ctx, args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.serveJobs.create(ctx.actor, args)),
   }),
 );
 

@@ -1,15 +1,15 @@
 import { randomUUID } from 'node:crypto';
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import { type Actor, systemActor } from '../auth/actor.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
-import type { Context } from '../context.js';
 import { asLoop, type Db } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import { Prisma, type ServeJob, type ServeJobStep } from '../generated/prisma/client.js';
 import { fail, NotFoundError, ok, type Result } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
 import { parseInput } from '../lib/validate.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
@@ -79,7 +79,7 @@ export class ServeJobService {
       : null;
   }
 
-  async create(ctx: Context, raw: unknown): Promise<Result<ServeJob & { steps: ServeJobStep[] }>> {
+  async create(actor: Actor, raw: z.input<typeof input>): Promise<Result<ServeJob & { steps: ServeJobStep[] }>> {
     const parsed = parseInput(input, raw, '');
     if (!parsed.ok) return parsed;
     const { repo, file, onDemand } = parsed.value;
@@ -91,12 +91,12 @@ export class ServeJobService {
           quant,
           file: file ?? null,
           onDemand: Boolean(onDemand),
-          createdBy: ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token' ? ctx.viewer.user.email : null,
+          createdBy: actor.viewer.kind === 'user' || actor.viewer.kind === 'token' ? actor.viewer.user.email : null,
           steps: { create: STEPS.map((name, position) => ({ name, position })) },
         },
         include: { steps: { orderBy: { position: 'asc' } } },
       });
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'serveFromRegistry',
         target: repo,
         message: `${file ?? quant}${onDemand ? ', on demand' : ''}: job ${created.id}`,
@@ -235,7 +235,7 @@ export class ServeJobService {
       mirror: this.mirror,
       catalog: this.catalog,
       fleet: this.fleet,
-      asJob: this.systemCtx(job),
+      asJob: this.jobActor(job),
       progress: (message) => this.progress(job.id, name, message),
       pause: () => this.pause(),
     });
@@ -247,11 +247,8 @@ export class ServeJobService {
   }
 
   /** The job's own changes (the fetch, the catalog entry) are audited as the job's, naming who started it. */
-  private systemCtx(job: ServeJob): Context {
-    return {
-      viewer: { kind: 'system', name: `serve job ${job.id}${job.createdBy ? ` for ${job.createdBy}` : ''}` },
-      requestId: `job-${job.id}`,
-    } as unknown as Context;
+  private jobActor(job: ServeJob): Actor {
+    return systemActor(`serve job ${job.id}${job.createdBy ? ` for ${job.createdBy}` : ''}`, `job-${job.id}`);
   }
 
   private async setStep(

@@ -1,6 +1,6 @@
+import { modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, startFakeHub } from '../../test/fixtures/fake-hub.js';
-import { modelHeader } from '../../test/fixtures/gguf-writer.js';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 

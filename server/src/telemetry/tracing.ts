@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { useOpenTelemetry } from '@envelop/opentelemetry';
+import type { Logger } from '@hangar/common/log';
 import { type Span, SpanKind, SpanStatusCode } from '@opentelemetry/api';
 import { OTLPTraceExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { resourceFromAttributes } from '@opentelemetry/resources';
@@ -8,7 +9,6 @@ import { BatchSpanProcessor, ConsoleSpanExporter, TracerProvider } from '@opente
 import type { Plugin } from 'graphql-yoga';
 import type { Config } from '../config.js';
 import type { UsageEvent } from '../gateway/usage.js';
-import type { Logger } from '../lib/log.js';
 
 // Traces for sites that run a collector: a span per GraphQL operation (envelop's OpenTelemetry plugin) and one
 // per gateway call under /v1, with the model, the status and the tokens, in OpenTelemetry's GenAI names so a

@@ -1,7 +1,7 @@
-import { knownTensorTypes } from '../gguf/catalog.js';
-import { factsOf } from '../gguf/facts.js';
-import { type GgufHeader, readGguf } from '../gguf/reader.js';
-import { fileSource } from '../gguf/source.js';
+import { knownTensorTypes } from '@hangar/common/gguf/catalog';
+import { factsOf } from '@hangar/common/gguf/facts';
+import { type GgufHeader, readGguf } from '@hangar/common/gguf/reader';
+import { fileSource } from '@hangar/common/gguf/source';
 
 // Whether a LoRA adapter GGUF fits the model it is published for, read from both headers before anything is saved.
 // A job trains on the model's weights as they were; the catalog entry may point at other ones by the time it is

@@ -5,24 +5,34 @@ import path from 'node:path';
 import type { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { createGunzip } from 'node:zlib';
+import { knownTensorTypes } from '@hangar/common/gguf/catalog';
+import { factsOf } from '@hangar/common/gguf/facts';
+import { readGguf } from '@hangar/common/gguf/reader';
+import { fileSource } from '@hangar/common/gguf/source';
+import type { Logger } from '@hangar/common/log';
+import { AdapterConversionError, peftToGguf } from '@hangar/common/peft/gguf-adapter';
+import { PeftTarError, readPeftTar } from '@hangar/common/peft/peft-tar';
+import { readSafetensors } from '@hangar/common/peft/safetensors';
 import tar from 'tar-stream';
 import type { AuditService } from '../audit/audit.service.js';
-import type { Context } from '../context.js';
+import type { Actor } from '../auth/actor.js';
 import type { Db } from '../db/client.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
-import { knownTensorTypes } from '../gguf/catalog.js';
-import { factsOf } from '../gguf/facts.js';
-import { readGguf } from '../gguf/reader.js';
-import { fileSource } from '../gguf/source.js';
-import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
-import type { Logger } from '../lib/log.js';
+import {
+  ConflictError,
+  fail,
+  NotFoundError,
+  ok,
+  type Result,
+  UnauthenticatedError,
+  UnprocessableError,
+  UpstreamError,
+  ValidationError,
+} from '../lib/errors.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
 import { checkAdapterFile, peftMisfit } from './adapter-fit.js';
-import { AdapterConversionError, peftToGguf } from './gguf-adapter.js';
 import { catalogGguf } from './model-file.js';
-import { PeftTarError, readPeftTar } from './peft-tar.js';
-import { readSafetensors } from './safetensors.js';
 import type { TrainService } from './train.service.js';
 
 // What a job made: the PEFT adapter the node uploads (a gzipped tar, checked as it is read, never unpacked to
@@ -31,9 +41,8 @@ import type { TrainService } from './train.service.js';
 /** The compressed upload at most (the tar reader caps the weights inside at 2 GiB: rank 128 on a 70B model). */
 export const MAX_PEFT_UPLOAD = 4 * 1024 ** 3;
 
-type Caller = Pick<Context, 'viewer' | 'requestId'>;
-
-export type UploadAnswer = { status: number; body: Record<string, unknown> };
+/** What an accepted adapter upload made: the PEFT tar and, for llama.cpp models, the GGUF adapter. */
+export type UploadedArtifacts = { artifacts: { kind: string; size: number; sha256: string }[] };
 
 export type PublishAnswer = {
   adapter: string;
@@ -63,18 +72,24 @@ export class TrainArtifacts {
 
   /**
    * PUT /api/train/jobs/<id>/artifacts/peft from the node running the job. A tar that breaks a rule fails the
-   * job with the reason (422): the trainer's output is not something Hangar will keep or hand to a node.
+   * job with the reason (UnprocessableError, 422 at the edge): the trainer's output is not something Hangar will
+   * keep or hand to a node.
    */
-  async ingestPeft(ctx: Caller, id: string, body: Readable, length: number | null): Promise<UploadAnswer> {
-    if (ctx.viewer.kind !== 'node') return { status: 401, body: { error: 'an adapter upload needs the node token' } };
+  async ingestPeft(
+    actor: Actor,
+    id: string,
+    body: Readable,
+    length: number | null,
+  ): Promise<Result<UploadedArtifacts>> {
+    if (actor.viewer.kind !== 'node') return fail(new UnauthenticatedError('an adapter upload needs the node token'));
     const job = await this.train.get(id);
-    if (!job) return { status: 404, body: { error: `no training job ${id}` } };
-    if (job.state !== 'RUNNING' || job.leaseOwner !== ctx.viewer.node.id)
-      return { status: 409, body: { error: `the job is ${job.state.toLowerCase()} and not this node's to upload to` } };
+    if (!job) return fail(new NotFoundError(`no training job ${id}`));
+    if (job.state !== 'RUNNING' || job.leaseOwner !== actor.viewer.node.id)
+      return fail(new ConflictError(`the job is ${job.state.toLowerCase()} and not this node's to upload to`));
     if (length !== null && length > MAX_PEFT_UPLOAD) {
       const reason = `the adapter upload is ${length} bytes; at most ${MAX_PEFT_UPLOAD}`;
       await this.train.failRunning(id, `the adapter was refused: ${reason}`);
-      return { status: 422, body: { error: reason } };
+      return fail(new UnprocessableError(reason));
     }
     const dir = this.train.jobDir(id);
     await fs.mkdir(dir, { recursive: true });
@@ -99,10 +114,10 @@ export class TrainArtifacts {
       await fs.rm(part, { force: true });
       if (err instanceof PeftTarError) {
         await this.train.failRunning(id, `the adapter was refused: ${err.message}`);
-        return { status: 422, body: { error: err.message } };
+        return fail(new UnprocessableError(err.message));
       }
       // The connection broke: the agent may try again; the job is still its to finish.
-      return { status: 400, body: { error: `the upload broke off after ${size} bytes: ${(err as Error).message}` } };
+      return fail(new ValidationError('body', `the upload broke off after ${size} bytes: ${(err as Error).message}`));
     }
 
     let contents: Awaited<ReturnType<typeof readPeftTar>>;
@@ -111,9 +126,9 @@ export class TrainArtifacts {
     } catch (err) {
       await fs.rm(part, { force: true });
       const reason = err instanceof PeftTarError ? err.message : `the tar could not be read: ${(err as Error).message}`;
-      this.log.warn('refused an adapter upload', { job: id, node: ctx.viewer.node.name, reason });
+      this.log.warn('refused an adapter upload', { job: id, node: actor.viewer.node.name, reason });
       await this.train.failRunning(id, `the adapter was refused: ${reason}`);
-      return { status: 422, body: { error: reason } };
+      return fail(new UnprocessableError(reason));
     }
     const peftPath = path.join(dir, this.peftName(job));
     await fs.rename(part, peftPath);
@@ -138,7 +153,7 @@ export class TrainArtifacts {
           // llama.cpp could not use it: the job failed at its purpose. The PEFT files stay downloadable.
           await this.record(job, { kind: 'peft', path: peftPath, size, sha256: peftSha, files: contents.files });
           await this.train.failRunning(id, `the adapter cannot be made into a llama.cpp GGUF: ${err.message}`);
-          return { status: 422, body: { error: err.message } };
+          return fail(new UnprocessableError(err.message));
         }
       }
     }
@@ -160,10 +175,7 @@ export class TrainArtifacts {
       );
       await notify(tx, 'trainJob', id);
     });
-    return {
-      status: 200,
-      body: { artifacts: artifacts.map((a) => ({ kind: a.kind, size: Number(a.size), sha256: a.sha256 })) },
-    };
+    return ok({ artifacts: artifacts.map((a) => ({ kind: a.kind, size: Number(a.size), sha256: a.sha256 })) });
   }
 
   private async record(
@@ -218,7 +230,7 @@ export class TrainArtifacts {
    * Puts what a DONE job made into the mirror and makes it the model's adapter: the GGUF for a model llama.cpp
    * serves, the PEFT files for one vLLM serves. The lineage is kept on the adapter: job and artifact sha256.
    */
-  async publish(ctx: Context, id: string): Promise<Result<PublishAnswer>> {
+  async publish(actor: Actor, id: string): Promise<Result<PublishAnswer>> {
     const job = await this.train.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.state !== 'DONE')
@@ -265,19 +277,18 @@ export class TrainArtifacts {
 
     // Into the mirror, verified against the artifact's sha256 like any other upload.
     const version = `job-${id.slice(0, 8)}`;
-    const system = { viewer: ctx.viewer, requestId: ctx.requestId };
     let source: string;
     if (llama) {
       const file = this.ggufName(job);
       const up = await this.mirror.upload(
-        system,
+        actor,
         { model: job.name, version, file, sha256: art.sha256, size: Number(art.size) },
         createReadStream(art.path),
       );
       if (!up.ok) return fail(new UpstreamError(`keeping the adapter in the mirror failed: ${up.error.message}`));
       source = this.mirror.fileUrl({ model: job.name, version, file });
     } else {
-      const published = await this.publishPeftFiles(system, job, version, art.path);
+      const published = await this.publishPeftFiles(actor, job, version, art.path);
       if (!published.ok) return published;
       source = this.mirror.versionUrl(job.name, version);
     }
@@ -294,7 +305,7 @@ export class TrainArtifacts {
         },
       });
       await this.train.event(tx, id, 'info', `published as ${model.name}'s adapter ${job.name}: ${source}`);
-      await this.audit.done(tx, ctx, {
+      await this.audit.done(tx, actor, {
         action: 'publishTrainJob',
         target: job.name,
         message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}`,
@@ -330,7 +341,7 @@ export class TrainArtifacts {
   }
 
   /** The PEFT tar's files, one by one into the mirror version (vLLM loads the adapter directory). */
-  private async publishPeftFiles(ctx: Caller, job: TrainJob, version: string, tarPath: string): Promise<Result<true>> {
+  private async publishPeftFiles(actor: Actor, job: TrainJob, version: string, tarPath: string): Promise<Result<true>> {
     const extract = tar.extract();
     const failure: { error?: string } = {};
     const done = new Promise<void>((resolve, reject) => {
@@ -341,7 +352,7 @@ export class TrainArtifacts {
           return;
         }
         const file = header.name.replace(/^\.\//, '');
-        this.mirror.upload(ctx, { model: job.name, version, file, size: header.size ?? null }, stream).then((r) => {
+        this.mirror.upload(actor, { model: job.name, version, file, size: header.size ?? null }, stream).then((r) => {
           if (!r.ok) failure.error = `${file}: ${r.error.message}`;
           stream.resume();
           next();

@@ -1,14 +1,10 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import type { Llama, LlamaModel, Token } from 'node-llama-cpp';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { cpuLlama, greedy, logitsAt, maxDiff, promptTokens } from '../../test/fixtures/llama-lora.js';
-import { TINY_LLAMA, tinyLlama } from '../../test/fixtures/tiny-llama.js';
-import { knownTensorTypes } from '../gguf/catalog.js';
-import { type GgufHeader, readGguf } from '../gguf/reader.js';
-import type { ByteSource } from '../gguf/source.js';
-import { type AdapterBase, AdapterConversionError, peftToGguf } from './gguf-adapter.js';
+import { knownTensorTypes } from '@hangar/common/gguf/catalog';
+import { type GgufHeader, readGguf } from '@hangar/common/gguf/reader';
+import type { ByteSource } from '@hangar/common/gguf/source';
+import { type AdapterBase, AdapterConversionError, peftToGguf } from '@hangar/common/peft/gguf-adapter';
 import {
   type Dtype,
   readSafetensors,
@@ -16,7 +12,11 @@ import {
   type TensorToWrite,
   toFloat32,
   writeSafetensors,
-} from './safetensors.js';
+} from '@hangar/common/peft/safetensors';
+import { TINY_LLAMA, tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
+import type { Llama, LlamaModel, Token } from 'node-llama-cpp';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cpuLlama, greedy, logitsAt, maxDiff, promptTokens } from '../../test/fixtures/llama-lora.js';
 
 // --- building PEFT adapters -------------------------------------------------------------------------------------
 

@@ -1,10 +1,10 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeHub, startFakeHub } from '../../test/fixtures/fake-hub.js';
 import { reportGpu, type TrainingWorld, tarOf, trainingWorld, writeAdapterDir } from '../../test/fixtures/training.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
-import { createLogger } from '../lib/log.js';
 import { serveMirror } from '../mirror/serve.js';
 
 // What an owner owns stays with those it admits, on every path that hands it out: the job's pairs

@@ -1,20 +1,20 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { peftToGguf } from '@hangar/common/peft/gguf-adapter';
+import { packDirectory, readPeftTar } from '@hangar/common/peft/peft-tar';
+import { writeTinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import type { Llama, LlamaModel } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cpuLlama, logitsAt, maxDiff, promptTokens } from '../../test/fixtures/llama-lora.js';
-import { writeTinyLlama } from '../../test/fixtures/tiny-llama.js';
-import { peftToGguf } from './gguf-adapter.js';
-import { packDirectory, readPeftTar } from './peft-tar.js';
 
-// The adapter in test/fixtures/peft-h200/ is what server/trainer/train_lora.py wrote on an NVIDIA H200 (torch
-// 2.11, transformers 5.17, peft 0.21.0; server/trainer/device-check.sh, 2026-11-30): rank 8, alpha 16, 3 epochs
+// The adapter in packages/common/test/fixtures/peft-h200/ is what packages/agent/trainer/train_lora.py wrote on an NVIDIA H200 (torch
+// 2.11, transformers 5.17, peft 0.21.0; packages/agent/trainer/device-check.sh, 2026-11-30): rank 8, alpha 16, 3 epochs
 // on 64 pairs, on a random Llama with the tiny test model's shapes. trainer.stdout.jsonl is that run's protocol
 // output. CI has no GPU, so this is how real PEFT output, not only our own writer's, stays covered: it goes
 // through the same path as an upload (tar → checks → GGUF) and must load and act in real llama.cpp.
 
-const FIXTURE = new URL('../../test/fixtures/peft-h200/', import.meta.url).pathname;
+const FIXTURE = new URL('../../../packages/common/test/fixtures/peft-h200/', import.meta.url).pathname;
 
 describe('the adapter the real trainer made on a GPU', () => {
   let llama: Llama;

@@ -1,5 +1,5 @@
+import type { Logger } from '@hangar/common/log';
 import type { Llama, LlamaModel } from 'node-llama-cpp';
-import type { Logger } from '../lib/log.js';
 
 // Token counts for a job's pairs, with the model's own tokenizer: the trainer cuts each pair at max_len tokens,
 // and characters say little about where that falls (code and non-Latin scripts take many more tokens per

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { withState } from '../audit/message.js';
+import type { Actor } from '../auth/actor.js';
 import { asLoop, type Db, type Tx } from '../db/client.js';
 import { isDatabaseUnreachable } from '../db/outage.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
@@ -9,7 +10,7 @@ import { notify } from '../pubsub.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import type { TrainParams } from './params.js';
 
-import { type Caller, TrainReads, type TrainSpec, type TrainWorkItem } from './train-reads.js';
+import { TrainReads, type TrainSpec, type TrainWorkItem } from './train-reads.js';
 
 // The node's side of training (docs/training.md): the work a node's agent sees, its claim of a job, its reports
 // under the job's lease, its finish; and the clock that fails the jobs of a node that stopped reporting. Under
@@ -43,9 +44,9 @@ export abstract class TrainNodeSide extends TrainReads {
   }
 
   /** One runner, ever: the claim is a single conditional UPDATE, and only the node the job names may make it. */
-  async claim(ctx: Caller, id: string): Promise<Result<{ job: TrainJob; spec: TrainSpec }>> {
-    if (ctx.viewer.kind !== 'node') return fail(new ConflictError('only a node agent claims a job'));
-    const node = ctx.viewer.node;
+  async claim(actor: Actor, id: string): Promise<Result<{ job: TrainJob; spec: TrainSpec }>> {
+    if (actor.viewer.kind !== 'node') return fail(new ConflictError('only a node agent claims a job'));
+    const node = actor.viewer.node;
     const job = await this.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.nodeId !== node.id) return fail(new ConflictError(`the job is for another node, not ${node.name}`));
@@ -111,20 +112,22 @@ export abstract class TrainNodeSide extends TrainReads {
   }
 
   /** The job, when the calling node holds its lease; otherwise why not (a late or foreign report). */
-  protected async leased(ctx: Caller, id: string): Promise<Result<TrainJob>> {
-    if (ctx.viewer.kind !== 'node') return fail(new ConflictError('only the node running a job reports on it'));
+  protected async leased(actor: Actor, id: string): Promise<Result<TrainJob>> {
+    if (actor.viewer.kind !== 'node') return fail(new ConflictError('only the node running a job reports on it'));
     const job = await this.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.state !== 'RUNNING')
       return fail(new ConflictError(`the job is ${job.state.toLowerCase()}: a report for it changes nothing`));
-    if (job.leaseOwner !== ctx.viewer.node.id) return fail(new ConflictError('another node runs this job'));
+    if (job.leaseOwner !== actor.viewer.node.id) return fail(new ConflictError('another node runs this job'));
     return ok(job);
   }
 
-  async report(ctx: Caller, id: string, raw: unknown): Promise<Result<TrainJob>> {
+  // Untyped on purpose: an event's level is a plain String in the schema; progressInput takes info, warn or
+  // error and refuses anything else, naming the field.
+  async report(actor: Actor, id: string, raw: unknown): Promise<Result<TrainJob>> {
     const parsed = parseInput(progressInput, raw, 'input');
     if (!parsed.ok) return parsed;
-    const lease = await this.leased(ctx, id);
+    const lease = await this.leased(actor, id);
     if (!lease.ok) return lease;
     const { steps, message } = parsed.value;
     const points = parsed.value.points ?? [];
@@ -170,10 +173,10 @@ export abstract class TrainNodeSide extends TrainReads {
     return updated ? ok(updated) : fail(new ConflictError('the job ended while the report was on its way'));
   }
 
-  async finish(ctx: Caller, id: string, state: string, message: string | null | undefined): Promise<Result<TrainJob>> {
+  async finish(actor: Actor, id: string, state: string, message: string | null | undefined): Promise<Result<TrainJob>> {
     if (!['DONE', 'FAILED', 'CANCELLED'].includes(state))
       return fail(new ValidationError('state', 'a job finishes DONE, FAILED or CANCELLED'));
-    const lease = await this.leased(ctx, id);
+    const lease = await this.leased(actor, id);
     if (!lease.ok) return lease;
     const job = lease.value;
     if (state === 'DONE') {
@@ -183,7 +186,7 @@ export abstract class TrainNodeSide extends TrainReads {
     const text =
       message?.slice(0, 2000) ??
       (state === 'DONE' ? 'trained' : state === 'CANCELLED' ? 'cancelled; the trainer has exited' : 'failed');
-    return this.end(id, state as 'DONE' | 'FAILED' | 'CANCELLED', text, { leaseOwner: job.leaseOwner }, ctx);
+    return this.end(id, state as 'DONE' | 'FAILED' | 'CANCELLED', text, { leaseOwner: job.leaseOwner }, actor);
   }
 
   /** Ends a running job, once: the conditional update makes a second end (a duplicate, an expiry) a no-op. */
@@ -192,7 +195,7 @@ export abstract class TrainNodeSide extends TrainReads {
     state: 'DONE' | 'FAILED' | 'CANCELLED',
     message: string,
     where: { leaseOwner?: string | null; leaseUntilBefore?: Date },
-    ctx?: Caller,
+    actor?: Actor,
   ): Promise<Result<TrainJob>> {
     const out = await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.updateMany({
@@ -207,8 +210,8 @@ export abstract class TrainNodeSide extends TrainReads {
       if (n.count !== 1) return null;
       await this.event(tx, id, state === 'FAILED' ? 'error' : 'info', withState(state, message));
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
-      if (ctx)
-        await this.audit.done(tx, ctx, { action: 'finishTrainJob', target: j.name, message: `${state}: ${message}` });
+      if (actor)
+        await this.audit.done(tx, actor, { action: 'finishTrainJob', target: j.name, message: `${state}: ${message}` });
       await this.changed(tx, j);
       return j;
     });

@@ -1,16 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
-import type { Context } from '../context.js';
 import type { Db, Tx } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { TrainJob } from '../generated/prisma/client.js';
-import type { Logger } from '../lib/log.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
@@ -60,9 +59,6 @@ const uuid = z.string().uuid();
 
 export const ENDED = ['DONE', 'FAILED', 'CANCELLED'] as const;
 export const ended = (s: string) => (ENDED as readonly string[]).includes(s);
-
-/** Who asks: the viewer and the request, without the rest of the GraphQL context. */
-export type Caller = Pick<Context, 'viewer' | 'requestId'>;
 
 export class TrainReads {
   readonly dataDir: string;

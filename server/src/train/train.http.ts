@@ -1,8 +1,9 @@
 import { createReadStream } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AuditService } from '../audit/audit.service.js';
-import type { AuthService } from '../auth/auth.service.js';
-import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { Viewer } from '../auth/viewer.js';
+import { sendJson, statusOf } from '../http/reply.js';
+import { type Edge, needRole, type Route } from '../http/routes.js';
 import type { TrainArtifacts } from './artifacts.js';
 import { TRAIN_MAX_DATA_BYTES, utf8Fault } from './data.js';
 import type { TrainService } from './train.service.js';
@@ -17,36 +18,29 @@ import type { TrainService } from './train.service.js';
 //                                                      an owned one, those its owner admits and the job's node
 //
 // Uploaded pairs are kept by their sha256 and change nothing an operator sees until createTrainJob (audited) uses
-// them; a refused upload is audited, so an operator can see who tried to send what.
-type Deps = { train: TrainService; artifacts: TrainArtifacts; auth: AuthService; audit: AuditService };
+// them; a refused upload is audited, so an operator can see who tried to send what. The caller and the request id
+// come from the HTTP edge (http/routes.ts); who may do what depends on the job asked for, so it is decided here.
+type Deps = { train: TrainService; artifacts: TrainArtifacts; audit: AuditService };
 
 const JOB = /^\/api\/train\/jobs\/([0-9a-f-]{36})\/(data|artifacts\/(peft|gguf)(?:\/([^/]+))?)$/;
 
-export function trainRoutes({ train, artifacts, auth, audit }: Deps) {
+export function trainRoutes({ train, artifacts, audit }: Deps) {
   /** Answers with JSON; true, because every answer here means "this router served the path". */
   const reply = (res: ServerResponse, status: number, body: unknown): true => {
-    res.writeHead(status, { 'content-type': 'application/json' });
-    res.end(JSON.stringify(body));
+    sendJson(res, status, body);
     return true;
   };
-  const who = (req: IncomingMessage) =>
-    auth.identify({
-      authorization: req.headers.authorization ?? null,
-      cookie: req.headers.cookie ?? null,
-      csrf: (req.headers['x-hangar-csrf'] as string | undefined) ?? null,
-      method: req.method ?? 'GET',
-    });
   const denied = (res: ServerResponse, viewer: Viewer, need: string): true =>
     reply(res, viewer.kind === 'anonymous' ? 401 : 403, {
       error: viewer.kind === 'anonymous' ? (viewer.reason ?? `sign in or send a token: ${need}`) : need,
     });
-  const operator = (v: Viewer) => (v.kind === 'user' || v.kind === 'token') && roleAtLeast(v.role, 'OPERATOR');
   /**
    * Audits a refused upload, then answers it. Anonymous callers are not audited: anyone could add rows without
    * end (the reason login refusals are coalesced); everyone who showed a credential is.
    */
   const refuseUpload = async (
     res: ServerResponse,
+    edge: Edge,
     viewer: Viewer,
     action: string,
     target: string | undefined,
@@ -54,58 +48,20 @@ export function trainRoutes({ train, artifacts, auth, audit }: Deps) {
     body: Record<string, unknown>,
   ): Promise<true> => {
     if (viewer.kind !== 'anonymous')
-      await audit.refused({ viewer, requestId: crypto.randomUUID() }, action, target, String(body.error ?? status));
+      await audit.refused(await edge.actor(), action, target, String(body.error ?? status));
     return reply(res, status, body);
   };
 
   /** Whether this router serves the path; then it answers. */
-  return async (req: IncomingMessage, res: ServerResponse, path: string): Promise<boolean> => {
-    if (path === '/api/train/data') {
-      if (req.method !== 'POST') return reply(res, 405, { error: 'POST the pairs as NDJSON' });
-      const viewer = await who(req);
-      const refuse = (status: number, error: string) =>
-        refuseUpload(res, viewer, 'uploadTrainData', undefined, status, { error });
-      if (!operator(viewer)) {
-        if (viewer.kind === 'anonymous') return denied(res, viewer, 'uploading training data needs the OPERATOR role');
-        return refuse(403, 'uploading training data needs the OPERATOR role');
-      }
-      const length = Number(req.headers['content-length'] ?? Number.NaN);
-      if (!Number.isSafeInteger(length)) return refuse(411, 'an upload needs a Content-Length header');
-      if (length > TRAIN_MAX_DATA_BYTES)
-        return refuse(413, `the data is ${length} bytes; at most ${TRAIN_MAX_DATA_BYTES} (64 MiB)`);
-      const chunks: Buffer[] = [];
-      let size = 0;
-      for await (const c of req as AsyncIterable<Buffer>) {
-        size += c.length;
-        if (size > TRAIN_MAX_DATA_BYTES) return refuse(413, `the data is over ${TRAIN_MAX_DATA_BYTES} bytes (64 MiB)`);
-        chunks.push(c);
-      }
-      const bytes = Buffer.concat(chunks);
-      // Decoding would replace bad bytes with U+FFFD: the pairs trained on and the sha256 answered would not be
-      // the file's. Refused instead, at the place to look.
-      const fault = utf8Fault(bytes);
-      if (fault)
-        return refuse(
-          422,
-          `line ${fault.line}, byte ${fault.byte} (offset ${fault.offset} in the file) is not UTF-8: the pairs are ` +
-            'NDJSON in UTF-8; convert the file (iconv -f <its encoding> -t UTF-8) and upload it again',
-        );
-      // ?model=<catalog model>&max_len=<n>: token counts by that model's tokenizer too.
-      const query = new URL(req.url ?? '/', 'http://hangar').searchParams;
-      const maxLen = Number(query.get('max_len'));
-      // ignoreBOM: a byte-order mark stays in the text, so the sha256 answered is the file's own.
-      const text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
-      const report = await train.storeData(text, {
-        model: query.get('model'),
-        maxLen: Number.isInteger(maxLen) && maxLen >= 16 && maxLen <= 32768 ? maxLen : null,
-      });
-      return reply(res, 200, { ...report, ok: report.errorCount === 0 && report.pairs > 0 });
-    }
+  return async (req: IncomingMessage, res: ServerResponse, edge: Edge): Promise<boolean> => {
+    const path = edge.path;
+    // A POST is the edge's "train data" route (trainDataRoute): any other method is answered here.
+    if (path === '/api/train/data') return reply(res, 405, { error: 'POST the pairs as NDJSON' });
 
     const m = JOB.exec(path);
     if (!m) return false;
     const [, id = '', what = '', kind, filename] = m;
-    const viewer = await who(req);
+    const viewer = await edge.viewer();
 
     if (what === 'data') {
       if (req.method !== 'GET' && req.method !== 'HEAD') return reply(res, 405, { error: 'GET the data' });
@@ -138,14 +94,17 @@ export function trainRoutes({ train, artifacts, auth, audit }: Deps) {
     if (req.method === 'PUT' && kind === 'peft' && !filename) {
       if (viewer.kind === 'anonymous') return denied(res, viewer, 'an adapter upload needs the node token');
       if (viewer.kind !== 'node')
-        return refuseUpload(res, viewer, 'uploadTrainArtifact', `job ${id}`, 403, {
+        return refuseUpload(res, edge, viewer, 'uploadTrainArtifact', `job ${id}`, 403, {
           error: "an adapter upload needs the job's node token",
         });
       const length = req.headers['content-length'] ? Number(req.headers['content-length']) : null;
-      const answer = await artifacts.ingestPeft({ viewer, requestId: crypto.randomUUID() }, id, req, length);
-      if (answer.status >= 400)
-        return refuseUpload(res, viewer, 'uploadTrainArtifact', `job ${id}`, answer.status, answer.body);
-      return reply(res, answer.status, answer.body);
+      // One actor for the upload and for its refusal: both rows, and the log, carry the edge's request id.
+      const uploaded = await artifacts.ingestPeft(await edge.actor(), id, req, length);
+      if (!uploaded.ok)
+        return refuseUpload(res, edge, viewer, 'uploadTrainArtifact', `job ${id}`, statusOf(uploaded.error), {
+          error: uploaded.error.message,
+        });
+      return reply(res, 200, uploaded.value);
     }
     if (req.method !== 'GET' && req.method !== 'HEAD')
       return reply(res, 405, { error: `${req.method} is not served here` });
@@ -185,4 +144,60 @@ function safeDecode(segment: string): string | null {
   } catch {
     return null;
   }
+}
+
+/**
+ * POST /api/train/data, a route of the HTTP edge: the OPERATOR rule is declared here and checked (and a refusal
+ * of a caller with a credential audited) by the edge; the checks that need the bytes are made as they arrive.
+ */
+export function trainDataRoute({ train, audit }: Pick<Deps, 'train' | 'audit'>): Route {
+  const need = 'uploading training data needs the OPERATOR role';
+  return {
+    name: 'train data',
+    match: (path, method) => method === 'POST' && path === '/api/train/data',
+    authorize: needRole('OPERATOR', {
+      anonymous: `sign in or send a token: ${need}`,
+      notAUser: need,
+      tooLow: () => need,
+    }),
+    auditRefusal: { action: 'uploadTrainData', target: () => undefined },
+    handle: async (req, res, edge) => {
+      // Every refusal past the role check is of a caller with a credential, and is audited.
+      const refuse = async (status: number, error: string) => {
+        await audit.refused(await edge.actor(), 'uploadTrainData', undefined, error);
+        sendJson(res, status, { error });
+      };
+      const length = Number(req.headers['content-length'] ?? Number.NaN);
+      if (!Number.isSafeInteger(length)) return refuse(411, 'an upload needs a Content-Length header');
+      if (length > TRAIN_MAX_DATA_BYTES)
+        return refuse(413, `the data is ${length} bytes; at most ${TRAIN_MAX_DATA_BYTES} (64 MiB)`);
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const c of req as AsyncIterable<Buffer>) {
+        size += c.length;
+        if (size > TRAIN_MAX_DATA_BYTES) return refuse(413, `the data is over ${TRAIN_MAX_DATA_BYTES} bytes (64 MiB)`);
+        chunks.push(c);
+      }
+      const bytes = Buffer.concat(chunks);
+      // Decoding would replace bad bytes with U+FFFD: the pairs trained on and the sha256 answered would not be
+      // the file's. Refused instead, at the place to look.
+      const fault = utf8Fault(bytes);
+      if (fault)
+        return refuse(
+          422,
+          `line ${fault.line}, byte ${fault.byte} (offset ${fault.offset} in the file) is not UTF-8: the pairs are ` +
+            'NDJSON in UTF-8; convert the file (iconv -f <its encoding> -t UTF-8) and upload it again',
+        );
+      // ?model=<catalog model>&max_len=<n>: token counts by that model's tokenizer too.
+      const query = new URL(req.url ?? '/', 'http://hangar').searchParams;
+      const maxLen = Number(query.get('max_len'));
+      // ignoreBOM: a byte-order mark stays in the text, so the sha256 answered is the file's own.
+      const text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
+      const report = await train.storeData(text, {
+        model: query.get('model'),
+        maxLen: Number.isInteger(maxLen) && maxLen >= 16 && maxLen <= 32768 ? maxLen : null,
+      });
+      sendJson(res, 200, { ...report, ok: report.errorCount === 0 && report.pairs > 0 });
+    },
+  };
 }

@@ -366,7 +366,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { input: t.arg({ type: CreateTrainJobInput, required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.create(ctx, args.input)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.create(ctx.actor, args.input)),
   }),
   cancelTrainJob: t.field({
     type: TrainJobRef,
@@ -374,7 +374,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.cancel(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.cancel(ctx.actor, String(args.id))),
   }),
   deleteTrainJob: t.field({
     type: DeletedTrainJob,
@@ -382,7 +382,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.remove(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.remove(ctx.actor, String(args.id))),
   }),
   publishTrainJob: t.field({
     type: PublishedRef,
@@ -390,7 +390,7 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [NotFoundError, ConflictError, UpstreamError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.trainArtifacts.publish(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.trainArtifacts.publish(ctx.actor, String(args.id))),
   }),
   claimTrainJob: t.field({
     type: TrainClaimRef,
@@ -398,7 +398,7 @@ builder.mutationFields((t) => ({
     authScopes: { node: true },
     errors: { types: [NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.claim(ctx, String(args.id))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.claim(ctx.actor, String(args.id))),
   }),
   reportTrainProgress: t.field({
     type: TrainJobRef,
@@ -406,7 +406,8 @@ builder.mutationFields((t) => ({
     authScopes: { node: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { id: t.arg.id({ required: true }), input: t.arg({ type: TrainProgressInput, required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.train.report(ctx, String(args.id), args.input)),
+    resolve: async (_root, args, ctx) =>
+      unwrap(await ctx.services.train.report(ctx.actor, String(args.id), args.input)),
   }),
   finishTrainJob: t.field({
     type: TrainJobRef,
@@ -419,7 +420,7 @@ builder.mutationFields((t) => ({
       message: t.arg.string({ required: false }),
     },
     resolve: async (_root, args, ctx) =>
-      unwrap(await ctx.services.train.finish(ctx, String(args.id), args.state, args.message)),
+      unwrap(await ctx.services.train.finish(ctx.actor, String(args.id), args.state, args.message)),
   }),
 }));
 

@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
 import { z } from 'zod';
-import type { Context } from '../context.js';
+import { type Actor, describeActor } from '../auth/actor.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -11,7 +11,7 @@ import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import { checkTrainData, TRAIN_MAX_DATA_BYTES } from './data.js';
 import { parseParams } from './params.js';
 import { TrainNodeSide } from './train-node.js';
-import { type Caller, ENDED, ended } from './train-reads.js';
+import { ENDED, ended } from './train-reads.js';
 
 // Training jobs: the rules of DESIGN.md §5 "Train" and docs/training.md. Every state change is one transaction
 // that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
@@ -53,7 +53,7 @@ const createInput = z.object({
 export class TrainService extends TrainNodeSide {
   // ─── submitting ────────────────────────────────────────────────────────────
 
-  async create(ctx: Context, raw: unknown): Promise<Result<TrainJob>> {
+  async create(actor: Actor, raw: z.input<typeof createInput>): Promise<Result<TrainJob>> {
     const parsed = parseInput(createInput, raw, '');
     if (!parsed.ok) return parsed;
     const input = parsed.value;
@@ -116,7 +116,7 @@ export class TrainService extends TrainNodeSide {
         distinct: ['owner'],
       });
       let mayUse = true;
-      for (const o of ownedBy) if (!(await this.owners.mayRead(ctx.viewer, o.owner))) mayUse = false;
+      for (const o of ownedBy) if (!(await this.owners.mayRead(actor.viewer, o.owner))) mayUse = false;
       const stored = mayUse
         ? await fs.readFile(this.dataFile(input.dataSha256 as string), 'utf8').catch(() => null)
         : null;
@@ -150,7 +150,7 @@ export class TrainService extends TrainNodeSide {
 
     const gguf = input.gguf ?? model.engine === 'llamacpp';
     await this.keepData(text, report.sha256);
-    const createdById = ctx.viewer.kind === 'user' || ctx.viewer.kind === 'token' ? ctx.viewer.user.id : null;
+    const createdById = actor.viewer.kind === 'user' || actor.viewer.kind === 'token' ? actor.viewer.user.id : null;
     const job = await this.db
       .$transaction(async (tx) => {
         // The owner was checked above; under the organisation's lock it cannot be deleted before the job names it.
@@ -185,7 +185,7 @@ export class TrainService extends TrainNodeSide {
           `queued for node ${node.name}: ${report.pairs} pairs, data sha256 ${report.sha256}`,
         );
         if (base.value) await this.event(tx, j.id, 'warn', base.value);
-        await this.audit.done(tx, ctx, {
+        await this.audit.done(tx, actor, {
           action: 'createTrainJob',
           target: input.name,
           message: `job ${j.id} on ${node.name} for ${model.name} from ${input.baseRepo}, ${report.pairs} pairs`,
@@ -272,7 +272,7 @@ export class TrainService extends TrainNodeSide {
 
   // ─── the operator's controls ───────────────────────────────────────────────
 
-  async cancel(ctx: Context, id: string): Promise<Result<TrainJob>> {
+  async cancel(actor: Actor, id: string): Promise<Result<TrainJob>> {
     const job = await this.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (ended(job.state))
@@ -284,8 +284,12 @@ export class TrainService extends TrainNodeSide {
           data: { state: 'CANCELLED', finishedAt: new Date(), message: 'cancelled before it started' },
         });
         if (n.count === 1) {
-          await this.event(tx, id, 'info', `cancelled by ${who(ctx)} before it started`);
-          await this.audit.done(tx, ctx, { action: 'cancelTrainJob', target: job.name, message: `job ${id}, queued` });
+          await this.event(tx, id, 'info', `cancelled by ${describeActor(actor)} before it started`);
+          await this.audit.done(tx, actor, {
+            action: 'cancelTrainJob',
+            target: job.name,
+            message: `job ${id}, queued`,
+          });
           const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
           await this.changed(tx, j);
           return j;
@@ -297,8 +301,13 @@ export class TrainService extends TrainNodeSide {
         data: { cancelRequestedAt: new Date(), message: 'cancelling: the node is stopping the trainer' },
       });
       if (n.count === 0) return null;
-      await this.event(tx, id, 'info', `cancel asked by ${who(ctx)}: waiting for the node to stop the trainer`);
-      await this.audit.done(tx, ctx, { action: 'cancelTrainJob', target: job.name, message: `job ${id}, running` });
+      await this.event(
+        tx,
+        id,
+        'info',
+        `cancel asked by ${describeActor(actor)}: waiting for the node to stop the trainer`,
+      );
+      await this.audit.done(tx, actor, { action: 'cancelTrainJob', target: job.name, message: `job ${id}, running` });
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
       await this.changed(tx, j);
       return j;
@@ -307,7 +316,7 @@ export class TrainService extends TrainNodeSide {
     return ok(out);
   }
 
-  async remove(ctx: Context, id: string): Promise<Result<{ id: string; name: string }>> {
+  async remove(actor: Actor, id: string): Promise<Result<{ id: string; name: string }>> {
     const job = await this.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (!ended(job.state))
@@ -315,7 +324,7 @@ export class TrainService extends TrainNodeSide {
     await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.deleteMany({ where: { id, state: { in: [...ENDED] } } });
       if (n.count !== 1) throw new ConflictError('the job changed while it was being deleted');
-      await this.audit.done(tx, ctx, { action: 'deleteTrainJob', target: job.name, message: `job ${id}` });
+      await this.audit.done(tx, actor, { action: 'deleteTrainJob', target: job.name, message: `job ${id}` });
       await notify(tx, 'trainJob', id);
     });
     // Files after the rows: a crash in between leaves files no row points at, never a row without its files.
@@ -338,13 +347,4 @@ function largestCard(node: Node): { index: number; name: string; totalMiB: numbe
     if (!best || totalMiB > best.totalMiB) best = { index: g.index ?? i, name: g.name ?? 'GPU', totalMiB };
   });
   return best;
-}
-
-function who(ctx: Caller) {
-  const viewer = ctx.viewer;
-  return viewer.kind === 'user' || viewer.kind === 'token'
-    ? viewer.user.email
-    : viewer.kind === 'node'
-      ? `node ${viewer.node.name}`
-      : viewer.kind;
 }

@@ -1,5 +1,4 @@
 import type { Cache, CacheExchangeOpts, Data } from '@urql/exchange-graphcache';
-import { gql } from 'urql';
 import schema from '../generated/schema.json';
 import { type AuditFilterValues, matchesAuditFilter } from './audit-match';
 import { graphql, type ResultOf } from './graphql';
@@ -153,12 +152,12 @@ function placeTrainJob(cache: Cache, job: TrainJobEntity) {
   }
 }
 
-const removedVersion = gql`
+const removedVersion = graphql(`
   fragment _ on MirrorVersion {
     id
     removed
   }
-`;
+`);
 
 /** The mutation's result when it is the success type, else undefined (a refusal changes no list). */
 function success(parent: Record<string, unknown>, field: string, typename: string): Data | undefined {
@@ -227,8 +226,7 @@ export const cacheConfig: CacheExchangeOpts = {
       // As the subscription's last event about it would: every view drops a removed version, even without a socket.
       removeMirrorVersion(parent, _args, cache) {
         const removed = success(parent, 'removeMirrorVersion', 'RemovedMirrorVersion');
-        if (removed)
-          cache.writeFragment(removedVersion, { __typename: 'MirrorVersion', id: removed.id, removed: true });
+        if (removed) cache.writeFragment(removedVersion, { id: String(removed.id), removed: true });
       },
       // A new catalog model joins the Models page's list; the version's "used by" is read again from the server.
       serveMirrorVersion(parent, args, cache) {

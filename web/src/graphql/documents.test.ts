@@ -28,3 +28,19 @@ it('sends only documents the server’s schema accepts', () => {
   expect(operations).toBeGreaterThanOrEqual(40);
   expect(refused).toEqual([]);
 });
+
+// urql's gql builds the same document with an untyped result, so a view would type the server's answer by hand
+// again. biome's noRestrictedImports refuses the import in web/ too; this catches it where lint is not run.
+const sources = import.meta.glob<string>(['../**/*.{ts,tsx}', '!**/*.test.{ts,tsx}', '!../graphql-env.d.ts'], {
+  eager: true,
+  query: '?raw',
+  import: 'default',
+});
+
+it('writes every document with graphql(), typed from the schema', () => {
+  const untyped = Object.entries(sources)
+    .filter(([, text]) => /import\s*\{[^}]*\bgql\b[^}]*\}\s*from\s*'(urql|@urql\/core)'/.test(text))
+    .map(([path]) => path);
+  expect(Object.keys(sources).length).toBeGreaterThanOrEqual(80);
+  expect(untyped).toEqual([]);
+});

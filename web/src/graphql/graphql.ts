@@ -1,4 +1,4 @@
-import { initGraphQLTada } from 'gql.tada';
+import { initGraphQLTada, type ResultOf } from 'gql.tada';
 import type { introspection } from '../graphql-env.d.ts';
 
 // The console's one `graphql()`: each document is checked against server/schema.graphql by tsc, and its result
@@ -19,4 +19,13 @@ export const graphql = initGraphQLTada<{
 }>();
 
 export type { FragmentOf, ResultOf, VariablesOf } from 'gql.tada';
+
+/**
+ * One member of a field's result union, as a view keeps it after checking `__typename`:
+ * `Answer<typeof LoginForm_LoginMutation, 'login', 'LoginPayload'>`.
+ */
+export type Answer<Doc, Field extends keyof ResultOf<Doc>, Typename extends string> = Extract<
+  NonNullable<ResultOf<Doc>[Field]>,
+  { __typename: Typename }
+>;
 export { readFragment } from 'gql.tada';

@@ -1,23 +1,30 @@
 // The schema's enums and scalars as the console sees them (server/schema.graphql is the contract).
 
 import schema from '../generated/schema.json';
+import type { introspection_types } from '../graphql-env.d.ts';
 
-export const roles = ['VIEWER', 'OPERATOR', 'ADMIN'] as const;
-export type Role = (typeof roles)[number];
+/** One of the schema's enums, from the generated introspection (src/graphql-env.d.ts). */
+type Enum<Name extends keyof introspection_types> = introspection_types[Name] extends { enumValues: infer V }
+  ? V
+  : never;
 
-export type AuditOutcome = 'DONE' | 'REFUSED' | 'FAILED';
+export type Role = Enum<'Role'>;
+// In the order the console offers them (least first); `satisfies` fails tsc when the schema drops or renames one.
+export const roles = ['VIEWER', 'OPERATOR', 'ADMIN'] as const satisfies readonly Role[];
+
+export type AuditOutcome = Enum<'AuditOutcome'>;
 
 /** A mirror version's state, summed from its files'; QUEUED, FETCHING and VERIFYING count as arriving. */
-export type MirrorVersionState = 'QUEUED' | 'FETCHING' | 'VERIFYING' | 'PRESENT' | 'FAILED' | 'CANCELLED' | 'PAUSED';
-export type MirrorFileState = MirrorVersionState;
+export type MirrorVersionState = Enum<'MirrorVersionState'>;
+export type MirrorFileState = Enum<'MirrorFileState'>;
 export const arrivingStates: readonly MirrorVersionState[] = ['QUEUED', 'FETCHING', 'VERIFYING'];
 
 /** How a catalog model runs: always (min replicas > 0), on demand (min 0) or stopped (max 0). */
-export type ModelMode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
+export type ModelMode = Enum<'ModelMode'>;
 
 /** A serve job's or a training job's state, and its steps'. */
-export const jobStates = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] as const;
-export type JobState = (typeof jobStates)[number];
+export type JobState = Enum<'JobState'>;
+export const jobStates = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] as const satisfies readonly JobState[];
 
 /** DateTime: an ISO 8601 string in UTC. */
 export type DateTime = string;
@@ -59,6 +66,14 @@ const refusalTypes = new Set<string>(
     ?.possibleTypes?.map((t) => t.name) ?? [],
 );
 
-export function isRefusal(value: { __typename: string } | null | undefined): value is Refusal {
+/**
+ * The members of a generated result union that are refusals: each selects `message` and `code` (through
+ * FormError_Refusal), which no success type does. A value typed only by its `__typename` narrows to Refusal.
+ */
+type RefusalOf<T> = [Extract<T, { code: string; message: string }>] extends [never]
+  ? T & Refusal
+  : Extract<T, { code: string; message: string }>;
+
+export function isRefusal<T extends { __typename: string }>(value: T | null | undefined): value is RefusalOf<T> {
   return Boolean(value && refusalTypes.has(value.__typename));
 }

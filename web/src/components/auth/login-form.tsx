@@ -1,12 +1,14 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 
-type SignedIn = { __typename: 'LoginPayload'; user: { id: string; email: string; role: Role } };
+type SignedIn = Answer<typeof LoginForm_LoginMutation, 'login', 'LoginPayload'>;
 
-export const LoginForm_LoginMutation = gql<{ login: Outcome<SignedIn> }, { email: string; password: string }>`
+export const LoginForm_LoginMutation = graphql(
+  `
   mutation LoginForm_Login($email: String!, $password: String!) {
     login(email: $email, password: $password) {
       __typename
@@ -20,8 +22,9 @@ export const LoginForm_LoginMutation = gql<{ login: Outcome<SignedIn> }, { email
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /**
  * Email and password. The server sets the session cookie (HttpOnly) and the CSRF cookie the client reads; the

@@ -1,9 +1,9 @@
 import type { CombinedError } from 'urql';
-import { gql } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import type { Refusal } from '../../graphql/types';
 
 /** Spread into every mutation's result union: the refusal an operator reads, and the field it names. */
-export const FormError_RefusalFragment = gql`
+export const FormError_RefusalFragment = graphql(`
   fragment FormError_Refusal on Error {
     message
     code
@@ -11,7 +11,7 @@ export const FormError_RefusalFragment = gql`
       field
     }
   }
-`;
+`);
 
 /**
  * Why a form was refused, next to the form, in the server's own words (they are written for operators).

@@ -1,20 +1,15 @@
 import { Link, Outlet } from '@tanstack/react-router';
 import { useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { Wordmark } from './wordmark';
 
-export type AppLayout_Viewer = {
-  role: Role;
-  via: string;
-  tokenName: string | null;
-  user: { id: string; email: string; name: string; role: Role };
-};
+export type AppLayout_Viewer = NonNullable<ResultOf<typeof AppLayout_ViewerQuery>['viewer']>;
 
 /** Asked by the authenticated layout's beforeLoad: null sends the visitor to /login. */
-export const AppLayout_ViewerQuery = gql<{ viewer: AppLayout_Viewer | null }, Record<string, never>>`
+export const AppLayout_ViewerQuery = graphql(`
   query AppLayout_Viewer {
     viewer {
       role
@@ -28,25 +23,23 @@ export const AppLayout_ViewerQuery = gql<{ viewer: AppLayout_Viewer | null }, Re
       }
     }
   }
-`;
+`);
 
 /**
  * Whether this server's registry explorer is on (HANGAR_HUB_URL=off turns it off): asked once with the viewer,
  * so a site with no way out gets no Registry entry and no search box that could only time out.
  */
-export const AppLayout_RegistrySettingsQuery = gql<
-  { registrySettings: { enabled: boolean; siteUrl: string | null } },
-  Record<string, never>
->`
+export const AppLayout_RegistrySettingsQuery = graphql(`
   query AppLayout_RegistrySettings {
     registrySettings {
       enabled
       siteUrl
     }
   }
-`;
+`);
 
-export const AppLayout_LogoutMutation = gql<{ logout: Outcome<{ __typename: 'LogoutPayload'; ok: boolean }> }>`
+export const AppLayout_LogoutMutation = graphql(
+  `
   mutation AppLayout_Logout {
     logout {
       __typename
@@ -56,8 +49,9 @@ export const AppLayout_LogoutMutation = gql<{ logout: Outcome<{ __typename: 'Log
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 const sections = [
   { to: '/mirror', label: 'Mirror' },

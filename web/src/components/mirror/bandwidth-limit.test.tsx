@@ -11,7 +11,7 @@ describe('BandwidthLimit', () => {
     const fake = fakeClient([
       answer(BandwidthLimit_Query, () => ({ mirror: { __typename: 'Mirror', bandwidthLimit: server.limit } })),
       answer(BandwidthLimit_SetMutation, ({ bytesPerSecond }) => {
-        if (bytesPerSecond !== null && bytesPerSecond < 65_536) {
+        if (bytesPerSecond != null && bytesPerSecond < 65_536) {
           return {
             setMirrorBandwidth: {
               __typename: 'ValidationError',
@@ -21,7 +21,7 @@ describe('BandwidthLimit', () => {
             },
           };
         }
-        server.limit = bytesPerSecond;
+        server.limit = bytesPerSecond ?? null;
         return { setMirrorBandwidth: { __typename: 'MirrorBandwidth', bytesPerSecond } };
       }),
     ]);

@@ -1,21 +1,19 @@
 import { useId, useState } from 'react';
-import { gql, useMutation, useQuery } from 'urql';
-import type { Bytes, Outcome } from '../../graphql/types';
+import { useMutation, useQuery } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 
-export const BandwidthLimit_Query = gql<{ mirror: { __typename?: 'Mirror'; bandwidthLimit: Bytes | null } }>`
+export const BandwidthLimit_Query = graphql(`
   query BandwidthLimit {
     mirror {
       bandwidthLimit
     }
   }
-`;
+`);
 
-export const BandwidthLimit_SetMutation = gql<
-  { setMirrorBandwidth: Outcome<{ __typename: 'MirrorBandwidth'; bytesPerSecond: Bytes | null }> },
-  { bytesPerSecond: Bytes | null }
->`
+export const BandwidthLimit_SetMutation = graphql(
+  `
   mutation BandwidthLimit_Set($bytesPerSecond: Bytes) {
     setMirrorBandwidth(bytesPerSecond: $bytesPerSecond) {
       __typename
@@ -25,8 +23,9 @@ export const BandwidthLimit_SetMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 const MB = 1_000_000;
 

@@ -1,26 +1,19 @@
 import { type FormEvent, useRef, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type VariablesOf } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { useMirrorListingUpdates } from './mirror-updates';
-import { type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
+import { VersionRow_VersionFragment } from './version-row';
 
-type Started = {
-  __typename: 'FetchStarted';
-  message: string;
-  started: number;
-  alreadyArriving: number;
-  alreadyPresent: number;
-  version: VersionRow_Version;
-};
-
-export type MirrorSourceInput = { url: string; file?: string | null; sha256?: string | null; size?: number | null };
+export type MirrorSourceInput = VariablesOf<typeof FetchForm_FetchMutation>['sources'][number];
 
 /** A new version joins the listing: the form hands it over (mirror-updates.ts), and the listing reads itself again. */
 /** The answer to any fetch into the mirror (by URL here, or a registry set): the message and the whole version. */
-export const FetchForm_StartedFragment = gql`
+export const FetchForm_StartedFragment = graphql(
+  `
   fragment FetchForm_Started on FetchStarted {
     message
     started
@@ -30,13 +23,12 @@ export const FetchForm_StartedFragment = gql`
       ...VersionRow_Version
     }
   }
-  ${VersionRow_VersionFragment}
-`;
+`,
+  [VersionRow_VersionFragment],
+);
 
-export const FetchForm_FetchMutation = gql<
-  { fetchToMirror: Outcome<Started> },
-  { model: string; version: string; sources: MirrorSourceInput[]; force: boolean; fetchAnyway: boolean }
->`
+export const FetchForm_FetchMutation = graphql(
+  `
   mutation FetchForm_Fetch(
     $model: String!
     $version: String!
@@ -55,9 +47,9 @@ export const FetchForm_FetchMutation = gql<
       }
     }
   }
-  ${FetchForm_StartedFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FetchForm_StartedFragment, FormError_RefusalFragment],
+);
 
 type Line = { key: number; url: string; file: string; sha256: string };
 type LinePart = 'url' | 'file' | 'sha256';

@@ -1,6 +1,7 @@
 import { useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
@@ -9,20 +10,9 @@ import { modeWords } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
 import type { VersionRow_Version } from './version-row';
 
-type Removed = {
-  __typename: 'RemovedMirrorVersion';
-  id: string;
-  model: string;
-  version: string;
-  files: number;
-  bytes: number;
-};
-
 /** The listing drops the version on the answer; graphcache's updater (graphql/cache.ts) marks it removed elsewhere. */
-export const RemoveVersion_RemoveMutation = gql<
-  { removeMirrorVersion: Outcome<Removed> },
-  { model: string; version: string; force: boolean }
->`
+export const RemoveVersion_RemoveMutation = graphql(
+  `
   mutation RemoveVersion_Remove($model: String!, $version: String!, $force: Boolean) {
     removeMirrorVersion(model: $model, version: $version, force: $force) {
       __typename
@@ -36,8 +26,9 @@ export const RemoveVersion_RemoveMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /**
  * Asks before deleting a version's files, naming it and its size. A version a catalog model uses is refused by the

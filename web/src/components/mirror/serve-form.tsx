@@ -1,28 +1,18 @@
 import { type FormEvent, useId, useState } from 'react';
-import { gql, useMutation, useQuery } from 'urql';
-import type { Bytes, ModelMode, Outcome, Refusal } from '../../graphql/types';
+import { useMutation, useQuery } from 'urql';
+import { type Answer, graphql, type ResultOf } from '../../graphql/graphql';
+import type { ModelMode, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
-import { type ModelCard_Model, ModelCard_ModelFragment } from '../models/model-card';
+import { ModelCard_ModelFragment } from '../models/model-card';
 import { modeWords } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
 
-export type ServeForm_Plan = {
-  __typename: 'ServePlan';
-  name: string;
-  engine: 'llamacpp' | 'vllm';
-  source: string;
-  architecture: string | null;
-  servable: boolean | null;
-  verdict: string | null;
-  context: number | null;
-  memoryBytes: Bytes | null;
-  fitsOn: { node: string; fits: boolean; reason: string }[];
-};
+export type ServeForm_Plan = ResultOf<typeof ServeForm_PlanFragment>;
 
-export const ServeForm_PlanFragment = gql<ServeForm_Plan>`
+export const ServeForm_PlanFragment = graphql(`
   fragment ServeForm_Plan on ServePlan {
     name
     engine
@@ -38,13 +28,11 @@ export const ServeForm_PlanFragment = gql<ServeForm_Plan>`
       reason
     }
   }
-`;
+`);
 
 /** What serving the version would mean, asked before anything is confirmed. */
-export const ServeForm_PlanQuery = gql<
-  { servePlan: Outcome<ServeForm_Plan> },
-  { model: string; version: string; context: number | null }
->`
+export const ServeForm_PlanQuery = graphql(
+  `
   query ServeForm_Plan($model: String!, $version: String!, $context: Int) {
     servePlan(model: $model, version: $version, context: $context) {
       __typename
@@ -52,24 +40,15 @@ export const ServeForm_PlanQuery = gql<
       ...FormError_Refusal
     }
   }
-  ${ServeForm_PlanFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [ServeForm_PlanFragment, FormError_RefusalFragment],
+);
 
-type Placed = { __typename: 'ServePlaced'; message: string; model: ModelCard_Model; plan: ServeForm_Plan };
+type Placed = Answer<typeof ServeForm_ServeMutation, 'serveMirrorVersion', 'ServePlaced'>;
 
 /** The new model joins the Models page's list through graphcache's updater (graphql/cache.ts). */
-export const ServeForm_ServeMutation = gql<
-  { serveMirrorVersion: Outcome<Placed> },
-  {
-    model: string;
-    version: string;
-    name: string | null;
-    context: number | null;
-    mode: ModelMode;
-    replicas: number | null;
-  }
->`
+export const ServeForm_ServeMutation = graphql(
+  `
   mutation ServeForm_Serve(
     $model: String!
     $version: String!
@@ -99,10 +78,9 @@ export const ServeForm_ServeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${ModelCard_ModelFragment}
-  ${ServeForm_PlanFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [ModelCard_ModelFragment, ServeForm_PlanFragment, FormError_RefusalFragment],
+);
 
 const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
 const fields = ['name', 'context', 'mode', 'replicas'] as const;

@@ -1,5 +1,5 @@
 import { memo, useEffect, useState } from 'react';
-import { type CombinedError, gql, useMutation } from 'urql';
+import { type CombinedError, useMutation } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { ModelMode, Outcome } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
@@ -14,10 +14,8 @@ import { RemoveVersion } from './remove-version';
 import { ServeForm } from './serve-form';
 import { VersionFiles, VersionFiles_FileFragment } from './version-files';
 
-export const VersionRow_SetModeMutation = gql<
-  { setModelMode: Outcome<{ __typename: 'Model'; id: string; mode: ModelMode }> },
-  { name: string; mode: ModelMode }
->`
+export const VersionRow_SetModeMutation = graphql(
+  `
   mutation VersionRow_SetMode($name: String!, $mode: ModelMode!) {
     setModelMode(name: $name, mode: $mode) {
       __typename
@@ -28,8 +26,9 @@ export const VersionRow_SetModeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /**
  * How a catalog model that uses this version runs, changeable right here: the row updates when the server
@@ -68,18 +67,10 @@ function UsedByMode({ name, mode }: { name: string; mode: ModelMode }) {
 }
 
 /** A catalog model using the version: `replicas` is the fewest it keeps running, `maxReplicas` the most it may run. */
-type ModelUse = {
-  name: string;
-  mode: ModelMode;
-  replicas: number;
-  maxReplicas: number;
-  declared: boolean;
-  /** For an adapter, the catalog model it runs on (its mode is that model's). */
-  adapterOf?: string | null;
-};
+type ModelUse = VersionRow_Version['usedBy'][number];
 
 /** What a version holds, read by the server from its files' headers: only MODEL is served as a model. */
-export type VersionKind = 'MODEL' | 'ADAPTER' | 'MMPROJ' | 'IMATRIX' | 'UNKNOWN';
+export type VersionKind = VersionRow_Version['kind'];
 
 const modelPagePath = (name: string) => `/models/${encodeURIComponent(name)}`;
 
@@ -175,10 +166,8 @@ export type VersionRow_Version = ResultOf<typeof VersionRow_VersionFragment>;
 type VersionResult = { __typename: 'MirrorVersion' } & VersionRow_Version;
 
 /** The result is the version: the row hands it to the listing (mirror-updates.ts), which shows it at once. */
-export const VersionRow_CancelMutation = gql<
-  { cancelMirrorFetch: Outcome<VersionResult> },
-  { model: string; version: string }
->`
+export const VersionRow_CancelMutation = graphql(
+  `
   mutation VersionRow_Cancel($model: String!, $version: String!) {
     cancelMirrorFetch(model: $model, version: $version) {
       __typename
@@ -186,14 +175,12 @@ export const VersionRow_CancelMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [VersionRow_VersionFragment, FormError_RefusalFragment],
+);
 
-export const VersionRow_RetryMutation = gql<
-  { retryMirrorFetch: Outcome<VersionResult> },
-  { model: string; version: string }
->`
+export const VersionRow_RetryMutation = graphql(
+  `
   mutation VersionRow_Retry($model: String!, $version: String!) {
     retryMirrorFetch(model: $model, version: $version) {
       __typename
@@ -201,15 +188,13 @@ export const VersionRow_RetryMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [VersionRow_VersionFragment, FormError_RefusalFragment],
+);
 
 /** Pause keeps what arrived; resume goes on from it with a Range request. */
-export const VersionRow_PauseMutation = gql<
-  { pauseMirrorFetch: Outcome<VersionResult> },
-  { model: string; version: string }
->`
+export const VersionRow_PauseMutation = graphql(
+  `
   mutation VersionRow_Pause($model: String!, $version: String!) {
     pauseMirrorFetch(model: $model, version: $version) {
       __typename
@@ -217,14 +202,12 @@ export const VersionRow_PauseMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [VersionRow_VersionFragment, FormError_RefusalFragment],
+);
 
-export const VersionRow_ResumeMutation = gql<
-  { resumeMirrorFetch: Outcome<VersionResult> },
-  { model: string; version: string }
->`
+export const VersionRow_ResumeMutation = graphql(
+  `
   mutation VersionRow_Resume($model: String!, $version: String!) {
     resumeMirrorFetch(model: $model, version: $version) {
       __typename
@@ -232,9 +215,9 @@ export const VersionRow_ResumeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${VersionRow_VersionFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [VersionRow_VersionFragment, FormError_RefusalFragment],
+);
 
 export const COLUMNS = 5;
 

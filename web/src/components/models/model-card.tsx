@@ -1,6 +1,7 @@
 import { type FormEvent, useId, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Bytes, ModelMode, Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { ModelMode, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
@@ -12,53 +13,14 @@ import { modeWords } from '../mirror/mirror-parts';
 import { ModelLive } from './model-live';
 import { ModelOwnerForm, ownerWords } from './model-owner';
 
-export type ReplicaState = 'PENDING' | 'LOADING' | 'READY' | 'FAILED' | 'STOPPED' | 'LOST';
+export type ReplicaState = ModelCard_Replica['state'];
 
-export type ModelCard_Replica = {
-  __typename?: 'Replica';
-  id: string;
-  state: ReplicaState;
-  desired: 'RUN' | 'STOP';
-  message: string | null;
-  smokeText: string | null;
-  tokensPerSecond: number | null;
-  timeToFirstTokenMs: number | null;
-  /** Null for viewers: where to reach a replica around the gateway is an operator's business. */
-  endpoint: string | null;
-  gpuLayers: number | null;
-  totalLayers: number | null;
-  vramUsedBytes: Bytes | null;
-  updatedAt: string;
-  node: { __typename?: 'Node'; id: string; name: string } | null;
-};
+export type ModelCard_Replica = ModelCard_Model['replicas'][number];
 
-export type ModelCard_Model = {
-  __typename?: 'Model';
-  id: string;
-  name: string;
-  source: string;
-  engine: 'llamacpp' | 'vllm';
-  contextSize: number | null;
-  memoryBytes: Bytes | null;
-  measuredMemoryBytes: Bytes | null;
-  memoryEstimateError: number | null;
-  parallel: number;
-  mode: ModelMode;
-  wantedReplicas: number;
-  declared: boolean;
-  /** Where a declared model is changed: hangar.yaml's path and its entry ("models.2"). */
-  declaredIn: { __typename?: 'DeclaredIn'; file: string; key: string } | null;
-  /** What its mode means now, what happens next: "stopped; its replicas are being taken down". */
-  modeMessage: string;
-  /** Who may call it at /v1, as the server names the owner ("team:acme/research"); null is every caller. */
-  owner: string | null;
-  awakeUntil: string | null;
-  adapters: { __typename?: 'Adapter'; id: string; name: string; source: string; owner: string | null }[];
-  replicas: ModelCard_Replica[];
-};
+export type ModelCard_Model = ResultOf<typeof ModelCard_ModelFragment>;
 
 /** The whole model: the list, and every mutation that returns it, select it, so each updates the card by id. */
-export const ModelCard_ModelFragment = gql<ModelCard_Model>`
+export const ModelCard_ModelFragment = graphql(`
   fragment ModelCard_Model on Model {
     id
     name
@@ -104,14 +66,10 @@ export const ModelCard_ModelFragment = gql<ModelCard_Model>`
       }
     }
   }
-`;
+`);
 
-type ModelResult = { __typename: 'Model' } & ModelCard_Model;
-
-export const ModelCard_SetModeMutation = gql<
-  { setModelMode: Outcome<ModelResult> },
-  { name: string; mode: ModelMode; replicas: number | null; parallel: number | null }
->`
+export const ModelCard_SetModeMutation = graphql(
+  `
   mutation ModelCard_SetMode($name: String!, $mode: ModelMode!, $replicas: Int, $parallel: Int) {
     setModelMode(name: $name, mode: $mode, replicas: $replicas, parallel: $parallel) {
       __typename
@@ -119,11 +77,12 @@ export const ModelCard_SetModeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${ModelCard_ModelFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [ModelCard_ModelFragment, FormError_RefusalFragment],
+);
 
-export const ModelCard_WakeMutation = gql<{ wakeModel: Outcome<ModelResult> }, { name: string }>`
+export const ModelCard_WakeMutation = graphql(
+  `
   mutation ModelCard_Wake($name: String!) {
     wakeModel(name: $name) {
       __typename
@@ -131,15 +90,13 @@ export const ModelCard_WakeMutation = gql<{ wakeModel: Outcome<ModelResult> }, {
       ...FormError_Refusal
     }
   }
-  ${ModelCard_ModelFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [ModelCard_ModelFragment, FormError_RefusalFragment],
+);
 
 /** graphcache's updater (graphql/cache.ts) drops the model from the list by name. */
-export const ModelCard_RemoveMutation = gql<
-  { removeModel: Outcome<{ __typename: 'RemovedModel'; name: string }> },
-  { name: string }
->`
+export const ModelCard_RemoveMutation = graphql(
+  `
   mutation ModelCard_Remove($name: String!) {
     removeModel(name: $name) {
       __typename
@@ -149,8 +106,9 @@ export const ModelCard_RemoveMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 export const replicaClass: Record<ReplicaState, string> = {
   PENDING: 'arriving',

@@ -1,54 +1,24 @@
 import { useEffect, useState } from 'react';
-import { gql, useQuery } from 'urql';
-import type { Count, DateTime, ModelMode, Refusal } from '../../graphql/types';
+import { useQuery } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { DateTime } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatCount, formatDuration } from '../../lib/format';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { useClockTick } from '../common/time-ago';
-import type { ReplicaState } from './model-card';
 
-export type ModelLive_Point = { at: DateTime; requests: Count; errors: Count };
-
-export type ModelLive_Totals = {
-  requests: Count;
-  errors: Count;
-  aborted: Count;
-  completionTokens: Count;
-  tokensPerSecond: number;
-  p50Ms: number | null;
-  p95Ms: number | null;
-  meanTtftMs: number | null;
-};
-
-export type ModelLive_Model = {
-  __typename?: 'Model';
-  id: string;
-  mode: ModelMode;
-  awakeUntil: DateTime | null;
-  lastRequestAt: DateTime | null;
-  idleSeconds: number;
-  waiting: number;
-  replicas: {
-    __typename?: 'Replica';
-    id: string;
-    state: ReplicaState;
-    desired: 'RUN' | 'STOP';
-    inFlight: number;
-    failing: string | null;
-    node: { __typename?: 'Node'; id: string; name: string } | null;
-  }[];
-};
-
-export type ModelLive_Data = {
-  model: ModelLive_Model | null;
-  usage: { __typename: 'Usage'; points: ModelLive_Point[]; totals: ModelLive_Totals } | Refusal;
-};
+export type ModelLive_Data = ResultOf<typeof ModelLive_UsageQuery>;
+export type ModelLive_Model = NonNullable<ModelLive_Data['model']>;
+type ModelLive_Usage = Extract<ModelLive_Data['usage'], { __typename: 'Usage' }>;
+export type ModelLive_Point = ModelLive_Usage['points'][number];
+export type ModelLive_Totals = ModelLive_Usage['totals'];
 
 /**
  * Apart from the card's fragment: these numbers change every few seconds, and a mutation's answer (a mode change)
  * need not carry an hour of usage. The model's load fields land on the same cached Model by id.
  */
-export const ModelLive_UsageQuery = gql<ModelLive_Data, { name: string; from: DateTime; to: DateTime }>`
+export const ModelLive_UsageQuery = graphql(
+  `
   query ModelLive_Usage($name: String!, $from: DateTime!, $to: DateTime!) {
     model(name: $name) {
       id
@@ -91,8 +61,9 @@ export const ModelLive_UsageQuery = gql<ModelLive_Data, { name: string; from: Da
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /** Read again this often while the page is visible: requests are recorded in batches a few seconds apart. */
 export const LIVE_REFRESH_MS = 30_000;

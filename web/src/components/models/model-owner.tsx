@@ -1,14 +1,13 @@
 import { type FormEvent, useId, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 
 /** The model comes back with its id and new owner: graphcache updates every card showing it. */
-export const ModelOwner_SetMutation = gql<
-  { setModelOwner: Outcome<{ __typename: 'Model'; id: string; owner: string | null }> },
-  { name: string; owner: string | null }
->`
+export const ModelOwner_SetMutation = graphql(
+  `
   mutation ModelOwner_Set($name: String!, $owner: String) {
     setModelOwner(name: $name, owner: $owner) {
       __typename
@@ -19,8 +18,9 @@ export const ModelOwner_SetMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 export const OWNER_FORMS =
   'org:acme, team:acme/research, project:acme/research/chat, user:ana@example.com or key:<token id>';

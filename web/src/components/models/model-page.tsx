@@ -1,19 +1,22 @@
-import { gql, useQuery, useSubscription } from 'urql';
+import { useQuery, useSubscription } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { PageLink } from '../common/page-link';
-import { ModelCard, type ModelCard_Model, ModelCard_ModelFragment } from './model-card';
+import { ModelCard, ModelCard_ModelFragment } from './model-card';
 import { ModelsPage_ChangedSubscription } from './models-page';
 import { Playground } from './playground';
 
-export const ModelPage_ModelQuery = gql<{ model: ModelCard_Model | null }, { name: string }>`
+export const ModelPage_ModelQuery = graphql(
+  `
   query ModelPage_Model($name: String!) {
     model(name: $name) {
       ...ModelCard_Model
     }
   }
-  ${ModelCard_ModelFragment}
-`;
+`,
+  [ModelCard_ModelFragment],
+);
 
 /** One model: its card, as on the Models page, and a playground to call it or one of its adapters. */
 export function ModelPage({

@@ -264,7 +264,7 @@ describe('ModelsPage', () => {
     const fake = fakeClient([
       answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b', { owner: current })] })),
       answer(ModelOwner_SetMutation, ({ owner }) => {
-        if (owner !== null && !(owner in owners)) {
+        if (owner != null && !(owner in owners)) {
           return {
             setModelOwner: {
               __typename: 'ValidationError',
@@ -274,7 +274,7 @@ describe('ModelsPage', () => {
             },
           };
         }
-        current = owner === null ? null : (owners[owner] ?? null);
+        current = owner == null ? null : (owners[owner] ?? null);
         return { setModelOwner: { __typename: 'Model', id: 'm-qwen3-8b', owner: current } };
       }),
     ]);

@@ -1,28 +1,30 @@
 import { useSyncExternalStore } from 'react';
-import { gql, useQuery, useSubscription } from 'urql';
+import { useQuery, useSubscription } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
-import { ModelCard, type ModelCard_Model, ModelCard_ModelFragment } from './model-card';
+import { ModelCard, ModelCard_ModelFragment } from './model-card';
 
-export const ModelsPage_ModelsQuery = gql<{ models: ModelCard_Model[] }, Record<string, never>>`
+export const ModelsPage_ModelsQuery = graphql(
+  `
   query ModelsPage_Models {
     models {
       ...ModelCard_Model
     }
   }
-  ${ModelCard_ModelFragment}
-`;
+`,
+  [ModelCard_ModelFragment],
+);
 
 /**
  * Every model that changes (it, a replica, an adapter), whole, from wherever it was written: graphcache updates its
  * card by id; a new one joins the list and a removed one (model null) leaves it (graphql/cache.ts).
  */
-export const ModelsPage_ChangedSubscription = gql<{
-  modelChanged: { __typename?: 'ModelChange'; modelId: string; model: ModelCard_Model | null };
-}>`
+export const ModelsPage_ChangedSubscription = graphql(
+  `
   subscription ModelsPage_Changed {
     modelChanged {
       modelId
@@ -31,8 +33,9 @@ export const ModelsPage_ChangedSubscription = gql<{
       }
     }
   }
-  ${ModelCard_ModelFragment}
-`;
+`,
+  [ModelCard_ModelFragment],
+);
 
 const liveText: Record<LiveState, string> = {
   connecting: 'Connecting for live updates…',

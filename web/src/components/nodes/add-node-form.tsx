@@ -1,15 +1,16 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
-import { type AgentStart, AgentStartPanel, NodeActions_AgentStartFragment } from './node-actions';
-import type { NodeTable_Node } from './node-table';
+import { AgentStartPanel, NodeActions_AgentStartFragment } from './node-actions';
 
-type Created = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
+type Created = Answer<typeof AddNodeForm_CreateMutation, 'createNode', 'CreatedNode'>;
 
 /** The node joins the cached `nodes` list through graphcache's updater (graphql/cache.ts). */
-export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, { name: string }>`
+export const AddNodeForm_CreateMutation = graphql(
+  `
   mutation AddNodeForm_Create($name: String!) {
     createNode(name: $name) {
       __typename
@@ -17,9 +18,9 @@ export const AddNodeForm_CreateMutation = gql<{ createNode: Outcome<Created> }, 
       ...FormError_Refusal
     }
   }
-  ${NodeActions_AgentStartFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [NodeActions_AgentStartFragment, FormError_RefusalFragment],
+);
 
 export function AddNodeForm() {
   const [{ fetching, error }, create] = useMutation(AddNodeForm_CreateMutation);

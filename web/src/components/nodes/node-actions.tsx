@@ -1,22 +1,18 @@
 import { useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
 
 /** A node token with what its agent needs to start: shown once, after createNode or rotateNodeToken. */
-export type AgentStart = {
-  token: string;
-  agentCommand: string;
-  agentEnv: { name: string; value: string }[];
-};
-
-type Rotated = { __typename: 'CreatedNode'; node: NodeTable_Node } & AgentStart;
+export type AgentStart = ResultOf<typeof NodeActions_AgentStartFragment>;
 
 /** What createNode and rotateNodeToken answer: the new token, how to start the agent with it, and the node. */
-export const NodeActions_AgentStartFragment = gql`
+export const NodeActions_AgentStartFragment = graphql(
+  `
   fragment NodeActions_AgentStart on CreatedNode {
     token
     agentCommand
@@ -28,10 +24,12 @@ export const NodeActions_AgentStartFragment = gql`
       ...NodeTable_Node
     }
   }
-  ${NodeTable_NodeFragment}
-`;
+`,
+  [NodeTable_NodeFragment],
+);
 
-export const NodeActions_RotateMutation = gql<{ rotateNodeToken: Outcome<Rotated> }, { name: string }>`
+export const NodeActions_RotateMutation = graphql(
+  `
   mutation NodeActions_Rotate($name: String!) {
     rotateNodeToken(name: $name) {
       __typename
@@ -39,14 +37,12 @@ export const NodeActions_RotateMutation = gql<{ rotateNodeToken: Outcome<Rotated
       ...FormError_Refusal
     }
   }
-  ${NodeActions_AgentStartFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [NodeActions_AgentStartFragment, FormError_RefusalFragment],
+);
 
-export const NodeActions_RevokeMutation = gql<
-  { revokeNodeToken: Outcome<{ __typename: 'Node' } & NodeTable_Node> },
-  { name: string }
->`
+export const NodeActions_RevokeMutation = graphql(
+  `
   mutation NodeActions_Revoke($name: String!) {
     revokeNodeToken(name: $name) {
       __typename
@@ -56,17 +52,13 @@ export const NodeActions_RevokeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${NodeTable_NodeFragment}
-  ${FormError_RefusalFragment}
-`;
-
-type Removed = { __typename: 'RemovedNode'; name: string; message: string };
+`,
+  [NodeTable_NodeFragment, FormError_RefusalFragment],
+);
 
 /** The node leaves the cached `nodes` list through graphcache's updater (graphql/cache.ts). */
-export const NodeActions_RemoveMutation = gql<
-  { removeNode: Outcome<Removed> },
-  { name: string; force?: boolean | null }
->`
+export const NodeActions_RemoveMutation = graphql(
+  `
   mutation NodeActions_Remove($name: String!, $force: Boolean) {
     removeNode(name: $name, force: $force) {
       __typename
@@ -77,8 +69,9 @@ export const NodeActions_RemoveMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /** The command that starts a node's agent, and its token, copyable; Hangar keeps only the token's hash. */
 export function AgentStartPanel({
@@ -122,7 +115,7 @@ export function AgentStartPanel({
         ))}
       </dl>
       <p className="muted">
-        Under a supervisor, run <code>node --import tsx server/src/agent/main.ts</code> directly (pnpm does not pass
+        Under a supervisor, run <code>node packages/agent/bin/hangar-agent.mjs</code> directly (pnpm does not pass
         SIGTERM on): on SIGTERM the agent tells Hangar it is leaving, and the node shows offline at once.
       </p>
       <button type="button" className="button small" onClick={onDone}>

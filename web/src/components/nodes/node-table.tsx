@@ -1,37 +1,12 @@
 import type { ReactNode } from 'react';
-import { gql } from 'urql';
-import type { Bytes } from '../../graphql/types';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { formatBytes, formatMiB } from '../../lib/format';
 import { TimeAgo } from '../common/time-ago';
-import { type ModelCard_Replica, type ReplicaState, replicaClass, smokeWords } from '../models/model-card';
+import { replicaClass, smokeWords } from '../models/model-card';
 
-export type NodeTable_Node = {
-  __typename?: 'Node';
-  id: string;
-  name: string;
-  online: boolean;
-  lastSeenAt: string | null;
-  /** When its agent said it was stopping, or its token was revoked. */
-  leftAt: string | null;
-  tokenRevoked: boolean;
-  agentVersion: string | null;
-  diskFreeBytes: Bytes | null;
-  gpus: { index: number; name: string; totalMiB: number; freeMiB: number }[];
-  engines: { name: string; version: string | null; build: number | null }[];
-  replicas: ({
-    id: string;
-    state: ReplicaState;
-    message: string | null;
-    /** The node's GPU it runs on; null: the node as a whole. */
-    gpuIndex: number | null;
-    model: { id: string; name: string };
-  } & Pick<
-    ModelCard_Replica,
-    'smokeText' | 'tokensPerSecond' | 'timeToFirstTokenMs' | 'endpoint' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'
-  >)[];
-};
+export type NodeTable_Node = ResultOf<typeof NodeTable_NodeFragment>;
 
-export const NodeTable_NodeFragment = gql<NodeTable_Node>`
+export const NodeTable_NodeFragment = graphql(`
   fragment NodeTable_Node on Node {
     id
     name
@@ -70,7 +45,7 @@ export const NodeTable_NodeFragment = gql<NodeTable_Node>`
       }
     }
   }
-`;
+`);
 
 /**
  * One row per node. Its state and when it was last seen sit under its name rather than in columns of their own:

@@ -85,7 +85,7 @@ describe('NodesPage', () => {
         createNode: {
           __typename: 'CreatedNode',
           token: 'hgn_node_token_once',
-          agentCommand: `HANGAR_URL=http://hangar.internal:4000 HANGAR_NODE_TOKEN=hgn_node_token_once node --import tsx server/src/agent/main.ts`,
+          agentCommand: `HANGAR_URL=http://hangar.internal:4000 HANGAR_NODE_TOKEN=hgn_node_token_once node packages/agent/bin/hangar-agent.mjs`,
           agentEnv: [
             { __typename: 'AgentEnvVar', name: 'HANGAR_URL', value: 'http://hangar.internal:4000' },
             { __typename: 'AgentEnvVar', name: 'HANGAR_NODE_TOKEN', value: 'hgn_node_token_once' },
@@ -118,7 +118,7 @@ describe('NodesPage', () => {
     expect(screen.getByText(/shown only once/)).toBeInTheDocument();
     // The exact command, copyable: the operator pastes it on the node.
     expect(screen.getByTestId('agent-command')).toHaveTextContent(
-      'HANGAR_URL=http://hangar.internal:4000 HANGAR_NODE_TOKEN=hgn_node_token_once node --import tsx server/src/agent/main.ts',
+      'HANGAR_URL=http://hangar.internal:4000 HANGAR_NODE_TOKEN=hgn_node_token_once node packages/agent/bin/hangar-agent.mjs',
     );
     expect(screen.getByRole('button', { name: 'Copy command' })).toBeInTheDocument();
     expect(screen.getByRole('button', { name: 'Copy token' })).toBeInTheDocument();
@@ -162,7 +162,7 @@ describe('NodesPage', () => {
           __typename: 'CreatedNode',
           token: 'hgn_rotated',
           agentCommand:
-            'HANGAR_URL=http://h:4000 HANGAR_NODE_TOKEN=hgn_rotated node --import tsx server/src/agent/main.ts',
+            'HANGAR_URL=http://h:4000 HANGAR_NODE_TOKEN=hgn_rotated node packages/agent/bin/hangar-agent.mjs',
           agentEnv: [
             { __typename: 'AgentEnvVar', name: 'HANGAR_URL', value: 'http://h:4000' },
             { __typename: 'AgentEnvVar', name: 'HANGAR_NODE_TOKEN', value: 'hgn_rotated' },

@@ -1,19 +1,22 @@
 import { useEffect, useState } from 'react';
-import { gql, useQuery } from 'urql';
+import { useQuery } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { AddNodeForm } from './add-node-form';
 import { AgentStartPanel, NodeActions, type NodeNotice } from './node-actions';
-import { NodeTable, type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
+import { NodeTable, NodeTable_NodeFragment } from './node-table';
 
-export const NodesPage_NodesQuery = gql<{ nodes: NodeTable_Node[] }>`
+export const NodesPage_NodesQuery = graphql(
+  `
   query NodesPage_Nodes {
     nodes {
       ...NodeTable_Node
     }
   }
-  ${NodeTable_NodeFragment}
-`;
+`,
+  [NodeTable_NodeFragment],
+);
 
 /** Agents report every few seconds; the list is re-read on this period so "online" and free memory stay true. */
 const REFRESH_MS = 15_000;

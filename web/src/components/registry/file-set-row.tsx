@@ -1,48 +1,22 @@
 import { type FormEvent, useId, useState } from 'react';
-import { gql, useMutation, useQuery, useSubscription } from 'urql';
-import type { Bytes, Outcome, Refusal } from '../../graphql/types';
+import { useMutation, useQuery, useSubscription } from 'urql';
+import { type Answer, graphql, type ResultOf } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatCount, shortSha } from '../../lib/format';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { FetchForm_StartedFragment } from '../mirror/fetch-form';
 import { stateBadge } from '../mirror/mirror-parts';
 import { useMirrorListingUpdates } from '../mirror/mirror-updates';
-import { type VersionRow_Version, VersionRow_VersionFragment } from '../mirror/version-row';
-import { type Fits, FitsText, type MemoryEstimate, MemoryText, type Verdict, VerdictText } from './registry-parts';
+import { VersionRow_VersionFragment } from '../mirror/version-row';
+import { FitsText, MemoryText, VerdictText } from './registry-parts';
 
 /** What the set's header says it is (the name's guess only where the header could not be read). */
 export type FileSetKind = 'MODEL' | 'ADAPTER' | 'MMPROJ' | 'IMATRIX';
 
-export type FileSetRow_Set = {
-  __typename?: 'FileSet';
-  id: string;
-  kind: FileSetKind;
-  format: 'GGUF' | 'SAFETENSORS';
-  quant: string | null;
-  files: { path: string; size: Bytes; sha256: string | null }[];
-  shardCount: number;
-  complete: boolean;
-  totalBytes: Bytes;
-  model: string;
-  version: string;
-  headerBytesRead: Bytes;
-  headerError: string | null;
-  header: {
-    architecture: string | null;
-    contextLength: number | null;
-    layers: number | null;
-    embeddingLength: number | null;
-    heads: number | null;
-    kvHeads: number | null;
-    fileType: string | null;
-    parameterCount: number;
-  } | null;
-  verdict: Verdict;
-  memory: MemoryEstimate | null;
-  fits: Fits;
-};
+export type FileSetRow_Set = ResultOf<typeof FileSetRow_SetFragment>;
 
-export const FileSetRow_SetFragment = gql<FileSetRow_Set>`
+export const FileSetRow_SetFragment = graphql(`
   fragment FileSetRow_Set on FileSet {
     id
     kind
@@ -99,25 +73,16 @@ export const FileSetRow_SetFragment = gql<FileSetRow_Set>`
       }
     }
   }
-`;
+`);
 
-type Started = {
-  __typename: 'FetchStarted';
-  message: string;
-  started: number;
-  alreadyArriving: number;
-  alreadyPresent: number;
-  version: VersionRow_Version;
-};
+type Started = Answer<typeof FileSetRow_FetchMutation, 'fetchRepoSet', 'FetchStarted'>;
 
 /**
  * The revision is the one the verdict was made for, so a push to the repository meanwhile cannot swap the files
  * judged. The new version joins the mirror's listing above, when there is one (mirror-updates.ts).
  */
-export const FileSetRow_FetchMutation = gql<
-  { fetchRepoSet: Outcome<Started> },
-  { repo: string; revision: string; set: string; model: string; version: string; force: boolean }
->`
+export const FileSetRow_FetchMutation = graphql(
+  `
   mutation FileSetRow_Fetch(
     $repo: String!
     $revision: String
@@ -132,35 +97,33 @@ export const FileSetRow_FetchMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FetchForm_StartedFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FetchForm_StartedFragment, FormError_RefusalFragment],
+);
 
 /** The version as it is now: a small set can be present before its subscription opens. */
-export const FileSetRow_VersionQuery = gql<
-  { mirrorVersion: VersionRow_Version | null },
-  { model: string; version: string }
->`
+export const FileSetRow_VersionQuery = graphql(
+  `
   query FileSetRow_Version($model: String!, $version: String!) {
     mirrorVersion(model: $model, version: $version) {
       ...VersionRow_Version
     }
   }
-  ${VersionRow_VersionFragment}
-`;
+`,
+  [VersionRow_VersionFragment],
+);
 
 /** Each change of the version just started, whole: graphcache updates it by id, here and in the mirror's listing. */
-export const FileSetRow_VersionChangedSubscription = gql<
-  { mirrorVersionChanged: VersionRow_Version },
-  { model: string; version: string }
->`
+export const FileSetRow_VersionChangedSubscription = graphql(
+  `
   subscription FileSetRow_VersionChanged($model: String!, $version: String!) {
     mirrorVersionChanged(model: $model, version: $version) {
       ...VersionRow_Version
     }
   }
-  ${VersionRow_VersionFragment}
-`;
+`,
+  [VersionRow_VersionFragment],
+);
 
 /**
  * Serving the set in one step: the server fetches it into the mirror, checks it, puts it in the catalog, places a
@@ -168,10 +131,8 @@ export const FileSetRow_VersionChangedSubscription = gql<
  */
 // Only the job's id: the job view reads and follows the job itself. (Its nullable `message` could not sit beside
 // the refusal's non-null `message` in one selection anyway: GraphQL refuses fields of the same name and other types.)
-export const FileSetRow_ServeMutation = gql<
-  { serveFromRegistry: Outcome<{ __typename: 'ServeJob'; id: string }> },
-  { repo: string; quant: string | null; file: string | null; onDemand: boolean }
->`
+export const FileSetRow_ServeMutation = graphql(
+  `
   mutation FileSetRow_Serve($repo: String!, $quant: String, $file: String, $onDemand: Boolean) {
     serveFromRegistry(repo: $repo, quant: $quant, file: $file, onDemand: $onDemand) {
       __typename
@@ -181,8 +142,9 @@ export const FileSetRow_ServeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 const kindWords: Record<FileSetKind, string> = {
   MODEL: 'model',

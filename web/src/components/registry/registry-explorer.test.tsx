@@ -256,7 +256,7 @@ describe('RegistryExplorer', () => {
     const fake = fakeClient([
       answer(RegistryResults_SearchQuery, () => page(['acme/Qwen3-8B-GGUF'])),
       answer(RepoDetail_RepoQuery, ({ id }) => repo(id)),
-      answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => started(m, v)),
+      answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => started(m ?? '', v ?? '')),
       answer(FileSetRow_VersionQuery, ({ model: m, version: v }) => ({
         mirrorVersion: mirrorVersion(m, v, 'QUEUED'),
       })),
@@ -351,7 +351,7 @@ describe('RegistryExplorer', () => {
     const fake = fakeClient([
       answer(RegistryResults_SearchQuery, () => page(['acme/Qwen3-8B-GGUF'])),
       answer(RepoDetail_RepoQuery, ({ id }) => repo(id)),
-      answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => started(m, v)),
+      answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => started(m ?? '', v ?? '')),
       answer(FileSetRow_VersionQuery, ({ model: m, version: v }) => ({
         mirrorVersion: mirrorVersion(m, v, 'QUEUED'),
       })),
@@ -595,7 +595,7 @@ describe('the explorer in the console', () => {
       })),
       answer(FileSetRow_FetchMutation, ({ model: m, version: v }) => {
         server.families = [{ __typename: 'MirrorFamily', name: 'qwen', modelCount: 1, versions: [arriving] }];
-        return started(m, v);
+        return started(m ?? '', v ?? '');
       }),
       answer(FileSetRow_VersionQuery, () => ({ mirrorVersion: arriving })),
     ]);

@@ -1,6 +1,6 @@
 import { useCallback, useEffect, useId, useLayoutEffect, useRef, useState } from 'react';
-import { gql, useQuery } from 'urql';
-import type { Outcome } from '../../graphql/types';
+import { useQuery } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { formatCount } from '../../lib/format';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
@@ -9,28 +9,13 @@ import { TimeAgo } from '../common/time-ago';
 import type { RegistrySort } from './explorer-search';
 import { RepoDetail } from './repo-detail';
 
-export type RegistryResults_Model = {
-  __typename?: 'RegistryModel';
-  id: string;
-  downloads: number;
-  likes: number;
-  lastModified: string | null;
-  gated: boolean;
-  hasGguf: boolean;
-};
+export type RegistryResults_Model = SearchPage['nodes'][number];
 
-type SearchPage = {
-  __typename: 'RegistrySearch';
-  nodes: RegistryResults_Model[];
-  hasNextPage: boolean;
-  endCursor: string | null;
-};
+type SearchPage = Answer<typeof RegistryResults_SearchQuery, 'registrySearch', 'RegistrySearch'>;
 
 /** One page of a search; `after` is the previous page's endCursor. */
-export const RegistryResults_SearchQuery = gql<
-  { registrySearch: Outcome<SearchPage> },
-  { query: string; sort: RegistrySort; first: number; after: string | null }
->`
+export const RegistryResults_SearchQuery = graphql(
+  `
   query RegistryResults_Search($query: String, $sort: RegistrySort, $first: Int, $after: String) {
     registrySearch(query: $query, sort: $sort, first: $first, after: $after) {
       __typename
@@ -49,8 +34,9 @@ export const RegistryResults_SearchQuery = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 export const REGISTRY_PAGE_SIZE = 20;
 const COLUMNS = 4;

@@ -1,29 +1,16 @@
 import { type FormEvent, useId, useRef, useState } from 'react';
-import { gql, useQuery } from 'urql';
-import type { Outcome } from '../../graphql/types';
+import { useQuery } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
-import { FileSetRow, type FileSetRow_Set, FileSetRow_SetFragment } from './file-set-row';
+import { FileSetRow, FileSetRow_SetFragment } from './file-set-row';
 import { ServeJob } from './serve-job';
 
-export type RepoDetail_Repo = {
-  __typename: 'RegistryRepo';
-  id: string;
-  revision: string;
-  shortRevision: string;
-  gated: boolean;
-  noAccess: string | null;
-  architecture: string | null;
-  url: string;
-  cardHtml: string | null;
-  sets: FileSetRow_Set[];
-};
+export type RepoDetail_Repo = Answer<typeof RepoDetail_RepoQuery, 'registryRepo', 'RegistryRepo'>;
 
 /** Every set judged (verdict, memory at `context`, fits) before a byte of weights moves. */
-export const RepoDetail_RepoQuery = gql<
-  { registryRepo: Outcome<RepoDetail_Repo> },
-  { id: string; context: number | null }
->`
+export const RepoDetail_RepoQuery = graphql(
+  `
   query RepoDetail_Repo($id: String!, $context: Int) {
     registryRepo(id: $id, context: $context) {
       __typename
@@ -43,9 +30,9 @@ export const RepoDetail_RepoQuery = gql<
       ...FormError_Refusal
     }
   }
-  ${FileSetRow_SetFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FileSetRow_SetFragment, FormError_RefusalFragment],
+);
 
 const tokens = new Intl.NumberFormat('en');
 

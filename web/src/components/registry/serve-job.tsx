@@ -1,34 +1,13 @@
-import { gql, useQuery, useSubscription } from 'urql';
-import type { JobState } from '../../graphql/types';
+import { useQuery, useSubscription } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { describeError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
 
-export type ServeJob_Job = {
-  __typename?: 'ServeJob';
-  id: string;
-  repo: string;
-  quant: string | null;
-  file: string | null;
-  onDemand: boolean;
-  state: JobState;
-  message: string | null;
-  createdBy: string | null;
-  createdAt: string;
-  finishedAt: string | null;
-  steps: {
-    __typename?: 'ServeJobStep';
-    id: string;
-    name: string;
-    state: JobState;
-    message: string | null;
-    startedAt: string | null;
-    finishedAt: string | null;
-  }[];
-};
+export type ServeJob_Job = ResultOf<typeof ServeJob_JobFragment>;
 
 /** The whole job: the mutation, the query and each subscription event select it, so graphcache updates it by id. */
-export const ServeJob_JobFragment = gql<ServeJob_Job>`
+export const ServeJob_JobFragment = graphql(`
   fragment ServeJob_Job on ServeJob {
     id
     repo
@@ -49,26 +28,30 @@ export const ServeJob_JobFragment = gql<ServeJob_Job>`
       finishedAt
     }
   }
-`;
+`);
 
 /** The job as it is now: after a reload, or when its events came before the subscription opened. */
-export const ServeJob_JobQuery = gql<{ serveJob: ServeJob_Job | null }, { id: string }>`
+export const ServeJob_JobQuery = graphql(
+  `
   query ServeJob_Job($id: ID!) {
     serveJob(id: $id) {
       ...ServeJob_Job
     }
   }
-  ${ServeJob_JobFragment}
-`;
+`,
+  [ServeJob_JobFragment],
+);
 
-export const ServeJob_ChangedSubscription = gql<{ serveJobChanged: ServeJob_Job }, { id: string }>`
+export const ServeJob_ChangedSubscription = graphql(
+  `
   subscription ServeJob_Changed($id: ID!) {
     serveJobChanged(id: $id) {
       ...ServeJob_Job
     }
   }
-  ${ServeJob_JobFragment}
-`;
+`,
+  [ServeJob_JobFragment],
+);
 
 /**
  * A serve job, live: registry → mirror → check → catalog → replica → smoke, each step with its state and the

@@ -1,19 +1,18 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
+import type { Refusal, Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { RoleOptions } from '../common/role-options';
-import { type TokenTable_Token, TokenTable_TokenFragment } from './token-table';
+import { TokenTable_TokenFragment } from './token-table';
 
-type Created = { __typename: 'CreatedApiToken'; secret: string; token: TokenTable_Token };
+type Created = Answer<typeof CreateTokenForm_CreateMutation, 'createApiToken', 'CreatedApiToken'>;
 
 /** The new token joins the cached `apiTokens` list through graphcache's updater (graphql/cache.ts). */
-export const CreateTokenForm_CreateMutation = gql<
-  { createApiToken: Outcome<Created> },
-  { input: { name: string; role: Role; expiresAt: string | null; callerOnly: boolean } }
->`
+export const CreateTokenForm_CreateMutation = graphql(
+  `
   mutation CreateTokenForm_Create($input: CreateApiTokenInput!) {
     createApiToken(input: $input) {
       __typename
@@ -26,9 +25,9 @@ export const CreateTokenForm_CreateMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${TokenTable_TokenFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [TokenTable_TokenFragment, FormError_RefusalFragment],
+);
 
 /** A date input's "YYYY-MM-DD" as the end of that day where the operator is: the token works through that day. */
 export function endOfDay(date: string): string | null {

@@ -1,27 +1,16 @@
 import { useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Count, Outcome, Refusal, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatCount } from '../../lib/format';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { TimeAgo } from '../common/time-ago';
+import type { TokensPage_UsageQuery } from './tokens-page';
 
-export type TokenTable_Token = {
-  __typename?: 'ApiToken';
-  id: string;
-  name: string;
-  prefix: string;
-  role: Role;
-  /** Calls models at /v1 and nothing else. */
-  callerOnly: boolean;
-  createdAt: string;
-  expiresAt: string | null;
-  lastUsedAt: string | null;
-  revokedAt: string | null;
-  active: boolean;
-};
+export type TokenTable_Token = ResultOf<typeof TokenTable_TokenFragment>;
 
-export const TokenTable_TokenFragment = gql<TokenTable_Token>`
+export const TokenTable_TokenFragment = graphql(`
   fragment TokenTable_Token on ApiToken {
     id
     name
@@ -34,13 +23,11 @@ export const TokenTable_TokenFragment = gql<TokenTable_Token>`
     revokedAt
     active
   }
-`;
+`);
 
 /** The result is the token itself: graphcache updates its row (active, revokedAt) by id. */
-export const TokenRow_RevokeMutation = gql<
-  { revokeApiToken: Outcome<TokenTable_Token & { __typename: 'ApiToken' }> },
-  { id: string }
->`
+export const TokenRow_RevokeMutation = graphql(
+  `
   mutation TokenRow_Revoke($id: ID!) {
     revokeApiToken(id: $id) {
       __typename
@@ -50,15 +37,18 @@ export const TokenRow_RevokeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${TokenTable_TokenFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [TokenTable_TokenFragment, FormError_RefusalFragment],
+);
 
 /** What a token was used for over the Tokens page's range (the last 24 hours). */
-export type TokenUsage = { requests: Count; errors: Count; promptTokens: Count; completionTokens: Count };
+export type TokenUsage = Extract<
+  ResultOf<typeof TokensPage_UsageQuery>['apiTokens'][number]['usage'],
+  { __typename: 'UsageTotals' }
+>;
 
 /** "12 requests · 3.4K tokens · 1 error"; the prompt and completion split goes in a title. */
-export function usageWords(u: TokenUsage): string {
+export function usageWords(u: Omit<TokenUsage, '__typename'>): string {
   if (u.requests === 0) return 'no requests';
   const parts = [
     u.requests === 1 ? '1 request' : `${formatCount(u.requests)} requests`,

@@ -1,35 +1,30 @@
 import { useMemo, useState } from 'react';
-import { gql, useQuery } from 'urql';
+import { useQuery } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import type { DateTime, Refusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateTokenForm } from './create-token-form';
-import { TokenTable, type TokenTable_Token, TokenTable_TokenFragment, type TokenUsage } from './token-table';
+import { TokenTable, TokenTable_TokenFragment, type TokenUsage } from './token-table';
 
-export const TokensPage_TokensQuery = gql<{ apiTokens: TokenTable_Token[] }>`
+export const TokensPage_TokensQuery = graphql(
+  `
   query TokensPage_Tokens {
     apiTokens {
       ...TokenTable_Token
     }
   }
-  ${TokenTable_TokenFragment}
-`;
+`,
+  [TokenTable_TokenFragment],
+);
 
 /**
  * Every token's last 24 hours in one request (ApiToken.usage, read in one SQL query for all rows), next to the
  * list rather than in it: a token just created joins the list at once (graphcache's updater), and only this query
  * is read again for its (empty) usage; and the list's query needs no range that changes from minute to minute.
  */
-export const TokensPage_UsageQuery = gql<
-  {
-    apiTokens: {
-      __typename?: 'ApiToken';
-      id: string;
-      usage: ({ __typename: 'UsageTotals' } & TokenUsage) | Refusal;
-    }[];
-  },
-  { from: DateTime; to: DateTime }
->`
+export const TokensPage_UsageQuery = graphql(
+  `
   query TokensPage_Usage($from: DateTime!, $to: DateTime!) {
     apiTokens {
       id
@@ -45,8 +40,9 @@ export const TokensPage_UsageQuery = gql<
       }
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 const DAY_MS = 24 * 60 * 60_000;
 

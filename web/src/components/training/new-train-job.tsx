@@ -1,6 +1,7 @@
 import { type FormEvent, useEffect, useId, useState } from 'react';
-import { gql, useMutation, useQuery } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation, useQuery } from 'urql';
+import { graphql, type ResultOf, type VariablesOf } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Field, SelectField } from '../common/field';
 import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
@@ -10,15 +11,12 @@ import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam
 import { type TrainDataReport, uploadTrainData } from './train-data';
 import { DataReport } from './train-data-report';
 
-type Gpu = { index: number; name: string; freeMiB: number; totalMiB: number };
-type NodeOption = { __typename?: 'Node'; id: string; name: string; online: boolean; gpus: Gpu[] };
-type ModelOption = { __typename?: 'Model'; id: string; name: string; engine: 'llamacpp' | 'vllm' };
+type Options = ResultOf<typeof NewTrainJob_OptionsQuery>;
+type NodeOption = Options['nodes'][number];
+type ModelOption = Options['models'][number];
 
 /** What the form offers: the catalog's models, the nodes with their GPUs' free memory, the trainer's settings. */
-export const NewTrainJob_OptionsQuery = gql<
-  { models: ModelOption[]; nodes: NodeOption[]; trainParams: TrainParam[] },
-  Record<string, never>
->`
+export const NewTrainJob_OptionsQuery = graphql(`
   query NewTrainJob_Options {
     models {
       id
@@ -45,31 +43,17 @@ export const NewTrainJob_OptionsQuery = gql<
       whole
     }
   }
-`;
+`);
 
-export type CreateTrainJobInput = {
-  name: string;
-  model: string;
-  baseRepo: string;
-  baseRevision: string | null;
-  node: string;
-  gpuMiB: number;
-  owner: string | null;
-  public: boolean;
-  dataSha256: string;
-  params: Record<string, number>;
-  gguf: boolean;
-};
+export type CreateTrainJobInput = VariablesOf<typeof NewTrainJob_CreateMutation>['input'];
 
 /**
  * Only the new job's id: its page reads the rest. (The job's `message` may be null and a refusal's may not, and
  * GraphQL refuses the two under one name in one answer.) The training list is read again through graphcache's
  * updater (graphql/cache.ts).
  */
-export const NewTrainJob_CreateMutation = gql<
-  { createTrainJob: Outcome<{ __typename: 'TrainJob'; id: string }> },
-  { input: CreateTrainJobInput }
->`
+export const NewTrainJob_CreateMutation = graphql(
+  `
   mutation NewTrainJob_Create($input: CreateTrainJobInput!) {
     createTrainJob(input: $input) {
       __typename
@@ -79,8 +63,9 @@ export const NewTrainJob_CreateMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
 
@@ -91,11 +76,8 @@ const mib = (n: number) => `${n.toLocaleString('en')} MiB`;
  * memory is asked in, so the two compare at a glance.
  */
 /** The owners an operator picks from: every org, team and project by path, and the caller. */
-type OwnersData = {
-  viewer: { user: { email: string } | null } | null;
-  orgs: { id: string; name: string; teams: { id: string; path: string; projects: { id: string; path: string }[] }[] }[];
-};
-export const NewTrainJob_OwnersQuery = gql<OwnersData, Record<string, never>>`
+type OwnersData = ResultOf<typeof NewTrainJob_OwnersQuery>;
+export const NewTrainJob_OwnersQuery = graphql(`
   query NewTrainJob_Owners {
     viewer {
       user {
@@ -115,7 +97,7 @@ export const NewTrainJob_OwnersQuery = gql<OwnersData, Record<string, never>>`
       }
     }
   }
-`;
+`);
 
 export function ownerChoices(d: OwnersData | null | undefined): string[] {
   if (!d) return [];

@@ -1,37 +1,79 @@
 import { csrfHeaders } from '../../graphql/csrf';
-import type { Bytes } from '../../graphql/types';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { formatBytes, shortSha } from '../../lib/format';
 
 // The pairs a job trains on: uploaded with POST /api/train/data (a file can be far over the GraphQL body limit)
 // before the job is submitted, so the operator reads the server's report first; createTrainJob then names them by
 // the sha256 the upload answered with.
 
-export type LengthStats = { min: number; max: number; mean: number; p50: number; p95: number };
+const LengthStatsFragment = graphql(`
+  fragment TrainData_LengthStats on LengthStats {
+    min
+    max
+    mean
+    p50
+    p95
+  }
+`);
 
-/** The server's TrainDataReport, as POST /api/train/data answers it. */
-export type TrainDataReport = {
-  pairs: number;
-  bytes: Bytes;
-  sha256: string;
-  ok: boolean;
-  errors: { line: number; message: string }[];
-  errorCount: number;
-  duplicates: { line: number; sameAs: number }[];
-  duplicateCount: number;
-  collections: string[];
-  question: LengthStats | null;
-  answer: LengthStats | null;
-  /** Lengths in the chosen model's tokens, when its GGUF is in the mirror; otherwise `tokensNote` says why not. */
-  tokens?: {
-    model: string;
-    question: LengthStats;
-    answer: LengthStats;
-    pair: LengthStats;
-    maxLen: number;
-    overMaxLen: number;
-  } | null;
-  tokensNote?: string | null;
-};
+/**
+ * The schema's TrainDataReport, whole: POST /api/train/data answers the object checkTrainData does, as JSON. Never
+ * sent: it types the upload's answer from server/schema.graphql, so a field the server renames fails tsc here.
+ */
+export const TrainData_ReportFragment = graphql(
+  `
+  fragment TrainData_Report on TrainDataReport {
+    pairs
+    bytes
+    sha256
+    ok
+    errors {
+      line
+      message
+    }
+    errorCount
+    duplicates {
+      line
+      sameAs
+    }
+    duplicateCount
+    collections
+    question {
+      ...TrainData_LengthStats
+    }
+    answer {
+      ...TrainData_LengthStats
+    }
+    tokens {
+      model
+      question {
+        ...TrainData_LengthStats
+      }
+      answer {
+        ...TrainData_LengthStats
+      }
+      pair {
+        ...TrainData_LengthStats
+      }
+      maxLen
+      overMaxLen
+    }
+    tokensNote
+  }
+`,
+  [LengthStatsFragment],
+);
+
+export type LengthStats = ResultOf<typeof LengthStatsFragment>;
+
+type WholeReport = ResultOf<typeof TrainData_ReportFragment>;
+
+/**
+ * Lengths in the chosen model's tokens come only when its GGUF is in the mirror, otherwise `tokensNote` says why;
+ * an upload that names no model gets neither key in its JSON.
+ */
+export type TrainDataReport = Omit<WholeReport, 'tokens' | 'tokensNote'> &
+  Partial<Pick<WholeReport, 'tokens' | 'tokensNote'>>;
 
 export const TRAIN_DATA_URL = '/api/train/data';
 

@@ -1,27 +1,20 @@
 import { useState } from 'react';
-import { type CombinedError, gql, useMutation } from 'urql';
+import { type CombinedError, useMutation } from 'urql';
+import { type Answer, graphql } from '../../graphql/graphql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import type { TrainJobPage_Job } from './train-job-page';
-import type { TrainJob_Row } from './train-progress';
-
-type Cancelled = {
-  __typename: 'TrainJob';
-  id: string;
-  state: TrainJob_Row['state'];
-  cancelRequested: boolean;
-  jobMessage: string | null;
-};
 
 /**
  * The answer is the job: a queued one cancelled, or a running one marked cancelling; its row and page update by
  * id. Its `message` comes aliased: it may be null where a refusal's may not, and GraphQL refuses the two under one
  * name in one answer (graphcache stores it as the job's `message` all the same).
  */
-export const TrainJobActions_CancelMutation = gql<{ cancelTrainJob: Outcome<Cancelled> }, { id: string }>`
+export const TrainJobActions_CancelMutation = graphql(
+  `
   mutation TrainJobActions_Cancel($id: ID!) {
     cancelTrainJob(id: $id) {
       __typename
@@ -34,14 +27,13 @@ export const TrainJobActions_CancelMutation = gql<{ cancelTrainJob: Outcome<Canc
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /** graphcache's updater (graphql/cache.ts) takes the job out of the training list. */
-export const TrainJobActions_DeleteMutation = gql<
-  { deleteTrainJob: Outcome<{ __typename: 'DeletedTrainJob'; id: string; name: string }> },
-  { id: string }
->`
+export const TrainJobActions_DeleteMutation = graphql(
+  `
   mutation TrainJobActions_Delete($id: ID!) {
     deleteTrainJob(id: $id) {
       __typename
@@ -52,22 +44,15 @@ export const TrainJobActions_DeleteMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
-export type Published = {
-  __typename: 'TrainJobPublished';
-  adapter: string;
-  model: string;
-  source: string;
-  owner: string | null;
-  note: string;
-  /** The model's replicas load it as they run: the one thing left is to call it. */
-  liveWithoutRestart: boolean;
-};
+export type Published = Answer<typeof TrainJobActions_PublishMutation, 'publishTrainJob', 'TrainJobPublished'>;
 
 /** The answer names no job: graphcache's updater reads the job's adapter and the catalog's models again. */
-export const TrainJobActions_PublishMutation = gql<{ publishTrainJob: Outcome<Published> }, { id: string }>`
+export const TrainJobActions_PublishMutation = graphql(
+  `
   mutation TrainJobActions_Publish($id: ID!) {
     publishTrainJob(id: $id) {
       __typename
@@ -82,8 +67,9 @@ export const TrainJobActions_PublishMutation = gql<{ publishTrainJob: Outcome<Pu
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 /**
  * What the operator can do with the job now: cancel it while it is queued or running (a running one stops once its

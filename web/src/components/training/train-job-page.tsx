@@ -1,7 +1,7 @@
 import { useSyncExternalStore } from 'react';
-import { gql, useQuery, useSubscription } from 'urql';
+import { useQuery, useSubscription } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
-import type { Bytes } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes, formatMiB, shortSha } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
@@ -11,33 +11,13 @@ import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { TrainCharts } from './train-charts';
 import { TrainJobActions } from './train-job-actions';
-import { ownerText, type TrainJob_Row, TrainJob_RowFragment, TrainProgress } from './train-progress';
+import { ownerText, TrainJob_RowFragment, TrainProgress } from './train-progress';
 
-export type TrainJobPage_Job = TrainJob_Row & {
-  baseRepo: string;
-  baseRevision: string | null;
-  gpuMiB: number;
-  gguf: boolean;
-  params: Record<string, unknown>;
-  pairs: number;
-  dataSha256: string;
-  dataBytes: Bytes;
-  startedAt: string | null;
-  finishedAt: string | null;
-  adapter: string | null;
-  events: { __typename?: 'TrainEvent'; id: string; level: string; message: string; at: string }[];
-  artifacts: {
-    kind: string;
-    filename: string;
-    size: Bytes;
-    sha256: string;
-    url: string;
-    files: { name: string; size: Bytes; sha256: string }[];
-  }[];
-};
+export type TrainJobPage_Job = ResultOf<typeof TrainJobPage_JobFragment>;
 
 /** The whole job: the query, its subscription and the mutations on it select it, so each updates the page. */
-export const TrainJobPage_JobFragment = gql<TrainJobPage_Job>`
+export const TrainJobPage_JobFragment = graphql(
+  `
   fragment TrainJobPage_Job on TrainJob {
     ...TrainJob_Row
     baseRepo
@@ -70,15 +50,14 @@ export const TrainJobPage_JobFragment = gql<TrainJobPage_Job>`
       }
     }
   }
-  ${TrainJob_RowFragment}
-`;
+`,
+  [TrainJob_RowFragment],
+);
 
 type ParamAbout = { name: string; about: string };
 
-export const TrainJobPage_JobQuery = gql<
-  { trainJob: TrainJobPage_Job | null; trainParams: ParamAbout[] },
-  { id: string }
->`
+export const TrainJobPage_JobQuery = graphql(
+  `
   query TrainJobPage_Job($id: ID!) {
     trainJob(id: $id) {
       ...TrainJobPage_Job
@@ -88,17 +67,20 @@ export const TrainJobPage_JobQuery = gql<
       about
     }
   }
-  ${TrainJobPage_JobFragment}
-`;
+`,
+  [TrainJobPage_JobFragment],
+);
 
-export const TrainJobPage_ChangedSubscription = gql<{ trainJobChanged: TrainJobPage_Job }, { id: string }>`
+export const TrainJobPage_ChangedSubscription = graphql(
+  `
   subscription TrainJobPage_Changed($id: ID!) {
     trainJobChanged(id: $id) {
       ...TrainJobPage_Job
     }
   }
-  ${TrainJobPage_JobFragment}
-`;
+`,
+  [TrainJobPage_JobFragment],
+);
 
 const liveText: Record<LiveState, string> = {
   connecting: 'Connecting for live updates…',
@@ -279,7 +261,9 @@ function Events({ job }: { job: TrainJobPage_Job }) {
   );
 }
 
-function Params({ params, about }: { params: Record<string, unknown>; about: ParamAbout[] }) {
+function Params({ params: json, about }: { params: TrainJobPage_Job['params']; about: ParamAbout[] }) {
+  // A JSON scalar: the server sends the trainer settings as one object of numbers.
+  const params = (json ?? {}) as Record<string, unknown>;
   // In the order the server lists its settings; anything else the job holds after them.
   const known = about.map((p) => p.name);
   const names = [...known.filter((n) => n in params), ...Object.keys(params).filter((n) => !known.includes(n))];

@@ -1,32 +1,13 @@
-import { gql } from 'urql';
-import type { JobState } from '../../graphql/types';
+import { graphql, type ResultOf } from '../../graphql/graphql';
 import { formatMiB } from '../../lib/format';
 
-export type TrainJob_Row = {
-  __typename?: 'TrainJob';
-  id: string;
-  name: string;
-  model: string;
-  node: { __typename?: 'Node'; id: string; name: string } | null;
-  owner: string | null;
-  ownerLabel: string | null;
-  state: JobState;
-  step: number;
-  steps: number;
-  progress: number;
-  loss: number | null;
-  peakMiB: number | null;
-  message: string | null;
-  cancelRequested: boolean;
-  createdAt: string;
-  createdBy: string | null;
-};
+export type TrainJob_Row = ResultOf<typeof TrainJob_RowFragment>;
 
 /**
  * A job as the list shows it. The list, its subscription, the job page and every mutation that answers with a job
  * select it, so graphcache updates the row by id wherever it is shown.
  */
-export const TrainJob_RowFragment = gql<TrainJob_Row>`
+export const TrainJob_RowFragment = graphql(`
   fragment TrainJob_Row on TrainJob {
     id
     name
@@ -48,7 +29,7 @@ export const TrainJob_RowFragment = gql<TrainJob_Row>`
     createdAt
     createdBy
   }
-`;
+`);
 
 /** Who may use the adapter: the owner as a person reads it, or "public" (every caller of the model). */
 export function ownerText(job: Pick<TrainJob_Row, 'owner' | 'ownerLabel'>): string {

@@ -1,5 +1,6 @@
 import { useId, useState, useSyncExternalStore } from 'react';
-import { gql, useQuery, useSubscription } from 'urql';
+import { useQuery, useSubscription } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import { type JobState, jobStates } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
@@ -11,14 +12,8 @@ import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { ownerText, type TrainJob_Row, TrainJob_RowFragment, TrainProgress } from './train-progress';
 
-type JobsPage = {
-  trainJobs: {
-    edges: { __typename?: 'TrainJobEdge'; cursor: string; node: TrainJob_Row }[];
-    pageInfo: { hasNextPage: boolean; endCursor: string | null };
-  };
-};
-
-export const TrainingList_JobsQuery = gql<JobsPage, { state: JobState | null; first: number; after: string | null }>`
+export const TrainingList_JobsQuery = graphql(
+  `
   query TrainingList_Jobs($state: JobState, $first: Int!, $after: String) {
     trainJobs(state: $state, first: $first, after: $after) {
       edges {
@@ -33,21 +28,24 @@ export const TrainingList_JobsQuery = gql<JobsPage, { state: JobState | null; fi
       }
     }
   }
-  ${TrainJob_RowFragment}
-`;
+`,
+  [TrainJob_RowFragment],
+);
 
 /**
  * Every job, whole, each time it changes: rows update by id, and graphcache's updater (graphql/cache.ts) puts a
  * new job in the first page and takes one out of a list filtered to a state it has left.
  */
-export const TrainingList_ChangedSubscription = gql<{ trainJobChanged: TrainJob_Row }>`
+export const TrainingList_ChangedSubscription = graphql(
+  `
   subscription TrainingList_Changed {
     trainJobChanged {
       ...TrainJob_Row
     }
   }
-  ${TrainJob_RowFragment}
-`;
+`,
+  [TrainJob_RowFragment],
+);
 
 export const TRAIN_PAGE_SIZE = 50;
 const COLUMNS = 7;

@@ -1,14 +1,13 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql } from '../../graphql/graphql';
+import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 
-export const ChangePasswordForm_ChangeMutation = gql<
-  { changePassword: Outcome<{ __typename: 'PasswordChanged'; signedOut: number }> },
-  { input: { currentPassword: string; newPassword: string } }
->`
+export const ChangePasswordForm_ChangeMutation = graphql(
+  `
   mutation ChangePasswordForm_Change($input: ChangePasswordInput!) {
     changePassword(input: $input) {
       __typename
@@ -18,8 +17,9 @@ export const ChangePasswordForm_ChangeMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${FormError_RefusalFragment}
-`;
+`,
+  [FormError_RefusalFragment],
+);
 
 export function ChangePasswordForm() {
   const [{ fetching, error }, change] = useMutation(ChangePasswordForm_ChangeMutation);

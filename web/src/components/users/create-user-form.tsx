@@ -1,16 +1,15 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Refusal, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql } from '../../graphql/graphql';
+import type { Refusal, Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { RoleOptions } from '../common/role-options';
-import { type UserTable_User, UserTable_UserFragment } from './user-table';
+import { UserTable_UserFragment } from './user-table';
 
 /** The user joins the cached `users` list through graphcache's updater (graphql/cache.ts). */
-export const CreateUserForm_CreateMutation = gql<
-  { createUser: Outcome<UserTable_User & { __typename: 'User' }> },
-  { input: { email: string; name: string; role: Role; password: string } }
->`
+export const CreateUserForm_CreateMutation = graphql(
+  `
   mutation CreateUserForm_Create($input: CreateUserInput!) {
     createUser(input: $input) {
       __typename
@@ -20,9 +19,9 @@ export const CreateUserForm_CreateMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${UserTable_UserFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [UserTable_UserFragment, FormError_RefusalFragment],
+);
 
 export function CreateUserForm() {
   const [{ fetching, error }, create] = useMutation(CreateUserForm_CreateMutation);

@@ -1,23 +1,16 @@
 import { type FormEvent, useState } from 'react';
-import { gql, useMutation } from 'urql';
-import type { Outcome, Role } from '../../graphql/types';
+import { useMutation } from 'urql';
+import { graphql, type ResultOf } from '../../graphql/graphql';
+import type { Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Breakable } from '../common/breakable';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { RoleOptions } from '../common/role-options';
 import { TimeAgo } from '../common/time-ago';
 
-export type UserTable_User = {
-  __typename?: 'User';
-  id: string;
-  email: string;
-  name: string;
-  role: Role;
-  disabled: boolean;
-  createdAt: string;
-};
+export type UserTable_User = ResultOf<typeof UserTable_UserFragment>;
 
-export const UserTable_UserFragment = gql<UserTable_User>`
+export const UserTable_UserFragment = graphql(`
   fragment UserTable_User on User {
     id
     email
@@ -26,13 +19,11 @@ export const UserTable_UserFragment = gql<UserTable_User>`
     disabled
     createdAt
   }
-`;
+`);
 
 /** The result is the user: graphcache updates the row by id. */
-export const UserRow_UpdateMutation = gql<
-  { updateUser: Outcome<UserTable_User & { __typename: 'User' }> },
-  { id: string; input: { role?: Role; disabled?: boolean; password?: string } }
->`
+export const UserRow_UpdateMutation = graphql(
+  `
   mutation UserRow_Update($id: ID!, $input: UpdateUserInput!) {
     updateUser(id: $id, input: $input) {
       __typename
@@ -42,9 +33,9 @@ export const UserRow_UpdateMutation = gql<
       ...FormError_Refusal
     }
   }
-  ${UserTable_UserFragment}
-  ${FormError_RefusalFragment}
-`;
+`,
+  [UserTable_UserFragment, FormError_RefusalFragment],
+);
 
 export function UserTable({ users, viewerId }: { users: UserTable_User[]; viewerId: string }) {
   const sorted = [...users].sort((a, b) => a.email.localeCompare(b.email));

@@ -1,18 +1,21 @@
-import { gql, useQuery } from 'urql';
+import { useQuery } from 'urql';
+import { graphql } from '../../graphql/graphql';
 import type { Role } from '../../graphql/types';
 import { describeError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateUserForm } from './create-user-form';
-import { UserTable, type UserTable_User, UserTable_UserFragment } from './user-table';
+import { UserTable, UserTable_UserFragment } from './user-table';
 
-export const UsersPage_UsersQuery = gql<{ users: UserTable_User[] }>`
+export const UsersPage_UsersQuery = graphql(
+  `
   query UsersPage_Users {
     users {
       ...UserTable_User
     }
   }
-  ${UserTable_UserFragment}
-`;
+`,
+  [UserTable_UserFragment],
+);
 
 export function UsersPage({ viewer }: { viewer: { id: string; role: Role } }) {
   if (viewer.role !== 'ADMIN') {

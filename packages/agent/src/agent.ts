@@ -1,0 +1,172 @@
+import { readFileSync } from 'node:fs';
+import fs from 'node:fs/promises';
+import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
+import { type AgentConfig, advertiseUrl } from './config.js';
+import { type ControlPlane, GraphqlControlPlane, type NodeReport } from './control-plane.js';
+import { diskFree, type EngineReport, llamaCppEngine, readGpus, vllmCommand, vllmEngine } from './inventory.js';
+import { LlamaRuntime } from './llama-runtime.js';
+import { ModelCache } from './model-cache.js';
+import { createOpenAiServer } from './openai/http.js';
+import { Runner } from './runner.js';
+import { GraphqlTrainControl, type TrainControl } from './train-control.js';
+import { TrainWorker } from './trainer.js';
+
+// `hangar agent`: the heartbeat (this node's inventory, every few seconds), the runner (its replicas) and the
+// training worker (its LoRA jobs). Built here and started by main.ts, so a test can build one against a stand-in
+// control plane and stop it cleanly.
+
+export type Agent = {
+  start(): Promise<void>;
+  /** Stops the replicas (reported STOPPED) and the trainer (its job reported FAILED), and ends llama.cpp. */
+  stop(): Promise<void>;
+  /** One heartbeat now (tests; start() runs them on a timer). */
+  heartbeat(): Promise<void>;
+  runner: Runner;
+  trainer: TrainWorker;
+};
+
+/** The agent's version is the server package's: they ship together. */
+export const AGENT_VERSION = (() => {
+  try {
+    return String(JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version);
+  } catch {
+    return 'unknown';
+  }
+})();
+
+export function createAgent(
+  config: AgentConfig,
+  o: { log: Logger; controlPlane?: ControlPlane; trainControl?: TrainControl; runtime?: () => Promise<LlamaRuntime> },
+): Agent {
+  const { log } = o;
+  const controlPlane = o.controlPlane ?? new GraphqlControlPlane(config.url, config.nodeToken);
+
+  // llama.cpp starts once, on first need (the inventory asks at start-up). If it cannot run here, the node
+  // still reports and runs vLLM, and each llama.cpp replica fails with the reason.
+  let runtime: Promise<LlamaRuntime> | undefined;
+  const getRuntime =
+    o.runtime ??
+    (() => {
+      runtime ??= LlamaRuntime.create({ threads: config.threads, gpu: config.gpu, log });
+      return runtime;
+    });
+
+  const cache = new ModelCache(config.dir, { auth: { origin: new URL(config.url).origin, token: config.nodeToken } });
+  // Where applications' requests reach this node's llama.cpp replicas (through the control plane's gateway),
+  // each replica under an engine key only the control plane is given.
+  const http = createOpenAiServer({ log });
+  let endpoint: string | undefined;
+  const runner = new Runner({
+    controlPlane,
+    cache,
+    runtime: getRuntime,
+    vllmCommand: () => vllmCommand(config.vllmCommand, config.searchPath),
+    baseUrl: config.url,
+    log,
+    pollMs: config.pollMs,
+    // llama-server and vLLM bind where the agent listens, each on a port of its own.
+    external: { host: config.listen.host, llamaServer: config.llamaServer, readyMs: config.engineReadyMs },
+    serving: {
+      http,
+      endpoint: () => {
+        if (!endpoint) throw new Error('the agent’s endpoint is not listening yet');
+        return endpoint;
+      },
+    },
+  });
+
+  const trainer = new TrainWorker({
+    control: o.trainControl ?? new GraphqlTrainControl(config.url, config.nodeToken, { log }),
+    workDir: path.join(config.dir, 'train'),
+    trainer: config.trainer,
+    graceMs: config.trainerGraceMs,
+    log,
+    gpus: async () => (await readGpus(config.gpus, { warn: log.warn })).gpus,
+  });
+
+  let llamaEngine: EngineReport | null = null;
+  let timer: NodeJS.Timeout | undefined;
+  let stopped = false;
+  /** The heartbeat being sent, so a stop waits for it: landing after leaveNode it would bring the node back. */
+  let beating: Promise<void> | undefined;
+  let lastError: string | undefined;
+
+  const inventory = async (): Promise<NodeReport> => {
+    const { gpus } = await readGpus(config.gpus, { warn: log.warn });
+    const vllm = await vllmEngine(config.vllmCommand, config.searchPath);
+    return {
+      gpus,
+      engines: [llamaEngine, vllm].filter((e): e is EngineReport => e !== null),
+      diskFreeBytes: await diskFree(config.dir).catch(() => null),
+      agentVersion: AGENT_VERSION,
+    };
+  };
+
+  const heartbeat = async () => {
+    try {
+      await controlPlane.reportNode(await inventory());
+      if (lastError !== '') log.info('reporting to the control plane', { url: config.url });
+      // Back after failures: the training worker sends what it kept now (see TrainWorker.controlPlaneBack).
+      if (lastError) trainer.controlPlaneBack();
+      lastError = '';
+    } catch (err) {
+      const msg = (err as Error).message;
+      // Keep going: a control plane restart or a network blip must not take the node's replicas down.
+      if (msg !== lastError) log.warn('the heartbeat did not get through; trying again', { error: msg });
+      lastError = msg;
+    }
+    // Assignments right after a heartbeat: the placement may have changed with what this node just reported.
+    if (!stopped) await runner.poll();
+  };
+
+  return {
+    runner,
+    trainer,
+    heartbeat,
+    async start() {
+      await fs.mkdir(config.dir, { recursive: true });
+      const bound = new URL(await http.listen(config.listen));
+      const advertised = advertiseUrl(config, Number(bound.port));
+      endpoint = advertised.url;
+      if (advertised.note) log.warn(advertised.note);
+      log.info('serving replicas', { listen: `${config.listen.host}:${bound.port}`, endpoint });
+      try {
+        const rt = await getRuntime();
+        llamaEngine = llamaCppEngine(rt.release, config.llamaCppBuild);
+        log.info(`llama.cpp is ready on ${rt.gpu ? `the GPU (${rt.gpu})` : 'the CPU'}`, {
+          release: rt.release,
+          build: llamaEngine.build,
+        });
+      } catch (err) {
+        log.error('llama.cpp cannot run on this node; its replicas will fail', { error: (err as Error).message });
+      }
+      const loop = async () => {
+        if (stopped) return;
+        beating = heartbeat();
+        await beating;
+        if (!stopped) timer = setTimeout(loop, config.heartbeatMs);
+      };
+      await loop();
+      runner.start();
+      trainer.start();
+    },
+    async stop() {
+      stopped = true;
+      clearTimeout(timer);
+      await beating?.catch(() => {});
+      // Said first, so the control plane places this node's replicas elsewhere while these ones stop.
+      try {
+        await controlPlane.leave?.();
+        log.info('told the control plane this node is leaving');
+      } catch (err) {
+        log.warn('could not tell the control plane this node is leaving; it shows offline once heartbeats stop', {
+          error: (err as Error).message,
+        });
+      }
+      await Promise.all([runner.stopAll(), trainer.stop()]);
+      await http.close();
+      if (runtime) await (await runtime.catch(() => undefined))?.dispose();
+    },
+  };
+}

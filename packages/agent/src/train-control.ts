@@ -1,0 +1,490 @@
+import fs from 'node:fs/promises';
+import type { Readable } from 'node:stream';
+import { graphql } from '@hangar/common/client/graphql';
+import { resumableDownload } from '@hangar/common/download/resumable';
+import { backoff } from '@hangar/common/download/retry';
+import type { Logger } from '@hangar/common/log';
+import type { ResultOf, TadaDocumentNode } from 'gql.tada';
+import { print } from 'graphql';
+import { type Client, createClient } from 'graphql-ws';
+import WebSocket from 'ws';
+import { z } from 'zod';
+import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
+import { anySignal } from './io.js';
+
+// The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
+// over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
+// weights, the adapter) over plain HTTP. Behind a small interface, so the worker is tested without a server.
+
+export type JobState = 'QUEUED' | 'RUNNING' | 'DONE' | 'FAILED' | 'CANCELLED';
+
+/** One entry of nodeTrainWork: a QUEUED job this node may claim, or a RUNNING one it holds the lease of. */
+export type TrainAssignment = {
+  id: string;
+  name: string;
+  state: JobState;
+  gpuMiB: number;
+  /** RUNNING only: stop the trainer, then finish the job CANCELLED. */
+  cancelRequested: boolean;
+};
+
+export type TrainPoint = {
+  step: number;
+  loss: number;
+  lr?: number | null;
+  peakMiB?: number | null;
+  tokensPerSecond?: number | null;
+};
+export type TrainEvent = { level: 'info' | 'warn' | 'error'; message: string };
+export type TrainProgressInput = {
+  steps?: number | null;
+  points?: TrainPoint[];
+  events?: TrainEvent[];
+  message?: string | null;
+};
+
+export type UploadResult =
+  | { accepted: true; artifacts: { kind: string; size: number; sha256: string }[] }
+  /** 422: the control plane refused the tar and has already failed the job with `reason`. */
+  | { accepted: false; reason: string };
+
+export type DownloadOptions = {
+  /** Checked once the whole file is there; a mismatch deletes it and fails (no point fetching it again). */
+  sha256?: string | null;
+  bytes?: number | null;
+  signal?: AbortSignal;
+  /** Tries, each resuming where the last stopped; a try that moved bytes starts the count again. */
+  attempts?: number;
+  backoffMs?: number;
+  /** Without a byte for this long, a transfer counts as stalled and is tried again. */
+  stallMs?: number;
+};
+
+export interface TrainControl {
+  /**
+   * Subscribes to this node's work; `onWork` gets the whole list at once and after each change, `onReconnected`
+   * is told when the connection is back after it was lost (the control plane is there again). Returns unsubscribe.
+   */
+  work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void): () => void;
+  /** Throws ControlPlaneError (refused with errorType 'ConflictError' when another runner has it), or TrainSpecError. */
+  claim(id: string): Promise<{ spec: TrainSpec }>;
+  report(id: string, input: TrainProgressInput): Promise<void>;
+  finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string): Promise<void>;
+  /** Fetches a file to `dest` (atomically: <dest>.part, then a rename), with the node token only on Hangar's own URLs. */
+  download(url: string, dest: string, opts?: DownloadOptions): Promise<{ bytes: number; sha256: string }>;
+  /** PUTs the adapter (a gzipped tar); throws ControlPlaneError for anything but 200 and 422. */
+  upload(id: string, tarGz: Readable, signal?: AbortSignal): Promise<UploadResult>;
+}
+
+// ─── the claim's spec ────────────────────────────────────────────────────────
+
+const SHA256 = /^[0-9a-f]{64}$/;
+
+/** A path inside the base directory: relative, no "..", no backslashes, so a spec cannot write outside it. */
+const relativePath = z
+  .string()
+  .min(1)
+  .max(500)
+  .refine(
+    (p) => !p.startsWith('/') && !p.includes('\\') && p.split('/').every((s) => s !== '' && s !== '.' && s !== '..'),
+    'a relative path inside the repository, without ".." or "\\"',
+  );
+
+const number = z.number().refine(Number.isFinite, 'a finite number');
+
+// Loose objects: keys this agent does not know are passed on to the trainer in job.json, so a newer control plane
+// and trainer can add a setting without waiting for every agent to learn it.
+const trainSpec = z.looseObject({
+  id: z.string().min(1),
+  name: z.string(),
+  base_repo: z.string().min(1),
+  base_revision: z.string().min(1).nullable(),
+  params: z.looseObject({
+    rank: number,
+    alpha: number,
+    dropout: number,
+    epochs: number,
+    lr: number,
+    batch: number,
+    max_len: number,
+    seed: number,
+  }),
+  data: z.object({
+    url: z.string().min(1),
+    sha256: z.string().regex(SHA256, 'a sha256 in hex'),
+    bytes: z.number().int().min(0),
+    pairs: z.number().int().min(0),
+  }),
+  base: z.object({
+    files: z
+      .array(
+        z.object({
+          path: relativePath,
+          url: z.string().min(1),
+          size: z.number().int().min(0).nullish(),
+          sha256: z.string().regex(SHA256, 'a sha256 in hex').nullish(),
+        }),
+      )
+      .min(1, 'at least one file (config.json and the weights)'),
+  }),
+  gguf: z.boolean(),
+});
+
+export type TrainSpec = z.infer<typeof trainSpec>;
+
+/** The claim succeeded (the job is this node's now) but its spec cannot be read: the job is failed with this. */
+export class TrainSpecError extends Error {
+  override name = 'TrainSpecError';
+}
+
+/** Reads a claim's spec; relative URLs (data, mirror files) are resolved against the control plane's URL. */
+export function parseTrainSpec(value: unknown, baseUrl: string): TrainSpec {
+  let raw = value;
+  if (typeof raw === 'string') {
+    try {
+      raw = JSON.parse(raw);
+    } catch {
+      throw new TrainSpecError('the claim answered a spec that is not JSON');
+    }
+  }
+  const parsed = trainSpec.safeParse(raw);
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0];
+    throw new TrainSpecError(
+      `the claim's spec is not in the shape this agent reads (docs/training.md): ${issue?.path.join('.') || 'spec'}: ${issue?.message}`,
+    );
+  }
+  const spec = parsed.data;
+  const resolve = (u: string) => {
+    try {
+      return new URL(u, `${baseUrl}/`).toString();
+    } catch {
+      throw new TrainSpecError(`the claim's spec has a URL this agent cannot read: ${u}`);
+    }
+  };
+  return {
+    ...spec,
+    data: { ...spec.data, url: resolve(spec.data.url) },
+    base: { ...spec.base, files: spec.base.files.map((f) => ({ ...f, url: resolve(f.url) })) },
+  };
+}
+
+// ─── over the wire ───────────────────────────────────────────────────────────
+
+// Typed from schema.graphql (@hangar/common/client/graphql), as control-plane.ts's: a field renamed on the server
+// fails tsc here, not a node in the field. What comes back is still checked at run time (workList, the spec):
+// the control plane may be older or newer than this agent.
+const Agent_TrainWorkSubscription = graphql(`
+  subscription Agent_TrainWork { nodeTrainWork { jobs { id name state gpuMiB cancelRequested } } }
+`);
+const Agent_ClaimTrainJobMutation = graphql(`
+  mutation Agent_ClaimTrainJob($id: ID!) {
+    claimTrainJob(id: $id) { __typename ... on TrainClaim { spec } ... on Error { message } }
+  }
+`);
+const Agent_ReportTrainProgressMutation = graphql(`
+  mutation Agent_ReportTrainProgress($id: ID!, $input: TrainProgressInput!) {
+    reportTrainProgress(id: $id, input: $input) { __typename ... on Error { message } }
+  }
+`);
+const Agent_FinishTrainJobMutation = graphql(`
+  mutation Agent_FinishTrainJob($id: ID!, $state: JobState!, $message: String) {
+    finishTrainJob(id: $id, state: $state, message: $message) { __typename ... on Error { message } }
+  }
+`);
+
+const JOB_STATES: readonly string[] = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] satisfies JobState[];
+
+// The state is read as any string and entries in a state this agent does not know are left out: a newer control
+// plane with one more state must not make the whole list unreadable to an older agent.
+const workList = z.object({
+  jobs: z.array(
+    z.object({
+      id: z.string().min(1),
+      name: z.string(),
+      state: z.string(),
+      gpuMiB: z.number().int(),
+      cancelRequested: z.boolean(),
+    }),
+  ),
+});
+
+export type GraphqlTrainControlOptions = {
+  log?: Logger;
+  /** Per HTTP request (not the upload). */
+  timeoutMs?: number;
+  /** After the subscription ended with an error (the server refused it), it is asked for again after this. */
+  resubscribeMs?: number;
+  /** The longest wait between reconnection tries; they start at a tenth of it and double. */
+  reconnectMaxMs?: number;
+  /** A ping this often; no pong within half of it and the socket is taken for dead and replaced. */
+  keepAliveMs?: number;
+  uploadTimeoutMs?: number;
+};
+
+/** The control plane over graphql-ws (the work list) and HTTP (everything else), with the node token. */
+export class GraphqlTrainControl implements TrainControl {
+  private readonly origin: string;
+
+  constructor(
+    private readonly url: string,
+    private readonly token: string,
+    private readonly o: GraphqlTrainControlOptions = {},
+  ) {
+    this.origin = new URL(url).origin;
+  }
+
+  work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void): () => void {
+    const log = this.o.log;
+    const keepAlive = this.o.keepAliveMs ?? 10_000;
+    const maxWait = this.o.reconnectMaxMs ?? 10_000;
+    let closed = false;
+    let lost: string | undefined;
+    let lastError: string | undefined;
+    let pongTimer: NodeJS.Timeout | undefined;
+    let resubscribe: NodeJS.Timeout | undefined;
+    let dispose: (() => void) | undefined;
+    const client: Client = createClient({
+      url: `${this.url.replace(/^http/, 'ws')}/graphql`,
+      webSocketImpl: WebSocket,
+      connectionParams: { authorization: `Bearer ${this.token}` },
+      // Connected from the start and for good: the work list is pushed, and a reconnect is how a restarted
+      // control plane's list reaches the node (the server sends the whole list on every subscription).
+      lazy: false,
+      retryAttempts: Number.POSITIVE_INFINITY,
+      // The default retries only on close events; a refused TCP connection (the server restarting) arrives as an
+      // error event, and giving up on it would leave the node deaf to its work until the agent restarts.
+      shouldRetry: () => true,
+      retryWait: (retries) =>
+        new Promise((r) => setTimeout(r, Math.min(maxWait, (maxWait / 10) * 2 ** retries) * (0.5 + Math.random() / 2))),
+      onNonLazyError: (err) => log?.warn('the training work connection gave up', { error: describe(err) }),
+      keepAlive,
+      on: {
+        // graphql-ws pings but does not notice a missing pong: a half-open socket (a node whose network dropped
+        // without a FIN) would wait forever. Terminating it makes the client reconnect.
+        ping: (received) => {
+          if (!received) pongTimer = setTimeout(() => client.terminate(), keepAlive / 2);
+        },
+        pong: (received) => {
+          if (received) clearTimeout(pongTimer);
+        },
+        connected: () => {
+          const back = lost !== undefined;
+          lost = undefined;
+          if (!back) return;
+          log?.info('the training work subscription is connected again');
+          onReconnected?.();
+        },
+        // A refused connection is an error event and then a close: the error says why, the close says it ended.
+        error: (err) => {
+          lastError = describe(err);
+        },
+        closed: (event) => {
+          clearTimeout(pongTimer);
+          if (closed) return;
+          const why = lastError ?? describe(event);
+          lastError = undefined;
+          // Once per outage: a control plane down for an hour should not write a line per retry.
+          if (lost === undefined)
+            log?.warn('the training work subscription is not connected; reconnecting', { error: why });
+          lost = why;
+        },
+      },
+    });
+    const subscribe = () => {
+      dispose = client.subscribe<ResultOf<typeof Agent_TrainWorkSubscription>>(
+        { query: print(Agent_TrainWorkSubscription) },
+        {
+          next: (result) => {
+            if (result.errors?.length) {
+              log?.warn('the training work list came with errors', {
+                error: result.errors.map((e) => e.message).join('; '),
+              });
+            }
+            const parsed = workList.safeParse(result.data?.nodeTrainWork);
+            if (!parsed.success) {
+              if (result.data)
+                log?.warn('nodeTrainWork answered in a shape this agent does not read', {
+                  error: parsed.error.issues[0]?.message,
+                });
+              return;
+            }
+            onWork(parsed.data.jobs.filter((j): j is TrainAssignment => JOB_STATES.includes(j.state)));
+          },
+          // The server refused the subscription (an older control plane without it, a revoked token): ask again
+          // later rather than never, since the operator can fix either without touching the node.
+          error: (err) => {
+            if (closed) return;
+            log?.warn('the control plane refused the training work subscription; asking again later', {
+              error: describe(err),
+            });
+            resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
+          },
+          complete: () => {
+            if (!closed) resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
+          },
+        },
+      );
+    };
+    subscribe();
+    return () => {
+      closed = true;
+      clearTimeout(resubscribe);
+      clearTimeout(pongTimer);
+      dispose?.();
+      // Disposing while a reconnect is under way rejects with that connection's error (the control plane down,
+      // say): the agent is stopping, so there is nothing to tell, and unhandled it would crash the process.
+      Promise.resolve(client.dispose()).catch(() => {});
+    };
+  }
+
+  async claim(id: string) {
+    const data = await this.request(Agent_ClaimTrainJobMutation, { id });
+    const r = data.claimTrainJob;
+    refusedIfError(r, 'claimTrainJob');
+    if (r?.__typename !== 'TrainClaim')
+      throw new ControlPlaneError(`claimTrainJob answered ${r?.__typename ?? 'nothing'}, not a TrainClaim`, 'refused');
+    return { spec: parseTrainSpec(r.spec, this.url) };
+  }
+
+  async report(id: string, input: TrainProgressInput) {
+    const data = await this.request(Agent_ReportTrainProgressMutation, {
+      id,
+      input: {
+        ...(input.steps != null ? { steps: input.steps } : {}),
+        ...(input.points?.length ? { points: input.points } : {}),
+        ...(input.events?.length
+          ? { events: input.events.map((e) => ({ level: e.level, message: clip(e.message) ?? '' })) }
+          : {}),
+        ...(input.message ? { message: clip(input.message) } : {}),
+      },
+    });
+    refusedIfError(data.reportTrainProgress, 'reportTrainProgress');
+  }
+
+  async finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
+    const data = await this.request(Agent_FinishTrainJobMutation, { id, state, message: clip(message) });
+    refusedIfError(data.finishTrainJob, 'finishTrainJob');
+  }
+
+  download(url: string, dest: string, opts: DownloadOptions = {}) {
+    return downloadFile(url, dest, { ...opts, auth: { origin: this.origin, token: this.token } });
+  }
+
+  async upload(id: string, tarGz: Readable, signal?: AbortSignal): Promise<UploadResult> {
+    const target = `${this.url}/api/train/jobs/${encodeURIComponent(id)}/artifacts/peft`;
+    // A tar that could not be made (a file vanished) is this node's fault, not the network's: kept apart so it is
+    // not retried as if the control plane were away.
+    let packError: Error | undefined;
+    tarGz.once('error', (err) => {
+      packError = err;
+    });
+    let res: Response;
+    try {
+      res = await fetch(target, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${this.token}`, 'content-type': 'application/gzip' },
+        body: tarGz as unknown as RequestInit['body'],
+        duplex: 'half',
+        signal: anySignal(signal, AbortSignal.timeout(this.o.uploadTimeoutMs ?? 30 * 60_000)),
+      } as RequestInit);
+    } catch (err) {
+      if (packError) throw new Error(`the adapter could not be packed: ${packError.message}`);
+      if (signal?.aborted) throw signal.reason ?? err;
+      throw new ControlPlaneError(`${target} did not take the upload: ${describe(err)}`, 'unreachable');
+    } finally {
+      if (!tarGz.destroyed && !tarGz.readableEnded) tarGz.destroy();
+    }
+    const text = await res.text().catch(() => '');
+    let body: { error?: unknown; artifacts?: unknown } | undefined;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      body = undefined;
+    }
+    if (res.status === 200) {
+      const artifacts = z
+        .array(z.object({ kind: z.string(), size: z.number(), sha256: z.string() }))
+        .safeParse(body?.artifacts);
+      return { accepted: true, artifacts: artifacts.success ? artifacts.data : [] };
+    }
+    if (res.status === 422)
+      return { accepted: false, reason: typeof body?.error === 'string' ? body.error : text.slice(0, 500) };
+    const why = `${target} answered ${res.status}: ${typeof body?.error === 'string' ? body.error : text.slice(0, 200)}`;
+    throw new ControlPlaneError(
+      why,
+      res.status >= 500 || res.status === 408 || res.status === 429 ? 'unreachable' : 'refused',
+    );
+  }
+
+  private request<R, V>(doc: TadaDocumentNode<R, V>, variables: V) {
+    return graphqlRequest(this.url, this.token, doc, variables, this.o.timeoutMs);
+  }
+}
+
+// ─── files ───────────────────────────────────────────────────────────────────
+
+/** A download that asking again will not fix: a 4xx, or bytes that are not the ones the spec names. */
+export class DownloadError extends Error {
+  override name = 'DownloadError';
+}
+
+/**
+ * Fetches `url` to `dest` through `<dest>.part`, resuming a part left by an earlier try (or an earlier run) with
+ * Range, and checks the size and sha256 the spec gives before the file takes its name (the one resumable
+ * download, lib/download/resumable.ts). The node token goes only to `auth.origin`: base weights from the
+ * registry must not carry Hangar's credentials to another host.
+ */
+export async function downloadFile(
+  url: string,
+  dest: string,
+  o: DownloadOptions & { auth?: { origin: string; token: string } } = {},
+): Promise<{ bytes: number; sha256: string }> {
+  const headers: Record<string, string> = {};
+  if (o.auth && new URL(url).origin === o.auth.origin) headers.authorization = `Bearer ${o.auth.token}`;
+  const attempts = o.attempts ?? 5;
+  const result = await resumableDownload({
+    url,
+    partialPath: `${dest}.part`,
+    headers,
+    // Every failed try counts (no outage deadline): a job waits minutes, not hours, for its files.
+    attempts: { maxAttempts: attempts, backoffMs: backoff(o.backoffMs ?? 1000, 10_000) },
+    stallMs: o.stallMs ?? 30_000,
+    expect: { size: o.bytes, sha256: o.sha256 },
+    fsync: true,
+    signal: o.signal,
+  });
+  if (result.ok) {
+    await fs.rename(result.partialPath, dest);
+    return { bytes: result.size, sha256: result.sha256 };
+  }
+  if (result.kind === 'cancelled') throw o.signal?.reason ?? new Error('cancelled');
+  if (result.kind === 'attempts')
+    throw new DownloadError(`${url} could not be fetched in ${attempts} tries: ${result.last}`);
+  if (result.kind === 'status')
+    throw new DownloadError(`${url} answered ${result.status}${result.text ? `: ${result.text}` : ''}`);
+  if (result.kind === 'mismatch' && result.got) {
+    const { size, sha256, wanted } = result.got;
+    const what =
+      o.bytes != null && size !== o.bytes
+        ? `${url} is ${size} bytes, but the job says ${o.bytes}`
+        : `${url} has sha256 ${sha256}, but the job says ${wanted}`;
+    throw new DownloadError(`${what}: the file was not kept`);
+  }
+  throw new DownloadError(`${url}: ${result.reason}`);
+}
+
+function describe(err: unknown): string {
+  if (Array.isArray(err)) return err.map((e) => describe(e)).join('; ');
+  const e = err as {
+    message?: string;
+    code?: number | string;
+    reason?: string;
+    cause?: { code?: string; message?: string };
+  };
+  if (e && typeof e === 'object' && 'code' in e && 'reason' in e)
+    return `closed ${e.code}${e.reason ? `: ${e.reason}` : ''}`;
+  const cause = e?.cause?.code ?? e?.cause?.message;
+  const msg = e?.message ?? String(err);
+  return cause ? `${msg} (${cause})` : msg;
+}
