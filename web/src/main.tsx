@@ -4,7 +4,7 @@ import { createRoot } from 'react-dom/client';
 import { Provider } from 'urql';
 import { makeClient } from './graphql/client';
 import { makeRouter } from './router';
-import './styles.css';
+import './styles/index.css';
 
 const client = makeClient();
 const router = makeRouter(client);
