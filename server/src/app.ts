@@ -2,22 +2,18 @@ import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Logger } from '@hangar/common/log';
 import { WebSocketServer } from 'ws';
-import { AccessService } from './access/access.service.js';
+import { notServed, nulRefusal, refuseUpgrade } from './app-refusals.js';
+import { buildServices } from './app-services.js';
 import { AuditService } from './audit/audit.service.js';
-import { actorOf } from './auth/actor.js';
-import { AuthService } from './auth/auth.service.js';
 import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
 import { isOwnOrigin } from './auth/origin.js';
-import { CatalogService } from './catalog/catalog.service.js';
 import { installModelEvents } from './catalog/model-events.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
 import { pendingMigrations } from './db/migrate.js';
-import { FleetService } from './fleet/fleet.service.js';
 import { Gateway } from './gateway/gateway.js';
-import { UsageService } from './gateway/usage.service.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
 import { hfAuthorization, hfRoutes } from './hf/hf.http.js';
@@ -33,19 +29,13 @@ import {
   withDeadline,
 } from './http/edge.js';
 import { sendJson } from './http/reply.js';
-import { credentialsOf, type Edge, edgeFor, type Route } from './http/routes.js';
+import { edgeFor, type Route } from './http/routes.js';
 import { serveConsole } from './http/static.js';
 import { listenForMetrics, metricsRoute } from './metrics/metrics.http.js';
 import { Metrics } from './metrics/metrics.js';
-import { MirrorService } from './mirror/mirror.service.js';
 import { mirrorCredentials, serveMirror, uploadToMirror } from './mirror/serve.js';
-import { OrgService } from './org/org.service.js';
 import { listen, makePubSub } from './pubsub.js';
-import { RegistryService } from './registry/registry.service.js';
-import { ServeJobService } from './serve/serve-job.service.js';
-import { TrainArtifacts } from './train/artifacts.js';
 import { trainDataRoute, trainRoutes } from './train/train.http.js';
-import { TrainService } from './train/train.service.js';
 
 export type App = {
   /** Listens on config.host:config.port (0 picks a free port); resolves with the bound URL. */
@@ -73,40 +63,7 @@ export async function createApp({
   const pubsub = makePubSub();
   const loginLimits = new LoginLimits(db.url);
   const audit = new AuditService(prisma, log);
-  const services: Services = {
-    audit,
-    auth: new AuthService(prisma, config, audit, log, loginLimits),
-    access: new AccessService(prisma, audit),
-    org: new OrgService(prisma, audit),
-    fleet: new FleetService(prisma, audit, log),
-    mirror: new MirrorService(prisma, audit, config, log),
-    usage: new UsageService(prisma),
-  } as Services;
-  services.registry = new RegistryService(config, services.fleet, services.mirror);
-  // A fetch by URL reads each GGUF's header first, with the reader the explorer uses (it knows the nodes' llama.cpp).
-  services.mirror.lookBeforeFetch((files) => services.registry.lookAtSources(files));
-  services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log, services.org);
-  services.serveJobs = new ServeJobService(
-    prisma,
-    audit,
-    services.registry,
-    services.mirror,
-    services.catalog,
-    log,
-    undefined,
-    services.fleet,
-  );
-  services.train = new TrainService(
-    prisma,
-    audit,
-    config,
-    services.fleet,
-    services.mirror,
-    services.registry,
-    services.org,
-    log,
-  );
-  services.trainArtifacts = new TrainArtifacts(prisma, audit, services.train, services.mirror, log);
+  const services = buildServices({ prisma, audit, config, log, loginLimits });
   try {
     // First: a replica on storage the database's mirror is not on refuses before it changes anything.
     await services.mirror.openStorage();
@@ -313,32 +270,7 @@ export async function createApp({
     });
   });
 
-  // A NUL in a URL is refused before any route: PostgreSQL cannot store it, and a lookup with it would fail as
-  // an unexpected error. A refused change by a caller who showed a credential is audited, as any refusal is;
-  // anonymous ones are not, or anyone could add rows without end.
-  const refuseNul = async (req: http.IncomingMessage, res: http.ServerResponse, edge: Edge) => {
-    const path = edge.path;
-    const error = 'a NUL byte (%00) is not accepted in a URL: no name, id or cursor in Hangar holds one';
-    if (req.method !== 'GET' && req.method !== 'HEAD' && req.method !== 'OPTIONS') {
-      // By the full credentials and the real method, whatever the path's route reads: a session cookie counts
-      // only with its CSRF header here too, or another site's page could file refusals in a user's name.
-      const viewer = await services.auth.identify(credentialsOf(req));
-      const actor = actorOf(viewer, { requestId: edge.requestId });
-      const action = path.startsWith('/mirror/')
-        ? 'uploadToMirror'
-        : path === '/api/train/data'
-          ? 'uploadTrainData'
-          : path.startsWith('/api/train/')
-            ? 'uploadTrainArtifact'
-            : `${req.method} ${path.split('/')[1] ?? ''}`;
-      // The path as sent, still percent-encoded: the audit log holds text, and %00 is text.
-      if (viewer.kind !== 'anonymous') {
-        await audit.refused(actor, action, path.replaceAll('\u0000', '%00'), error);
-      }
-    }
-    res.setHeader('connection', 'close');
-    return sendJson(res, 400, { error, code: 'VALIDATION' });
-  };
+  const refuseNul = nulRefusal(services.auth, audit);
 
   // Each check says why the server is not ready, in words safe for anyone to read; the details go to the log.
   let databaseAnswered = true;
@@ -463,16 +395,4 @@ export async function createApp({
       return stopped;
     },
   };
-}
-
-/** A path under an API's prefix that no route serves: a 404 a script can read, never the console's page. */
-function notServed(res: http.ServerResponse, path: string) {
-  sendJson(res, 404, {
-    error: `nothing is served at ${path}: the APIs are /graphql, /v1 (OpenAI's), /mirror/<model>/<version>/<file>, /hf (the Hub's protocol) and /api/train/; see README.md`,
-    code: 'NOT_FOUND',
-  });
-}
-
-function refuseUpgrade(socket: Duplex, status: number, text: string) {
-  socket.end(`HTTP/1.1 ${status} ${text}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n`);
 }

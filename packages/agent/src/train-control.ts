@@ -1,8 +1,5 @@
-import fs from 'node:fs/promises';
 import type { Readable } from 'node:stream';
 import { graphql } from '@hangar/common/client/graphql';
-import { resumableDownload } from '@hangar/common/download/resumable';
-import { backoff } from '@hangar/common/download/retry';
 import type { Logger } from '@hangar/common/log';
 import type { ResultOf, TadaDocumentNode } from 'gql.tada';
 import { print } from 'graphql';
@@ -11,10 +8,17 @@ import WebSocket from 'ws';
 import { z } from 'zod';
 import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
 import { anySignal } from './io.js';
+import { type DownloadOptions, downloadFile } from './train-download.js';
+import { parseTrainSpec, type TrainSpec } from './train-spec.js';
 
 // The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
 // over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
 // weights, the adapter) over plain HTTP. Behind a small interface, so the worker is tested without a server.
+// The claim's spec is read in train-spec.ts, files are fetched in train-download.ts.
+
+// Where they lived before the split, so importers of this file keep working.
+export { DownloadError, type DownloadOptions, downloadFile } from './train-download.js';
+export { parseTrainSpec, type TrainSpec, TrainSpecError } from './train-spec.js';
 
 export type JobState = 'QUEUED' | 'RUNNING' | 'DONE' | 'FAILED' | 'CANCELLED';
 
@@ -48,18 +52,6 @@ export type UploadResult =
   /** 422: the control plane refused the tar and has already failed the job with `reason`. */
   | { accepted: false; reason: string };
 
-export type DownloadOptions = {
-  /** Checked once the whole file is there; a mismatch deletes it and fails (no point fetching it again). */
-  sha256?: string | null;
-  bytes?: number | null;
-  signal?: AbortSignal;
-  /** Tries, each resuming where the last stopped; a try that moved bytes starts the count again. */
-  attempts?: number;
-  backoffMs?: number;
-  /** Without a byte for this long, a transfer counts as stalled and is tried again. */
-  stallMs?: number;
-};
-
 export interface TrainControl {
   /**
    * Subscribes to this node's work; `onWork` gets the whole list at once and after each change, `onReconnected`
@@ -74,99 +66,6 @@ export interface TrainControl {
   download(url: string, dest: string, opts?: DownloadOptions): Promise<{ bytes: number; sha256: string }>;
   /** PUTs the adapter (a gzipped tar); throws ControlPlaneError for anything but 200 and 422. */
   upload(id: string, tarGz: Readable, signal?: AbortSignal): Promise<UploadResult>;
-}
-
-// ─── the claim's spec ────────────────────────────────────────────────────────
-
-const SHA256 = /^[0-9a-f]{64}$/;
-
-/** A path inside the base directory: relative, no "..", no backslashes, so a spec cannot write outside it. */
-const relativePath = z
-  .string()
-  .min(1)
-  .max(500)
-  .refine(
-    (p) => !p.startsWith('/') && !p.includes('\\') && p.split('/').every((s) => s !== '' && s !== '.' && s !== '..'),
-    'a relative path inside the repository, without ".." or "\\"',
-  );
-
-const number = z.number().refine(Number.isFinite, 'a finite number');
-
-// Loose objects: keys this agent does not know are passed on to the trainer in job.json, so a newer control plane
-// and trainer can add a setting without waiting for every agent to learn it.
-const trainSpec = z.looseObject({
-  id: z.string().min(1),
-  name: z.string(),
-  base_repo: z.string().min(1),
-  base_revision: z.string().min(1).nullable(),
-  params: z.looseObject({
-    rank: number,
-    alpha: number,
-    dropout: number,
-    epochs: number,
-    lr: number,
-    batch: number,
-    max_len: number,
-    seed: number,
-  }),
-  data: z.object({
-    url: z.string().min(1),
-    sha256: z.string().regex(SHA256, 'a sha256 in hex'),
-    bytes: z.number().int().min(0),
-    pairs: z.number().int().min(0),
-  }),
-  base: z.object({
-    files: z
-      .array(
-        z.object({
-          path: relativePath,
-          url: z.string().min(1),
-          size: z.number().int().min(0).nullish(),
-          sha256: z.string().regex(SHA256, 'a sha256 in hex').nullish(),
-        }),
-      )
-      .min(1, 'at least one file (config.json and the weights)'),
-  }),
-  gguf: z.boolean(),
-});
-
-export type TrainSpec = z.infer<typeof trainSpec>;
-
-/** The claim succeeded (the job is this node's now) but its spec cannot be read: the job is failed with this. */
-export class TrainSpecError extends Error {
-  override name = 'TrainSpecError';
-}
-
-/** Reads a claim's spec; relative URLs (data, mirror files) are resolved against the control plane's URL. */
-export function parseTrainSpec(value: unknown, baseUrl: string): TrainSpec {
-  let raw = value;
-  if (typeof raw === 'string') {
-    try {
-      raw = JSON.parse(raw);
-    } catch {
-      throw new TrainSpecError('the claim answered a spec that is not JSON');
-    }
-  }
-  const parsed = trainSpec.safeParse(raw);
-  if (!parsed.success) {
-    const issue = parsed.error.issues[0];
-    throw new TrainSpecError(
-      `the claim's spec is not in the shape this agent reads (docs/training.md): ${issue?.path.join('.') || 'spec'}: ${issue?.message}`,
-    );
-  }
-  const spec = parsed.data;
-  const resolve = (u: string) => {
-    try {
-      return new URL(u, `${baseUrl}/`).toString();
-    } catch {
-      throw new TrainSpecError(`the claim's spec has a URL this agent cannot read: ${u}`);
-    }
-  };
-  return {
-    ...spec,
-    data: { ...spec.data, url: resolve(spec.data.url) },
-    base: { ...spec.base, files: spec.base.files.map((f) => ({ ...f, url: resolve(f.url) })) },
-  };
 }
 
 // ─── over the wire ───────────────────────────────────────────────────────────
@@ -420,58 +319,6 @@ export class GraphqlTrainControl implements TrainControl {
   private request<R, V>(doc: TadaDocumentNode<R, V>, variables: V) {
     return graphqlRequest(this.url, this.token, doc, variables, this.o.timeoutMs);
   }
-}
-
-// ─── files ───────────────────────────────────────────────────────────────────
-
-/** A download that asking again will not fix: a 4xx, or bytes that are not the ones the spec names. */
-export class DownloadError extends Error {
-  override name = 'DownloadError';
-}
-
-/**
- * Fetches `url` to `dest` through `<dest>.part`, resuming a part left by an earlier try (or an earlier run) with
- * Range, and checks the size and sha256 the spec gives before the file takes its name (the one resumable
- * download, lib/download/resumable.ts). The node token goes only to `auth.origin`: base weights from the
- * registry must not carry Hangar's credentials to another host.
- */
-export async function downloadFile(
-  url: string,
-  dest: string,
-  o: DownloadOptions & { auth?: { origin: string; token: string } } = {},
-): Promise<{ bytes: number; sha256: string }> {
-  const headers: Record<string, string> = {};
-  if (o.auth && new URL(url).origin === o.auth.origin) headers.authorization = `Bearer ${o.auth.token}`;
-  const attempts = o.attempts ?? 5;
-  const result = await resumableDownload({
-    url,
-    partialPath: `${dest}.part`,
-    headers,
-    // Every failed try counts (no outage deadline): a job waits minutes, not hours, for its files.
-    attempts: { maxAttempts: attempts, backoffMs: backoff(o.backoffMs ?? 1000, 10_000) },
-    stallMs: o.stallMs ?? 30_000,
-    expect: { size: o.bytes, sha256: o.sha256 },
-    fsync: true,
-    signal: o.signal,
-  });
-  if (result.ok) {
-    await fs.rename(result.partialPath, dest);
-    return { bytes: result.size, sha256: result.sha256 };
-  }
-  if (result.kind === 'cancelled') throw o.signal?.reason ?? new Error('cancelled');
-  if (result.kind === 'attempts')
-    throw new DownloadError(`${url} could not be fetched in ${attempts} tries: ${result.last}`);
-  if (result.kind === 'status')
-    throw new DownloadError(`${url} answered ${result.status}${result.text ? `: ${result.text}` : ''}`);
-  if (result.kind === 'mismatch' && result.got) {
-    const { size, sha256, wanted } = result.got;
-    const what =
-      o.bytes != null && size !== o.bytes
-        ? `${url} is ${size} bytes, but the job says ${o.bytes}`
-        : `${url} has sha256 ${sha256}, but the job says ${wanted}`;
-    throw new DownloadError(`${what}: the file was not kept`);
-  }
-  throw new DownloadError(`${url}: ${result.reason}`);
 }
 
 function describe(err: unknown): string {

@@ -1,5 +1,4 @@
 import type { Logger } from '@hangar/common/log';
-import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
@@ -18,19 +17,18 @@ import { notify } from '../pubsub.js';
 import type { Actor } from './actor.js';
 import { CSRF_COOKIE, CSRF_HEADER, parseCookies, SESSION_COOKIE } from './cookies.js';
 import { CredentialCache, type CredentialEvents } from './credential-cache.js';
+import {
+  type Credentials,
+  changePasswordInput,
+  loginInput,
+  type OpenedSession,
+  type SessionFound,
+  type TokenFound,
+  toViewerUser,
+} from './credentials.js';
 import type { LoginLimits } from './login-limits.js';
 import { hashPassword, hashSecret, newSecret, sameSecret, secretKind, verifyPassword } from './secrets.js';
 import { lowerRole, type Viewer, type ViewerUser } from './viewer.js';
-
-const loginInput = z.object({
-  email: z.string().trim().toLowerCase().email('an email address'),
-  password: z.string().min(1, 'the password is empty').max(1024, 'at most 1024 characters'),
-});
-
-const changePasswordInput = z.object({
-  currentPassword: z.string().min(1, 'your current password, to show it is you at the keyboard').max(1024),
-  newPassword: z.string().min(12, 'at least 12 characters').max(1024, 'at most 1024 characters'),
-});
 
 // Compared against when the email is unknown, so a wrong email takes as long as a wrong password and the
 // timing does not tell an attacker which accounts exist.
@@ -45,42 +43,8 @@ const FIRST_ADMIN_LOCK = 0x61646d6e; // 'admn'
 // Refused sign-ins of one kind, account and address share an audit row for this long.
 const AUDIT_WINDOW_MS = 15 * 60_000;
 
-export type Credentials = {
-  authorization?: string | null;
-  cookie?: string | null;
-  csrf?: string | null;
-  method: string;
-  /**
-   * What the credentials are shown for: the control plane (GraphQL, /mirror, /api; the default) or calling
-   * models at /v1. A caller-only token stands only for the second.
-   */
-  purpose?: 'control' | 'call';
-  /**
-   * Looked up in the database past any answer kept for a few seconds: for the checks of live connections
-   * (auth/live.ts), which exist to catch what no event announced.
-   */
-  fresh?: boolean;
-};
-
-/**
- * A session a sign-in opened: the edge hands the secret and the CSRF token to the browser (as cookies, for
- * GraphQL: auth/cookies.ts's sessionCookies); the service only keeps their hashes and the expiry.
- */
-export type OpenedSession = { secret: string; csrfToken: string; maxAgeSeconds: number };
-
-/** What a token's lookup found: the token as it stands, or why it does not. */
-type TokenFound =
-  | {
-      ok: true;
-      user: ViewerUser;
-      token: { id: string; name: string; role: ViewerUser['role']; callerOnly: boolean; expiresAt: Date | null };
-    }
-  | { ok: false; viewer: Viewer };
-
-/** What a session's lookup found; the CSRF header is checked against it on every request, hit or not. */
-type SessionFound =
-  | { ok: true; user: ViewerUser; sessionId: string; csrfToken: string; expiresAt: Date }
-  | { ok: false; viewer: Viewer };
+// The credential shapes and toViewerUser live in credentials.ts; re-exported so importers keep this path.
+export { type Credentials, type OpenedSession, toViewerUser } from './credentials.js';
 
 export class AuthService {
   private readonly tokens = new CredentialCache<TokenFound>((f) =>
@@ -431,8 +395,4 @@ export class AuthService {
       );
     }
   }
-}
-
-export function toViewerUser(u: { id: string; email: string; name: string; role: ViewerUser['role'] }): ViewerUser {
-  return { id: u.id, email: u.email, name: u.name, role: u.role };
 }

@@ -17,82 +17,27 @@ import type { FleetService } from '../fleet/fleet.service.js';
 import { freeMiB } from '../fleet/placement.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
-import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notAModel, versionArchitecture, versionKindOf } from '../mirror/kind.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
 import { lockOrgTree, type OrgService, ownerKey } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
+import {
+  catalogName,
+  declaredFile,
+  declaredMessage,
+  modeInput,
+  parallelInput,
+  replicasInput,
+} from './catalog-input.js';
+import { modeOf, scaling } from './mode.js';
 
-export type Mode = 'ALWAYS' | 'ON_DEMAND' | 'STOPPED';
-
-/** (measured − estimated) / estimated, or null until both are known. */
-export function memoryEstimateError(m: Pick<CatalogModel, 'memoryBytes' | 'measuredMemoryBytes'>): number | null {
-  if (!m.memoryBytes || m.measuredMemoryBytes == null) return null;
-  const estimated = Number(m.memoryBytes);
-  return Math.round(((Number(m.measuredMemoryBytes) - estimated) / estimated) * 10_000) / 10_000;
-}
-
-export function modeOf(m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas'>): Mode {
-  return m.maxReplicas === 0 ? 'STOPPED' : m.minReplicas === 0 ? 'ON_DEMAND' : 'ALWAYS';
-}
-
-/** 900 → "15 minutes": the idle time as an operator reads it. */
-export function durationWords(seconds: number): string {
-  const plural = (n: number, unit: string) => `${n} ${unit}${n === 1 ? '' : 's'}`;
-  if (seconds % 3600 === 0 && seconds >= 3600) return plural(seconds / 3600, 'hour');
-  if (seconds % 60 === 0 && seconds >= 60) return plural(seconds / 60, 'minute');
-  return plural(seconds, 'second');
-}
-
-/**
- * What the model's mode means now, in words: what happens next after a change, and what holds once it has.
- * "stopped" alone would not say that its replicas are still going, nor "on demand" when it will stop again.
- */
-export function modeMessage(
-  m: Pick<CatalogModel, 'minReplicas' | 'maxReplicas' | 'idleSeconds'>,
-  replicas: readonly { state: string; desired: string }[],
-): string {
-  const running = replicas.filter((r) => ['PENDING', 'LOADING', 'READY'].includes(r.state));
-  const replicaWord = (n: number) => `${n} replica${n === 1 ? '' : 's'}`;
-  switch (modeOf(m)) {
-    case 'STOPPED':
-      return running.length
-        ? `stopped; its replicas are being taken down (${running.length} still running)`
-        : 'stopped: no replica runs; set it to always or on demand to serve it';
-    case 'ON_DEMAND': {
-      const idle = durationWords(m.idleSeconds);
-      const up = running.some((r) => r.desired === 'RUN');
-      return up
-        ? `on demand: running now; stops after ${idle} unused, and starts again when a request asks for it`
-        : `on demand: starts when a request asks for it, stops after ${idle} unused`;
-    }
-    default: {
-      const ready = replicas.filter((r) => r.state === 'READY' && r.desired === 'RUN').length;
-      return ready >= m.minReplicas
-        ? `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'runs' : 'run'}`
-        : `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'is' : 'are'} being placed${ready ? ` (${ready} ready)` : ''}`;
-    }
-  }
-}
-
-/** always = min ≥ 1 (that many replicas); on demand = min 0, max ≥ 1; stopped = max 0. */
-function scaling(mode: Mode, replicas: number) {
-  if (mode === 'STOPPED') return { minReplicas: 0, maxReplicas: 0 };
-  if (mode === 'ON_DEMAND') return { minReplicas: 0, maxReplicas: Math.max(1, replicas) };
-  return { minReplicas: Math.max(1, replicas), maxReplicas: Math.max(1, replicas) };
-}
-
-const modeInput = z.enum(['ALWAYS', 'ON_DEMAND', 'STOPPED'], { error: 'ALWAYS, ON_DEMAND or STOPPED' });
-const replicasInput = z.number().int().min(1, 'at least 1 replica').max(64, 'at most 64 replicas');
-// Each is a sequence of the replica's one context, with its share of the KV cache: more is more memory.
-const parallelInput = z
-  .number({ error: 'requests a replica answers at once, 1 to 64' })
-  .int('a whole number of requests')
-  .min(1, 'at least 1 request at once')
-  .max(64, 'at most 64 requests at once');
-const catalogName = resourceName('a model name');
+// The catalog's rules: what a model may be served from, its mode, owner and hangar.yaml entries. Kept as one class
+// a little over 400 lines: its methods share the declared-model map and the same check → write → audit → notify
+// order; the mode words and the input rules are in mode.ts and catalog-input.ts, re-exported here so importers
+// keep this path.
+export { durationWords, type Mode, memoryEstimateError, modeMessage, modeOf } from './mode.js';
 
 export type ServePlan = {
   name: string;
@@ -103,24 +48,6 @@ export type ServePlan = {
   memory: MemoryEstimate | null;
   fitsOn: { node: string; fits: boolean; reason: string }[];
 };
-
-// hangar.yaml: models an operator keeps in version control. Read at every start; the API shows them and refuses
-// to change them, because a change made there would silently revert at the next start.
-const declaredFile = z.object({
-  models: z
-    .array(
-      z.object({
-        name: catalogName,
-        source: z.string().url('an http:// or https:// URL of the weights'),
-        engine: z.enum(['llamacpp', 'vllm'], { error: 'llamacpp or vllm' }),
-        context: z.number().int().min(256).max(4_194_304).optional(),
-        mode: modeInput.default('ALWAYS'),
-        replicas: replicasInput.default(1),
-        parallel: parallelInput.default(1),
-      }),
-    )
-    .default([]),
-});
 
 export class CatalogService {
   /** Where each declared model is in hangar.yaml (its entry's index under models), as read at start. */
@@ -500,9 +427,4 @@ export class CatalogService {
 function mirrorKeyOf(source: string): string | null {
   const m = source.match(/\/mirror\/([^/]+)\/([^/]+)\//);
   return m ? `${decodeURIComponent(m[1] ?? '')}/${decodeURIComponent(m[2] ?? '')}` : null;
-}
-
-function declaredMessage(name: string, at: { file: string; key: string } | null) {
-  const where = at ? `${at.file} (${at.key}, name: ${name})` : 'hangar.yaml';
-  return `${name} is declared in ${where}: change it there; it is read at every start`;
 }

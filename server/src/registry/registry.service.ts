@@ -1,9 +1,8 @@
 import { newestBuild } from '@hangar/common/gguf/catalog';
 import type { ModelFacts } from '@hangar/common/gguf/facts';
-import { estimateMemory, type MemoryEstimate } from '@hangar/common/gguf/memory';
+import { estimateMemory } from '@hangar/common/gguf/memory';
 import { GgufError } from '@hangar/common/gguf/reader';
 import { SourceError } from '@hangar/common/gguf/source';
-import type { Verdict } from '@hangar/common/gguf/verdict';
 import { guardedFetch } from '@hangar/common/outbound';
 import { z } from 'zod';
 import type { Actor } from '../auth/actor.js';
@@ -28,31 +27,10 @@ import { renderCard } from './card.js';
 import { Hub, HubError, type HubModel } from './hub.js';
 import { HeaderReader, headerKind, servingVerdict } from './look.js';
 import { type FileSet, groupSets, type RepoFile, suggestedModelName, suggestedVersions } from './sets.js';
+import type { JudgedSet, NodeFit, RegistryRepo } from './types.js';
 
-export type NodeFit = { node: string; fits: boolean; freeMiB: number; neededMiB: number; reason: string };
-export type JudgedSet = FileSet & {
-  model: string;
-  version: string;
-  facts: ModelFacts | null;
-  headerError: string | null;
-  headerBytesRead: number;
-  verdict: Verdict;
-  memory: MemoryEstimate | null;
-  fits: { disk: { fits: boolean; freeBytes: number; neededBytes: number }; nodes: NodeFit[]; summary: string };
-};
-export type RegistryRepo = {
-  id: string;
-  revision: string;
-  shortRevision: string;
-  gated: boolean;
-  /** Null when the files can be downloaded; otherwise why not (gated without access). */
-  noAccess: string | null;
-  architecture: string | null;
-  url: string;
-  cardHtml: string | null;
-  sets: JudgedSet[];
-  context: number | null;
-};
+// The answer types live in types.ts; re-exported so importers keep this path.
+export type { JudgedSet, NodeFit, RegistryRepo } from './types.js';
 
 const repoId = z
   .string()

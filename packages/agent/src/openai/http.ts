@@ -4,13 +4,15 @@ import type { AddressInfo } from 'node:net';
 import type { Logger } from '@hangar/common/log';
 import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '@hangar/common/openai-error';
 import { hashSecret, sameSecret } from '@hangar/common/secret-hash';
-import { z } from 'zod';
+import { chatBody, completionBody, embeddingBody, parse, samplingOf, streamFields } from './bodies.js';
 import { type ChatMessage, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
+import { engineRefusal, eventStream, float32Base64, now, routeOf, send, serverError, usageOf } from './reply.js';
 
 // The agent's OpenAI-compatible endpoint: one listening port per agent, every replica on the node behind it,
 // each reachable only with its own engine key. It speaks OpenAI's protocol exactly (routes, bodies, server-sent
 // events, error shape and statuses), so the official clients, the gateway and the smoke test need nothing
-// Hangar-specific. It knows nothing of llama.cpp: a replica is a ServedModel (engine.ts).
+// Hangar-specific. It knows nothing of llama.cpp: a replica is a ServedModel (engine.ts). What a request body
+// may hold is in bodies.ts; routing, JSON replies and server-sent events in reply.ts.
 
 export type OpenAiServerOptions = {
   log: Logger;
@@ -37,164 +39,6 @@ export type OpenAiServer = {
 const MiB = 1024 * 1024;
 
 type Entry = { model: ServedModel; keyHash: string; created: number; gone: boolean };
-
-// --- Request bodies -------------------------------------------------------------------------------------------
-// Unknown fields are dropped, as OpenAI ignores them. Fields whose meaning this endpoint cannot honour (several
-// choices, log probabilities, tools) are refused by name instead: answering without them would look like success.
-
-const optional = <T extends z.ZodType>(s: T) => s.nullish();
-
-const modelField = z
-  .string({ error: 'a model name, as GET /v1/models lists them' })
-  .min(1, 'a model name, as GET /v1/models lists them');
-const temperature = optional(
-  z.number({ error: 'a number from 0 to 2' }).min(0, 'a number from 0 to 2').max(2, 'a number from 0 to 2'),
-);
-const topP = optional(
-  z.number({ error: 'a number from 0 to 1' }).min(0, 'a number from 0 to 1').max(1, 'a number from 0 to 1'),
-);
-const tokens = optional(
-  z.int({ error: 'a whole number of tokens, 1 or more' }).min(1, 'a whole number of tokens, 1 or more'),
-);
-const seed = optional(z.int({ error: 'a whole number' }));
-const stop = optional(
-  z.union([z.string().min(1), z.array(z.string().min(1)).max(4, 'at most 4 stop sequences, as OpenAI allows')], {
-    error: 'a non-empty string or an array of up to 4 non-empty strings',
-  }),
-);
-const n = optional(
-  z.int({ error: 'the number of choices: only 1' }).refine((v) => v === 1, {
-    message: 'this endpoint makes one choice per request (n = 1): send separate requests for more choices',
-  }),
-);
-const stream = optional(z.boolean({ error: 'true or false' }));
-const streamOptions = optional(
-  z.object(
-    { include_usage: optional(z.boolean({ error: 'true or false' })) },
-    { error: 'an object such as {"include_usage": true}' },
-  ),
-);
-const notHonoured = (what: string) =>
-  optional(z.unknown()).refine((v) => v === undefined || v === null || v === false || (Array.isArray(v) && !v.length), {
-    message: `${what} is not offered by this endpoint: leave it out`,
-  });
-
-const sampling = {
-  model: modelField,
-  temperature,
-  top_p: topP,
-  seed,
-  stop,
-  n,
-  stream,
-  stream_options: streamOptions,
-  logprobs: notHonoured('logprobs'),
-};
-
-const textPart = z.object({
-  type: z.literal('text', { error: 'only text parts ({"type": "text", "text": "…"}): this model reads text only' }),
-  text: z.string({ error: 'the text of the part, a string' }),
-});
-const messageContent = z.union([z.string(), z.array(textPart)], {
-  error: 'a string or an array of {"type": "text", "text": "…"} parts',
-});
-const message = z.object({
-  role: z.enum(['system', 'developer', 'user', 'assistant', 'tool'], {
-    error: "one of 'system', 'developer', 'user', 'assistant', 'tool'",
-  }),
-  // An assistant turn may carry no content (OpenAI allows it beside tool calls): it is read as empty.
-  content: messageContent.nullish(),
-});
-
-const chatBody = z.object({
-  ...sampling,
-  messages: z.array(message, { error: 'an array of {"role", "content"} messages' }).min(1, 'at least one message'),
-  max_tokens: tokens,
-  max_completion_tokens: tokens,
-  top_logprobs: notHonoured('top_logprobs'),
-  tools: notHonoured('tools'),
-  response_format: optional(z.unknown()).refine(
-    (v) => v === undefined || v === null || (typeof v === 'object' && (v as { type?: unknown }).type === 'text'),
-    { message: 'only {"type": "text"}: structured output is not offered by this endpoint' },
-  ),
-});
-
-const completionBody = z.object({
-  ...sampling,
-  prompt: z.union([z.string(), z.array(z.string()).length(1, 'one prompt per request')], {
-    error: 'the prompt as a string (one per request; token arrays are not accepted)',
-  }),
-  max_tokens: tokens,
-  echo: notHonoured('echo'),
-  suffix: notHonoured('suffix'),
-  best_of: optional(z.int().refine((v) => v === 1, { message: 'only 1 (one candidate per request)' })),
-});
-
-const embeddingBody = z.object({
-  model: modelField,
-  input: z.union(
-    [
-      z.string().min(1, 'text, not empty'),
-      z.array(z.string().min(1, 'text, not empty')).min(1, 'at least one text').max(2048, 'at most 2048 texts'),
-    ],
-    { error: 'a string or an array of up to 2048 non-empty strings (token arrays are not accepted)' },
-  ),
-  encoding_format: optional(z.enum(['float', 'base64'], { error: "'float' or 'base64'" })),
-  dimensions: optional(z.int({ error: 'a whole number' }).min(1, 'a whole number, 1 or more')),
-});
-
-/** Zod's first issue as OpenAI names it: `param` is the field's path, e.g. messages[0].role. */
-function refusal(error: z.ZodError, raw: unknown): ApiError {
-  const issue = error.issues[0];
-  const path = issue?.path ?? [];
-  const param = path.reduce<string>(
-    (p, k) => (typeof k === 'number' ? `${p}[${k}]` : p ? `${p}.${String(k)}` : String(k)),
-    '',
-  );
-  let value: unknown = raw;
-  for (const k of path) value = (value as Record<PropertyKey, unknown> | undefined)?.[k as PropertyKey];
-  if (value === undefined && issue?.code === 'invalid_type') {
-    return invalid(`Missing required parameter: '${param}'.`, param, 'missing_required_parameter');
-  }
-  const shown = JSON.stringify(value);
-  const got = shown === undefined ? '' : ` (got ${shown.length > 60 ? `${shown.slice(0, 60)}…` : shown})`;
-  return invalid(
-    `Invalid '${param}'${got}: ${issue?.message ?? 'not accepted'}.`,
-    param || null,
-    issue?.code === 'invalid_type' ? 'invalid_type' : 'invalid_value',
-  );
-}
-
-function parse<S extends z.ZodType>(schema: S, raw: unknown): z.output<S> {
-  if (typeof raw !== 'object' || raw === null || Array.isArray(raw)) {
-    throw invalid('The request body must be a JSON object.', null, null);
-  }
-  const parsed = schema.safeParse(raw);
-  if (!parsed.success) throw refusal(parsed.error, raw);
-  return parsed.data;
-}
-
-function streamFields(body: { stream?: boolean | null; stream_options?: unknown }) {
-  if (body.stream_options != null && !body.stream) {
-    throw invalid(
-      "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
-      'stream_options',
-      'invalid_value',
-    );
-  }
-  const includeUsage = !!(body.stream_options as { include_usage?: boolean | null } | null | undefined)?.include_usage;
-  return { stream: !!body.stream, includeUsage };
-}
-
-function samplingOf(body: z.output<typeof chatBody> | z.output<typeof completionBody>, maxTokens?: number) {
-  return {
-    maxTokens,
-    temperature: body.temperature ?? undefined,
-    topP: body.top_p ?? undefined,
-    seed: body.seed ?? undefined,
-    stop: body.stop == null ? undefined : typeof body.stop === 'string' ? [body.stop] : body.stop,
-  };
-}
 
 // --- The server -----------------------------------------------------------------------------------------------
 
@@ -309,24 +153,6 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
       .adapters()
       .map((id) => ({ id, object: 'model' as const, created: entry.created, owned_by: 'hangar', parent: base.id }));
     return [base, ...adapters];
-  }
-
-  /** EngineError → OpenAI's status and type; undefined for anything unexpected (logged, answered as 500). */
-  function engineRefusal(err: unknown): ApiError | undefined {
-    if (!(err instanceof EngineError)) return undefined;
-    switch (err.kind) {
-      case 'busy':
-        // OpenAI's own 429 shape, so clients that back off on `rate_limit_exceeded` do so here too.
-        return new ApiError(429, err.message, 'requests', err.param ?? null, 'rate_limit_exceeded', {
-          'retry-after': '1',
-        });
-      case 'unknown_adapter':
-        return new ApiError(404, err.message, 'invalid_request_error', err.param ?? 'model', 'model_not_found');
-      case 'bad_request':
-        return invalid(err.message, err.param ?? null);
-      case 'unsupported':
-        return invalid(err.message, err.param ?? null, 'unsupported_value');
-    }
   }
 
   /**
@@ -556,132 +382,6 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
       for (const c of inFlight) c.abort(new Error('the agent is stopping'));
       server.closeAllConnections();
       await closed;
-    },
-  };
-}
-
-// --- Helpers --------------------------------------------------------------------------------------------------
-
-type Route =
-  | { kind: 'none' }
-  | { kind: 'method'; allow: string }
-  | { kind: 'health' }
-  | { kind: 'models' }
-  | { kind: 'model'; id: string }
-  | { kind: 'chat' | 'completion' | 'embeddings' };
-
-function routeOf(method: string, path: string): Route {
-  const table: Record<string, { method: string; route: Route }> = {
-    '/health': { method: 'GET', route: { kind: 'health' } },
-    '/v1/models': { method: 'GET', route: { kind: 'models' } },
-    '/v1/chat/completions': { method: 'POST', route: { kind: 'chat' } },
-    '/v1/completions': { method: 'POST', route: { kind: 'completion' } },
-    '/v1/embeddings': { method: 'POST', route: { kind: 'embeddings' } },
-  };
-  let hit = table[path];
-  if (!hit && path.startsWith('/v1/models/') && path.length > '/v1/models/'.length) {
-    let id: string;
-    try {
-      id = decodeURIComponent(path.slice('/v1/models/'.length));
-    } catch {
-      return { kind: 'none' };
-    }
-    hit = { method: 'GET', route: { kind: 'model', id } };
-  }
-  if (!hit) return { kind: 'none' };
-  if (hit.method !== method) return { kind: 'method', allow: hit.method };
-  return hit.route;
-}
-
-const now = () => Math.floor(Date.now() / 1000);
-
-function usageOf(out: Generated) {
-  return {
-    prompt_tokens: out.promptTokens,
-    completion_tokens: out.completionTokens,
-    total_tokens: out.promptTokens + out.completionTokens,
-  };
-}
-
-/** OpenAI's base64 embeddings: the vector's float32s, little-endian, as the official clients decode them. */
-function float32Base64(vector: number[]): string {
-  const buf = Buffer.alloc(vector.length * 4);
-  for (const [i, x] of vector.entries()) buf.writeFloatLE(x, i * 4);
-  return buf.toString('base64');
-}
-
-function serverError() {
-  return new ApiError(
-    500,
-    'The server had an error while processing your request; the node logged it.',
-    'server_error',
-  );
-}
-
-function send(res: ServerResponse, statusOrError: number | ApiError, payload?: unknown) {
-  if (res.destroyed) return; // the client went away: there is nobody to answer
-  if (statusOrError instanceof ApiError) return sendError(res, statusOrError);
-  const body = JSON.stringify(payload);
-  res.writeHead(statusOrError, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
-}
-
-/**
- * Server-sent events as OpenAI sends them: `data: {chunk}` events and `data: [DONE]`. The headers go out with
- * the first piece of text, not before: a request refused before generating (busy, a bad adapter) still gets its
- * own status and error body instead of a 200 stream holding an error.
- */
-function eventStream(res: ServerResponse, includeUsage: boolean) {
-  // Events made in the same turn of the event loop go out in one write: a small model makes a token every
-  // millisecond, and a write (and a read at the client) per token would cost more than the token.
-  let corked = false;
-  const write = (data: string) => {
-    if (!corked) {
-      corked = true;
-      res.cork();
-      setImmediate(() => {
-        corked = false;
-        res.uncork();
-      });
-    }
-    res.write(`data: ${data}\n\n`);
-  };
-  let started = false;
-  const start = (first: () => void) => {
-    if (started) return;
-    started = true;
-    res.writeHead(200, {
-      'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache',
-      // A proxy in front (nginx) would otherwise hold the tokens back to fill its buffer.
-      'x-accel-buffering': 'no',
-    });
-    first();
-  };
-  return {
-    /** With include_usage every chunk carries `usage: null`, and a last one the usage with no choices. */
-    chunk(obj: Record<string, unknown>) {
-      write(JSON.stringify(includeUsage ? { ...obj, usage: null } : obj));
-    },
-    async run(
-      first: () => void,
-      work: (onText: (text: string) => void) => Promise<Generated>,
-      piece: (text: string) => void,
-    ): Promise<Generated | undefined> {
-      const out = await work((text) => {
-        if (!text || res.writableEnded || res.destroyed) return;
-        start(first);
-        piece(text);
-      });
-      // A model that ends early on abort resolves with what it had: nobody is left to send it to.
-      if (res.destroyed) return undefined;
-      start(first);
-      return out;
-    },
-    end(usageChunk: Record<string, unknown>) {
-      if (includeUsage) write(JSON.stringify(usageChunk));
-      write('[DONE]');
-      res.end();
     },
   };
 }

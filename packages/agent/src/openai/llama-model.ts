@@ -1,18 +1,13 @@
 import type { ChatHistoryItem, ChatWrapper, LlamaContextSequence, LlamaModel } from 'node-llama-cpp';
 import type { LoadedModel, SequencePool, SmokeResult } from '../llama-runtime.js';
-import {
-  type ChatMessage,
-  type Embedded,
-  EngineError,
-  type Generated,
-  type GenerateInput,
-  type ServedModel,
-} from './engine.js';
+import { type Embedded, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
+import { beginningToken, chatHistory } from './llama-prompt.js';
 
 // A llama.cpp replica as its node serves it (the ServedModel of engine.ts): `parallel` sequences of one context
 // generate at once, for the base model and for each adapter's context alike, and further requests wait in one
 // bounded first-come queue. A request is stateless: it takes a sequence, fills it with its own prompt, and gives
-// it back cleared, so nothing of one caller's conversation reaches the next.
+// it back cleared, so nothing of one caller's conversation reaches the next. How a request's messages become
+// node-llama-cpp's chat history is in llama-prompt.ts.
 
 export type LlamaServedModelOptions = {
   /** Requests generated at once per context; at most the `parallel` the model was loaded with. */
@@ -368,41 +363,4 @@ function unknownAdapter(model: string, adapter: string, loaded: string[]) {
     `${model} has no adapter "${adapter}" loaded here; it has ${loaded.length ? loaded.map((a) => `"${a}"`).join(', ') : 'none'}`,
     'model',
   );
-}
-
-/** A request's messages as node-llama-cpp's chat history: system turns, then user and model turns in order. */
-function chatHistory(messages: ChatMessage[]): ChatHistoryItem[] {
-  if (messages.length === 0) throw new EngineError('bad_request', 'messages is empty: send at least one', 'messages');
-  const last = messages.at(-1)!;
-  if (last.role !== 'user')
-    throw new EngineError(
-      'bad_request',
-      `the last message is the ${last.role}'s; this engine answers a user message, so end with one`,
-      'messages',
-    );
-  return messages.map((m, i): ChatHistoryItem => {
-    switch (m.role) {
-      case 'system':
-      case 'developer':
-        return { type: 'system', text: m.content };
-      case 'user':
-        return { type: 'user', text: m.content };
-      case 'assistant':
-        return { type: 'model', response: [m.content] };
-      default:
-        throw new EngineError(
-          'bad_request',
-          `messages[${i}] is a ${m.role} message; this engine takes system, developer, user and assistant messages`,
-          'messages',
-        );
-    }
-  });
-}
-
-/** The token LlamaCompletion puts before a prompt (node-llama-cpp's resolveBeginningTokenToPrepend, not exported). */
-function beginningToken(model: LlamaModel) {
-  const type = String(model.vocabularyType);
-  if (type === 'rwkv' || type === 'ugm') return null;
-  if (type === 'wpm') return model.tokens.bos;
-  return model.tokens.shouldPrependBosToken ? model.tokens.bos : null;
 }
