@@ -5,37 +5,15 @@
 // (Prisma's query compiler, node-llama-cpp, argon2) are loaded from there as they are under tsx.
 // Plain JavaScript, so that `pnpm start` can run it (and ask whether it is needed) without tsx.
 import { existsSync } from 'node:fs';
-import { readFile, rename, rm, writeFile } from 'node:fs/promises';
+import { rename, rm, writeFile } from 'node:fs/promises';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
+import { bundleCommon, sourceUrls } from '../../packages/common/build/esbuild-plugins.mjs';
 import { hashServerInputs, serverStampName } from './server-stamp.mjs';
 
 const serverDir = fileURLToPath(new URL('..', import.meta.url));
 export const distDir = path.join(serverDir, 'dist');
-
-/**
- * Files reach things beside them through `new URL('../../trainer/…', import.meta.url)`: the migrations, the
- * trainer, the hashing worker, package.json. In one bundle every file would share the bundle's URL and those
- * paths would point one or two folders off. This rewrites each file's import.meta.url to its source file's URL,
- * computed from where the bundle runs, so every such path means what it means under tsx, and the tree beside
- * dist (../packages/common/src/download/sha256-worker.cjs, ../prisma/migrations) is what is read.
- * @type {import('esbuild').Plugin}
- */
-const sourceUrls = {
-  name: 'hangar-source-urls',
-  setup(b) {
-    b.onLoad({ filter: /[\\/](server|packages[\\/]common)[\\/]src[\\/].*\.ts$/ }, async (args) => {
-      const text = await readFile(args.path, 'utf8');
-      if (!text.includes('import.meta.url')) return undefined;
-      const rel = path.relative(distDir, args.path).split(path.sep).join('/');
-      return {
-        contents: text.replaceAll('import.meta.url', `new URL(${JSON.stringify(rel)}, import.meta.url).href`),
-        loader: 'ts',
-      };
-    });
-  },
-};
 
 /**
  * OpenTelemetry's SDK is loaded only when tracing is on (app.ts imports telemetry/tracing.ts dynamically). A
@@ -49,21 +27,6 @@ const lazyTelemetry = {
     b.onResolve({ filter: /^\.\/telemetry\/tracing\.js$/ }, (args) =>
       args.kind === 'dynamic-import' ? { path: './telemetry.js', external: true } : undefined,
     );
-  },
-};
-
-/**
- * `packages: 'external'` would leave @hangar/common to Node, which cannot load its TypeScript: it is bundled,
- * resolved through its exports map (`@hangar/common/x` is packages/common/src/x.ts). The packages common imports are then
- * imported by the bundle, from this package's node_modules, so they are listed in this package.json too.
- * @type {import('esbuild').Plugin}
- */
-const bundleCommon = {
-  name: 'hangar-bundle-common',
-  setup(b) {
-    b.onResolve({ filter: /^@hangar\/common\// }, (args) => ({
-      path: path.join(serverDir, '../packages/common/src', `${args.path.slice('@hangar/common/'.length)}.ts`),
-    }));
   },
 };
 
@@ -93,7 +56,12 @@ export async function buildServer() {
     // Stack traces in logs then name the TypeScript file and line (node --enable-source-maps).
     sourcesContent: false,
     logLevel: 'warning',
-    plugins: [bundleCommon, sourceUrls, lazyTelemetry],
+    // The migrations and the hashing worker are read beside dist as under tsx (same depth for `next`).
+    plugins: [
+      bundleCommon,
+      sourceUrls(distDir, /[\\/](server|packages[\\/]common)[\\/]src[\\/].*\.ts$/),
+      lazyTelemetry,
+    ],
   }).catch(async (err) => {
     await rm(next, { recursive: true, force: true });
     throw err;
