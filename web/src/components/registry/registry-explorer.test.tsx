@@ -336,15 +336,19 @@ describe('RegistryExplorer', () => {
       model: 'qwen3-8b-chat',
       version: 'q4km-a1b2c3d',
     });
-    act(() =>
-      fake.push(FileSetRow_VersionChangedSubscription, {
-        mirrorVersionChanged: mirrorVersion('qwen3-8b-chat', 'q4km-a1b2c3d', 'FETCHING', {
-          bytesDone: 2.5 * GiB,
-          percent: 50,
+    // A download sends progress about once a second. An event pushed before the version's first read has been
+    // answered is overwritten by that answer (QUEUED again) until the next event: so the events keep coming here.
+    await vi.waitFor(() => {
+      act(() =>
+        fake.push(FileSetRow_VersionChangedSubscription, {
+          mirrorVersionChanged: mirrorVersion('qwen3-8b-chat', 'q4km-a1b2c3d', 'FETCHING', {
+            bytesDone: 2.5 * GiB,
+            percent: 50,
+          }),
         }),
-      }),
-    );
-    await vi.waitFor(() => expect(now).toHaveTextContent('is now fetching 50.0 %'));
+      );
+      expect(now).toHaveTextContent('is now fetching 50.0 %');
+    });
   });
 
   it('shows why a set cannot be served with no Fetch button, and fetches it anyway only when that is chosen', async () => {
