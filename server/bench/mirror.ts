@@ -7,6 +7,7 @@ import { freePort } from '@hangar/common/free-port';
 import { createLogger } from '@hangar/common/log';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
+import { benchToken } from './api-token.js';
 
 // The mirror's speed as ratios against the tools an operator would otherwise use, run side by side on the same
 // machine and the same filesystem: fetching a large file from a local nginx (Hangar's fetchToMirror against
@@ -247,27 +248,7 @@ async function startHangar(): Promise<{ base: string; token: string }> {
   app = await createApp({ config, log: createLogger('warn'), print: () => {} });
   const base = await app.start();
   // A token made the way a script gets one.
-  const signIn = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({
-      query: `mutation { login(email: "admin@hangar.local", password: "${password}") { ... on LoginPayload { csrfToken } } }`,
-    }),
-  });
-  const cookie = signIn.headers
-    .getSetCookie()
-    .map((c) => c.split(';')[0])
-    .join('; ');
-  const csrf = ((await signIn.json()) as { data: { login: { csrfToken: string } } }).data.login.csrfToken;
-  const made = await fetch(`${base}/graphql`, {
-    method: 'POST',
-    headers: { 'content-type': 'application/json', cookie, 'x-hangar-csrf': csrf },
-    body: JSON.stringify({
-      query:
-        'mutation { createApiToken(input: {name: "bench", role: OPERATOR}) { ... on CreatedApiToken { secret } } }',
-    }),
-  });
-  const token = ((await made.json()) as { data: { createApiToken: { secret: string } } }).data.createApiToken.secret;
+  const token = await benchToken(base, { password, role: 'OPERATOR' });
   return { base, token };
 }
 
