@@ -147,6 +147,24 @@ describe('API tokens', () => {
     expect(used.lastUsedAt).not.toBeNull();
   });
 
+  // Viewer.user answers from what identifying the caller loaded when that is all it is asked; anything more
+  // (a field not kept, a relation) comes from the database.
+  it("answers the viewer's own fields and relations beyond what identifying loaded", async () => {
+    const s = await t.login();
+    const r = await t.gql(CREATE, { i: { name: 'viewer-relations', role: 'VIEWER' } }, s);
+    const secret = r.data?.createApiToken.secret as string;
+    const me = await t.gql(
+      '{ viewer { user { email createdAt disabled apiTokens { name owner { email } } } } }',
+      {},
+      { token: secret },
+    );
+    const user = me.data?.viewer.user;
+    expect(user.email).toBe(ADMIN_EMAIL);
+    expect(user.disabled).toBe(false);
+    expect(Number.isNaN(Date.parse(user.createdAt))).toBe(false);
+    expect(user.apiTokens).toContainEqual({ name: 'viewer-relations', owner: { email: ADMIN_EMAIL } });
+  });
+
   it('never gives a token more than its maker has', async () => {
     const viewer = await t.token('VIEWER', 'read-only');
     const r = await t.gql(CREATE, { i: { name: 'escalate', role: 'ADMIN' } }, { token: viewer });
