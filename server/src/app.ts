@@ -1,5 +1,6 @@
 import http from 'node:http';
 import type { Duplex } from 'node:stream';
+import v8 from 'node:v8';
 import type { Logger } from '@hangar/common/log';
 import { WebSocketServer } from 'ws';
 import { notServed, nulRefusal, refuseUpgrade } from './app-refusals.js';
@@ -52,13 +53,37 @@ export type App = {
 
 export type AppOptions = { config: Config; log: Logger; print?: (text: string) => void; database?: Database };
 
+/**
+ * Prisma's query compiler is WebAssembly (3.4 MB). By default V8 recompiles its busy functions with its optimising
+ * compiler in the background, and that alone was 0.8 s of CPU during a start (on a 2-core machine, taken from the
+ * start itself) and 70 MiB of an idle server's RSS (the compiler's scratch memory, never handed back to the
+ * system), while the server's CPU per request stayed the same without it: Prisma compiles a query shape once and
+ * caches the plan, so the wasm is not where requests spend their time. Measured with bench/start.ts, and per
+ * request with the server's CPU time over 2000 GraphQL requests. Set before the first query compiles the module
+ * (V8 reads the flag then); for the whole process, as V8 flags are.
+ */
+function keepWasmOnBaselineTier() {
+  v8.setFlagsFromString('--liftoff-only');
+}
+
 export async function createApp({
   config,
   log,
   print = (t) => process.stdout.write(`${t}\n`),
   database,
 }: AppOptions): Promise<App> {
+  // How long each step of the start took (ms), logged at debug level once listening: where a slow start goes.
+  // `modules` is the time from the process's start to here: loading and evaluating the code.
+  const phases: Record<string, number> = { modules: Math.round(performance.now()) };
+  let phaseFrom = performance.now();
+  const phase = (name: string) => {
+    const now = performance.now();
+    phases[name] = Math.round(now - phaseFrom);
+    phaseFrom = now;
+  };
+  keepWasmOnBaselineTier();
   const db = database ?? (await openDatabase(config, log));
+  phase('database');
   const prisma = db.prisma;
   const pubsub = makePubSub();
   const loginLimits = new LoginLimits(db.url);
@@ -67,8 +92,11 @@ export async function createApp({
   try {
     // First: a replica on storage the database's mirror is not on refuses before it changes anything.
     await services.mirror.openStorage();
+    phase('storage');
     await installModelEvents(prisma);
+    phase('modelEvents');
     await services.catalog.loadDeclared();
+    phase('catalog');
   } catch (err) {
     // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
     if (!database) await db.close();
@@ -76,11 +104,13 @@ export async function createApp({
   }
   try {
     await services.auth.ensureFirstAdmin(print);
+    phase('firstAdmin');
   } catch (err) {
     if (!database) await db.close();
     throw err;
   }
   const listener = await listen(db.url, pubsub, log);
+  phase('listen');
   services.auth.keepCredentials({ pubsub, listeningSince: () => listener.listeningSince(), log });
   // Off unless an OTEL_* variable names a collector: then one exporter for GraphQL's and the gateway's spans.
   // Imported only then: the SDK is not loaded, and costs no start time, on a server that does not trace.
@@ -127,6 +157,7 @@ export async function createApp({
     metrics: metrics.registry,
     onSubscriptionResult: metrics.observeSubscriptionResult,
   });
+  phase('yoga');
   const metricsHttp = metricsRoute({ metrics, listenElsewhere: Boolean(config.metricsListen) });
   let metricsListener: Awaited<ReturnType<typeof listenForMetrics>> | undefined;
   // Model cards show the Hub's images, and an internal Hub may be plain http.
@@ -324,6 +355,7 @@ export async function createApp({
     wss.handleUpgrade(req, socket, head, (ws) => wss.emit('connection', ws, req));
   });
 
+  phase('routes');
   let stopped: Promise<void> | undefined;
   return {
     yoga,
@@ -347,12 +379,15 @@ export async function createApp({
           const port = typeof address === 'object' && address ? address.port : config.port;
           const url = `http://${config.host.includes(':') ? `[${config.host}]` : config.host}:${port}`;
           listeningUrl = url;
+          phase('bind');
           // Downloads left unfinished by the last run resume now, not at the first request.
           services.fleet.startPlacement();
           void services.gateway.start();
           services.serveJobs.start();
           services.train.start();
           services.mirror.start(db.embedded).then(() => {
+            phase('mirror');
+            log.debug('start phases (ms)', phases);
             log.info('Hangar is listening', {
               url,
               graphql: `${url}/graphql`,

@@ -82,6 +82,16 @@ describe('the built server', () => {
     }
   });
 
+  it('imports the packages only some requests use when those come, not at every start', async () => {
+    // Packages stay external in the bundle, so a static import of one is an `import … from "<package>"` line
+    // of dist/main.js, loaded and evaluated before the server does anything (bench/start.ts).
+    const bundle = await fs.readFile(path.join(serverDir, 'dist', 'main.js'), 'utf8');
+    const statics = [...bundle.matchAll(/^import\s[^;]*?from\s*"([^"]+)";?$/gm)].map((m) => m[1]);
+    expect(statics).toContain('graphql-yoga');
+    const lazy = ['openai', 'undici', 'marked', 'sanitize-html', '@huggingface/hub', 'node-llama-cpp', 'yaml'];
+    expect(statics.filter((s) => lazy.includes(s as string) || s?.startsWith('@opentelemetry/'))).toEqual([]);
+  });
+
   it('migrates an empty database, answers /readyz and GraphQL, and loads its tracing when asked', async () => {
     // A collector that only counts exports: tracing lives in a bundle of its own (dist/telemetry.js).
     const exports: string[] = [];

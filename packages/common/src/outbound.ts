@@ -1,6 +1,6 @@
 import dns from 'node:dns';
 import net from 'node:net';
-import { ProxyAgent, fetch as undiciFetch } from 'undici';
+import type { ProxyAgent } from 'undici';
 import { proxyFor } from './download/proxy.js';
 
 // What the server itself may fetch, and who gets the Hub's token. A URL in fetchToMirror is typed by an operator,
@@ -229,6 +229,15 @@ export class OutboundPolicy implements OutboundGuard {
 const REDIRECTS = new Set([301, 302, 303, 307, 308]);
 const CREDENTIALS = ['authorization', 'cookie', 'proxy-authorization'];
 
+// undici is imported at the first fetch through a proxy, not when the server starts (a seventh of a second of
+// every start, bench/start.ts): without a proxy, Node's own fetch does the work.
+type Undici = typeof import('undici');
+let undiciModule: Promise<Undici> | undefined;
+function loadUndici(): Promise<Undici> {
+  undiciModule ??= import('undici');
+  return undiciModule;
+}
+
 /**
  * fetch() for the server's calls to the Hub and its CDN, following redirects itself so that each hop is checked
  * by the policy first (its name looked up then: fetch offers no hook at connect time, so here a name that changes
@@ -243,10 +252,10 @@ const CREDENTIALS = ['authorization', 'cookie', 'proxy-authorization'];
  */
 export function guardedFetch(policy: OutboundPolicy, fetchImpl?: typeof fetch, o: { ca?: string } = {}): typeof fetch {
   const agents = new Map<string, ProxyAgent>();
-  const through = (proxy: URL) => {
+  const through = (undici: Undici, proxy: URL) => {
     let agent = agents.get(proxy.href);
     if (!agent) {
-      agent = new ProxyAgent({ uri: proxy.href, requestTls: o.ca ? { ca: o.ca } : undefined });
+      agent = new undici.ProxyAgent({ uri: proxy.href, requestTls: o.ca ? { ca: o.ca } : undefined });
       agents.set(proxy.href, agent);
     }
     return agent;
@@ -263,12 +272,14 @@ export function guardedFetch(policy: OutboundPolicy, fetchImpl?: typeof fetch, o
       const hopInit = { ...init, method, headers, body, redirect: 'manual' as const };
       // A fetch handed in (a test's stand-in) is used as it is; the proxy applies to the real one.
       const proxy = fetchImpl ? null : proxyFor(url);
-      const res = proxy
-        ? ((await undiciFetch(url, {
-            ...(hopInit as Parameters<typeof undiciFetch>[1]),
-            dispatcher: through(proxy),
-          })) as unknown as Response)
-        : await (fetchImpl ?? fetch)(url, hopInit);
+      const undici = proxy ? await loadUndici() : null;
+      const res =
+        proxy && undici
+          ? ((await undici.fetch(url, {
+              ...(hopInit as Parameters<Undici['fetch']>[1]),
+              dispatcher: through(undici, proxy),
+            })) as unknown as Response)
+          : await (fetchImpl ?? fetch)(url, hopInit);
       const location = res.headers.get('location');
       if (!REDIRECTS.has(res.status) || !location || init?.redirect === 'manual') return res;
       await res.body?.cancel();

@@ -6,7 +6,6 @@ import { readGguf } from '@hangar/common/gguf/reader';
 import { fileSource } from '@hangar/common/gguf/source';
 import { type Verdict, verdictFor } from '@hangar/common/gguf/verdict';
 import type { Logger } from '@hangar/common/log';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
@@ -393,6 +392,8 @@ export class CatalogService {
     }
     let raw: unknown;
     try {
+      // The YAML parser is imported only when there is a hangar.yaml to read, not at every start.
+      const { parse: parseYaml } = await import('yaml');
       raw = parseYaml(await fs.readFile(file, 'utf8'));
     } catch (err) {
       throw new ConfigError(`HANGAR_CONFIG=${file} could not be read as YAML: ${(err as Error).message}`);

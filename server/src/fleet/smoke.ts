@@ -1,9 +1,13 @@
 import net from 'node:net';
-import OpenAI, { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 
 // The control plane's smoke test of a replica: one short chat request through the replica's own endpoint with
 // its engine key, exactly as the gateway will send requests, so READY means "a request reaches it and it
 // answers", not "the agent says it loaded". Through the official OpenAI client: what an application would see.
+
+// The OpenAI client is imported at the first smoke test, not at the server's start: a quarter of a second of
+// every start (bench/start.ts) and 10 MiB of an idle process, for a server that may have no node yet.
+type OpenAIModule = typeof import('openai');
+let openai: Promise<OpenAIModule> | undefined;
 
 export type SmokeInput = {
   /** The replica's OpenAI base URL, as its agent advertised it (…/v1). */
@@ -65,7 +69,9 @@ export function endpointProblem(endpoint: string): string | null {
 /** One short chat request, streamed so the first token's time is seen. Never throws; never says the key. */
 export async function smokeTest(input: SmokeInput): Promise<SmokeResult> {
   const base = input.endpoint.replace(/\/+$/, '');
-  const client = new OpenAI({
+  openai ??= import('openai');
+  const sdk = await openai;
+  const client = new sdk.default({
     baseURL: base,
     apiKey: input.engineKey,
     // Once: a replica that does not answer now is not ready, and the caller tries again later if it wants.
@@ -101,7 +107,7 @@ export async function smokeTest(input: SmokeInput): Promise<SmokeResult> {
       if (chunk.usage) usageTokens = chunk.usage.completion_tokens;
     }
   } catch (err) {
-    return { ok: false, reason: hideKey(reasonOf(err, base), input.engineKey) };
+    return { ok: false, reason: hideKey(reasonOf(sdk, err, base), input.engineKey) };
   }
   const ended = performance.now();
   const tokens = usageTokens ?? pieces;
@@ -122,7 +128,11 @@ export async function smokeTest(input: SmokeInput): Promise<SmokeResult> {
   };
 }
 
-function reasonOf(err: unknown, base: string): string {
+function reasonOf(
+  { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError }: OpenAIModule,
+  err: unknown,
+  base: string,
+): string {
   const at = `${base}/chat/completions`;
   if (err instanceof APIUserAbortError) return 'the smoke test was stopped';
   if (err instanceof APIConnectionTimeoutError) return `${at} did not answer in time`;

@@ -1,12 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '@hangar/common/log';
 import { guardedFetch } from '@hangar/common/outbound';
-import { HubApiError, listFiles, modelInfo } from '@huggingface/hub';
 import { actorOf } from '../auth/actor.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
 import { fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { hubLibrary } from '../registry/hub-library.js';
 import {
   EntryNotMirroredError,
   type HfFile,
@@ -125,8 +125,9 @@ export class PullThrough {
       fetch: this.fetch,
       ...(this.o.hubToken ? { accessToken: this.o.hubToken } : {}),
     };
+    const hub = await hubLibrary();
     try {
-      const info = await modelInfo({ ...common, name: repo, revision, additionalFields: ['sha'] });
+      const info = await hub.modelInfo({ ...common, name: repo, revision, additionalFields: ['sha'] });
       const commit = (info as { sha?: string }).sha;
       if (!commit || !COMMIT.test(commit))
         return fail(new UpstreamError(`the Hub at ${this.o.hubUrl} named no commit for ${repo} at ${revision}`));
@@ -138,7 +139,7 @@ export class PullThrough {
           ),
         );
       const files: UpstreamFile[] = [];
-      for await (const f of listFiles({
+      for await (const f of hub.listFiles({
         ...common,
         repo: { type: 'model', name: repo },
         revision: commit,
@@ -153,7 +154,7 @@ export class PullThrough {
       }
       return ok({ id: info.name || repo, commit, files });
     } catch (err) {
-      const status = err instanceof HubApiError ? err.statusCode : undefined;
+      const status = err instanceof hub.HubApiError ? err.statusCode : undefined;
       if (status === 404) {
         // The Hub's own answer, in the words /hf uses for a miss: a client fails as it would on the Hub.
         const message = `${repo} is not in Hangar's mirror, and the Hub at ${this.o.hubUrl} has no ${COMMIT.test(revision) ? `commit ${revision} of it` : `${repo} at ${revision}`}`;

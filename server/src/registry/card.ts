@@ -1,5 +1,7 @@
-import { marked } from 'marked';
-import sanitizeHtml from 'sanitize-html';
+// The markdown renderer and the sanitizer are imported at the first card, not at the server's start: a fifth of
+// a second of every start (bench/start.ts), for what only the registry explorer's repository page shows.
+const importRenderers = () => Promise.all([import('marked'), import('sanitize-html')]);
+let renderers: ReturnType<typeof importRenderers> | undefined;
 
 /**
  * A model card as safe HTML: markdown rendered, then everything but plain formatting removed (no scripts, no
@@ -9,7 +11,9 @@ import sanitizeHtml from 'sanitize-html';
  * may reach it through a proxy the operators' desks cannot), and a page that waits on, or leaks a request to,
  * someone else's server to show a badge is worse than one that says what the badge was.
  */
-export function renderCard(markdown: string, repoUrl: string, revision: string): string {
+export async function renderCard(markdown: string, repoUrl: string, revision: string): Promise<string> {
+  renderers ??= importRenderers();
+  const [{ marked }, { default: sanitizeHtml }] = await renderers;
   // The YAML front matter is metadata for machines, not card text.
   const body = markdown.replace(/^---\n[\s\S]*?\n---\n/, '');
   const html = marked.parse(body, { async: false, gfm: true }) as string;

@@ -1,4 +1,4 @@
-import { listFiles, listModels, modelInfo } from '@huggingface/hub';
+import { hubLibrary } from './hub-library.js';
 import type { RepoFile } from './sets.js';
 
 // The Hugging Face Hub, through its own client, at HANGAR_HUB_URL. Someone else's server on the internet: every
@@ -50,6 +50,7 @@ export class Hub {
 
   async search(query: string, sort: 'downloads' | 'likes' | 'lastModified', limit: number): Promise<HubModel[]> {
     return wrap(async () => {
+      const { listModels } = await hubLibrary();
       const out: HubModel[] = [];
       for await (const m of listModels({
         ...this.common,
@@ -75,6 +76,7 @@ export class Hub {
 
   async repo(id: string, revision?: string): Promise<HubRepo> {
     return wrap(async () => {
+      const { modelInfo } = await hubLibrary();
       const info = await modelInfo({ ...this.common, name: id, revision, additionalFields: ['sha', 'tags', 'config'] });
       const config = (info as { config?: { architectures?: string[]; model_type?: string } }).config;
       return {
@@ -89,6 +91,7 @@ export class Hub {
 
   async files(id: string, revision: string): Promise<RepoFile[]> {
     return wrap(async () => {
+      const { listFiles } = await hubLibrary();
       const out: RepoFile[] = [];
       for await (const f of listFiles({
         ...this.common,

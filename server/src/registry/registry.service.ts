@@ -199,7 +199,7 @@ export class RegistryService {
         noAccess: access.ok ? null : access.reason,
         architecture: repo.architecture,
         url,
-        cardHtml: readme ? renderCard(readme, url, rev) : null,
+        cardHtml: readme ? await renderCard(readme, url, rev) : null,
         sets: judged,
         context: context ?? null,
       });
