@@ -12,6 +12,8 @@ async function run(dist, src) {
   if (!existsSync(new URL(src, import.meta.url)) || (await checkServerBuild(serverDir)).current) {
     // Stack traces then name the TypeScript file and line, as under tsx.
     process.setSourceMapsEnabled(true);
+    // A build runs as production (scripts/start.mjs says why), unless the operator's NODE_ENV says otherwise.
+    process.env.NODE_ENV ??= 'production';
     await import(dist);
   } else {
     const { register } = await import('tsx/esm/api');

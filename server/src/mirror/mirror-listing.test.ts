@@ -98,14 +98,48 @@ describe("the Mirror page's query", () => {
 
   it('takes the same SQL statements at 3 versions and at 30', async () => {
     await page(); // the token's first lookup, outside the count
+    await t.app.db.prisma.mirrorFile.updateMany({ where: { model: 'listed-0' }, data: { attempts: 1 } });
     const at3 = await recordSql(page);
     expect(at3.result.size).toBe(3);
     await addVersions(3, 30);
     const at30 = await recordSql(page);
     expect(at30.result.size).toBe(30);
-    expect(at30.statements).toEqual(at3.statements);
-    // The files, the free space the running downloads promise, the catalog's models and adapters.
-    expect(at30.statements).toHaveLength(3);
+    // The same statements; only the list of rows that changed is longer.
+    const shape = (q: string) => q.replace(/IN \([$\d,]+\) OFFSET \$\d+/, 'IN (…) OFFSET …');
+    expect(at30.statements.map(shape)).toEqual(at3.statements.map(shape));
+    // The rows' versions, the rows that changed, the free space the running downloads promise, the catalog's
+    // models and adapters.
+    expect(at30.statements).toHaveLength(4);
+  });
+
+  // The listing keeps the rows it read with their xmin, and reads again only those whose xmin moved: a change
+  // made by any statement (here one the server never hears of) shows at the next read.
+  it('reads again only the rows that changed, whoever changed them', async () => {
+    await page();
+    const unchanged = await recordSql(page);
+    expect(unchanged.statements.filter((q) => /FROM "public"."MirrorFile"/.test(q))).toEqual([]);
+    expect(unchanged.statements).toHaveLength(3);
+
+    await t.app.db.prisma
+      .$executeRaw`UPDATE "MirrorFile" SET "bytesDone" = 7, state = 'FETCHING' WHERE model = 'listed-5'`;
+    const versions = async () =>
+      (await t.gql('{ mirror { versions { id state bytesDone } } }', {}, { token })).data?.mirror.versions as {
+        id: string;
+        state: string;
+        bytesDone: number;
+      }[];
+    const after = await recordSql(versions);
+    expect(after.result.find((v) => v.id === 'listed-5/v1')).toEqual({
+      id: 'listed-5/v1',
+      state: 'FETCHING',
+      bytesDone: 7,
+    });
+    const reads = after.statements.filter((q) => /FROM "public"."MirrorFile"/.test(q));
+    expect(reads).toHaveLength(1);
+    expect(reads[0]).toMatch(/IN \(\$1\)/); // one row asked for
+
+    await t.app.db.prisma.$executeRaw`DELETE FROM "MirrorFile" WHERE model = 'listed-6'`;
+    expect((await versions()).some((v) => v.id === 'listed-6/v1')).toBe(false);
   });
 
   it('refuses to remove a version only an adapter uses, unless forced', async () => {

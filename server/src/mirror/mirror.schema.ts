@@ -1,9 +1,11 @@
 import { filter, pipe } from 'graphql-yoga';
 import { ConflictError, NotFoundError, UnloadableError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
+import { asksFor } from '../schema/selection.js';
 import { versionKey } from './mirror.service.js';
 import {
   FetchStartedRef,
+  loadUsesFirst,
   Mirror,
   MirrorBandwidth,
   MirrorSourceInput,
@@ -18,10 +20,11 @@ builder.queryFields((t) => ({
   mirror: t.field({
     type: Mirror,
     authScopes: { viewer: true },
-    resolve: async (_root, _args, ctx) => {
+    resolve: async (_root, _args, ctx, info) => {
       const [versions, freeBytes] = await Promise.all([
         ctx.services.mirror.versions(),
         ctx.services.mirror.freeBytes(),
+        asksFor(info, 'usedBy') ? loadUsesFirst(ctx) : undefined,
       ]);
       return { versions, freeBytes };
     },
