@@ -77,6 +77,5 @@ const absolute = new Intl.DateTimeFormat('en-GB', {
 
 /** The exact instant, in the reader's time zone, with the zone named. */
 export function formatAbsolute(date: Date): string {
-  const zone = Intl.DateTimeFormat().resolvedOptions().timeZone;
-  return `${absolute.format(date)} (${zone})`;
+  return `${absolute.format(date)} (${absolute.resolvedOptions().timeZone})`;
 }

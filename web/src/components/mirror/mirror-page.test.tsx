@@ -2,10 +2,12 @@ import { act, render, screen, within } from '@testing-library/react';
 import userEvent from '@testing-library/user-event';
 import { Provider } from 'urql';
 import { beforeAll, describe, expect, it, vi } from 'vitest';
+import { formatAbsolute } from '../../lib/format';
 import { answer, fakeClient } from '../../test/fake-client';
 import { FetchForm_FetchMutation } from './fetch-form';
 import { type MirrorPage_Mirror, placeVersion } from './mirror-listing';
 import { MirrorPage, MirrorPage_ChangedSubscription, MirrorPage_MirrorQuery } from './mirror-page';
+import { mirrorTotals } from './mirror-table';
 import { RemoveVersion_RemoveMutation } from './remove-version';
 import {
   VersionRow_PauseMutation,
@@ -14,6 +16,12 @@ import {
   VersionRow_SetModeMutation,
   type VersionRow_Version,
 } from './version-row';
+
+// Every row renders one TimeAgo, which formats the exact time once: counting the calls counts the rows rendered.
+vi.mock('../../lib/format', async (importOriginal) => {
+  const real = await importOriginal<typeof import('../../lib/format')>();
+  return { ...real, formatAbsolute: vi.fn(real.formatAbsolute) };
+});
 
 const GiB = 1024 ** 3;
 const sha = (c: string) => c.repeat(64);
@@ -305,8 +313,8 @@ describe('MirrorPage', () => {
       expect(Number.parseInt(spacer.style.height, 10)).toBeGreaterThan(5000 * 50);
 
       // Scrolled to the end: the last family's last rows are there, the first ones gone.
-      // Past the end of the rows as estimated before they are measured (64 px a row).
-      Object.defineProperty(window, 'scrollY', { configurable: true, value: 5020 * 64 });
+      // Past the end of the rows as estimated before they are measured (100 px a row).
+      Object.defineProperty(window, 'scrollY', { configurable: true, value: 5020 * 100 });
       act(() => {
         window.dispatchEvent(new Event('scroll'));
       });
@@ -469,6 +477,59 @@ describe('MirrorPage', () => {
     expect(next?.families[1]).toBe(llama);
     expect(next?.families[0]?.versions[1]).toBe(qwen?.versions[1]);
     expect(placeVersion(mirror, { ...changed, id: 'new/one' })).toBeNull();
+  });
+
+  it('renders again only the row an event is about, not the others in view', async () => {
+    const fetching = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB });
+    const others = Array.from({ length: 6 }, (_, i) => version(`qwen3-${i}b`, 'Q8_0', 'PRESENT'));
+    const fake = fakeClient([answer(MirrorPage_MirrorQuery, () => listing(byFamily([fetching, ...others])))]);
+    renderPage(fake);
+    const r = await row('qwen3-8b/Q4_K_M');
+    await row('qwen3-5b/Q8_0');
+    await vi.waitFor(() => expect(fake.sent(MirrorPage_ChangedSubscription)).toHaveLength(1));
+    const rendered = vi.mocked(formatAbsolute);
+    rendered.mockClear();
+
+    act(() =>
+      fake.push(MirrorPage_ChangedSubscription, { mirrorChanged: { ...fetching, bytesDone: 2 * GiB, percent: 50 } }),
+    );
+    await vi.waitFor(() => expect(within(r).getByRole('progressbar')).toHaveAttribute('aria-valuenow', '50'));
+    // At 5000 versions each row rendered again was work the event did not need: its own row, once.
+    expect(rendered).toHaveBeenCalledTimes(1);
+  });
+
+  it('adds up what the listing holds by family, a file several versions share once, and follows an event', () => {
+    const held = version('qwen3-8b', 'Q8_0', 'PRESENT');
+    // The same file (its sha256) in another family's version: a hard link to one copy on disk.
+    const linked = version('llama3.1-8b', 'Q8_0', 'PRESENT');
+    const fetching = version('qwen3-8b', 'Q4_K_M', 'FETCHING', { bytesDone: GiB });
+    fetching.files = [{ ...fetching.files[0], state: 'FETCHING', bytesDone: GiB }];
+    const mirror = listing(byFamily([held, fetching, linked])).mirror as unknown as MirrorPage_Mirror;
+    expect(mirrorTotals(mirror.families)).toEqual({
+      removed: 0,
+      arriving: 1,
+      present: 2,
+      failed: 0,
+      arrivingNames: ['qwen3-8b/Q4_K_M'],
+      usedBytes: 4 * GiB + GiB,
+    });
+
+    const ticked = placeVersion(mirror, {
+      ...(fetching as unknown as VersionRow_Version),
+      bytesDone: 3 * GiB,
+      files: [{ ...(fetching.files[0] as VersionRow_Version['files'][number]), bytesDone: 3 * GiB }],
+    });
+    expect(mirrorTotals(ticked?.families ?? []).usedBytes).toBe(4 * GiB + 3 * GiB);
+    // One of the two links removed: the copy stays on disk for the other.
+    const removed = placeVersion(ticked as MirrorPage_Mirror, {
+      ...(held as unknown as VersionRow_Version),
+      removed: true,
+    });
+    expect(mirrorTotals(removed?.families ?? [])).toMatchObject({
+      removed: 1,
+      present: 1,
+      usedBytes: 4 * GiB + 3 * GiB,
+    });
   });
 
   it('opens the fetch form on an empty mirror and shows a refusal next to the field it names', async () => {

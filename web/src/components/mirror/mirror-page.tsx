@@ -1,7 +1,6 @@
 import { useCallback, useEffect, useId, useMemo, useRef, useState, useSyncExternalStore } from 'react';
 import { type LiveState, live } from '../../graphql/live';
 import type { Bytes } from '../../graphql/types';
-import { arrivingStates } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
@@ -13,7 +12,16 @@ import { BandwidthLimit } from './bandwidth-limit';
 import { FetchForm } from './fetch-form';
 import { type MirrorPage_Mirror, useMirrorListing } from './mirror-listing';
 import { BreakableUrl } from './mirror-parts';
-import { bytesOf, type MirrorFilter, MirrorTable, mirrorItems, type StateFilter, stateFilters } from './mirror-table';
+import {
+  type MirrorFilter,
+  MirrorTable,
+  type MirrorTotals,
+  mirrorItems,
+  mirrorTotals,
+  type StateFilter,
+  shownFamilies,
+  stateFilters,
+} from './mirror-table';
 import { MirrorListingContext } from './mirror-updates';
 
 // The listing's documents live with the listing; exported here too, as the page's own.
@@ -61,12 +69,9 @@ export function MirrorPage({
   const { mirror, fetching, error, read, updates } = useMirrorListing();
   const liveState = useSyncExternalStore(live.subscribe, live.get, live.get);
   useRefetchOnReconnect(read);
-  const arriving = (mirror?.families ?? [])
-    .flatMap((f) => f.versions)
-    .filter((v) => !v.removed && arrivingStates.includes(v.state))
-    .slice(0, REREAD_AT_MOST)
-    .map((v) => `${v.model}/${v.version}`)
-    .join('\n');
+  // Added up by family and kept by family: a live event adds up its own family again, not every version.
+  const totals = useMemo(() => mirrorTotals(mirror?.families ?? []), [mirror]);
+  const arriving = totals.arrivingNames.slice(0, REREAD_AT_MOST).join('\n');
   useEffect(() => {
     if (!arriving) return;
     // A listing read while a small file finishes can land after the event saying it is done, and no event follows
@@ -104,22 +109,14 @@ export function MirrorPage({
   const formTitleId = useId();
   const registryTitleId = useId();
 
-  // A removed version's last event says `removed: true`: it leaves the view at once.
-  const families = useMemo(
-    () =>
-      (mirror?.families ?? [])
-        // A family the last event did not touch keeps its identity, so its rows' order is not worked out again.
-        .map((f) => (f.versions.some((v) => v.removed) ? { ...f, versions: f.versions.filter((v) => !v.removed) } : f))
-        .filter((f) => f.versions.length > 0),
-    [mirror],
-  );
+  const families = useMemo(() => shownFamilies(mirror?.families ?? []), [mirror]);
   // By its parts: the route hands a new filter object on every render.
   const { name: nameFilter, state: stateFilter } = filter;
   const items = useMemo(
     () => mirrorItems(families, { name: nameFilter, state: stateFilter }, collapsed),
     [families, nameFilter, stateFilter, collapsed],
   );
-  useTotalsFollowRows(mirror, fetching, read);
+  useTotalsFollowRows(mirror, totals, fetching, read);
 
   const empty = mirror !== undefined && families.length === 0;
   // An empty mirror has nothing to show but the way to fill it. Opened that way, the form stays open once the
@@ -140,7 +137,7 @@ export function MirrorPage({
           The model files this Hangar keeps, by model and version, with what is arriving and what failed. Nodes load
           weights from here.
         </PageHeader>
-        {mirror ? <MirrorFacts mirror={mirror} usedBytes={bytesOf(families.flatMap((f) => f.versions))} /> : null}
+        {mirror ? <MirrorFacts mirror={mirror} usedBytes={totals.usedBytes} /> : null}
         <div className="toolbar">
           <p className="live-state" aria-live="polite">
             <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
@@ -288,23 +285,25 @@ function MirrorFacts({ mirror, usedBytes }: { mirror: MirrorPage_Mirror; usedByt
  * add up to the counts (a version finished, failed or was removed), the listing is read again: once per change, so
  * a server that counts differently cannot make the page poll.
  */
-function useTotalsFollowRows(mirror: MirrorPage_Mirror | undefined, fetching: boolean, reread: () => void) {
-  const versions = mirror?.families.flatMap((f) => f.versions) ?? [];
-  // One pass: this runs on every live event, at thousands of versions.
-  let removed = 0;
-  let arriving = 0;
-  let present = 0;
-  let failed = 0;
-  for (const v of versions) {
-    if (v.removed) removed++;
-    else if (arrivingStates.includes(v.state)) arriving++;
-    else if (v.state === 'PRESENT') present++;
-    else if (v.state === 'FAILED') failed++;
-  }
+function useTotalsFollowRows(
+  mirror: MirrorPage_Mirror | undefined,
+  totals: MirrorTotals,
+  fetching: boolean,
+  reread: () => void,
+) {
   const behind =
     mirror !== undefined &&
-    (removed > 0 || arriving !== mirror.fetching || present !== mirror.present || failed !== mirror.failed);
-  const change = behind ? versions.map((v) => `${v.id}:${v.removed ? 'removed' : v.state}`).join(' ') : '';
+    (totals.removed > 0 ||
+      totals.arriving !== mirror.fetching ||
+      totals.present !== mirror.present ||
+      totals.failed !== mirror.failed);
+  // Spelt out only when behind, which a progress event is not: it runs on every event, at thousands of versions.
+  const change = behind
+    ? (mirror?.families ?? [])
+        .flatMap((f) => f.versions)
+        .map((v) => `${v.id}:${v.removed ? 'removed' : v.state}`)
+        .join(' ')
+    : '';
   const asked = useRef<string>(undefined);
   const rereadRef = useRef(reread);
   rereadRef.current = reread;

@@ -1,4 +1,4 @@
-import { useWindowVirtualizer } from '@tanstack/react-virtual';
+import { measureElement, useWindowVirtualizer, type Virtualizer } from '@tanstack/react-virtual';
 import { memo, type RefObject, useCallback, useLayoutEffect, useRef, useState } from 'react';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Bytes } from '../../graphql/types';
@@ -87,7 +87,7 @@ export function mirrorItems(
   const filterKey = `${name}\n${filter.state ?? ''}`;
   const items: MirrorItem[] = [];
   for (const family of [...families].sort((a, b) => byText(a.name, b.name))) {
-    const { shown, counts } = familyRows(family.versions, filterKey, (v) => matches(v, filter, name));
+    const { shown, versionItems, counts } = familyRows(family.versions, filterKey, (v) => matches(v, filter, name));
     if (filtering && shown.length === 0) continue;
     const isCollapsed = collapsed.has(family.name);
     const summary: FamilySummary = {
@@ -99,7 +99,7 @@ export function mirrorItems(
       collapsed: isCollapsed,
     };
     items.push({ kind: 'family', key: `family:${family.name}`, family: summary });
-    if (!isCollapsed) for (const v of shown) items.push({ kind: 'version', key: v.id, version: v });
+    if (!isCollapsed) for (const item of versionItems) items.push(item);
   }
   return items;
 }
@@ -107,6 +107,8 @@ export function mirrorItems(
 type FamilyRows = {
   filterKey: string;
   shown: VersionRow_Version[];
+  /** The shown versions as items, made once: a live event does not make 5000 new ones. */
+  versionItems: MirrorItem[];
   counts: Pick<FamilySummary, 'bytes' | 'fetching' | 'failed' | 'inUse'>;
 };
 
@@ -124,7 +126,9 @@ function familyRows(versions: VersionRow_Version[], filterKey: string, test: (v:
     if (v.state === 'FAILED') counts.failed++;
     if (v.usedBy.length > 0) counts.inUse++;
   }
-  const rows = { filterKey, shown: versions.filter(test).sort(byName), counts };
+  const shown = versions.filter(test).sort(byName);
+  const versionItems = shown.map((v): MirrorItem => ({ kind: 'version', key: v.id, version: v }));
+  const rows = { filterKey, shown, versionItems, counts };
   rowsOf.set(versions, rows);
   return rows;
 }
@@ -153,10 +157,27 @@ export function MirrorTable({
 }) {
   const headRef = useRef<HTMLTableSectionElement>(null);
   const scrollMargin = useListTop(headRef);
+  // A row not rendered yet is guessed at what the last one of its kind measured (at 1280 px a version about 101 px,
+  // its URL on three lines; a heading 39 px). Each row that measures other than its guess makes react-virtual work
+  // out the place of every row below it again (5000 of them, twice a frame while scrolling) and moves the page.
+  const measured = useRef<Record<MirrorItem['kind'], number>>({ family: 40, version: 100 });
+  // The same functions until the items change: react-virtual places every row again when they change.
+  const estimateSize = useCallback((i: number) => measured.current[items[i]?.kind ?? 'version'], [items]);
+  const getItemKey = useCallback((i: number) => items[i]?.key ?? i, [items]);
+  const measureRow = useCallback(
+    (el: Element, entry: ResizeObserverEntry | undefined, v: Virtualizer<Window, Element>) => {
+      const size = measureElement(el, entry, v);
+      const kind = items[v.indexFromElement(el)]?.kind;
+      if (kind && size > 0) measured.current[kind] = size;
+      return size;
+    },
+    [items],
+  );
   const virtualizer = useWindowVirtualizer({
     count: items.length,
-    estimateSize: (i) => (items[i]?.kind === 'family' ? 46 : 64),
-    getItemKey: (i) => items[i]?.key ?? i,
+    estimateSize,
+    getItemKey,
+    measureElement: measureRow,
     overscan: 6,
     scrollMargin,
   });
@@ -282,28 +303,112 @@ function sameFamily(a: { family: FamilySummary; onToggle: unknown }, b: typeof a
   return (Object.keys(x) as (keyof FamilySummary)[]).every((k) => x[k] === y[k]);
 }
 
-/**
- * What the versions hold on disk: the server's own definition of a family's bytes and of the disk used (the sum
- * of bytes received, a present file that several versions hold counted once: they are hard links to one copy),
- * added up from the rows so a heading never shows less than a row under it while bytes tick.
- */
-export function bytesOf(
-  versions: { bytesDone: Bytes; files?: { state: string; sha256: string | null; bytesDone: Bytes }[] }[],
-): Bytes {
-  const seen = new Set<string>();
-  let n = 0;
+/** What the page adds up over the whole listing: its counts, to check against the server's, and the disk used. */
+export type MirrorTotals = {
+  removed: number;
+  arriving: number;
+  present: number;
+  failed: number;
+  /** "model/version" of each arriving version, in the listing's order. */
+  arrivingNames: string[];
+  /**
+   * The server's own definition of the disk used: the bytes received, a present file that several versions hold
+   * counted once (they are hard links to one copy), added up from the rows so it never shows less than a row.
+   */
+  usedBytes: Bytes;
+};
+
+type FamilyTally = Omit<MirrorTotals, 'usedBytes'> & {
+  /** Bytes counted as they are: every file but a present one with a sha256. */
+  plainBytes: number;
+  /** A present file's bytes by its sha256, the first seen: another holding the same sha256 is the same copy. */
+  held: Map<string, number>;
+  /** The same held files give the same text: when no family's changed, the sum across families stands. */
+  heldKey: string;
+};
+
+// Kept by the family's versions array, which the listing keeps for every family a live event did not touch: an
+// event adds up one family again, not 5000 versions.
+const tallies = new WeakMap<VersionRow_Version[], FamilyTally>();
+
+function familyTally(versions: VersionRow_Version[]): FamilyTally {
+  const kept = tallies.get(versions);
+  if (kept) return kept;
+  const t: FamilyTally = {
+    removed: 0,
+    arriving: 0,
+    present: 0,
+    failed: 0,
+    arrivingNames: [],
+    plainBytes: 0,
+    held: new Map(),
+    heldKey: '',
+  };
+  const keys: string[] = [];
   for (const v of versions) {
-    if (!v.files) {
-      n += v.bytesDone;
+    if (v.removed) {
+      t.removed++;
       continue;
     }
+    if (arrivingStates.includes(v.state)) {
+      t.arriving++;
+      t.arrivingNames.push(`${v.model}/${v.version}`);
+    } else if (v.state === 'PRESENT') t.present++;
+    else if (v.state === 'FAILED') t.failed++;
     for (const f of v.files) {
       if (f.state === 'PRESENT' && f.sha256) {
-        if (seen.has(f.sha256)) continue;
-        seen.add(f.sha256);
-      }
-      n += f.bytesDone;
+        if (t.held.has(f.sha256)) continue;
+        t.held.set(f.sha256, f.bytesDone);
+        keys.push(`${f.sha256}:${f.bytesDone}`);
+      } else t.plainBytes += f.bytesDone;
     }
   }
-  return n;
+  t.heldKey = keys.join(' ');
+  tallies.set(versions, t);
+  return t;
+}
+
+let lastHeld: { keys: string[]; bytes: number } | undefined;
+
+/** The present files' bytes across families, each sha256 once; worked out again only when some family's changed. */
+function heldBytes(families: FamilyTally[]): number {
+  const keys = families.map((t) => t.heldKey);
+  if (lastHeld && lastHeld.keys.length === keys.length && lastHeld.keys.every((k, i) => k === keys[i])) {
+    return lastHeld.bytes;
+  }
+  const seen = new Set<string>();
+  let bytes = 0;
+  for (const t of families) {
+    for (const [sha, n] of t.held) {
+      if (seen.has(sha)) continue;
+      seen.add(sha);
+      bytes += n;
+    }
+  }
+  lastHeld = { keys, bytes };
+  return bytes;
+}
+
+/** The listing's totals (removed versions counted apart and in nothing else). */
+export function mirrorTotals(families: MirrorTable_Family[]): MirrorTotals {
+  const each = families.map((f) => familyTally(f.versions));
+  const sum = (k: 'removed' | 'arriving' | 'present' | 'failed') => each.reduce((n, t) => n + t[k], 0);
+  return {
+    removed: sum('removed'),
+    arriving: sum('arriving'),
+    present: sum('present'),
+    failed: sum('failed'),
+    arrivingNames: each.flatMap((t) => t.arrivingNames),
+    usedBytes: each.reduce((n, t) => n + t.plainBytes, 0) + heldBytes(each),
+  };
+}
+
+/**
+ * The families as shown: a removed version's last event says `removed: true`, and it leaves the view at once. A
+ * family without one keeps its identity, so its rows' order is not worked out again.
+ */
+export function shownFamilies(families: MirrorTable_Family[]): MirrorTable_Family[] {
+  return families
+    .map((f) => (familyTally(f.versions).removed > 0 ? { ...f, versions: f.versions.filter((v) => !v.removed) } : f))
+    .filter((f) => f.versions.length > 0);
 }
