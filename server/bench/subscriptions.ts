@@ -214,8 +214,9 @@ try {
 console.log(
   `An event's delay to each of ${SUBSCRIBERS} subscribers (mirrorChanged), ${EVENTS} events a round, ${ROUNDS} interleaved rounds, ${os.cpus().length} cores`,
 );
-// Memory two ways: the whole process (Hangar's idle process is several times bare Yoga's: Prisma, the
-// gateway, the mirror, the console), and what holding the subscribers added to it since the round began.
+// Memory two ways: the whole process (both sides run through tsx here, which holds every compiled source of
+// Hangar's: about 50 MiB more than its built dist/ would), and what holding the subscribers added to it since
+// the round began.
 const mib = (bytes: number) => (bytes / 2 ** 20).toFixed(0);
 for (const transport of transports) {
   const base = results.get(`${transport} ${sides[0]?.name}`) ?? [];
@@ -231,7 +232,10 @@ for (const transport of transports) {
     const ratio =
       side === sides[0]
         ? 'baseline'
-        : `p99 ${(p99 / baseP99).toFixed(2)}× (goal ≤ 1.3×), RSS ${(rss / baseRss).toFixed(2)}×, added ${(added / Math.max(baseAdded, 1)).toFixed(2)}× (goal ≤ 1.5×)`;
+        : `p99 ${(p99 / baseP99).toFixed(2)}× (goal ≤ 1.3×), RSS ${(rss / baseRss).toFixed(2)}× (goal ≤ 1.5×), added ${
+            // Garbage collection can leave the baseline's round with less memory than it began with: no ratio then.
+            baseAdded >= 2 ** 20 ? `${(added / baseAdded).toFixed(2)}×` : "n/a (the baseline's own is ≤ 0 MiB)"
+          }`;
     const warned = [...new Set(rs.flatMap((x) => x.warnings))];
     console.log(
       `    ${side.name.padEnd(28)} p50 ${median(rs.map((x) => x.p50)).toFixed(1)} ms (${spread(rs.map((x) => x.p50))})  p99 ${p99.toFixed(1)} ms (${spread(rs.map((x) => x.p99))})  RSS ${mib(rss)} MiB (${spread(
