@@ -40,8 +40,24 @@ export type ExternalHost = {
  */
 export const ADAPTER_FETCH_RETRY_MS = 60_000;
 
-/** Resolves when the signal aborts (never rejects): for racing a wait that a stop should cut short. */
+/**
+ * An adapter that could not be had this time (not fetched, or its engine did not answer): refused by name, with
+ * the reason, and tried again after ADAPTER_FETCH_RETRY_MS. A verdict on the adapter itself is not this.
+ */
+export function refuseForNow(
+  o: Pick<RunnerOptions, 'adapterFetchRetryMs' | 'log'>,
+  r: Replica,
+  adapter: Assignment['adapters'][number],
+  what: string,
+  why: string,
+): void {
+  const retryMs = o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
+  const note = `adapter "${adapter.name}" ${what}: ${why}; it is tried again in ${Math.ceil(retryMs / 1000)} s`;
+  r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
+  o.log.warn(`an adapter ${what}`, { replicaId: r.assignment.replicaId, adapter: adapter.name, error: note });
+}
 
+/** How long an external engine may take to load before its replica fails: vLLM reads big weights onto the GPU. */
 const ENGINE_READY_MS: Record<EngineKind, number> = { vllm: 10 * 60_000, 'llama-server': 5 * 60_000 };
 
 /** vLLM's error message, from its JSON (flat in older releases, under `error` in newer ones) or its text. */
@@ -66,8 +82,11 @@ async function loraRank(dir: string): Promise<number> {
   }
 }
 
-/** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
-
+/**
+ * A replica served by an engine in a child process: started on a port the agent picks with a key it makes,
+ * READY once the engine answers its probe, with that port as the endpoint and that key as the engine key, so
+ * the control plane smoke-tests the engine itself. The key is never in a message or a log line.
+ */
 export async function runExternal(runner: ExternalHost, r: Replica, signal: AbortSignal) {
   const a = r.assignment;
   const ext = runner.o.external ?? { host: '127.0.0.1' };
@@ -220,14 +239,7 @@ async function fetchAdapterDir(
     return (await runner.o.cache.fetchDir(new URL(adapter.source, `${runner.o.baseUrl}/`).toString(), signal)).dir;
   } catch (err) {
     signal.throwIfAborted();
-    const retryMs = runner.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
-    const note = `adapter "${adapter.name}" was not fetched: ${(err as Error).message}; it is tried again in ${Math.ceil(retryMs / 1000)} s`;
-    r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
-    runner.o.log.warn('an adapter was not fetched', {
-      replicaId: r.assignment.replicaId,
-      adapter: adapter.name,
-      error: note,
-    });
+    refuseForNow(runner.o, r, adapter, 'was not fetched', (err as Error).message);
     return null;
   }
 }
@@ -255,24 +267,23 @@ function vllmAdapters(runner: ExternalHost, r: Replica, base: string, key: strin
       const dir = await fetchAdapterDir(runner, r, adapter, signal);
       if (!dir) return;
       signal.throwIfAborted();
-      let note: string;
+      let res: Awaited<ReturnType<typeof call>>;
       try {
-        const res = await call('load_lora_adapter', { lora_name: adapter.name, lora_path: dir }, signal);
-        if (res.status === 200) {
-          r.refused.delete(adapter.name);
-          r.held.set(adapter.name, { source: adapter.source, note: adapter.name });
-          runner.o.log.info('an adapter is loaded', { replicaId: r.assignment.replicaId, adapter: adapter.name });
-          return;
-        }
-        note = `adapter "${adapter.name}" was refused by vLLM (HTTP ${res.status}): ${res.said}`;
-        r.refused.set(adapter.name, { source: adapter.source, note });
+        res = await call('load_lora_adapter', { lora_name: adapter.name, lora_path: dir }, signal);
       } catch (err) {
         signal.throwIfAborted();
         // vLLM did not answer (busy, restarting): not its verdict on the adapter, so it is asked again later.
-        const retryMs = runner.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
-        note = `adapter "${adapter.name}" could not be loaded: vLLM did not answer (${(err as Error).message}); it is tried again in ${Math.ceil(retryMs / 1000)} s`;
-        r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
+        refuseForNow(runner.o, r, adapter, 'could not be loaded', `vLLM did not answer (${(err as Error).message})`);
+        return;
       }
+      if (res.status === 200) {
+        r.refused.delete(adapter.name);
+        r.held.set(adapter.name, { source: adapter.source, note: adapter.name });
+        runner.o.log.info('an adapter is loaded', { replicaId: r.assignment.replicaId, adapter: adapter.name });
+        return;
+      }
+      const note = `adapter "${adapter.name}" was refused by vLLM (HTTP ${res.status}): ${res.said}`;
+      r.refused.set(adapter.name, { source: adapter.source, note });
       runner.o.log.warn('an adapter was refused', {
         replicaId: r.assignment.replicaId,
         adapter: adapter.name,

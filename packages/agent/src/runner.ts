@@ -12,7 +12,7 @@ import type { LlamaRuntime } from './llama-runtime.js';
 import type { ModelCache } from './model-cache.js';
 import type { OpenAiServer } from './openai/http.js';
 import { LlamaServedModel } from './openai/llama-model.js';
-import { ADAPTER_FETCH_RETRY_MS, type ExternalHost, runExternal } from './runner-external.js';
+import { type ExternalHost, refuseForNow, runExternal } from './runner-external.js';
 
 // Makes this node run what the control plane assigns to it. It asks for the node's assignments every couple of
 // seconds, starts each replica it should run (fetch, load, smoke test), stops each it should not, and reports
@@ -106,6 +106,7 @@ export type AdapterHost = {
   unload(name: string): Promise<void>;
 };
 
+/** Resolves when the signal aborts (never rejects): for racing a wait that a stop should cut short. */
 const aborted = (signal: AbortSignal) =>
   new Promise<void>((resolve) => {
     if (signal.aborted) resolve();
@@ -115,7 +116,7 @@ const aborted = (signal: AbortSignal) =>
 /** What a READY report carries beyond the state: the control plane smoke-tests `endpoint` with `engineKey`. */
 export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'>;
 
-/** How long an external engine may take to load before its replica fails: vLLM reads big weights onto the GPU. */
+/** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
 export const MAX_CONTEXT = 2048;
 export const DEFAULT_CONTEXT = 512;
 
@@ -306,11 +307,6 @@ export class Runner {
   }
 
   /**
-   * A replica served by an engine in a child process: started on a port the agent picks with a key it makes,
-   * READY once the engine answers its probe, with that port as the endpoint and that key as the engine key, so
-   * the control plane smoke-tests the engine itself. The key is never in a message or a log line.
-   */
-  /**
    * Loads one of the model's LoRA adapters: fetched like the weights (sha256 against the mirror's ETag) and
    * smoke-tested in its own context before any request can ask for it. One that fails is refused by name in the
    * message and leaves the base model and the other adapters serving: a bad adapter must not take the model down
@@ -327,14 +323,7 @@ export class Runner {
       file = (await this.o.cache.fetchModel(new URL(adapter.source, `${this.o.baseUrl}/`).toString(), signal)).file;
     } catch (err) {
       signal.throwIfAborted();
-      const retryMs = this.o.adapterFetchRetryMs ?? ADAPTER_FETCH_RETRY_MS;
-      const note = `adapter "${adapter.name}" was not fetched: ${(err as Error).message}; it is tried again in ${Math.ceil(retryMs / 1000)} s`;
-      r.refused.set(adapter.name, { source: adapter.source, note, until: Date.now() + retryMs });
-      this.o.log.warn('an adapter was not fetched', {
-        replicaId: r.assignment.replicaId,
-        adapter: adapter.name,
-        error: note,
-      });
+      refuseForNow(this.o, r, adapter, 'was not fetched', (err as Error).message);
       return;
     }
     signal.throwIfAborted();

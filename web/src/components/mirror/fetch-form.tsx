@@ -10,7 +10,6 @@ import { VersionRow_VersionFragment } from './version-row';
 
 export type MirrorSourceInput = VariablesOf<typeof FetchForm_FetchMutation>['sources'][number];
 
-/** A new version joins the listing: the form hands it over (mirror-updates.ts), and the listing reads itself again. */
 /** The answer to any fetch into the mirror (by URL here, or a registry set): the message and the whole version. */
 export const FetchForm_StartedFragment = graphql(
   `

@@ -207,12 +207,13 @@ export const declaredHint = (name: string, at: ModelCard_Model['declaredIn'] = n
     ? `${name} is declared in ${at.file} at ${at.key}: change ${at.key}.mode (or its other keys) there; the file is read at every start.`
     : `${name} is declared in the server's hangar.yaml: change it there; it is read at every start.`;
 
+/** A model's own page (its playground): /models/<name>. */
+export const modelPath = (name: string) => `/models/${encodeURIComponent(name)}`;
+
 /**
  * One catalog model: what it is, how it runs and where. Its mode changes in place (applied with a button); a
  * declared model's configuration lives in hangar.yaml, so it offers no changes and says where to make them.
  */
-/** A model's own page (its playground): /models/<name>. */
-export const modelPath = (name: string) => `/models/${encodeURIComponent(name)}`;
 
 export function ModelCard({
   model,

@@ -71,10 +71,6 @@ const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
 
 const mib = (n: number) => `${n.toLocaleString('en')} MiB`;
 
-/**
- * "GPU 0: 20,000 MiB free of 24,564, GPU 1: …", or why the node offers none: in MiB, the unit the job's GPU
- * memory is asked in, so the two compare at a glance.
- */
 /** The owners an operator picks from: every org, team and project by path, and the caller. */
 type OwnersData = ResultOf<typeof NewTrainJob_OwnersQuery>;
 export const NewTrainJob_OwnersQuery = graphql(`
@@ -113,6 +109,10 @@ export function ownerChoices(d: OwnersData | null | undefined): string[] {
   return out;
 }
 
+/**
+ * "GPU 0: 20,000 MiB free of 24,564, GPU 1: …", or why the node offers none: in MiB, the unit the job's GPU
+ * memory is asked in, so the two compare at a glance.
+ */
 export function gpusText(node: NodeOption): string {
   const gpus = node.gpus.map((g) => `GPU ${g.index}: ${mib(g.freeMiB)} free of ${g.totalMiB.toLocaleString('en')}`);
   return `${node.online ? '' : 'offline · '}${gpus.join(', ') || 'no GPU reported'}`;
