@@ -4,7 +4,7 @@ import type { Bytes } from '../../graphql/types';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import type { ExplorerNavigate, ExplorerSearch } from '../registry/explorer-search';
 import { RegistryExplorer } from '../registry/registry-explorer';
@@ -156,11 +156,7 @@ export function MirrorPage({
             </button>
           ) : null}
         </div>
-        {error ? (
-          <p role="alert" className="form-error">
-            {describeError(error)}
-          </p>
-        ) : null}
+        <FormError error={error} />
         {empty ? (
           <p className="empty">
             The mirror holds nothing yet.{' '}

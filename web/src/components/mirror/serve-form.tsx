@@ -4,7 +4,7 @@ import { type Answer, graphql, type ResultOf } from '../../graphql/graphql';
 import type { ModelMode, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
-import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import { ModelCard_ModelFragment } from '../models/model-card';
 import { modeWords } from './mirror-parts';
@@ -118,11 +118,7 @@ export function ServeForm({ model, version, onClose }: { model: string; version:
           {result.message}
         </p>
       ) : null}
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {!plan && fetching ? <p className="muted">Planning: reading the version's header and the fleet…</p> : null}
       {plan ? (
         <>

@@ -1,7 +1,7 @@
 import { useQuery, useSubscription } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import { ModelCard, ModelCard_ModelFragment } from './model-card';
 import { ModelsPage_ChangedSubscription } from './models-page';
@@ -51,11 +51,7 @@ export function ModelPage({
         </p>
         <h1>{name}</h1>
       </header>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {!data && fetching ? <p className="muted">Loading…</p> : null}
       {data && !model ? (
         <p className="empty">

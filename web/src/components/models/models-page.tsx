@@ -3,7 +3,7 @@ import { useQuery, useSubscription } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
 import { ModelCard, ModelCard_ModelFragment } from './model-card';
@@ -65,11 +65,7 @@ export function ModelsPage({ canChange }: { canChange: boolean }) {
         <span className={`dot ${liveState === 'live' ? 'ok' : 'idle'}`} aria-hidden="true" />
         {liveText[liveState]}
       </p>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {models ? (
         models.length === 0 ? (
           <p className="empty">

@@ -1,7 +1,7 @@
 import { useEffect, useState } from 'react';
 import { useQuery } from 'urql';
 import { graphql } from '../../graphql/graphql';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { AddNodeForm } from './add-node-form';
 import { AgentStartPanel, NodeActions, type NodeNotice } from './node-actions';
@@ -37,11 +37,7 @@ export function NodesPage({ canAdd }: { canAdd: boolean }) {
         The GPU machines whose agents report to Hangar: whether they are online, their GPUs' memory, their engines and
         disk.
       </PageHeader>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {notice?.kind === 'rotated' ? (
         <AgentStartPanel nodeName={notice.name} start={notice.start} rotated onDone={() => setNotice(null)} />
       ) : notice ? (

@@ -2,7 +2,7 @@ import { type FormEvent, useId, useRef, useState } from 'react';
 import { useQuery } from 'urql';
 import { type Answer, graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
-import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { FileSetRow, FileSetRow_SetFragment } from './file-set-row';
 import { ServeJob } from './serve-job';
 
@@ -105,11 +105,7 @@ export function RepoDetail({
           {refusal.message}
         </p>
       ) : null}
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {job ? <ServeJob id={job} onClose={() => setJob(undefined)} /> : null}
       {!repo && fetching ? <p className="muted">Reading {id}: its files, and the header of each set…</p> : null}
       {repo && !(refusal && !contextError) ? (

@@ -1,6 +1,6 @@
 import { useQuery, useSubscription } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
 
@@ -80,11 +80,7 @@ export function ServeJob({ id, onClose }: { id: string; onClose?: () => void }) 
           </button>
         ) : null}
       </div>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {!job && fetching ? <p className="muted">Reading the job…</p> : null}
       {data && !job ? <p className="form-error">The server has no serve job {id}.</p> : null}
       {job ? (

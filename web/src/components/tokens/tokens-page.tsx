@@ -2,7 +2,7 @@ import { useMemo, useState } from 'react';
 import { useQuery } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import type { DateTime, Refusal } from '../../graphql/types';
-import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateTokenForm } from './create-token-form';
 import { TokenTable, TokenTable_TokenFragment, type TokenUsage } from './token-table';
@@ -68,11 +68,7 @@ export function TokensPage() {
       <PageHeader title="Tokens">
         Your API tokens, for scripts and GraphQL clients. A secret is shown once, when it is created.
       </PageHeader>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {data ? (
         <TokenTable tokens={data.apiTokens} usage={usage} />
       ) : fetching ? (

@@ -4,7 +4,7 @@ import { graphql, type ResultOf, type VariablesOf } from '../../graphql/graphql'
 import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Field, SelectField } from '../common/field';
-import { describeError, FormError, FormError_RefusalFragment } from '../common/form-error';
+import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
 import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam } from './params';
@@ -146,11 +146,7 @@ export function NewTrainJobPage({
           <PageLink to="/training">Training</PageLink> page.
         </p>
       ) : null}
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {!data && fetching ? <p className="muted">Loading…</p> : null}
       {data && canChange ? (
         <NewTrainJobForm

@@ -2,7 +2,7 @@ import { useEffect, useRef, useState } from 'react';
 import { useQuery, useSubscription } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import { formatMiB } from '../../lib/format';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { LineChart } from './line-chart';
 import { formatLoss } from './train-progress';
 
@@ -111,11 +111,7 @@ export function TrainCharts({ id, gpuMiB }: { id: string; gpuMiB: number }) {
   const last = metrics.at(-1);
   return (
     <section className="train-charts" aria-label="Curves">
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       <div className="chart-grid">
         <LineChart
           title="Loss"

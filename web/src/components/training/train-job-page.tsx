@@ -5,7 +5,7 @@ import { type LiveState, live } from '../../graphql/live';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes, formatMiB, shortSha } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
@@ -120,11 +120,7 @@ export function TrainJobPage({ id, canChange, onDeleted }: { id: string; canChan
           ) : null}
         </div>
       </header>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {!data && fetching ? <p className="muted">Loading…</p> : null}
       {data && !job ? (
         <p className="empty">

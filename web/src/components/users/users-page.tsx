@@ -1,7 +1,7 @@
 import { useQuery } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import type { Role } from '../../graphql/types';
-import { describeError } from '../common/form-error';
+import { FormError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateUserForm } from './create-user-form';
 import { UserTable, UserTable_UserFragment } from './user-table';
@@ -35,11 +35,7 @@ function UserAdmin({ viewerId }: { viewerId: string }) {
       <PageHeader title="Users">
         Who can sign in to the console, and with what role. A disabled user keeps their history but cannot sign in.
       </PageHeader>
-      {error ? (
-        <p role="alert" className="form-error">
-          {describeError(error)}
-        </p>
-      ) : null}
+      <FormError error={error} />
       {data ? (
         <UserTable users={data.users} viewerId={viewerId} />
       ) : fetching ? (
