@@ -1,8 +1,13 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 
-export type Db = PrismaClient;
+/**
+ * The requests' client, with the loops' beside it as `loops` (see createPrisma). The loops' client has itself as
+ * `loops`, so code handed either writes `db.loops` for a loop's work and is right both ways.
+ */
+export interface Db extends PrismaClient {
+  readonly loops: Db;
+}
 /** A transaction client, as `db.$transaction(async (tx) => …)` hands it over. */
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
 
@@ -16,39 +21,26 @@ export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
  */
 export const POOL_SIZES = { requests: 20, loops: 10 };
 
-const loopWork = new AsyncLocalStorage<true>();
-
 /**
- * Runs `work`, and everything it starts (timers, awaited calls, transactions), on the loops' connections.
- * Each loop's entry point (a pass, a tick, a sweep, a flush) goes through here, also when a request kicks it:
- * the work is the loop's, and it must not wait behind the request that asked for it.
- */
-export function asLoop<T>(work: () => T): T {
-  return loopWork.run(true, work);
-}
-
-/** Whether the code calling runs as a background loop's (asLoop), for tests and logs. */
-export function inLoop(): boolean {
-  return loopWork.getStore() === true;
-}
-
-/**
- * One client to the services, two pools behind it: each call goes to the loops' client inside asLoop and to the
- * requests' client otherwise, chosen when the call is made. A transaction stays on the client that began it
- * (its `tx` is that client's). `$disconnect` ends both.
+ * Two clients on two pools: `db` for requests, `db.loops` for the background loops. Each loop's work (a pass, a
+ * tick, a sweep, a flush, a transfer's progress) names `db.loops` for its reads and writes, also when a request
+ * kicks it: the work is the loop's, and it must not wait behind the request that asked for it. Named where it is
+ * done, not carried along: an AsyncLocalStorage did that before, and its promise hooks put an async id and a
+ * store on every promise of the process, about 13 KiB of heap for each WebSocket subscriber held and a quarter
+ * of an event's delay at 1000 of them (bench/subscriptions.ts). `$disconnect` ends both.
  */
 export function createPrisma(databaseUrl: string, sizes = POOL_SIZES): Db {
   const requests = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.requests }) });
   const loops = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.loops }) });
-  const disconnect = async () => {
-    await Promise.all([requests.$disconnect(), loops.$disconnect()]);
+  const loopsDb = Object.defineProperty(loops, 'loops', { get: () => loopsDb }) as Db;
+  const disconnectLoops = loops.$disconnect.bind(loops);
+  const disconnectRequests = requests.$disconnect.bind(requests);
+  const both = async () => {
+    await Promise.all([disconnectRequests(), disconnectLoops()]);
   };
-  return new Proxy(requests, {
-    get(_target, prop) {
-      if (prop === '$disconnect') return disconnect;
-      const client = loopWork.getStore() ? loops : requests;
-      const value = Reflect.get(client, prop, client);
-      return typeof value === 'function' ? value.bind(client) : value;
-    },
-  });
+  Object.defineProperty(loops, '$disconnect', { value: both });
+  return Object.defineProperties(requests, {
+    loops: { get: () => loopsDb },
+    $disconnect: { value: both },
+  }) as Db;
 }

@@ -1,7 +1,7 @@
 import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import { systemActor } from '../auth/actor.js';
-import { asLoop, type Db } from '../db/client.js';
+import type { Db } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { LoopHealth } from '../db/outage.js';
 import { type Node, Prisma } from '../generated/prisma/client.js';
@@ -93,10 +93,11 @@ export class FleetPlacement {
 
   protected claimSmokes(): Promise<void> {
     if (!this.smoking) return Promise.resolve();
-    this.claimingSmokes ??= asLoop(async () => {
+    // On the loops' connections (db.loops), as the tests they start.
+    this.claimingSmokes ??= (async () => {
       try {
         while (this.smoking && this.smokes.size < SMOKE_PARALLEL) {
-          const row = await smokeLeases.claim<{ id: string; servingAt: Date }>(this.db, null, {
+          const row = await smokeLeases.claim<{ id: string; servingAt: Date }>(this.db.loops, null, {
             claimable: Prisma.sql`state = 'LOADING' AND desired = 'RUN' AND "servingAt" IS NOT NULL
               AND ${smokeLeases.expired({ orNone: true })}`,
             order: Prisma.sql`"servingAt"`,
@@ -118,15 +119,15 @@ export class FleetPlacement {
       } catch (err) {
         if (!this.health.failed(err)) this.log?.error('claiming smoke tests failed', { error: err });
       }
-    }).finally(() => {
+    })().finally(() => {
       this.claimingSmokes = undefined;
     });
     return this.claimingSmokes;
   }
 
   /** The engine key of a replica, for the requests the control plane sends it. Never returned by the API. */
-  async engineKey(replicaId: string): Promise<string | null> {
-    return (await this.db.engineKey.findUnique({ where: { replicaId } }))?.key ?? null;
+  async engineKey(replicaId: string, db: Db = this.db): Promise<string | null> {
+    return (await db.engineKey.findUnique({ where: { replicaId } }))?.key ?? null;
   }
 
   /**
@@ -154,8 +155,9 @@ export class FleetPlacement {
   protected async smokeThroughEndpoint(
     replica: { id: string; endpoint: string | null; model: { name: string } },
     signal?: AbortSignal,
+    db: Db = this.db,
   ): Promise<SmokeResult> {
-    const key = await this.engineKey(replica.id);
+    const key = await this.engineKey(replica.id, db);
     if (!replica.endpoint || !key)
       return { ok: false, reason: 'the replica has no endpoint and engine key: its agent never said where it serves' };
     return smokeTest({ endpoint: replica.endpoint, engineKey: key, model: replica.model.name, signal });
@@ -163,21 +165,21 @@ export class FleetPlacement {
 
   /** The claimed smoke test of one replica; its result is written only if the replica is still the one tested. */
   protected async runSmoke(replicaId: string, servingAt: Date) {
-    const replica = await this.db.replica.findUnique({
+    const replica = await this.db.loops.replica.findUnique({
       where: { id: replicaId },
       include: { model: true, node: true },
     });
     if (!replica) return;
-    const result = await this.smokeThroughEndpoint(replica, this.smokeAbort.signal);
+    const result = await this.smokeThroughEndpoint(replica, this.smokeAbort.signal, this.db.loops);
     if (!result.ok && this.smokeAbort.signal.aborted) {
       // Not the replica's failure: the next start (or another server) tests it at once.
-      await this.db.replica
+      await this.db.loops.replica
         .updateMany({ where: { id: replicaId, servingAt }, data: { smokeLeaseUntil: null } })
         .catch(() => {});
       return;
     }
     const actor = systemActor('smoke test', `smoke-${replicaId}`);
-    const changed = await this.db.$transaction(async (tx) => {
+    const changed = await this.db.loops.$transaction(async (tx) => {
       const data = result.ok
         ? {
             state: 'READY' as const,
@@ -225,7 +227,7 @@ export class FleetPlacement {
    */
   place(): Promise<void> {
     if (!this.placing) {
-      this.placing = asLoop(() => this.pass())
+      this.placing = this.pass()
         .then(() => this.health.ok())
         .catch((err) => {
           // The database out of reach is logged once and the pass tried again later; anything else is a bug.
@@ -245,7 +247,8 @@ export class FleetPlacement {
 
   protected async pass() {
     const now = new Date();
-    await this.db.$transaction(async (tx) => {
+    // On the loops' connections (db.loops), also when a request asked for the pass.
+    await this.db.loops.$transaction(async (tx) => {
       // With several server replicas, one places at a time; the others find the work done.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       const [models, nodes, replicas] = await Promise.all([

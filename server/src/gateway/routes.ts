@@ -1,6 +1,6 @@
 import type { Logger } from '@hangar/common/log';
 import { type Mode, modeOf } from '../catalog/catalog.service.js';
-import { asLoop, type Db } from '../db/client.js';
+import type { Db } from '../db/client.js';
 
 // What the gateway routes by: every catalog model with its adapters and its running replicas, read from
 // PostgreSQL as one snapshot and refreshed every second. A request looks its name up here, in memory, so the
@@ -74,7 +74,7 @@ export class RouteTable {
   /** Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. */
   refresh(): Promise<void> {
     // On the loops' connections: under a flood of requests the table must still learn of new replicas.
-    this.refreshing ??= asLoop(() => this.load())
+    this.refreshing ??= this.load()
       .catch((err: unknown) => {
         const message = (err as Error).message;
         if (message !== this.lastError) {
@@ -90,7 +90,7 @@ export class RouteTable {
 
   private async load() {
     const since = new Date(Date.now() - 10 * 60_000);
-    const rows = await this.db.catalogModel.findMany({
+    const rows = await this.db.loops.catalogModel.findMany({
       include: {
         adapters: { select: { name: true, owner: true } },
         replicas: {

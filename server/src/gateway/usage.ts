@@ -1,5 +1,5 @@
 import type { Logger } from '@hangar/common/log';
-import { asLoop, type Db } from '../db/client.js';
+import type { Db } from '../db/client.js';
 
 // Every request the gateway answers is accounted, but never with a database round-trip on its own path: the
 // recorder adds it to a row in memory (one per minute, caller token, model, adapter and replica) and writes
@@ -133,7 +133,7 @@ export class UsageRecorder {
   async flush(): Promise<void> {
     while (this.writing) await this.writing;
     // On the loops' connections: a burst of model calls must not keep their usage from being written.
-    this.writing = asLoop(() => this.write()).finally(() => {
+    this.writing = this.write().finally(() => {
       this.writing = undefined;
     });
     return this.writing;
@@ -146,7 +146,7 @@ export class UsageRecorder {
     this.rows = new Map();
     this.lastRequest = new Map();
     try {
-      await this.db.$transaction(async (tx) => {
+      await this.db.loops.$transaction(async (tx) => {
         if (rows.length) await tx.$executeRawUnsafe(UPSERT, ...columns(rows));
         if (touched.length) {
           await tx.$executeRawUnsafe(

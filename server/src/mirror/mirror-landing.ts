@@ -138,14 +138,14 @@ export abstract class MirrorLanding extends MirrorReads {
     const partial = this.paths.partial(row.id);
     const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.stopping);
     // Best effort: when the database is away, so is every listener, and a client that reconnects reads afresh.
-    const tell = () => notify(this.db, 'mirrorVersion', key).catch(() => {});
+    const tell = () => notify(this.db.loops, 'mirrorVersion', key).catch(() => {});
 
     const whileOurs = { id: row.id, leaseOwner: this.owner };
     if (!result.ok) {
       if (result.reason === 'cancelled') {
         if (this.stopping) {
           // A shutdown, not a cancel: back in the queue, to resume from the partial at the next start.
-          await this.db.mirrorFile
+          await this.db.loops.mirrorFile
             .updateMany({
               where: { ...whileOurs, state: 'FETCHING' },
               data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
@@ -159,14 +159,14 @@ export abstract class MirrorLanding extends MirrorReads {
         } else {
           // Paused keeps its partial for the resume (and one resumed at once may already be another worker's);
           // only a cancelled or removed file's bytes are of no more use.
-          const now = await this.db.mirrorFile.findUnique({ where: { id: row.id } }).catch(() => undefined);
+          const now = await this.db.loops.mirrorFile.findUnique({ where: { id: row.id } }).catch(() => undefined);
           if (now === null || now?.state === 'CANCELLED') await fs.rm(partial, { force: true });
           else if (now?.state === 'PAUSED') {
             const kept = await fs.stat(partial).then(
               (st) => st.size,
               () => 0,
             );
-            await this.db.mirrorFile
+            await this.db.loops.mirrorFile
               .updateMany({ where: { id: row.id, state: 'PAUSED' }, data: { bytesDone: kept } })
               .then(tell, () => {});
           }
@@ -181,7 +181,7 @@ export abstract class MirrorLanding extends MirrorReads {
           )
         : 0;
       await write(() =>
-        this.db.mirrorFile.updateMany({
+        this.db.loops.mirrorFile.updateMany({
           where: { ...whileOurs, state: 'FETCHING' },
           data: {
             state: 'FAILED',
@@ -206,7 +206,7 @@ export abstract class MirrorLanding extends MirrorReads {
     if (result.held && !copy) {
       // The copy went (removed) between the look and now: download the file after all.
       await write(() =>
-        this.db.mirrorFile.updateMany({
+        this.db.loops.mirrorFile.updateMany({
           where: { ...whileOurs, state: 'FETCHING' },
           data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
         }),
@@ -216,7 +216,7 @@ export abstract class MirrorLanding extends MirrorReads {
     }
     const size = result.held && copy ? copy.size : result.size;
     const { count: stillMine } = await write(() =>
-      this.db.mirrorFile.updateMany({
+      this.db.loops.mirrorFile.updateMany({
         where: { ...whileOurs, state: 'FETCHING' },
         data: {
           state: 'VERIFYING',
@@ -236,7 +236,7 @@ export abstract class MirrorLanding extends MirrorReads {
     if (expected && expected !== result.sha256) {
       await fs.rm(partial, { force: true });
       await write(() =>
-        this.db.mirrorFile.updateMany({
+        this.db.loops.mirrorFile.updateMany({
           where: whileOurs,
           data: {
             state: 'FAILED',
@@ -262,7 +262,7 @@ export abstract class MirrorLanding extends MirrorReads {
       });
     const what = await readFileKind(this.paths.file(row.model, row.version, row.file), row.file);
     await write(() =>
-      this.db.mirrorFile.updateMany({
+      this.db.loops.mirrorFile.updateMany({
         where: whileOurs,
         data: {
           state: 'PRESENT',
@@ -284,7 +284,7 @@ export abstract class MirrorLanding extends MirrorReads {
    * its verified size: what a new file with the same sha256 is linked to.
    */
   protected async heldCopy(sha: string, except: string): Promise<{ path: string; size: number } | null> {
-    const rows = await this.db.mirrorFile.findMany({
+    const rows = await this.db.loops.mirrorFile.findMany({
       where: {
         actualSha256: sha,
         expectedSha256: sha,

@@ -195,10 +195,10 @@ export class MirrorReads {
    * those this process has reserved room for, which it knows better (the database hears of progress once a
    * second, and of a size only once the upstream has said it).
    */
-  protected async stillNeeded(filter: { states?: readonly string[]; notOwner?: string } = {}) {
+  protected async stillNeeded(filter: { states?: readonly string[]; notOwner?: string } = {}, db: Db = this.db) {
     const states = [...(filter.states ?? ACTIVE)];
     const reservedHere = [...this.reserved.keys()];
-    const rows = await this.db.$queryRaw<{ n: bigint | null }[]>`
+    const rows = await db.$queryRaw<{ n: bigint | null }[]>`
       SELECT sum(greatest("bytesTotal" - "bytesDone", 0))::bigint AS n FROM "MirrorFile"
       WHERE state::text = ANY(${states}::text[]) AND "bytesTotal" IS NOT NULL
         AND NOT (id = ANY(${reservedHere}::uuid[]))
@@ -215,7 +215,8 @@ export class MirrorReads {
   protected async reserveSpace(id: string, file: string, bytes: number): Promise<string | null> {
     const [free, elsewhere] = await Promise.all([
       this.diskFree(),
-      this.stillNeeded({ states: ['FETCHING', 'VERIFYING'], notOwner: this.owner }),
+      // A running download's question, on the loops' connections (db.loops) as the download is.
+      this.stillNeeded({ states: ['FETCHING', 'VERIFYING'], notOwner: this.owner }, this.db.loops),
     ]);
     // From here to the reservation nothing awaits: this is the one moment the check and the claim are made.
     let here = 0;

@@ -1,7 +1,6 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { hubAuthorization } from '@hangar/common/outbound';
-import { asLoop } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { Stopped } from '../db/outage.js';
 import { type MirrorFile, Prisma } from '../generated/prisma/client.js';
@@ -136,8 +135,9 @@ export abstract class MirrorWorkers extends MirrorLanding {
     // While the database is away the poll still ticks, but tries again only after a backoff.
     if (!this.running || this.ticking || !this.health.due()) return;
     this.ticking = true;
-    // The transfers it starts persist their progress from inside this, on the loops' connections.
-    void asLoop(() => this.fill())
+    // The claims, the transfers they start and the progress those persist are all on the loops' connections
+    // (db.loops): a busy console must not stall a download's lease renewals.
+    void this.fill()
       .catch((err) => {
         if (err instanceof Stopped || this.health.failed(err)) return;
         this.log.error('mirror worker could not claim work', { error: err });
@@ -170,7 +170,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
     // the same partial.
     const running = [...this.transfers.keys()];
     // An upload is FETCHING with no lease at all: only a lease that ran out makes a file another worker's to take.
-    const claimed = await fileLeases.claim(this.db, this.owner, {
+    const claimed = await fileLeases.claim(this.db.loops, this.owner, {
       claimable: Prisma.sql`(state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND ${fileLeases.expired()}))
           AND NOT (id = ANY(${running}::uuid[]))
           -- A partial on storage this replica cannot see is not its to resume.
@@ -183,10 +183,10 @@ export abstract class MirrorWorkers extends MirrorLanding {
     const id = claimed.id;
     // Claimed now: an outage from here on must not lose the file to a lease that nobody works under.
     const row = await this.health.until(
-      () => this.db.mirrorFile.findUniqueOrThrow({ where: { id } }),
+      () => this.db.loops.mirrorFile.findUniqueOrThrow({ where: { id } }),
       () => !this.running,
     );
-    await notify(this.db, 'mirrorVersion', versionKey(row.model, row.version)).catch(() => {});
+    await notify(this.db.loops, 'mirrorVersion', versionKey(row.model, row.version)).catch(() => {});
     return row;
   }
 
@@ -204,13 +204,13 @@ export abstract class MirrorWorkers extends MirrorLanding {
         const outcome = await this.attempt(row, controller);
         if (outcome !== 'paused') return await this.finish(row, outcome);
         const stillOurs = await this.health.until(
-          () => fileLeases.renew(this.db, row.id, this.owner, Prisma.sql`state = 'FETCHING'`),
+          () => fileLeases.renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`),
           () => this.stopping,
         );
         // Cancelled, removed or taken over by another replica while the database was away: no longer ours.
         if (!stillOurs) return;
         row = await this.health.until(
-          () => this.db.mirrorFile.findUniqueOrThrow({ where: { id: row.id } }),
+          () => this.db.loops.mirrorFile.findUniqueOrThrow({ where: { id: row.id } }),
           () => this.stopping,
         );
         controller = new AbortController();
@@ -262,13 +262,13 @@ export abstract class MirrorWorkers extends MirrorLanding {
     const record = (data: Prisma.MirrorFileUpdateManyMutationInput) => {
       persisting = persisting
         .then(async () => {
-          const { count } = await this.db.mirrorFile.updateMany({
+          const { count } = await this.db.loops.mirrorFile.updateMany({
             where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
             data: { ...data, leaseUntil: fileLeases.deadline() },
           });
           this.health.ok();
           if (count === 0) abortLocal();
-          else await notify(this.db, 'mirrorVersion', key);
+          else await notify(this.db.loops, 'mirrorVersion', key);
         })
         .catch(writeFailed);
     };
@@ -311,7 +311,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
     // attempts must not let it lapse while this process still holds the file, or another worker takes it over.
     const heartbeat = setInterval(() => {
       fileLeases
-        .renew(this.db, row.id, this.owner, Prisma.sql`state = 'FETCHING'`)
+        .renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`)
         .then((stillOurs) => !stillOurs && abortLocal(), writeFailed);
     }, fileLeases.leaseMs / 3);
     const result = await transfer({

@@ -4,7 +4,7 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, systemActor } from '../auth/actor.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
-import { asLoop, type Db } from '../db/client.js';
+import type { Db } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
 import { isDatabaseUnreachable, LoopHealth, Stopped } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
@@ -122,33 +122,33 @@ export class ServeJobService {
 
   private kick() {
     if (!this.running || !this.health.due()) return;
-    // The claim and the job it starts (its steps, its lease renewals) run on the loops' connections.
-    asLoop(() => {
-      void this.claim()
-        .then((job) => {
-          this.health.ok();
-          if (!job) return;
-          this.active.add(job.id);
-          return this.run(job).finally(() => {
-            this.active.delete(job.id);
-            this.kick();
-          });
-        })
-        .catch((err) => {
-          if (err instanceof Stopped || this.health.failed(err)) return;
-          this.log.error('serve job runner failed', { error: err });
+    // The claim and the job it starts (its lease renewals, its steps' own rows, and the reads and writes the steps
+    // make themselves) are on the loops' connections (db.loops). What a step asks of the registry, the mirror and
+    // the catalog goes through those services, as an operator's mutation would.
+    void this.claim()
+      .then((job) => {
+        this.health.ok();
+        if (!job) return;
+        this.active.add(job.id);
+        return this.run(job).finally(() => {
+          this.active.delete(job.id);
+          this.kick();
         });
-    });
+      })
+      .catch((err) => {
+        if (err instanceof Stopped || this.health.failed(err)) return;
+        this.log.error('serve job runner failed', { error: err });
+      });
   }
 
   /** A job nobody holds (new, or its holder's lease ran out: a restart), taken atomically. */
   private async claim(): Promise<ServeJob | null> {
-    const claimed = await jobLeases.claim(this.db, this.owner, {
+    const claimed = await jobLeases.claim(this.db.loops, this.owner, {
       claimable: Prisma.sql`state = 'QUEUED' OR (state = 'RUNNING' AND ${jobLeases.expired({ orNone: true })})`,
       order: Prisma.sql`"createdAt"`,
       set: Prisma.sql`state = 'RUNNING'`,
     });
-    return claimed ? this.db.serveJob.findUnique({ where: { id: claimed.id } }) : null;
+    return claimed ? this.db.loops.serveJob.findUnique({ where: { id: claimed.id } }) : null;
   }
 
   /**
@@ -157,7 +157,7 @@ export class ServeJobService {
    */
   private async run(job: ServeJob) {
     const renew = setInterval(() => {
-      jobLeases.renew(this.db, job.id, this.owner).catch((err) => {
+      jobLeases.renew(this.db.loops, job.id, this.owner).catch((err) => {
         if (!this.health.failed(err)) this.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
       });
     }, jobLeases.leaseMs / 3);
@@ -169,7 +169,7 @@ export class ServeJobService {
           if (!this.health.failed(err)) throw err;
         }
         const stillOurs = await this.health.until(
-          () => jobLeases.renew(this.db, job.id, this.owner, Prisma.sql`state = 'RUNNING'`),
+          () => jobLeases.renew(this.db.loops, job.id, this.owner, Prisma.sql`state = 'RUNNING'`),
           () => !this.running,
         );
         if (!stillOurs) return; // taken over by another replica after its lease ran out
@@ -186,7 +186,10 @@ export class ServeJobService {
 
   private async runSteps(job: ServeJob) {
     try {
-      const steps = await this.db.serveJobStep.findMany({ where: { jobId: job.id }, orderBy: { position: 'asc' } });
+      const steps = await this.db.loops.serveJobStep.findMany({
+        where: { jobId: job.id },
+        orderBy: { position: 'asc' },
+      });
       let detail: Detail = {};
       for (const step of steps)
         if (step.detail && typeof step.detail === 'object') detail = { ...detail, ...(step.detail as Detail) };
@@ -215,12 +218,12 @@ export class ServeJobService {
           return;
         }
       }
-      const smoke = await this.db.serveJobStep.findFirst({ where: { jobId: job.id, name: 'smoke' } });
+      const smoke = await this.db.loops.serveJobStep.findFirst({ where: { jobId: job.id, name: 'smoke' } });
       await this.finish(job.id, 'DONE', smoke?.message ?? 'serving');
     } catch (err) {
       if (!(err instanceof Interrupted)) throw err;
       // Released rather than left to expire: the next start takes it up at once, at the step it was on.
-      await jobLeases.release(this.db, job.id, this.owner).catch(() => {}); // the database is away too: the lease runs out instead
+      await jobLeases.release(this.db.loops, job.id, this.owner).catch(() => {}); // the database is away too: the lease runs out instead
       this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
     }
   }
@@ -230,7 +233,7 @@ export class ServeJobService {
     return STEP_HANDLERS[name]({
       job,
       detail,
-      db: this.db,
+      db: this.db.loops,
       registry: this.registry,
       mirror: this.mirror,
       catalog: this.catalog,
@@ -256,7 +259,7 @@ export class ServeJobService {
     name: Step,
     data: Partial<Pick<ServeJobStep, 'state' | 'message' | 'startedAt' | 'finishedAt'>> & { detail?: Detail },
   ) {
-    await this.db.$transaction(async (tx) => {
+    await this.db.loops.$transaction(async (tx) => {
       await tx.serveJobStep.update({
         where: { jobId_name: { jobId, name } },
         data: { ...data, detail: data.detail ?? undefined },
@@ -266,12 +269,12 @@ export class ServeJobService {
   }
 
   private async progress(jobId: string, name: Step, message: string) {
-    await this.db.serveJobStep.update({ where: { jobId_name: { jobId, name } }, data: { message } });
-    await notify(this.db, 'serveJob', jobId);
+    await this.db.loops.serveJobStep.update({ where: { jobId_name: { jobId, name } }, data: { message } });
+    await notify(this.db.loops, 'serveJob', jobId);
   }
 
   private async finish(id: string, state: 'DONE' | 'FAILED', message: string) {
-    await this.db.$transaction(async (tx) => {
+    await this.db.loops.$transaction(async (tx) => {
       await tx.serveJob.update({
         where: { id },
         data: { state, message, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 import { withState } from '../audit/message.js';
 import type { Actor } from '../auth/actor.js';
-import { asLoop, type Db, type Tx } from '../db/client.js';
+import type { Db, Tx } from '../db/client.js';
 import { isDatabaseUnreachable } from '../db/outage.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -196,8 +196,10 @@ export abstract class TrainNodeSide extends TrainReads {
     message: string,
     where: { leaseOwner?: string | null; leaseUntilBefore?: Date },
     actor?: Actor,
+    /** The loops' client when the sweep ends it. */
+    db: Db = this.db,
   ): Promise<Result<TrainJob>> {
-    const out = await this.db.$transaction(async (tx) => {
+    const out = await db.$transaction(async (tx) => {
       const n = await tx.trainJob.updateMany({
         where: {
           id,
@@ -247,14 +249,14 @@ export abstract class TrainNodeSide extends TrainReads {
 
   /** One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). */
   sweep(now = new Date()): Promise<void> {
-    // On the loops' connections, also when a request asks for one (the callback runs where .then was called).
-    this.sweeping = asLoop(() => this.sweeping.then(() => this.sweepOnce(now)));
+    this.sweeping = this.sweeping.then(() => this.sweepOnce(now));
     return this.sweeping;
   }
 
+  /** On the loops' connections (db.loops), also when a request asks for a sweep. */
   protected async sweepOnce(now: Date) {
     try {
-      const expired = await this.db.trainJob.findMany({
+      const expired = await this.db.loops.trainJob.findMany({
         where: { state: 'RUNNING', leaseUntil: { lt: now } },
         include: { node: true },
       });
@@ -276,6 +278,8 @@ export abstract class TrainNodeSide extends TrainReads {
             'CANCELLED',
             `cancelled; ${node} stopped reporting for ${secs} s, so whether its trainer has exited is not known`,
             { leaseUntilBefore: now },
+            undefined,
+            this.db.loops,
           );
         else
           await this.end(
@@ -283,15 +287,17 @@ export abstract class TrainNodeSide extends TrainReads {
             'FAILED',
             `${node} stopped reporting for ${secs} s (offline, or its agent stopped): the run is lost; submit it again`,
             { leaseUntilBefore: now },
+            undefined,
+            this.db.loops,
           );
       }
-      const queued = await this.db.trainJob.findMany({ where: { state: 'QUEUED' }, include: { node: true } });
+      const queued = await this.db.loops.trainJob.findMany({ where: { state: 'QUEUED' }, include: { node: true } });
       for (const j of queued) {
         const reason = j.node
-          ? await this.waitReason(this.db, j.node, j.gpuMiB, j.id)
+          ? await this.waitReason(this.db.loops, j.node, j.gpuMiB, j.id)
           : 'its node was removed: delete the job, or submit it for another node';
         if (reason !== j.message) {
-          await this.db.$transaction(async (tx) => {
+          await this.db.loops.$transaction(async (tx) => {
             await tx.trainJob.updateMany({ where: { id: j.id, state: 'QUEUED' }, data: { message: reason } });
             await notify(tx, 'trainJob', j.id);
             if (j.nodeId) await notify(tx, 'trainWork', j.nodeId);
