@@ -32,7 +32,7 @@ const port = 4790 + (process.pid % 100);
 const sides: Side[] = [
   { name: 'bare Yoga', cwd: serverDir, command: process.execPath, args: ['--input-type=module', '-e', bareYoga] },
   { name: 'tsx (src)', cwd: serverDir, command: process.execPath, args: ['--import', 'tsx', 'src/main.ts'] },
-  { name: 'dist', cwd: serverDir, command: process.execPath, args: ['--enable-source-maps', 'dist/main.js'] },
+  { name: 'dist', cwd: serverDir, command: process.execPath, args: ['dist/main.js'] },
   { name: 'pnpm start', cwd: repoDir, command: 'pnpm', args: ['--silent', 'start'] },
 ];
 

@@ -10,8 +10,6 @@ import { checkServerBuild } from '../scripts/server-stamp.mjs';
 async function run(dist, src) {
   const serverDir = new URL('..', import.meta.url).pathname;
   if (!existsSync(new URL(src, import.meta.url)) || (await checkServerBuild(serverDir)).current) {
-    // Stack traces then name the TypeScript file and line, as under tsx.
-    process.setSourceMapsEnabled(true);
     // A build runs as production (scripts/start.mjs says why), unless the operator's NODE_ENV says otherwise.
     process.env.NODE_ENV ??= 'production';
     await import(dist);

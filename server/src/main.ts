@@ -25,6 +25,10 @@ process.on('unhandledRejection', (reason) => {
     error: reason,
   });
 });
+// Node prints the exception itself as the process ends, by the bundle's lines; the log's line names the sources.
+process.on('uncaughtExceptionMonitor', (err) => {
+  log.error('uncaught exception (a bug in Hangar: please report it); the server ends', { error: err });
+});
 
 try {
   const app = await createApp({ config, log });

@@ -1,3 +1,5 @@
+import { sourceMappedStack } from './stack-source.js';
+
 // One small structured logger: a line of JSON per event, so an operator can grep it and a collector can parse it.
 type Level = 'debug' | 'info' | 'warn' | 'error' | 'silent';
 const order: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40, silent: 100 };
@@ -21,7 +23,9 @@ export function createLogger(
 }
 
 function errorReplacer(_key: string, value: unknown) {
-  if (value instanceof Error) return { name: value.name, message: value.message, stack: value.stack };
+  // A bundle's frames name the TypeScript they were built from (stack-source.ts).
+  if (value instanceof Error)
+    return { name: value.name, message: value.message, stack: value.stack && sourceMappedStack(value.stack) };
   if (typeof value === 'bigint') return value.toString();
   return value;
 }
