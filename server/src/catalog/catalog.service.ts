@@ -290,7 +290,10 @@ export class CatalogService {
         return updated;
       }),
     );
-    void this.fleet.place();
+    // Answered once the pass has acted on it, so the answer holds the replicas as that pass left them. Answered
+    // before, it could reach the console after the live event of the pass and put the replicas back as they were
+    // (graphcache keeps the last write): a stopped model's pending replica stayed on its card.
+    await this.fleet.place();
     return result;
   }
 
@@ -354,7 +357,8 @@ export class CatalogService {
       });
       return u;
     });
-    void this.fleet.place();
+    // As setModelMode: the answer comes after the pass that places the woken model's replica.
+    await this.fleet.place();
     return ok(woken);
   }
 

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { createApp } from '../app.js';
 import { ConfigError, loadConfig } from '../config.js';
+import { PLACEMENT_LOCK } from '../fleet/fleet-placement.js';
 
 let t: TestApp;
 let base: string;
@@ -152,22 +153,35 @@ describe('serving a mirrored version', () => {
 
   it('changes the mode in place, with typed refusals', async () => {
     const SET =
-      'mutation($m: ModelMode!, $r: Int) { setModelMode(name: "llama-7b", mode: $m, replicas: $r) { __typename ... on Model { mode wantedReplicas } ... on ValidationError { field } ... on Error { message } } }';
-    expect((await t.gql(SET, { m: 'ON_DEMAND' }, { token: operator })).data?.setModelMode).toEqual({
+      'mutation($m: ModelMode!, $r: Int) { setModelMode(name: "llama-7b", mode: $m, replicas: $r) { __typename ... on Model { mode wantedReplicas modeMessage replicas { state desired } } ... on ValidationError { field } ... on Error { message } } }';
+    expect((await t.gql(SET, { m: 'ON_DEMAND' }, { token: operator })).data?.setModelMode).toMatchObject({
       __typename: 'Model',
       mode: 'ON_DEMAND',
       wantedReplicas: 1,
     });
-    expect((await t.gql(SET, { m: 'ALWAYS', r: 3 }, { token: operator })).data?.setModelMode).toEqual({
-      __typename: 'Model',
-      mode: 'ALWAYS',
-      wantedReplicas: 3,
+    // Each answer is made after the placement pass it causes: it shows the replicas as that pass left them (no
+    // node here, so placed ones wait), never the ones from before, which a console would keep over the live event.
+    const always = (await t.gql(SET, { m: 'ALWAYS', r: 3 }, { token: operator })).data?.setModelMode;
+    expect(always).toMatchObject({ __typename: 'Model', mode: 'ALWAYS', wantedReplicas: 3 });
+    const running = always.replicas.filter((r: { desired: string }) => r.desired === 'RUN');
+    expect(running.length).toBeGreaterThan(0);
+    expect(running.filter((r: { state: string }) => r.state !== 'PENDING')).toEqual([]);
+    // A pass of another replica holds the placement lock a moment: the answer still waits for this one's pass.
+    let locked: () => void = () => {};
+    const holding = new Promise<void>((r) => {
+      locked = r;
     });
-    expect((await t.gql(SET, { m: 'STOPPED' }, { token: operator })).data?.setModelMode).toEqual({
-      __typename: 'Model',
-      mode: 'STOPPED',
-      wantedReplicas: 0,
+    const otherPass = t.app.db.prisma.$transaction(async (tx) => {
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
+      locked();
+      await new Promise((r) => setTimeout(r, 300));
     });
+    await holding;
+    const stopped = (await t.gql(SET, { m: 'STOPPED' }, { token: operator })).data?.setModelMode;
+    await otherPass;
+    expect(stopped).toMatchObject({ __typename: 'Model', mode: 'STOPPED', wantedReplicas: 0 });
+    // None still waits to be placed: the pass stopped them.
+    expect(stopped.modeMessage).toBe('stopped: no replica runs; set it to always or on demand to serve it');
     expect((await t.gql(SET, { m: 'ALWAYS', r: 0 }, { token: operator })).data?.setModelMode).toMatchObject({
       __typename: 'ValidationError',
       field: 'replicas',
