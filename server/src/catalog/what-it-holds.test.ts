@@ -149,13 +149,16 @@ describe('what the catalog says of a model', () => {
       modeMessage: 'always: 2 replicas are being placed',
     });
     const m = await t.app.db.prisma.catalogModel.findUniqueOrThrow({ where: { name: 'llama-modes' } });
-    await t.app.db.prisma.replica.create({ data: { modelId: m.id, state: 'READY' } });
+    // One serving on a node that is online: its agent must stop it, so it runs until the agent says it stopped.
+    const node = await t.app.db.prisma.node.create({
+      data: { name: 'modes-node', tokenHash: 'modes-node-token-hash', lastSeenAt: new Date() },
+    });
+    await t.app.db.prisma.replica.create({ data: { modelId: m.id, nodeId: node.id, state: 'READY' } });
     const stopped = await t.gql(MODE, { n: 'llama-modes', mode: 'STOPPED' }, { token: operator });
-    // Placement may have placed the two meanwhile: they are going too.
-    expect(stopped.data?.setModelMode.modeMessage).toMatch(
-      /^stopped; its replicas are being taken down \(\d still running\)$/,
-    );
+    // Answered after the pass: the two placed ones, on no node, are stopped at once; the serving one is going.
+    expect(stopped.data?.setModelMode.modeMessage).toBe('stopped; its replicas are being taken down (1 still running)');
     await t.app.db.prisma.replica.deleteMany({ where: { modelId: m.id } });
+    await t.app.db.prisma.node.delete({ where: { id: node.id } });
     await t.app.db.prisma.catalogModel.update({ where: { id: m.id }, data: { idleSeconds: 600 } });
     const onDemand = await t.gql(MODE, { n: 'llama-modes', mode: 'ON_DEMAND', r: 3 }, { token: operator });
     // A placement pass begun while the model was ALWAYS may have placed a replica after the delete, so the words
