@@ -298,6 +298,11 @@ type Sample = {
   /** The renderer's main thread while scrolling, per frame: the CPU its tasks took, and their wall time. */
   scrollCpuMsPerFrame: number;
   scrollBusyMsPerFrame: number;
+  /** Tiles the compositor rastered per frame while scrolling: about a viewport's worth means it all was repainted. */
+  scrollTilesPerFrame: number;
+  /** The same page frozen (its DOM as it stood, no script), scrolled the same way. */
+  frozenFps: number;
+  frozenTilesPerFrame: number;
 };
 
 type TraceEvent = {
@@ -311,7 +316,7 @@ type TraceEvent = {
 };
 
 /** The time the renderer's main thread spent in tasks over a trace: on the CPU (thread time), and on the clock. */
-function mainThreadTime(trace: Buffer): { cpuMs: number; wallMs: number } {
+function mainThreadTime(trace: Buffer): { cpuMs: number; wallMs: number; tiles: number } {
   const parsed = JSON.parse(trace.toString('utf8')) as { traceEvents?: TraceEvent[] } | TraceEvent[];
   const events = Array.isArray(parsed) ? parsed : (parsed.traceEvents ?? []);
   const main = new Set(
@@ -321,12 +326,41 @@ function mainThreadTime(trace: Buffer): { cpuMs: number; wallMs: number } {
   );
   let cpu = 0;
   let wall = 0;
+  let tiles = 0;
   for (const e of events) {
+    if (e.name === 'RasterTask' && e.ph === 'X') tiles++;
     if (e.name !== 'RunTask' || e.ph !== 'X' || !main.has(`${e.pid}:${e.tid}`)) continue;
     cpu += e.tdur ?? 0;
     wall += e.dur ?? 0;
   }
-  return { cpuMs: cpu / 1000, wallMs: wall / 1000 };
+  return { cpuMs: cpu / 1000, wallMs: wall / 1000, tiles };
+}
+
+/**
+ * The page as it stands, frozen: its DOM without its scripts, in a page of its own with the same stylesheets,
+ * scrolled as the live one is. Nothing runs while it scrolls, so its frames are what this browser does for the
+ * page's layout and paint alone (on these cores, without a GPU): the ceiling the live page is measured against.
+ */
+async function frozenScroll(browser: Browser, live: Page): Promise<{ fps: number; tilesPerFrame: number }> {
+  await live.evaluate('window.scrollTo(0, 0)');
+  const html = (await live.content())
+    .replace(/<script\b[^>]*>[\s\S]*?<\/script>/gi, '')
+    .replace('<head>', `<head><base href="${hangar}/">`);
+  const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  try {
+    const page = await context.newPage();
+    await page.setContent(html, { waitUntil: 'load' });
+    await page.addScriptTag({ content: liveScript });
+    await browser.startTracing(page, { categories: ['disabled-by-default-devtools.timeline'] });
+    const { frames } = (await page.evaluate('window.__live.scroll(2000, 120)')) as { frames: number[] };
+    const { tiles } = mainThreadTime(await browser.stopTracing());
+    return {
+      fps: frames.length / (frames.reduce((t, d) => t + d, 0) / 1000),
+      tilesPerFrame: tiles / Math.max(1, frames.length),
+    };
+  } finally {
+    await context.close();
+  }
 }
 
 async function profile<T>(
@@ -496,6 +530,7 @@ async function measure(n: number): Promise<Sample> {
     });
     const sorted = [...scroll.frames].sort((x, y) => x - y);
     const seconds = scroll.frames.reduce((s, d) => s + d, 0) / 1000;
+    const frozen = await frozenScroll(browser, page);
     await context.close();
     return {
       firstRowMs: b.firstRowAt - b.dataAt,
@@ -510,6 +545,9 @@ async function measure(n: number): Promise<Sample> {
       scrollLongMs: longIn(longTasks, scroll.start, scroll.end),
       scrollCpuMsPerFrame: mainThread ? mainThread.cpuMs / Math.max(1, scroll.frames.length) : Number.NaN,
       scrollBusyMsPerFrame: mainThread ? mainThread.wallMs / Math.max(1, scroll.frames.length) : Number.NaN,
+      scrollTilesPerFrame: mainThread ? mainThread.tiles / Math.max(1, scroll.frames.length) : Number.NaN,
+      frozenFps: frozen.fps,
+      frozenTilesPerFrame: frozen.tilesPerFrame,
     };
   } finally {
     await browser.close();
@@ -558,6 +596,9 @@ const lines: Line[] = [
   ['scrolling: long-task time in 2 s', (s) => s.scrollLongMs, 'ms'],
   ['scrolling: main thread CPU per frame', (s) => s.scrollCpuMsPerFrame, 'ms', 1],
   ['scrolling: main thread busy per frame', (s) => s.scrollBusyMsPerFrame, 'ms', 1],
+  ['scrolling: tiles rastered per frame', (s) => s.scrollTilesPerFrame, '', 1],
+  ['frozen copy scrolling: frames per second', (s) => s.frozenFps, 'fps'],
+  ['frozen copy scrolling: tiles per frame', (s) => s.frozenTilesPerFrame, '', 1],
 ];
 const cell = (xs: number[], unit: string, digits: number) =>
   `${median(xs).toFixed(digits)}${unit ? ` ${unit}` : ''} (${spread(xs, digits)})`;
