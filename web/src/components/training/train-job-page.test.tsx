@@ -111,7 +111,8 @@ describe('TrainJobPage', () => {
     const { fake } = renderPage(state);
     expect(await screen.findByRole('heading', { name: 'support-tone' })).toBeInTheDocument();
     const loss = await screen.findByRole('figure', { name: /^Loss/ });
-    expect(within(loss).getByRole('img')).toHaveAccessibleName(
+    // The figure is there at once; its curve once the points are read ("Reading the curve…" until then).
+    expect(await within(loss).findByRole('img')).toHaveAccessibleName(
       'Loss: 2 steps, from 2.750 at step 1 to 2.500 at step 2; lowest 2.500, highest 2.750',
     );
     expect(loss).toHaveTextContent('step 1');
