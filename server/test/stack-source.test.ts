@@ -13,6 +13,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
 let dir: string;
 let bundle: string;
+/** The same bundle as a package would have it, under node_modules. */
+let packaged: string;
 // The line `fail` throws on, and the one that calls it.
 const THROW_LINE = 4;
 const CALL_LINE = 8;
@@ -38,24 +40,27 @@ beforeAll(async () => {
     ].join('\n'),
   );
   bundle = path.join(dir, 'dist', 'thrower.js');
-  await build({
-    entryPoints: [source],
-    outfile: bundle,
-    bundle: true,
-    format: 'esm',
-    platform: 'node',
-    sourcemap: true,
-    sourcesContent: false,
-    minifyWhitespace: true,
-    logLevel: 'silent',
-  });
+  packaged = path.join(dir, 'node_modules', 'thrower', 'dist', 'thrower.js');
+  for (const outfile of [bundle, packaged]) {
+    await build({
+      entryPoints: [source],
+      outfile,
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      sourcemap: true,
+      sourcesContent: false,
+      minifyWhitespace: true,
+      logLevel: 'silent',
+    });
+  }
 });
 afterAll(async () => {
   await fs.rm(dir, { recursive: true, force: true });
 });
 
-function stackOfBundle(): string {
-  const run = spawnSync(process.execPath, [bundle], { encoding: 'utf8' });
+function stackOfBundle(file = bundle): string {
+  const run = spawnSync(process.execPath, [file], { encoding: 'utf8' });
   expect(run.status, run.stderr).toBe(0);
   return run.stdout;
 }
@@ -78,6 +83,20 @@ describe("a bundle's stack in the log", () => {
     const nodeFrames = (s: string) => s.split('\n').filter((l) => l.includes('node:internal'));
     expect(nodeFrames(mapped).length).toBeGreaterThan(0);
     expect(nodeFrames(mapped)).toEqual(nodeFrames(stackOfBundle()));
+  });
+
+  it("leaves a package's frames as Node names them, map or not (a package's map can be megabytes)", () => {
+    const stack = stackOfBundle(packaged);
+    expect(stack).toMatch(/node_modules\/thrower\/dist\/thrower\.js:1:\d+/);
+    expect(sourceMappedStack(stack)).toBe(stack);
+  });
+
+  it("leaves the message alone, though it quotes a bundle's place (a caller's text is not a frame)", () => {
+    const stack = stackOfBundle();
+    const quoted = `Error: no such file ${bundle}:1:20\n${stack.split('\n').slice(1).join('\n')}`;
+    const mapped = sourceMappedStack(quoted);
+    expect(mapped.split('\n')[0]).toBe(`Error: no such file ${bundle}:1:20`);
+    expect(mapped).toContain(`thrower.ts:${THROW_LINE}:`);
   });
 
   it("is how the logger writes an error's stack", () => {

@@ -9,11 +9,16 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 
 /** A frame's place: a path or file: URL of a .js/.mjs/.cjs file, its line and column (1-based, as V8 writes them). */
 const PLACE = /((?:file:\/\/)?\/[^\s()]+?\.[cm]?js):(\d+):(\d+)/g;
+/** A line of the stack that is a frame, as V8 writes them ("    at fn (place)"). */
+const FRAME = /^ {4}at .*$/gm;
 
 /** Each bundle's decoded map, or null for a file that has none beside it (read once either way). */
 const maps = new Map<string, { map: SourceMap; base: URL } | null>();
 
 function mapOf(file: string) {
+  // Only ours: a package's frames stay as Node names them. Some ship maps of megabytes (Prisma's runtime), which
+  // the first error through them would read and then hold for good.
+  if (file.includes('/node_modules/')) return null;
   let known = maps.get(file);
   if (known !== undefined) return known;
   try {
@@ -28,23 +33,26 @@ function mapOf(file: string) {
 }
 
 /**
- * The stack with every frame that lies in a file with a source map beside it (`<file>.map`) named by its
- * original source; other frames (Node's own, a package's, a stack already mapped) are left as they are.
+ * The stack with every frame that lies in a bundle of ours with a source map beside it (`<file>.map`) named by
+ * its original source; other frames (Node's own, a package's, a stack already mapped) are left as they are.
  */
 export function sourceMappedStack(stack: string): string {
-  return stack.replace(PLACE, (place, file: string, line: string, column: string) => {
-    const found = mapOf(file);
-    if (!found) return place;
-    const entry = found.map.findEntry(Number(line) - 1, Number(column) - 1) as {
-      originalSource?: string;
-      originalLine?: number;
-      originalColumn?: number;
-    };
-    if (entry.originalSource === undefined || entry.originalLine === undefined) return place;
-    // Sources are relative to the map; a virtual one (an esbuild plugin's "namespace:path") stays as it is.
-    const source = /^[a-z-]+:/.test(entry.originalSource)
-      ? entry.originalSource
-      : fileURLToPath(new URL(entry.originalSource, found.base));
-    return `${source}:${entry.originalLine + 1}:${(entry.originalColumn ?? 0) + 1}`;
-  });
+  // Frames only: the message above them may quote a caller's text, whose "paths" must not be read (nor kept).
+  return stack.replace(FRAME, (frame) => frame.replace(PLACE, mapPlace));
+}
+
+function mapPlace(place: string, file: string, line: string, column: string): string {
+  const found = mapOf(file);
+  if (!found) return place;
+  const entry = found.map.findEntry(Number(line) - 1, Number(column) - 1) as {
+    originalSource?: string;
+    originalLine?: number;
+    originalColumn?: number;
+  };
+  if (entry.originalSource === undefined || entry.originalLine === undefined) return place;
+  // Sources are relative to the map; a virtual one (an esbuild plugin's "namespace:path") stays as it is.
+  const source = /^[a-z-]+:/.test(entry.originalSource)
+    ? entry.originalSource
+    : fileURLToPath(new URL(entry.originalSource, found.base));
+  return `${source}:${entry.originalLine + 1}:${(entry.originalColumn ?? 0) + 1}`;
 }
