@@ -272,6 +272,24 @@ test('the Mirror page puts every version under its own family, counts what each 
     await page.setViewportSize({ width: 1280, height: 1600 });
     await snap(page, '12-mirror-families');
 
+    // The row groups are placed one under another (each is out of the table's flow, mirror-table.tsx): none
+    // overlaps the one before it or leaves a gap, at either width. Opened to its files, a row pushes the rest down.
+    for (const width of [1280, 800]) {
+      await page.setViewportSize({ width, height: 1600 });
+      await expect.poll(() => misplacedRowGroups(page)).toEqual([]);
+    }
+    await page.setViewportSize({ width: 1280, height: 1600 });
+    const opened = page.getByTestId('version-qwen3-8b/Q4_K_M');
+    const next = page.getByTestId('version-qwen3-8b/Q6_K');
+    const nextTop = async () => (await next.boundingBox())?.y ?? 0;
+    const closedTop = await nextTop();
+    await opened.getByRole('button', { name: '1 file' }).click();
+    await expect(page.getByRole('table', { name: 'Files of qwen3-8b/Q4_K_M' })).toBeVisible();
+    await expect.poll(nextTop).toBeGreaterThan(closedTop + 40);
+    expect(await misplacedRowGroups(page)).toEqual([]);
+    await opened.getByRole('button', { name: '1 file' }).click();
+    await expect.poll(nextTop).toBe(closedTop);
+
     // Bytes tick on the arriving row: nothing moves.
     const before = await familyOfEachRow();
     const bar = page.getByTestId('version-qwen3-8b/Q6_K').getByRole('progressbar');
@@ -309,3 +327,32 @@ test('the Mirror page puts every version under its own family, counts what each 
     await slow.close();
   }
 });
+
+/**
+ * Where the Mirror listing's row groups are not stacked: a group whose top is not where the one above it ends (the
+ * table's head, for the listing's first), or that runs past the table's bottom. Each is said as "the row: how far
+ * off".
+ */
+function misplacedRowGroups(page: Page) {
+  return page.evaluate(() => {
+    const table = document.querySelector('table.mirror') as HTMLElement;
+    const out: string[] = [];
+    const groups = [...table.querySelectorAll<HTMLElement>(':scope > tbody')];
+    // The first group rendered follows the head only when it is the listing's first row.
+    let above =
+      groups[0]?.dataset.index === '0'
+        ? table.querySelector(':scope > thead')?.getBoundingClientRect().bottom
+        : undefined;
+    for (const group of groups) {
+      const box = group.getBoundingClientRect();
+      const row = group.querySelector<HTMLElement>('[data-testid], .family-toggle');
+      const label = row?.dataset.testid ?? row?.textContent ?? '?';
+      if (above !== undefined && Math.abs(box.top - above) > 1) out.push(`${label}: ${Math.round(box.top - above)} px`);
+      above = box.bottom;
+    }
+    if (above !== undefined && above > table.getBoundingClientRect().bottom + 1) {
+      out.push('the table ends above its last row group');
+    }
+    return out;
+  });
+}

@@ -308,9 +308,14 @@ describe('MirrorPage', () => {
       expect(inDom().length).toBeGreaterThan(5);
       expect(inDom().length).toBeLessThan(40);
       expect(screen.queryByTestId('version-fam19-model-4999/v1')).toBeNull();
-      // The page is as tall as every row would make it: a spacer stands for those not rendered.
-      const spacer = document.querySelector('tr.spacer') as HTMLElement;
-      expect(Number.parseInt(spacer.style.height, 10)).toBeGreaterThan(5000 * 50);
+      // The table is as tall as every row would make it, each rendered row group placed where its row starts.
+      const table = document.querySelector('table.mirror') as HTMLElement;
+      expect(Number.parseInt(table.style.height, 10)).toBeGreaterThan(5000 * 50);
+      const placed = [...table.querySelectorAll<HTMLElement>(':scope > tbody')].map((b) =>
+        Number(/translateY\((\d+)px\)/.exec(b.style.transform)?.[1]),
+      );
+      expect(placed[0]).toBe(60);
+      for (let i = 1; i < placed.length; i++) expect(placed[i]).toBeGreaterThan(placed[i - 1] as number);
 
       // Scrolled to the end: the last family's last rows are there, the first ones gone.
       // Past the end of the rows as estimated before they are measured (100 px a row).
