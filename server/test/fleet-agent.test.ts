@@ -7,6 +7,7 @@ import { loadAgentConfig } from '@hangar/agent/config';
 import { createLogger } from '@hangar/common/log';
 import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PLACEMENT_LOCK } from '../src/fleet/fleet-placement.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // A fleet as an operator changes it, with a real node agent running real llama.cpp (CPU) on the tiny llama: an
@@ -173,7 +174,27 @@ describe('a fleet that can be changed, with a real agent', () => {
     expect(await nodes()).toMatchObject([{ name: 'two-gpu', online: true, leftAt: null }]);
     const serving = (await card('tiny')).replicas[0];
     expect(serving).toBeTruthy();
-    await agent?.stop();
+    // A placement pass under way holds the node's leaving off until it has ended: it would see half of it (the
+    // node still online, its replicas already lost) and place their replacement on the node that is leaving.
+    let release: () => void = () => {};
+    let locked: () => void = () => {};
+    const holding = new Promise<void>((r) => {
+      locked = r;
+    });
+    const pass = db().$transaction(async (tx) => {
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
+      locked();
+      await new Promise<void>((r) => {
+        release = r;
+      });
+    });
+    await holding;
+    const stopping = agent?.stop();
+    await new Promise((r) => setTimeout(r, 300));
+    expect(await nodes()).toMatchObject([{ name: 'two-gpu', online: true, leftAt: null }]);
+    release();
+    await pass;
+    await stopping;
     agent = undefined;
     // No wait for the 30 s without heartbeats: the agent said it was leaving.
     expect(await nodes()).toMatchObject([{ name: 'two-gpu', online: false, leftAt: expect.any(String) }]);

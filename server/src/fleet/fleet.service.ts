@@ -249,6 +249,9 @@ export class FleetService extends FleetReplicas {
       return fail(new ConflictError('leaveNode is for node agents, with their node token'));
     const id = actor.viewer.node.id;
     const node = await this.db.$transaction(async (tx) => {
+      // Held off meanwhile, a placement pass sees the node leaving whole: one that read the node still online and
+      // then its replicas lost (each read sees what had committed when it ran) placed their replacement right here.
+      await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       const n = await tx.node.update({ where: { id }, data: { leftAt: new Date() } });
       const lost = await tx.replica.updateMany({
         where: { nodeId: id, state: { in: ['LOADING', 'READY'] } },

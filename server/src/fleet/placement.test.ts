@@ -88,6 +88,19 @@ describe('placement', () => {
     expect(a.place.map((p) => p.nodeId)).toEqual(['gpu-2']);
   });
 
+  it('places again a pending replica whose node went offline before its agent took it up', () => {
+    const pending = replica({ nodeId: 'gpu-1', state: 'PENDING' });
+    const gone = node('gpu-1', 20, { online: false });
+    expect(decide([model()], [gone, node('gpu-2', 20)], [pending], now).place).toEqual([
+      { modelId: 'm1', nodeId: 'gpu-2', message: null, replicaId: 'r1', gpuIndex: 0 },
+    ]);
+    expect(decide([model()], [gone], [pending], now).place).toEqual([
+      { modelId: 'm1', nodeId: null, message: 'no node is online', replicaId: 'r1' },
+    ]);
+    // On a node still online it waits for that node's agent.
+    expect(decide([model()], [node('gpu-1', 20)], [pending], now).place).toEqual([]);
+  });
+
   it('stops the extra replicas, newest first, when the count goes down', () => {
     const rs = [
       replica({ id: 'old', nodeId: 'gpu-1', state: 'READY' }),

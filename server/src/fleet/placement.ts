@@ -164,8 +164,11 @@ export function decide(
         message: `fits on no node: needs ${gib(neededMiB)}, the most free is ${gib(Math.max(0, best.free))} on ${best.n.name}`,
       };
     };
-    // Unplaced replicas first (they keep their place in line), then new ones.
-    const unplaced = active.filter((r) => r.state === 'PENDING' && !r.nodeId).slice(0, want);
+    // Unplaced replicas first (they keep their place in line), then new ones. A replica placed on a node that went
+    // offline before its agent took it up is unplaced again: nobody would ever start it there.
+    const unplaced = active
+      .filter((r) => r.state === 'PENDING' && !(r.nodeId && byId.get(r.nodeId)?.online))
+      .slice(0, want);
     let count = Math.min(active.length, want);
     const taken = (c: ReturnType<typeof choose>) => {
       if (!c.node) return;
