@@ -372,8 +372,11 @@ async function frozenScroll(browser: Browser, live: Page): Promise<{ fps: number
 /** In the frozen page: the rendered row groups, copied over and over down the whole table, one under another. */
 const fillRows = `(() => {
   const table = document.querySelector('table.mirror');
+  // Unstyled (its stylesheet refused, as it was from about:blank), the page would measure nothing like the live one.
+  if (getComputedStyle(table).display !== 'block') throw new Error('the frozen page has not got the console stylesheet');
   const groups = [...table.querySelectorAll(':scope > tbody')];
   const heights = groups.map((g) => g.getBoundingClientRect().height);
+  if (!groups.length || heights.some((h) => h <= 0)) throw new Error('the frozen page has no row group to copy');
   const head = table.querySelector(':scope > thead').getBoundingClientRect().height;
   const full = table.getBoundingClientRect().height - head;
   const rows = document.createDocumentFragment();

@@ -240,14 +240,14 @@ export function MirrorTable({
  * form above opens.
  */
 function useListTop(head: RefObject<HTMLElement | null>) {
-  const [top, setTop] = useState({ top: 0, head: 0 });
+  const [place, setPlace] = useState({ top: 0, head: 0 });
   useLayoutEffect(() => {
     const el = head.current;
     if (!el) return;
     const measure = () => {
       const at = Math.round(el.getBoundingClientRect().bottom + window.scrollY);
       const height = el.offsetHeight;
-      setTop((t) => (t.top === at && t.head === height ? t : { top: at, head: height }));
+      setPlace((p) => (p.top === at && p.head === height ? p : { top: at, head: height }));
     };
     measure();
     if (typeof ResizeObserver === 'undefined') return;
@@ -255,7 +255,7 @@ function useListTop(head: RefObject<HTMLElement | null>) {
     ro.observe(document.body);
     return () => ro.disconnect();
   }, [head]);
-  return top;
+  return place;
 }
 
 /** A family's heading: what is in it at a glance, and a button that folds its rows away. */
