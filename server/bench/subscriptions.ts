@@ -115,6 +115,9 @@ async function hangarSide(name: string, serverDir: string): Promise<SideSpec> {
         // One caller holds every subscriber here; the caps guard against one caller doing that by accident.
         HANGAR_MAX_SUBSCRIPTIONS_PER_CALLER: '5000',
         HANGAR_MAX_CONNECTIONS: '5000',
+        // And from one address (loopback), on a WebSocket or SSE stream each.
+        HANGAR_MAX_CONNECTIONS_PER_ADDRESS: '5000',
+        HANGAR_MAX_CONNECTIONS_PER_CALLER: '5000',
       },
     });
     const base = `http://127.0.0.1:${port}`;

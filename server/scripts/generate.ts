@@ -21,3 +21,5 @@ execFileSync('pnpm', ['exec', 'prisma', 'generate'], {
 execFileSync('pnpm', ['exec', 'tsx', 'scripts/print-schema.ts'], { cwd: server, stdio: 'inherit' });
 // Then the CLI's and the agent's typed documents (packages/common/src/client/graphql-env.d.ts, gql.tada) from that schema.
 execFileSync('pnpm', ['exec', 'gql.tada', 'generate', 'output'], { cwd: server, stdio: 'inherit' });
+// The operation names GraphQL's metrics may carry as labels (src/metrics/known-operations.ts), from the clients' documents.
+execFileSync('pnpm', ['exec', 'tsx', 'scripts/known-operations.ts'], { cwd: server, stdio: 'inherit' });

@@ -44,6 +44,8 @@ export function buildServices({
   services.registry = new RegistryService(config, services.fleet, services.mirror);
   // A fetch by URL reads each GGUF's header first, with the reader the explorer uses (it knows the nodes' llama.cpp).
   services.mirror.lookBeforeFetch((files) => services.registry.lookAtSources(files));
+  // Bytes an owner owns are linked into another version only for a requester that owner admits.
+  services.mirror.readOwnersWith(services.org);
   services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log, services.org);
   services.serveJobs = new ServeJobService(
     prisma,
@@ -65,6 +67,13 @@ export function buildServices({
     services.org,
     log,
   );
-  services.trainArtifacts = new TrainArtifacts(prisma, audit, services.train, services.mirror, log);
+  services.trainArtifacts = new TrainArtifacts(
+    prisma,
+    audit,
+    services.train,
+    services.mirror,
+    log,
+    services.catalog.names,
+  );
   return services;
 }

@@ -10,6 +10,7 @@ import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
 import { isOwnOrigin } from './auth/origin.js';
 import { installModelEvents } from './catalog/model-events.js';
+import { installServedNames } from './catalog/served-names.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
@@ -20,6 +21,7 @@ import { buildYoga } from './graphql/yoga.js';
 import { hfAuthorization, hfRoutes } from './hf/hf.http.js';
 import { HfMirror } from './hf/hf.service.js';
 import { PullThrough } from './hf/pull-through.js';
+import { ConnectionShares } from './http/connection-shares.js';
 import {
   guardBody,
   isApiPath,
@@ -85,6 +87,8 @@ export async function createApp({
   const db = database ?? (await openDatabase(config, log));
   phase('database');
   const prisma = db.prisma;
+  // Before any loop judges a lease or a node by it (db/clock.ts).
+  await prisma.clock.sync();
   const pubsub = makePubSub();
   const loginLimits = new LoginLimits(db.url);
   const audit = new AuditService(prisma, log);
@@ -95,6 +99,8 @@ export async function createApp({
     phase('storage');
     await installModelEvents(prisma);
     phase('modelEvents');
+    // Before hangar.yaml's models are written: each model and adapter claims its name (served-names.ts).
+    await installServedNames(prisma);
     await services.catalog.loadDeclared();
     phase('catalog');
   } catch (err) {
@@ -143,7 +149,11 @@ export async function createApp({
     auth: services.auth,
     pubsub,
     log,
-    limits: { perConnection: config.maxSubscriptionsPerConnection, perCaller: config.maxSubscriptionsPerCaller },
+    limits: {
+      perConnection: config.maxSubscriptionsPerConnection,
+      perCaller: config.maxSubscriptionsPerCaller,
+      connectionsPerCaller: config.maxConnectionsPerCaller,
+    },
   });
   live.start();
   const yoga = buildYoga({
@@ -289,17 +299,17 @@ export async function createApp({
       }
     },
   );
-  // Past this many connections a new one is closed as it arrives: slow clients cannot take all the sockets.
-  server.maxConnections = config.maxConnections;
-  let lastDropLogged = 0;
-  server.on('drop', (data) => {
-    if (Date.now() - lastDropLogged < 60_000) return;
-    lastDropLogged = Date.now();
-    log.warn('refusing connections: HANGAR_MAX_CONNECTIONS reached', {
-      maxConnections: config.maxConnections,
-      remote: data?.remoteAddress,
-    });
-  });
+  // Past HANGAR_MAX_CONNECTIONS a new connection is closed as it arrives, and within it each client address has
+  // a share and connections still sending their headers a smaller budget: slow or hoarding clients cannot take
+  // all the sockets (http/connection-shares.ts).
+  new ConnectionShares(
+    {
+      total: config.maxConnections,
+      perAddress: config.maxConnectionsPerAddress,
+      pending: config.maxPendingConnections,
+    },
+    log,
+  ).attach(server);
 
   const refuseNul = nulRefusal(services.auth, audit);
 
@@ -340,7 +350,13 @@ export async function createApp({
   };
 
   const wss = new WebSocketServer({ noServer: true, maxPayload: config.maxBodyBytes });
-  const wsServer = attachGraphqlWs(wss, { yoga, auth: services.auth, live, trustProxy: config.trustProxy });
+  const wsServer = attachGraphqlWs(wss, {
+    yoga,
+    auth: services.auth,
+    live,
+    trustProxy: config.trustProxy,
+    idleMs: config.wsIdleSeconds * 1000,
+  });
   server.on('upgrade', (req, socket: Duplex, head) => {
     const path = (req.url ?? '/').split('?')[0];
     if (path !== '/graphql' || draining) return refuseUpgrade(socket, 404, 'Not Found');
@@ -400,6 +416,8 @@ export async function createApp({
     stop: () => {
       stopped ??= (async () => {
         draining = true;
+        // The requests and workers still draining need the database: one that exits now is not restarted.
+        db.stopping?.();
         // Jobs first: a job step must not start on a server that is going away.
         const jobsStopped = services.serveJobs.stop();
         const trainStopped = services.train.stop();

@@ -158,6 +158,25 @@ export const schema = z.object({
     .min(1, 'at least 1')
     .max(1_000_000, 'at most 1000000')
     .default(1024),
+  // Unset, both are worked out from HANGAR_MAX_CONNECTIONS (config.ts says how).
+  HANGAR_MAX_CONNECTIONS_PER_ADDRESS: z.coerce
+    .number()
+    .int('a whole number')
+    .min(1, 'at least 1')
+    .max(1_000_000, 'at most 1000000')
+    .optional(),
+  HANGAR_MAX_CONNECTIONS_PER_CALLER: z.coerce
+    .number()
+    .int('a whole number')
+    .min(1, 'at least 1')
+    .max(1_000_000, 'at most 1000000')
+    .optional(),
+  HANGAR_WS_IDLE_SECONDS: z.coerce
+    .number()
+    .int('a whole number of seconds')
+    .min(1, 'at least 1')
+    .max(86_400, 'at most 86400 (a day)')
+    .default(60),
   HANGAR_HEADERS_TIMEOUT_MS: z.coerce
     .number()
     .int()
@@ -237,6 +256,18 @@ export const schema = z.object({
     .min(100, 'at least 100')
     .max(3_600_000, 'at most 3600000')
     .default(120_000),
+  HANGAR_GATEWAY_IDLE_MS: z.coerce
+    .number()
+    .int()
+    .min(100, 'at least 100')
+    .max(3_600_000, 'at most 3600000')
+    .default(120_000),
+  HANGAR_GATEWAY_DEADLINE_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(1, 'at least 1')
+    .max(86_400, 'at most 86400')
+    .default(1800),
   // OpenTelemetry's own variables, read as its SDKs read them, so a site's collector settings carry over. Off
   // unless an OTLP endpoint or exporter is named: a server must not start sending spans to a default address.
   OTEL_SDK_DISABLED: bool.default(false),

@@ -44,6 +44,18 @@ export type Config = {
   corsOrigins: string[];
   /** Connections the server holds at once; more are closed as they arrive. */
   maxConnections: number;
+  /** Connections one client address (the socket's peer) may hold at once; more are closed as they arrive. */
+  maxConnectionsPerAddress: number;
+  /** WebSockets and SSE streams one caller (a user over all their tokens and sessions, or a node) may hold. */
+  maxConnectionsPerCaller: number;
+  /**
+   * Connections that have not sent a whole request's headers yet (new ones, and kept-alive ones between
+   * requests) may hold at most this many slots; past it the oldest is closed. Not a setting of its own: a
+   * quarter of maxConnections.
+   */
+  maxPendingConnections: number;
+  /** Seconds a signed-in WebSocket may stay open holding no subscription before it is closed. */
+  wsIdleSeconds: number;
   /** How long a client has to send a request's headers. */
   headersTimeoutMs: number;
   /** How long a client has to send a whole small body (GraphQL and the other size-capped requests). */
@@ -101,6 +113,13 @@ export type Config = {
    */
   gatewayFirstByteMs: number;
   /**
+   * How long a replica may send nothing, once it has begun to answer, before the answer is cut and the client
+   * told why: an engine that hangs mid-answer must not hold the client and the replica's slot for ever.
+   */
+  gatewayIdleMs: number;
+  /** The longest a replica's answer may go on, from its first byte: a stream that never ends is cut. */
+  gatewayDeadlineSeconds: number;
+  /**
    * Where /metrics is served without credentials ({host, port}); undefined: on the main port, for an API token.
    */
   metricsListen: { host: string; port: number } | undefined;
@@ -114,6 +133,25 @@ export type Config = {
 function hostPort(value: string): { host: string; port: number } {
   const at = value.lastIndexOf(':');
   return { host: value.slice(0, at).replace(/^\[|\]$/g, ''), port: Number(value.slice(at + 1)) };
+}
+
+/**
+ * Each client address and each caller gets an eighth of the connections by default: one of them hoarding sockets
+ * leaves the rest of the server to everybody else, while a site's busy script or an office behind one NAT still
+ * has room. Behind a proxy (HANGAR_TRUST_PROXY) every socket comes from the proxy, and the client's address is
+ * known only once headers arrive, so the per-address default is then the whole server: limit clients at the proxy.
+ */
+function connectionShares(
+  max: number,
+  trustProxy: boolean,
+  set: { perAddress: number | undefined; perCaller: number | undefined },
+) {
+  const eighth = Math.max(1, Math.ceil(max / 8));
+  return {
+    maxConnectionsPerAddress: Math.min(max, set.perAddress ?? (trustProxy ? max : eighth)),
+    maxConnectionsPerCaller: Math.min(max, set.perCaller ?? eighth),
+    maxPendingConnections: Math.max(1, Math.floor(max / 4)),
+  };
 }
 
 export class ConfigError extends Error {
@@ -158,6 +196,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logLevel: c.HANGAR_LOG_LEVEL,
     corsOrigins: c.HANGAR_CORS_ORIGINS,
     maxConnections: c.HANGAR_MAX_CONNECTIONS,
+    ...connectionShares(c.HANGAR_MAX_CONNECTIONS, c.HANGAR_TRUST_PROXY, {
+      perAddress: c.HANGAR_MAX_CONNECTIONS_PER_ADDRESS,
+      perCaller: c.HANGAR_MAX_CONNECTIONS_PER_CALLER,
+    }),
+    wsIdleSeconds: c.HANGAR_WS_IDLE_SECONDS,
     headersTimeoutMs: c.HANGAR_HEADERS_TIMEOUT_MS,
     bodyTimeoutMs: c.HANGAR_BODY_TIMEOUT_MS,
     uploadMinBytesPerSecond: c.HANGAR_UPLOAD_MIN_BYTES_PER_SECOND,
@@ -179,6 +222,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayWakeSeconds: c.HANGAR_GATEWAY_WAKE_SECONDS,
     gatewayWakeQueue: c.HANGAR_GATEWAY_WAKE_QUEUE,
     gatewayFirstByteMs: c.HANGAR_GATEWAY_FIRST_BYTE_MS,
+    gatewayIdleMs: c.HANGAR_GATEWAY_IDLE_MS,
+    gatewayDeadlineSeconds: c.HANGAR_GATEWAY_DEADLINE_SECONDS,
     metricsListen: c.HANGAR_METRICS_LISTEN ? hostPort(c.HANGAR_METRICS_LISTEN) : undefined,
     tracing: tracingOf(c),
   };

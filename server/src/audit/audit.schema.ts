@@ -1,6 +1,10 @@
+import { filter, pipe } from 'graphql-yoga';
+import type { Context } from '../context.js';
 import type { AuditEvent } from '../generated/prisma/client.js';
 import { AuditOutcome } from '../generated/prisma/enums.js';
 import { unwrap } from '../lib/errors.js';
+import { seenOwners } from '../org/org-owners.js';
+import { sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 
 const AuditOutcomeEnum = builder.enumType(AuditOutcome, { name: 'AuditOutcome' });
@@ -67,24 +71,34 @@ builder.queryField('auditEvents', (t) =>
       after: t.arg.string({ required: false }),
       filter: t.arg({ type: AuditFilter, required: false }),
     },
-    resolve: async (_root, args, ctx) => {
+    // Rows about an owned thing only for those its owner admits, and admins (the row names it, as its list would).
+    resolve: async (_root, args, ctx, info) => {
       const first = Math.min(Math.max(args.first ?? 50, 1), 200);
       const after = args.after && /^\d+$/.test(args.after) ? BigInt(args.after) : undefined;
-      return unwrap(await ctx.services.audit.page(first, after, args.filter ?? undefined));
+      const owners = seenOwners(await sightOf(ctx, info));
+      return unwrap(await ctx.services.audit.page(first, after, args.filter ?? undefined, owners));
     },
   }),
 );
+
+/** One read for every subscriber (pubsub.ts: shared); an audit event is the same whoever may see it. */
+function auditRow(ctx: Context, id: string) {
+  return ctx.pubsub.shared('auditEvent', id, 'row', () =>
+    ctx.prisma.auditEvent.findUniqueOrThrow({ where: { id: BigInt(id) } }),
+  );
+}
 
 builder.subscriptionField('auditEventAdded', (t) =>
   t.field({
     type: AuditEventRef,
     description: 'Each audit event as it is committed.',
     authScopes: { viewer: true },
-    subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('auditEvent'),
-    // One read for every subscriber (pubsub.ts: shared); an audit event is the same whoever may see it.
-    resolve: (id: string, _args, ctx) =>
-      ctx.pubsub.shared('auditEvent', id, 'row', () =>
-        ctx.prisma.auditEvent.findUniqueOrThrow({ where: { id: BigInt(id) } }),
+    // A row about an owned thing is sent only to those its owner admits, and admins.
+    subscribe: (_root, _args, ctx) =>
+      pipe(
+        ctx.pubsub.subscribe('auditEvent'),
+        filter(async (id: string) => sees(await sightOf(ctx), (await auditRow(ctx, id)).owner)),
       ),
+    resolve: (id: string, _args, ctx) => auditRow(ctx, id),
   }),
 );

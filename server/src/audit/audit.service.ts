@@ -6,7 +6,16 @@ import type { AuditOutcome } from '../generated/prisma/enums.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { notify } from '../pubsub.js';
 
-export type AuditEntry = { action: string; target?: string | null; message?: string | null };
+export type AuditEntry = {
+  action: string;
+  target?: string | null;
+  message?: string | null;
+  /**
+   * The owner (scope:id) of what the row is about: an owned job, adapter or model. The row is then shown only to
+   * those that owner admits, and admins (org-owners.ts `sees`), as the thing itself is. Absent: everyone's.
+   */
+  owner?: string | null;
+};
 
 /** Which events a page holds: each given field must match (text anywhere in the value, any case). */
 export type AuditFilter = {
@@ -29,8 +38,9 @@ export class AuditService {
     await this.write(tx, actor, entry, 'DONE');
   }
 
-  async refused(actor: Actor, action: string, target: string | undefined, message: string) {
-    await this.write(this.db, actor, { action, target, message }, 'REFUSED');
+  /** `owner`: of the thing refused, only where the caller may see it (a refusal's row reads as the thing does). */
+  async refused(actor: Actor, action: string, target: string | undefined, message: string, owner?: string | null) {
+    await this.write(this.db, actor, { action, target, message, owner }, 'REFUSED');
   }
 
   /**
@@ -57,8 +67,8 @@ export class AuditService {
     }
   }
 
-  async failed(actor: Actor, action: string, target: string | undefined, message: string) {
-    await this.write(this.db, actor, { action, target, message }, 'FAILED');
+  async failed(actor: Actor, action: string, target: string | undefined, message: string, owner?: string | null) {
+    await this.write(this.db, actor, { action, target, message, owner }, 'FAILED');
   }
 
   private async write(db: Db | Tx, actor: Actor, entry: AuditEntry, outcome: AuditOutcome) {
@@ -69,6 +79,7 @@ export class AuditService {
       outcome,
       message: entry.message ?? null,
       requestId: actor.requestId,
+      owner: entry.owner ?? null,
     };
     try {
       const created = await db.auditEvent.create({ data: row, select: { id: true } });
@@ -80,10 +91,16 @@ export class AuditService {
     }
   }
 
+  /**
+   * A page of rows, newest first. `owners` (org-owners.ts seenOwners): only rows about nothing owned or about
+   * these owners' things, chosen in the query so a page is neither cut short nor padded by rows the caller may
+   * not see; absent (an admin): every row.
+   */
   async page(
     first: number,
     after?: bigint,
     filter: AuditFilter = {},
+    owners?: string[],
   ): Promise<Result<{ rows: AuditEvent[]; hasNextPage: boolean }, ValidationError>> {
     const { actor, action, target, outcome, from, to } = filter;
     if (from && to && from >= to) {
@@ -104,6 +121,7 @@ export class AuditService {
         target: contains(target),
         outcome: outcome ?? undefined,
         at: from || to ? { gte: from ?? undefined, lt: to ?? undefined } : undefined,
+        ...(owners ? { OR: [{ owner: null }, { owner: { in: owners } }] } : {}),
       },
       orderBy: { id: 'desc' },
       take: first + 1,

@@ -62,6 +62,26 @@ describe('CredentialCache', () => {
     expect(loads()).toBe(4);
   });
 
+  it('answers from what it kept while the database cannot be reached, but never for a user whose event it heard', async () => {
+    let since: number | undefined = 0;
+    const { pubsub, cache, load } = setup({ listeningSince: () => since });
+    // As node-postgres says it when PostgreSQL is gone.
+    const down = async (): Promise<Found> => {
+      throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+    };
+    const kept = await cache.get('k', load());
+    await cache.get('other', load({ userId: 'u2' }));
+    pubsub.publish('credentials', 'user:u2');
+    await tick();
+    // The outage: the events' connection is gone too, and every lookup fails for want of the database.
+    since = undefined;
+    expect(await cache.get('k', down)).toEqual(kept);
+    await expect(cache.get('other', down)).rejects.toThrow(/ECONNREFUSED/);
+    await expect(cache.get('never-seen', down)).rejects.toThrow(/ECONNREFUSED/);
+    // Any other failure is not an outage: it is not papered over.
+    await expect(cache.get('k', () => Promise.reject(new Error('a bug')))).rejects.toThrow(/a bug/);
+  });
+
   it('does not keep a lookup that straddled a change, nor a refusal', async () => {
     const { pubsub, cache, load, loads } = setup();
     let release!: () => void;

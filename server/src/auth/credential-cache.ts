@@ -1,4 +1,5 @@
 import type { Logger } from '@hangar/common/log';
+import { isDatabaseUnreachable } from '../db/outage.js';
 import type { PubSub } from '../pubsub.js';
 import { onLocalNotify } from '../pubsub.js';
 
@@ -7,9 +8,17 @@ import { onLocalNotify } from '../pubsub.js';
 // the same rules as the gateway's callers (gateway/callers.ts): dropped at once when the 'credentials' event
 // names its user (a token revoked, the user disabled, demoted or signed out), never used while this process
 // hears no events (a revocation it cannot hear must not stand for seconds more), never kept when the lookup
-// straddled a change, and never served past the credential's own expiry.
+// straddled a change, and never served past the credential's own expiry. The one exception: while a lookup
+// finds no database at all, a recent answer stands (OUTAGE_KEEP_MS), so /v1 keeps serving through an outage.
 
 const KEEP_MS = 5000;
+/**
+ * While PostgreSQL cannot be reached, an answer looked up this recently still stands, so that the callers of a
+ * running application keep being served from memory through a database restart or failover. No revocation can be
+ * committed while the database is down; one committed where this process cannot reach it (a network partition)
+ * stands at most this long.
+ */
+const OUTAGE_KEEP_MS = 60_000;
 const MAX_KEPT = 10_000;
 
 /** What a lookup found that may be kept: whose it is, and until when it stands on its own. */
@@ -82,10 +91,9 @@ export class CredentialCache<V> {
    */
   async get(key: string, load: () => Promise<V>, fresh = false): Promise<V> {
     const since = this.stopHearing ? this.events?.listeningSince() : undefined;
-    if (since === undefined) {
-      this.kept.clear();
-      return load();
-    }
+    // Not heard from lately: looked up every time (the database's events went unheard), and what is kept
+    // answers only if the lookup finds no database (orLastKnown).
+    if (since === undefined) return this.orLastKnown(key, load);
     const now = Date.now();
     const hit = this.kept.get(key);
     if (fresh) {
@@ -93,13 +101,25 @@ export class CredentialCache<V> {
       return this.lookUp(key, load);
     }
     if (hit && now - hit.at < KEEP_MS && hit.at >= since && now < hit.expiresAt) return hit.value;
-    if (hit) this.kept.delete(key);
+    if (hit && now - hit.at >= OUTAGE_KEEP_MS) this.kept.delete(key);
     let pending = this.lookups.get(key);
     if (!pending) {
-      pending = this.lookUp(key, load).finally(() => this.lookups.delete(key));
+      pending = this.orLastKnown(key, () => this.lookUp(key, load)).finally(() => this.lookups.delete(key));
       this.lookups.set(key, pending);
     }
     return pending;
+  }
+
+  /** `load`'s answer; when it finds no database, the answer kept for `key` if it is recent (OUTAGE_KEEP_MS). */
+  private async orLastKnown(key: string, load: () => Promise<V>): Promise<V> {
+    try {
+      return await load();
+    } catch (err) {
+      const hit = this.kept.get(key);
+      const now = Date.now();
+      if (hit && isDatabaseUnreachable(err) && now - hit.at < OUTAGE_KEEP_MS && now < hit.expiresAt) return hit.value;
+      throw err;
+    }
   }
 
   private async lookUp(key: string, load: () => Promise<V>): Promise<V> {

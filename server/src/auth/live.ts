@@ -13,7 +13,15 @@ export type LiveLimits = {
   perConnection: number;
   /** Subscriptions one caller (a user, over all their tokens and sessions, or a node) may hold in this process. */
   perCaller: number;
+  /**
+   * Live connections (WebSockets and SSE streams) one caller may hold in this process; unlimited when absent.
+   * Without it one token holding a thousand idle WebSockets took every connection the server had.
+   */
+  connectionsPerCaller?: number;
 };
+
+/** A WebSocket that holds no subscription is closed this long after its last one ended (or it opened). */
+export type IdleClose = { ms: number; onIdle: () => void };
 
 /**
  * Why a connection ended, as a WebSocket close code and a reason: 4401 when its credentials no longer stand
@@ -87,9 +95,22 @@ export class LiveCallers {
     clearInterval(this.sweep);
   }
 
+  /**
+   * Why this caller may not open another live connection (its share, HANGAR_MAX_CONNECTIONS_PER_CALLER, is
+   * held), or undefined. Checked and followed by open() in the same tick, so a burst cannot slip past it.
+   */
+  connectionRefusal(viewer: Viewer): string | undefined {
+    const holder = credentialHolder(viewer);
+    const most = this.deps.limits.connectionsPerCaller;
+    const held = holder ? (this.byHolder.get(holder)?.size ?? 0) : 0;
+    if (most === undefined || held < most) return undefined;
+    // Short enough for a WebSocket close reason (123 bytes), where it is most often read.
+    return `this caller holds ${held} live connections, its share (HANGAR_MAX_CONNECTIONS_PER_CALLER): close one to open another`;
+  }
+
   /** A WebSocket connection, or the one subscription of an SSE request, for as long as it is open. */
-  open(viewer: Viewer, credentials: Credentials, onEnd: (ending: Ending) => void): LiveConnection {
-    const connection = new LiveConnection(this, viewer, credentials, onEnd);
+  open(viewer: Viewer, credentials: Credentials, onEnd: (ending: Ending) => void, idle?: IdleClose): LiveConnection {
+    const connection = new LiveConnection(this, viewer, credentials, onEnd, idle);
     const holder = connection.holder;
     if (holder) {
       const set = this.byHolder.get(holder) ?? new Set<LiveConnection>();
@@ -131,14 +152,24 @@ export class LiveConnection {
   ending: Ending | undefined;
   private readonly controller = new AbortController();
   private closed = false;
+  private idleTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly live: LiveCallers,
     private viewer: Viewer,
     private readonly credentials: Credentials,
     private readonly onEnd: (ending: Ending) => void,
+    private readonly idle?: IdleClose,
   ) {
     this.holder = credentialHolder(viewer);
+    this.armIdle();
+  }
+
+  private armIdle(): void {
+    if (!this.idle || this.closed || this.ending) return;
+    clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(this.idle.onIdle, this.idle.ms);
+    this.idleTimer.unref();
   }
 
   /** Aborted when the connection's credentials no longer stand. */
@@ -167,6 +198,7 @@ export class LiveConnection {
       };
     }
     this.subscriptions++;
+    clearTimeout(this.idleTimer);
     if (holder) this.live.count(holder, 1);
     let released = false;
     return {
@@ -176,6 +208,7 @@ export class LiveConnection {
         released = true;
         this.subscriptions--;
         if (holder) this.live.count(holder, -1);
+        if (this.subscriptions === 0) this.armIdle();
       },
     };
   }
@@ -219,12 +252,14 @@ export class LiveConnection {
   /** Stops tracking the connection (it closed). */
   close(): void {
     this.closed = true;
+    clearTimeout(this.idleTimer);
     this.live.forget(this);
   }
 
   private end(ending: Ending): void {
     if (this.ending) return;
     this.ending = ending;
+    clearTimeout(this.idleTimer);
     this.controller.abort();
     this.live.forget(this);
     this.onEnd(ending);

@@ -1,3 +1,5 @@
+import { filter, pipe } from 'graphql-yoga';
+import type { Context } from '../context.js';
 import { currentReplicas } from '../fleet/current.js';
 import { ReplicaRef } from '../fleet/fleet.schema.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
@@ -5,6 +7,7 @@ import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } 
 import { ModelMode } from '../mirror/mirror.schema.js';
 import { ownerLabel } from '../org/org.schema.js';
 import { parseOwnerKey } from '../org/org.service.js';
+import { ownerFilter, seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { memoryEstimateError, modeMessage, modeOf, type ServePlan } from './catalog.service.js';
 
@@ -99,7 +102,12 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
         return parsed ? ownerLabel(ctx, parsed) : m.owner;
       },
     }),
-    adapters: t.relation('adapters', { type: AdapterRef }),
+    adapters: t.field({
+      type: [AdapterRef],
+      description: 'Its adapters the caller may call (an owned one only for those its owner admits; admins all).',
+      select: (_args, _ctx, nested) => ({ adapters: nested({}) }),
+      resolve: async (m, _args, ctx, info) => seenOnly(await sightOf(ctx, info), m.adapters, (a) => a.owner),
+    }),
     replicas: t.field({
       type: [ReplicaRef],
       description:
@@ -167,14 +175,25 @@ builder.queryFields((t) => ({
   models: t.prismaField({
     type: ['CatalogModel'],
     authScopes: { viewer: true },
-    resolve: (query, _root, _args, ctx) => ctx.prisma.catalogModel.findMany({ ...query, orderBy: { name: 'asc' } }),
+    description: 'The models the caller may call at /v1 (an owned one only for those its owner admits; admins all).',
+    resolve: async (query, _root, _args, ctx, info) =>
+      ctx.prisma.catalogModel.findMany({
+        ...query,
+        where: ownerFilter(await sightOf(ctx, info)),
+        orderBy: { name: 'asc' },
+      }),
   }),
   model: t.prismaField({
     type: 'CatalogModel',
     nullable: true,
+    description: 'Null for a model the caller may not call, as for one that does not exist.',
     authScopes: { viewer: true },
     args: { name: t.arg.string({ required: true }) },
-    resolve: (query, _root, args, ctx) => ctx.prisma.catalogModel.findUnique({ ...query, where: { name: args.name } }),
+    resolve: async (query, _root, args, ctx, info) =>
+      ctx.prisma.catalogModel.findFirst({
+        ...query,
+        where: { name: args.name, ...ownerFilter(await sightOf(ctx, info)) },
+      }),
   }),
   servePlan: t.field({
     type: ServePlanRef,
@@ -186,7 +205,7 @@ builder.queryFields((t) => ({
       name: t.arg.string({ required: false }),
       context: t.arg.int({ required: false }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.plan(args)),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.plan(args, ctx.viewer)),
   }),
 }));
 
@@ -256,6 +275,11 @@ builder.mutationFields((t) => ({
 }));
 
 type ModelChange = { id: string; model: CatalogModel | null };
+
+/** A model as an event found it: one read for every subscriber of the event (pubsub.ts: shared). */
+function modelRow(ctx: Context, id: string) {
+  return ctx.pubsub.shared('model', id, 'model', () => ctx.prisma.catalogModel.findUnique({ where: { id } }));
+}
 const ModelChangeRef = builder.objectRef<ModelChange>('ModelChange').implement({
   description: 'A catalog model as it is now, or that it was removed (model null).',
   fields: (t) => ({
@@ -271,10 +295,15 @@ builder.subscriptionFields((t) => ({
     type: ModelChangeRef,
     description: 'Every catalog model that changes (it, a replica or an adapter), whole; model null once removed.',
     authScopes: { viewer: true },
-    subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('model'),
-    resolve: async (id: string, _args, ctx) => ({
-      id,
-      model: await ctx.pubsub.shared('model', id, 'model', () => ctx.prisma.catalogModel.findUnique({ where: { id } })),
-    }),
+    // A model the subscriber may not call is not sent (a removed one is: its id says nothing).
+    subscribe: (_root, _args, ctx) =>
+      pipe(
+        ctx.pubsub.subscribe('model'),
+        filter(async (id: string) => {
+          const model = await modelRow(ctx, id);
+          return model === null || sees(await sightOf(ctx), model.owner);
+        }),
+      ),
+    resolve: async (id: string, _args, ctx) => ({ id, model: await modelRow(ctx, id) }),
   }),
 }));

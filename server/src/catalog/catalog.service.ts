@@ -9,6 +9,7 @@ import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import { ConfigError } from '../config.js';
 import type { Db } from '../db/client.js';
@@ -19,8 +20,9 @@ import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } fr
 import { parseInput } from '../lib/validate.js';
 import { notAModel, versionArchitecture, versionKindOf } from '../mirror/kind.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { versionOwner } from '../mirror/owned.js';
 import { modelName, versionName } from '../mirror/paths.js';
-import { lockOrgTree, type OrgService, ownerKey } from '../org/org.service.js';
+import { lockOrgTree, type OrgService, ownerKey, sees } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
 import {
   catalogName,
@@ -31,6 +33,7 @@ import {
   replicasInput,
 } from './catalog-input.js';
 import { modeOf, scaling } from './mode.js';
+import { isNameClash, ServedNames } from './served-names.js';
 
 // The catalog's rules: what a model may be served from, its mode, owner and hangar.yaml entries. Kept as one class
 // a little over 400 lines: its methods share the declared-model map and the same check → write → audit → notify
@@ -51,6 +54,8 @@ export type ServePlan = {
 export class CatalogService {
   /** Where each declared model is in hangar.yaml (its entry's index under models), as read at start. */
   private declaredAt = new Map<string, number>();
+  /** The one namespace of models and adapters (served-names.ts): publishing an adapter claims from it too. */
+  readonly names: ServedNames;
 
   constructor(
     private readonly db: Db,
@@ -60,10 +65,21 @@ export class CatalogService {
     private readonly fleet: FleetService,
     private readonly log: Logger,
     private readonly org: OrgService,
-  ) {}
+  ) {
+    this.names = new ServedNames(db, org);
+  }
 
   list() {
     return this.db.catalogModel.findMany({ orderBy: { name: 'asc' }, include: { adapters: true } });
+  }
+
+  /**
+   * A model by name as the actor may see it: one it may not call reads as none, in the same words, so changing a
+   * team's model is refused to an outsider without confirming the name (org-owners.ts `sees`).
+   */
+  private async visibleModel(actor: Actor, name: string): Promise<CatalogModel | null> {
+    const m = await this.db.catalogModel.findUnique({ where: { name } });
+    return m && sees(await this.org.sightOf(actor.viewer), m.owner) ? m : null;
   }
 
   get(name: string) {
@@ -74,12 +90,15 @@ export class CatalogService {
    * What serving a mirrored version would mean, before anything is created: the engine from the files, the
    * memory from the file's own header at the chosen context, and the nodes it fits on and those it does not.
    */
-  async plan(input: {
-    model: string;
-    version: string;
-    name?: string | null;
-    context?: number | null;
-  }): Promise<Result<ServePlan>> {
+  async plan(
+    input: {
+      model: string;
+      version: string;
+      name?: string | null;
+      context?: number | null;
+    },
+    viewer?: Viewer,
+  ): Promise<Result<ServePlan>> {
     const parsed = parseInput(
       z.object({
         model: modelName,
@@ -92,8 +111,14 @@ export class CatalogService {
     );
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
+    // An owned adapter's version is planned only for those its owner admits; to others it reads as none, in the
+    // same words (as GET /mirror/… and the mirror's listing). `viewer` absent: Hangar's own pass (a serve job).
+    const sight = viewer ? await this.org.sightOf(viewer) : null;
     const v = await this.mirror.version(model, version);
-    if (!v) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    const owned = v && sight && !sight.admin ? await versionOwner(this.db, model, version) : null;
+    if (!v || (sight && owned && !sees(sight, owned.owner))) {
+      return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    }
     if (v.state !== 'PRESENT') {
       // A catalog entry pointing at a partial file is exactly what versioned paths exist to prevent.
       return fail(
@@ -106,7 +131,9 @@ export class CatalogService {
     // models it belongs to, where it is called (it runs on their replicas).
     const known = await this.mirror.withKinds(v);
     const kind = versionKindOf(known.files);
-    const adapterOf = (await this.mirror.usedBy(model, version)).flatMap((u) => (u.adapterOf ? [u.adapterOf] : []));
+    const adapterOf = (await this.mirror.usedBy(model, version)).flatMap((u) =>
+      u.adapterOf && (!sight || u.owners.every((o) => sees(sight, o))) ? [u.adapterOf] : [],
+    );
     const refusal = notAModel(kind, versionArchitecture(known.files), adapterOf);
     if (refusal) return fail(new ConflictError(`${model}/${version}: ${refusal}`));
     // The weights by their header, never by their name: "imatrix" in a file name as often means "quantised with
@@ -183,12 +210,12 @@ export class CatalogService {
       '',
     );
     if (!extra.ok) return extra;
-    const planned = await this.plan(input);
+    const planned = await this.plan(input, actor.viewer);
     if (!planned.ok) return planned;
     const plan = planned.value;
-    if (await this.db.catalogModel.findUnique({ where: { name: plan.name } })) {
-      return fail(new ConflictError(`the catalog already has a model named ${plan.name}: choose another name`));
-    }
+    // A model's name or an adapter's: requests name either, so one may not take the other's (served-names.ts).
+    const taken = await this.names.refusal(actor.viewer, plan.name, 'choose another name');
+    if (taken) return fail(taken);
     // Checked now, not on a node later: a file removed between the listing and this click fails here.
     // The server's own pass through a mirror that requires tokens (HANGAR_MIRROR_REQUIRE_TOKEN).
     const headers = { authorization: `Bearer ${this.mirror.internalToken}` };
@@ -210,26 +237,30 @@ export class CatalogService {
       );
     }
     const mode = extra.value.mode ?? 'ALWAYS';
-    const model = await this.db.$transaction(async (tx) => {
-      const m = await tx.catalogModel.create({
-        data: {
-          name: plan.name,
-          source: plan.source,
-          engine: plan.engine,
-          contextSize: plan.memory?.context ?? input.context ?? null,
-          memoryBytes: plan.memory ? BigInt(plan.memory.totalBytes) : null,
-          parallel: extra.value.parallel ?? 1,
-          ...scaling(mode, extra.value.replicas ?? 1),
-        },
-      });
-      await this.audit.done(tx, actor, {
-        action: 'serveMirrorVersion',
-        target: plan.name,
-        message: `from ${input.model}/${input.version}, ${mode.toLowerCase().replace('_', ' ')}`,
-      });
-      await notify(tx, 'mirrorVersion', `${input.model}/${input.version}`);
-      return m;
-    });
+    const created = await this.names.claim(actor.viewer, plan.name, 'choose another name', () =>
+      this.db.$transaction(async (tx) => {
+        const m = await tx.catalogModel.create({
+          data: {
+            name: plan.name,
+            source: plan.source,
+            engine: plan.engine,
+            contextSize: plan.memory?.context ?? input.context ?? null,
+            memoryBytes: plan.memory ? BigInt(plan.memory.totalBytes) : null,
+            parallel: extra.value.parallel ?? 1,
+            ...scaling(mode, extra.value.replicas ?? 1),
+          },
+        });
+        await this.audit.done(tx, actor, {
+          action: 'serveMirrorVersion',
+          target: plan.name,
+          message: `from ${input.model}/${input.version}, ${mode.toLowerCase().replace('_', ' ')}`,
+        });
+        await notify(tx, 'mirrorVersion', `${input.model}/${input.version}`);
+        return m;
+      }),
+    );
+    if (!created.ok) return created;
+    const model = created.value;
     void this.fleet.place();
     const message =
       mode === 'STOPPED'
@@ -255,7 +286,7 @@ export class CatalogService {
       '',
     );
     if (!parsed.ok) return parsed;
-    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     const s = scaling(parsed.value.mode, parsed.value.replicas ?? Math.max(1, m.maxReplicas));
@@ -274,7 +305,7 @@ export class CatalogService {
           parsed.value.mode !== 'ON_DEMAND'
             ? null
             : running
-              ? new Date(Date.now() + m.idleSeconds * 1000)
+              ? new Date(this.db.clock.nowMs() + m.idleSeconds * 1000)
               : m.awakeUntil;
         const updated = await tx.catalogModel.update({
           where: { id: m.id },
@@ -286,6 +317,7 @@ export class CatalogService {
           action: 'setModelMode',
           target: m.name,
           message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas${parallel !== m.parallel ? `, ${m.parallel} → ${parallel} requests at once` : ''})`,
+          owner: m.owner,
         });
         return updated;
       }),
@@ -308,7 +340,7 @@ export class CatalogService {
       '',
     );
     if (!parsed.ok) return parsed;
-    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     // An empty owner from a cleared form field means public, as null does.
@@ -330,6 +362,8 @@ export class CatalogService {
         action: 'setModelOwner',
         target: m.name,
         message: `owner ${before} → ${label}`,
+        // Filed under the owner it has now; made public again, under the one it had (whose name the row says).
+        owner: owner ?? m.owner,
       });
       return ok(updated);
     });
@@ -338,7 +372,7 @@ export class CatalogService {
   async wake(actor: Actor, input: { name: string }): Promise<Result<CatalogModel>> {
     const parsed = parseInput(z.object({ name: catalogName }), input, '');
     if (!parsed.ok) return parsed;
-    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (modeOf(m) !== 'ON_DEMAND') {
       return fail(
@@ -347,13 +381,15 @@ export class CatalogService {
         ),
       );
     }
-    const until = new Date(Date.now() + m.idleSeconds * 1000);
+    // On the database's clock, which placement judges it on (db/clock.ts).
+    const until = new Date(this.db.clock.nowMs() + m.idleSeconds * 1000);
     const woken = await this.db.$transaction(async (tx) => {
       const u = await tx.catalogModel.update({ where: { id: m.id }, data: { awakeUntil: until } });
       await this.audit.done(tx, actor, {
         action: 'wakeModel',
         target: m.name,
         message: `awake until ${until.toISOString()}`,
+        owner: m.owner,
       });
       return u;
     });
@@ -365,14 +401,14 @@ export class CatalogService {
   async remove(actor: Actor, input: { name: string }): Promise<Result<{ name: string }>> {
     const parsed = parseInput(z.object({ name: catalogName }), input, '');
     if (!parsed.ok) return parsed;
-    const m = await this.db.catalogModel.findUnique({ where: { name: parsed.value.name } });
+    const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     await this.db.$transaction(async (tx) => {
       await tx.catalogModel.delete({ where: { id: m.id } });
       const key = mirrorKeyOf(m.source);
       if (key) await notify(tx, 'mirrorVersion', key);
-      await this.audit.done(tx, actor, { action: 'removeModel', target: m.name });
+      await this.audit.done(tx, actor, { action: 'removeModel', target: m.name, owner: m.owner });
     });
     return ok({ name: m.name });
   }
@@ -409,20 +445,40 @@ export class CatalogService {
     }
     const models = parsed.data.models;
     this.declaredAt = new Map(models.map((m, i) => [m.name, i]));
-    await this.db.$transaction(async (tx) => {
-      await tx.catalogModel.deleteMany({ where: { declared: true, name: { notIn: models.map((m) => m.name) } } });
-      for (const m of models) {
-        const data = {
-          source: m.source,
-          engine: m.engine,
-          contextSize: m.context ?? null,
-          parallel: m.parallel,
-          declared: true,
-          ...scaling(m.mode, m.replicas),
-        };
-        await tx.catalogModel.upsert({ where: { name: m.name }, create: { name: m.name, ...data }, update: data });
+    // An entry may not take an adapter's name: that adapter's callers would be answered by this model. The site's
+    // own file, so the refusal names the adapter and its owner. Also an entry whose row lost its name to an
+    // adapter when the namespace was made one (the served_names migration): it is refused until renamed.
+    const heldByAdapter = async () => {
+      for (const [i, m] of models.entries()) {
+        const h = await this.names.holder(m.name);
+        if (h?.kind === 'ADAPTER')
+          return new ConfigError(
+            `HANGAR_CONFIG=${file}: models.${i}.name: ${await this.names.describe(h)}: rename the entry`,
+          );
       }
-    });
+      return null;
+    };
+    const before = await heldByAdapter();
+    if (before) throw before;
+    await this.db
+      .$transaction(async (tx) => {
+        await tx.catalogModel.deleteMany({ where: { declared: true, name: { notIn: models.map((m) => m.name) } } });
+        for (const m of models) {
+          const data = {
+            source: m.source,
+            engine: m.engine,
+            contextSize: m.context ?? null,
+            parallel: m.parallel,
+            declared: true,
+            ...scaling(m.mode, m.replicas),
+          };
+          await tx.catalogModel.upsert({ where: { name: m.name }, create: { name: m.name, ...data }, update: data });
+        }
+      })
+      // An adapter published between the check and the write: the constraint refused the entry.
+      .catch(async (err: unknown) => {
+        throw (isNameClash(err) && (await heldByAdapter())) || err;
+      });
     this.log.info('read the declared models', { file, models: models.length });
     return models.length;
   }

@@ -199,6 +199,15 @@ describe('serving a mirrored version', () => {
       },
     );
     const teamId = team.data?.createTeam.id as string;
+    // The operator is in the team: a model given to a team it is not in would be hidden from it from then on, as
+    // at /v1 (src/org/owned-metadata.test.ts), and the rest of this test changes it again.
+    const ops = await t.app.db.prisma.apiToken.findFirstOrThrow({ where: { name: 'catalog-ops' } });
+    const joined = await t.gql(
+      'mutation($i: AddMemberInput!) { addMember(input: $i) { __typename ... on Membership { id } } }',
+      { i: { org: 'acme', team: 'research', apiToken: ops.id } },
+      { token: admin },
+    );
+    const membership = { id: joined.data?.addMember.id as string };
     const SET = `mutation($n: String!, $o: String) {
       setModelOwner(name: $n, owner: $o) {
         __typename ... on Model { name owner } ... on ValidationError { field } ... on Error { message }
@@ -269,10 +278,13 @@ describe('serving a mirrored version', () => {
       ['llama-7b', 'token:catalog-ops (admin@example.com)', 'owner every caller → team:acme/research'],
       ['llama-7b', 'token:catalog-ops (admin@example.com)', 'owner team:acme/research → every caller'],
     ]);
+    // Both rows name the team, so both are the team's to see (and admins'): the owner it got, the owner it had.
+    expect(audits.map((a) => a.owner)).toEqual([`team:${teamId}`, `team:${teamId}`]);
     const refusedAudits = await t.app.db.prisma.auditEvent.count({
       where: { action: 'setModelOwner', outcome: 'REFUSED' },
     });
     expect(refusedAudits).toBe(5);
+    await t.gql('mutation($id: ID!) { removeMember(id: $id) { __typename } }', { id: membership.id }, { token: admin });
     expect(
       (await t.gql('mutation($id: ID!) { deleteTeam(id: $id) { __typename } }', { id: teamId }, { token: admin })).data
         ?.deleteTeam.__typename,

@@ -40,7 +40,7 @@ export function loginCommand(program: Command, ctx: Ctx) {
       // Checked before it is kept: a typo'd token stored would make every later command fail further away.
       const { viewer } = await new HangarClient(url, token).request(Cli_ViewerQuery);
       if (!viewer) throw new CliError(`${url} does not know that token: make one in the console`, EXIT.auth);
-      const file = await saveCredentials({ url, token }, ctx.env);
+      const file = await saveCredentials({ url, token }, ctx.env, (line) => out.note(line));
       out.result(`signed in to ${url} as ${viewer.user.email} (${viewer.role.toLowerCase()}); token kept in ${file}`, {
         url,
         email: viewer.user.email,

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -18,27 +19,60 @@ export function credentialsFile(env: NodeJS.ProcessEnv = process.env) {
   return path.join(base, 'hangar', 'credentials.json');
 }
 
-export async function saveCredentials(c: Credentials, env: NodeJS.ProcessEnv = process.env) {
+/**
+ * Keeps the token, and says (through `note`) when the directory had to be tightened. The directory is made 0700
+ * and the file 0600; a directory of the user's own that others could write is set to 0700 first: in one, any
+ * user could rename a credentials.json of theirs over this one, naming their server, and the next command would
+ * send the token there. One that is not the user's, or not a directory, is refused.
+ */
+export async function saveCredentials(
+  c: Credentials,
+  env: NodeJS.ProcessEnv = process.env,
+  note: (line: string) => void = () => {},
+) {
   const file = credentialsFile(env);
-  await fs.mkdir(path.dirname(file), { recursive: true, mode: 0o700 });
+  const dir = path.dirname(file);
+  await fs.mkdir(dir, { recursive: true, mode: 0o700 });
+  const loose = await othersMayWrite(dir);
+  if (loose !== null) {
+    await fs.chmod(dir, 0o700);
+    note(
+      `hangar: ${dir} was writable by other users (mode ${loose.toString(8)}), so any of them could have replaced the token kept there; it is now 700`,
+    );
+  }
   // Written to a new file and renamed, mode 0600 from the start: the token is as good as the user's password
-  // for what its role allows, and a file readable by others for even a moment is a leak.
-  const tmp = `${file}.${process.pid}.tmp`;
-  await fs.writeFile(tmp, `${JSON.stringify(c, null, 2)}\n`, { mode: 0o600 });
+  // for what its role allows, and a file readable by others for even a moment is a leak. 'wx': a name someone
+  // made in advance (a link to elsewhere) is refused, not written through.
+  const tmp = `${file}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`;
+  await fs.writeFile(tmp, `${JSON.stringify(c, null, 2)}\n`, { mode: 0o600, flag: 'wx' });
   await fs.chmod(tmp, 0o600);
   await fs.rename(tmp, file);
   return file;
 }
 
+/**
+ * The mode of a directory other users may write (group or world write bit), or null when only its owner may.
+ * Refuses one that is not the user's own directory: its owner decides what is in it. Not checked where there
+ * are no POSIX owners (Windows).
+ */
+async function othersMayWrite(dir: string): Promise<number | null> {
+  const uid = process.getuid?.();
+  if (uid === undefined) return null;
+  const st = await fs.lstat(dir);
+  if (!st.isDirectory())
+    throw new CliError(`${dir} is not a directory (a link?): remove it, then run \`hangar login\` again`, EXIT.auth);
+  if (st.uid !== uid)
+    throw new CliError(
+      `${dir} belongs to another user (uid ${st.uid}), who could replace the token kept there: remove it, then run \`hangar login\` again`,
+      EXIT.auth,
+    );
+  const mode = st.mode & 0o777;
+  return mode & 0o022 ? mode : null;
+}
+
 export async function loadCredentials(env: NodeJS.ProcessEnv = process.env): Promise<Credentials> {
   const fromEnv = { url: env.HANGAR_URL, token: env.HANGAR_TOKEN };
-  let stored: Partial<Credentials> = {};
-  try {
-    stored = JSON.parse(await fs.readFile(credentialsFile(env), 'utf8'));
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT')
-      throw new CliError(`${credentialsFile(env)} could not be read: ${(err as Error).message}`, EXIT.auth);
-  }
+  const stored = fromEnv.url && fromEnv.token ? {} : await readStored(env);
   const url = fromEnv.url || stored.url;
   const token = fromEnv.token || stored.token;
   if (!url || !token)
@@ -48,6 +82,26 @@ export async function loadCredentials(env: NodeJS.ProcessEnv = process.env): Pro
       'UNAUTHENTICATED',
     );
   return { url: normalizeUrl(url), token };
+}
+
+/** What `hangar login` kept, or nothing; only from a directory that only the user can write. */
+async function readStored(env: NodeJS.ProcessEnv): Promise<Partial<Credentials>> {
+  const file = credentialsFile(env);
+  try {
+    const dir = path.dirname(file);
+    const loose = await othersMayWrite(dir);
+    // From any other, the file may be another user's, naming their server: the token would go there.
+    if (loose !== null)
+      throw new CliError(
+        `${dir} is writable by other users (mode ${loose.toString(8)}), so the server and token kept there may not be yours: run \`chmod 700 ${dir}\`, then \`hangar login\` again`,
+        EXIT.auth,
+      );
+    return JSON.parse(await fs.readFile(file, 'utf8'));
+  } catch (err) {
+    if (err instanceof CliError) throw err;
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return {};
+    throw new CliError(`${file} could not be read: ${(err as Error).message}`, EXIT.auth);
+  }
 }
 
 /** The server's base URL as typed ("hangar:4000", "https://hangar.example/"), as http(s)://host[:port]. */

@@ -1,5 +1,6 @@
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client.js';
+import { DatabaseClock } from './clock.js';
 
 /**
  * The requests' client, with the loops' beside it as `loops` (see createPrisma). The loops' client has itself as
@@ -7,6 +8,8 @@ import { PrismaClient } from '../generated/prisma/client.js';
  */
 export interface Db extends PrismaClient {
   readonly loops: Db;
+  /** The database's now(), read in memory: what leases and liveness are judged on (db/clock.ts). */
+  readonly clock: DatabaseClock;
 }
 /** A transaction client, as `db.$transaction(async (tx) => …)` hands it over. */
 export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
@@ -32,7 +35,8 @@ export const POOL_SIZES = { requests: 20, loops: 10 };
 export function createPrisma(databaseUrl: string, sizes = POOL_SIZES): Db {
   const requests = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.requests }) });
   const loops = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.loops }) });
-  const loopsDb = Object.defineProperty(loops, 'loops', { get: () => loopsDb }) as Db;
+  const clock = new DatabaseClock(loops);
+  const loopsDb = Object.defineProperties(loops, { loops: { get: () => loopsDb }, clock: { value: clock } }) as Db;
   const disconnectLoops = loops.$disconnect.bind(loops);
   const disconnectRequests = requests.$disconnect.bind(requests);
   const both = async () => {
@@ -41,6 +45,7 @@ export function createPrisma(databaseUrl: string, sizes = POOL_SIZES): Db {
   Object.defineProperty(loops, '$disconnect', { value: both });
   return Object.defineProperties(requests, {
     loops: { get: () => loopsDb },
+    clock: { value: clock },
     $disconnect: { value: both },
   }) as Db;
 }

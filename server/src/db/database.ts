@@ -12,6 +12,8 @@ export type Database = {
   close: () => Promise<void>;
   /** Why the embedded PostgreSQL is not serving now (it exited and is being restarted), for /readyz. */
   trouble?: () => string | null;
+  /** The server has begun to stop: the embedded PostgreSQL is no longer restarted if it exits (close() follows). */
+  stopping?: () => void;
 };
 
 /** DATABASE_URL when set; otherwise the embedded PostgreSQL under the data dir. Migrated before it is returned. */
@@ -19,10 +21,12 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
   let url = config.databaseUrl;
   let stopEmbedded: (() => Promise<void>) | undefined;
   let trouble: (() => string | null) | undefined;
+  let stopping: (() => void) | undefined;
   if (!url) {
     const embedded = await startEmbeddedPostgres(path.join(config.dataDir, 'pg'), log);
     stopEmbedded = embedded.stop;
     trouble = embedded.trouble;
+    stopping = embedded.stopping;
     try {
       await createDatabaseIfMissing(embedded.url('postgres'), 'hangar');
     } catch (err) {
@@ -43,6 +47,7 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
     url,
     embedded: Boolean(stopEmbedded),
     trouble,
+    stopping,
     close: async () => {
       await prisma.$disconnect();
       await stopEmbedded?.();

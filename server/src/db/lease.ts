@@ -54,8 +54,11 @@ export class LeaseQueue {
     this.touch = spec.touchColumn ? Prisma.raw(`, "${spec.touchColumn}" = now()`) : Prisma.empty;
   }
 
-  /** The deadline a claim or a renewal made now sets, for writes that go through Prisma's own calls. */
-  deadline(from = new Date()): Date {
+  /**
+   * The deadline a claim or a renewal made now sets, for writes that go through Prisma's own calls. `from` is the
+   * database's now (db.clock.now()): the deadline is compared with now() in SQL, never with this server's clock.
+   */
+  deadline(from: Date): Date {
     return new Date(from.getTime() + this.leaseMs);
   }
 

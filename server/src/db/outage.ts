@@ -76,6 +76,7 @@ export class LoopHealth {
   private since: number | null = null;
   private reason = '';
   private failures = 0;
+  /** When the next try is due, on the monotonic clock: a jump of the wall clock must not stretch a backoff. */
   private nextAt = 0;
 
   constructor(
@@ -85,7 +86,7 @@ export class LoopHealth {
   ) {}
 
   /** False while backing off after an outage: the tick is skipped. */
-  due(now = Date.now()) {
+  due(now = performance.now()) {
     return now >= this.nextAt;
   }
 
@@ -116,7 +117,7 @@ export class LoopHealth {
       });
     }
     this.failures++;
-    this.nextAt = now + this.backoff(this.failures);
+    this.nextAt = performance.now() + this.backoff(this.failures);
     return true;
   }
 
@@ -142,7 +143,7 @@ export class LoopHealth {
       }
       while (!this.due()) {
         if (stopped()) throw new Stopped();
-        await new Promise((r) => setTimeout(r, Math.min(200, Math.max(1, this.nextAt - Date.now()))));
+        await new Promise((r) => setTimeout(r, Math.min(200, Math.max(1, this.nextAt - performance.now()))));
       }
     }
   }

@@ -200,6 +200,7 @@ export class FleetPlacement {
       await this.audit.done(tx, actor, {
         action: 'smokeTest',
         target: replica.model.name,
+        owner: replica.model.owner,
         message: `${replica.node?.name ?? 'a node'}: ${
           result.ok
             ? `ready: answered in ${Math.round(result.timeToFirstTokenMs)} ms to the first token, ${result.tokensPerSecond.toFixed(1)} tokens/s`
@@ -246,7 +247,8 @@ export class FleetPlacement {
   }
 
   protected async pass() {
-    const now = new Date();
+    // The database's clock: nodes' last reports and models' awake-until are written on it (db/clock.ts).
+    const now = this.db.clock.now();
     // On the loops' connections (db.loops), also when a request asked for the pass.
     await this.db.loops.$transaction(async (tx) => {
       // With several server replicas, one places at a time; the others find the work done.
@@ -293,7 +295,7 @@ export class FleetPlacement {
   /** What a node's agent should be running or stopping. */
 
   /** Seen lately, and not gone since: an agent that said it is stopping is offline at once. */
-  isOnline(node: Pick<Node, 'lastSeenAt' | 'leftAt'>, now = Date.now()) {
+  isOnline(node: Pick<Node, 'lastSeenAt' | 'leftAt'>, now = this.db.clock.nowMs()) {
     if (!node.lastSeenAt || now - node.lastSeenAt.getTime() >= NODE_ONLINE_MS) return false;
     return !node.leftAt || node.leftAt < node.lastSeenAt;
   }

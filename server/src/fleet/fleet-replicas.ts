@@ -100,6 +100,7 @@ export class FleetReplicas extends FleetPlacement {
           action: 'reportReplica',
           target: replica.model.name,
           message: withState(r.state, r.message),
+          owner: replica.model.owner,
         });
       }
       return u;
@@ -127,6 +128,7 @@ export class FleetReplicas extends FleetPlacement {
           action: 'reportReplica',
           target: replica.model.name,
           message: `failed: ${message}`,
+          owner: replica.model.owner,
         });
         return u;
       });
@@ -189,6 +191,7 @@ export class FleetReplicas extends FleetPlacement {
           action: 'reportReplica',
           target: replica.model.name,
           message: `serving on ${r.endpoint}; smoke test due`,
+          owner: replica.model.owner,
         });
       return u;
     });

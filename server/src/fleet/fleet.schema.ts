@@ -1,6 +1,7 @@
 import type { Context } from '../context.js';
 import type { Node } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
+import { seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { currentOnNode } from './current.js';
 
@@ -64,8 +65,12 @@ export const NodeRef = builder.prismaObject('Node', {
       type: [ReplicaRef],
       description:
         'The replicas placed on it, loading or serving, and one that failed here lately (stopped ones are not).',
-      select: (_args, _ctx, nested) => ({ replicas: nested({ orderBy: { createdAt: 'asc' } }) }),
-      resolve: (n) => currentOnNode(n.replicas),
+      // Each with its model's owner: a replica of a model the caller may not call is not listed (its name would be).
+      select: (_args, _ctx, nested) => ({
+        replicas: nested({ orderBy: { createdAt: 'asc' }, include: { model: { select: { owner: true } } } }),
+      }),
+      resolve: async (n, _args, ctx, info) =>
+        currentOnNode(seenOnly(await sightOf(ctx, info), n.replicas, (r) => r.model.owner)),
     }),
   }),
 });
@@ -140,9 +145,16 @@ export const ReplicaRef = builder.prismaObject('Replica', {
       description: 'GPU memory the replica really holds after loading (free before minus free after).',
       resolve: (r) => r.vramUsedBytes,
     }),
-    adapters: t.exposeStringList('adapters', {
+    adapters: t.stringList({
       description:
-        "The model's adapters this replica answers for, as its agent last reported them (an adapter published while it runs joins once loaded).",
+        "The model's adapters this replica answers for, as its agent last reported them (an adapter published while it runs joins once loaded); an owned one only for those its owner admits.",
+      select: { model: { select: { adapters: { select: { name: true, owner: true } } } } },
+      resolve: async (r, _args, ctx, info) => {
+        if (!r.adapters.length) return [];
+        const sight = await sightOf(ctx, info);
+        const hidden = new Set(r.model.adapters.filter((a) => !sees(sight, a.owner)).map((a) => a.name));
+        return r.adapters.filter((name) => !hidden.has(name));
+      },
     }),
     gpuIndex: t.exposeInt('gpuIndex', {
       nullable: true,

@@ -45,7 +45,7 @@ export class FleetService extends FleetReplicas {
     return this.db.node.findMany({ orderBy: { name: 'asc' } });
   }
 
-  async online(now = Date.now()) {
+  async online(now = this.db.clock.nowMs()) {
     const nodes = await this.db.node.findMany({
       where: { lastSeenAt: { gte: new Date(now - NODE_ONLINE_MS) } },
       orderBy: { name: 'asc' },
@@ -100,7 +100,8 @@ export class FleetService extends FleetReplicas {
           engines: r.engines.map((e) => ({ name: e.name, version: e.version ?? null, build: e.build ?? null })),
           diskFreeBytes: r.diskFreeBytes == null ? null : BigInt(r.diskFreeBytes),
           agentVersion: r.agentVersion ?? null,
-          lastSeenAt: new Date(),
+          // On the database's clock, as every judgement of it is: a jump of this server's own moves nothing.
+          lastSeenAt: this.db.clock.now(),
         },
       });
       if (changed) {
@@ -221,7 +222,7 @@ export class FleetService extends FleetReplicas {
     const result = await this.db.$transaction(async (tx) => {
       const found = await tx.node.findUnique({ where: { name } });
       if (!found) return fail(new NotFoundError(`no node ${name}: see Nodes for the names`));
-      const now = new Date();
+      const now = this.db.clock.now();
       // A hash of a secret nobody holds: the column stays unique and non-null, and nothing matches it.
       const node = await tx.node.update({
         where: { id: found.id },
@@ -252,7 +253,8 @@ export class FleetService extends FleetReplicas {
       // Held off meanwhile, a placement pass sees the node leaving whole: one that read the node still online and
       // then its replicas lost (each read sees what had committed when it ran) placed their replacement right here.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
-      const n = await tx.node.update({ where: { id }, data: { leftAt: new Date() } });
+      // Compared with lastSeenAt, so on the same clock.
+      const n = await tx.node.update({ where: { id }, data: { leftAt: this.db.clock.now() } });
       const lost = await tx.replica.updateMany({
         where: { nodeId: id, state: { in: ['LOADING', 'READY'] } },
         data: { state: 'LOST', message: `node ${n.name} is shutting down (its agent said so)` },

@@ -2,8 +2,8 @@ import type { IncomingMessage } from 'node:http';
 import type { AuthService } from '../auth/auth.service.js';
 import { CredentialCache, type CredentialEvents } from '../auth/credential-cache.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
-import type { OrgService, Reach } from '../org/org.service.js';
-import { parseOwnerKey } from '../org/org.service.js';
+import type { OrgService, Reach, Sight } from '../org/org.service.js';
+import { sees } from '../org/org.service.js';
 
 // Who calls /v1, and whom they stand for. The first is AuthService's answer (kept briefly there, with expiry,
 // CSRF and revocation checked on every request). The second costs database round-trips (the user's and the
@@ -77,6 +77,14 @@ export class Callers {
     return { ok: true, caller };
   }
 
+  /**
+   * What a viewer may see of owned things elsewhere (GraphQL), by the same rule and from the same kept reach as
+   * what it may call here (OrgReads.sightOf), so a membership removed hides them at once on both.
+   */
+  sight(viewer: Viewer): Promise<Sight> {
+    return this.deps.org.sightOf(viewer, (userId, tokenId) => this.reachOf(userId, tokenId ?? ''));
+  }
+
   private async reachOf(userId: string, tokenId: string): Promise<Reach> {
     const kept = await this.reaches.get(`${userId}:${tokenId}`, async () => ({
       userId,
@@ -86,9 +94,7 @@ export class Callers {
   }
 }
 
-/** Whether an owner key ("team:<id>", null for everyone) admits the caller. Admins call everything. */
+/** Whether an owner key ("team:<id>", null for everyone) admits the caller (org-owners.ts `sees`). */
 export function admits(caller: Caller, owner: string | null): boolean {
-  if (owner === null || caller.admin) return true;
-  const parsed = parseOwnerKey(owner);
-  return parsed ? caller.reach[parsed.scope].has(parsed.id) : false;
+  return sees(caller, owner);
 }

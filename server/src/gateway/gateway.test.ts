@@ -38,7 +38,14 @@ const client = (apiKey = token) => new OpenAI({ baseURL: `${base}/v1`, apiKey, m
 
 beforeAll(async () => {
   // A short body deadline, so the test of a body that never ends is quick.
-  t = await startTestApp({ HANGAR_BODY_TIMEOUT_MS: '1000' });
+  // Short answer limits too, so the tests of a replica that goes quiet or never ends are quick.
+  t = await startTestApp({
+    HANGAR_BODY_TIMEOUT_MS: '1000',
+    HANGAR_GATEWAY_IDLE_MS: '2000',
+    HANGAR_GATEWAY_DEADLINE_SECONDS: '4',
+    // Every client here is one address (loopback), and the wake queue's test holds 71 requests open at once.
+    HANGAR_MAX_CONNECTIONS_PER_ADDRESS: '1000',
+  });
   base = await t.app.start();
   token = await t.token('VIEWER', 'an-application');
   replica = await startStandInReplica({ key: KEY });
@@ -284,5 +291,264 @@ describe('the gateway at /v1', () => {
     expect(res.status).toBe(503);
     expect(res.headers.get('retry-after')).toBe('60');
     expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/stopped by an operator/);
+  });
+});
+
+/** A replica's endpoint that answers every request as `answer` says: a refusal, an HTML page, a stream. */
+async function oddReplica(answer: (req: http.IncomingMessage, res: http.ServerResponse) => void) {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    req.once('end', () => answer(req, res));
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`,
+    close: () => {
+      server.closeAllConnections();
+      server.close();
+    },
+  };
+}
+
+const chat = (model: string, apiKey = token, extra: Record<string, unknown> = {}) =>
+  fetch(`${base}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${apiKey}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], ...extra }),
+  });
+
+describe('what a replica says that the gateway does not pass on', () => {
+  it('answers a replica’s 401 (a model being stopped) with 503 and the model’s state, never the node’s refusal', async () => {
+    // A replica that no longer takes the gateway's key, as a node's endpoint does for the half second between an
+    // operator's stop and the route table's next refresh: its 401 quotes the key it got.
+    const stopping = await startStandInReplica({ key: 'hgk_the-key-the-node-holds-now-0123456789' });
+    try {
+      const { model } = await addModel('stopping', [stopping.endpoint]);
+      const first = await client()
+        .chat.completions.create({ model: 'stopping', messages: [{ role: 'user', content: 'hi' }] })
+        .catch((e: unknown) => e);
+      expect(first).toBeInstanceOf(OpenAI.APIError);
+      const err = first as InstanceType<typeof OpenAI.APIError>;
+      expect(err.status).toBe(503);
+      expect(err.code).toBe('model_unavailable');
+      expect(err.message).toMatch(/stopping.*gpu-1.*401/);
+      expect(err.headers?.get('retry-after')).toBeTruthy();
+      expect(JSON.stringify(err.error)).not.toContain(KEY);
+      expect(stopping.errorBodies.at(-1)).toContain(KEY);
+
+      // The operator's stop, not yet in the route table: the answer says so.
+      await t.app.db.prisma.catalogModel.update({ where: { id: model.id }, data: { minReplicas: 0, maxReplicas: 0 } });
+      const res = await chat('stopping');
+      expect(res.status).toBe(503);
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      const text = await res.text();
+      expect(text).not.toContain(KEY);
+      expect((JSON.parse(text) as { error: { message: string } }).error.message).toMatch(/stopped by an operator/);
+    } finally {
+      await stopping.close();
+    }
+  });
+
+  it('passes a replica’s 4xx on without the engine key it quotes', async () => {
+    const quoting = await oddReplica((req, res) => {
+      const bearer = req.headers.authorization?.replace(/^Bearer /, '') ?? '';
+      const masked = `${bearer.slice(0, 8)}****${bearer.slice(-4)}`;
+      res.writeHead(400, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          error: {
+            message: `key ${bearer} (${masked}) may not use this context size`,
+            type: 'invalid_request_error',
+            param: null,
+            code: null,
+          },
+        }),
+      );
+    });
+    try {
+      await addModel('quoting', [quoting.endpoint]);
+      const res = await chat('quoting');
+      expect(res.status).toBe(400);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      const text = await res.text();
+      expect(text).not.toContain(KEY);
+      expect(text).not.toContain(KEY.slice(0, 8));
+      expect(text).not.toContain(KEY.slice(-4));
+      expect(JSON.parse(text)).toMatchObject({ error: { type: 'invalid_request_error' } });
+    } finally {
+      quoting.close();
+    }
+  });
+
+  it('never relays a replica’s HTML, and marks every /v1 answer nosniff', async () => {
+    const html = await oddReplica((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/html' }).end('<script>alert(document.cookie)</script>');
+    });
+    try {
+      await addModel('html', [html.endpoint]);
+      const res = await chat('html');
+      expect(res.status).toBe(502);
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(res.headers.get('x-content-type-options')).toBe('nosniff');
+      const text = await res.text();
+      expect(text).not.toContain('<script>');
+      expect(JSON.parse(text)).toMatchObject({ error: { type: 'server_error' } });
+    } finally {
+      html.close();
+    }
+    const answers = [
+      await fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${token}` } }),
+      await fetch(`${base}/v1/models`),
+      await fetch(`${base}/v1/files`, { headers: { authorization: `Bearer ${token}` } }),
+      await chat('made-up'),
+      await chat('tiny'),
+      await chat('tiny', token, { stream: true }),
+    ];
+    for (const res of answers) {
+      await res.text();
+      expect(res.headers.get('x-content-type-options'), `${res.status} ${res.url}`).toBe('nosniff');
+    }
+  });
+});
+
+describe('requests the gateway cannot pass on as they came', () => {
+  it('refuses JSON nested 1,000,000 deep in OpenAI’s shape', async () => {
+    // Streamed, so the gateway adds stream_options and writes the body out again.
+    const deep = `{"model":"tiny","stream":true,"messages":${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}}`;
+    const res = await fetch(`${base}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: deep,
+    });
+    expect(res.status).toBe(400);
+    expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
+  });
+
+  it('answers a model name that is not percent-encoded UTF-8 in OpenAI’s shape', async () => {
+    const res = await fetch(`${base}/v1/models/%E0%A4%A`, { headers: { authorization: `Bearer ${token}` } });
+    expect([400, 404]).toContain(res.status);
+    expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
+  });
+});
+
+describe('a replica stream that goes quiet or never ends', () => {
+  it('is cut after HANGAR_GATEWAY_IDLE_MS without a byte, and the client is told why', async () => {
+    const quiet = await startStandInReplica({ key: KEY });
+    const release = quiet.hold();
+    try {
+      await addModel('quiet', [quiet.endpoint]);
+      const answer = await client().chat.completions.create({
+        model: 'quiet',
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+      });
+      let text = '';
+      const ended = await (async () => {
+        for await (const chunk of answer) text += chunk.choices[0]?.delta?.content ?? '';
+      })().catch((e: unknown) => e);
+      expect(text).toBe(quiet.words[0]);
+      expect(String(ended)).toMatch(/HANGAR_GATEWAY_IDLE_MS/);
+      // The replica's work was given up: its connection closed.
+      await expect.poll(() => quiet.open()).toBe(0);
+    } finally {
+      release();
+      await quiet.close();
+    }
+  });
+
+  it('is cut at HANGAR_GATEWAY_DEADLINE_SECONDS though it keeps sending', async () => {
+    const endless = await oddReplica((_req, res) => {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      const chunk = { id: 'x', object: 'chat.completion.chunk', created: 1, model: 'endless' };
+      const timer = setInterval(() => {
+        res.write(
+          `data: ${JSON.stringify({ ...chunk, choices: [{ index: 0, delta: { content: '.' }, finish_reason: null }] })}\n\n`,
+        );
+      }, 100);
+      res.once('close', () => clearInterval(timer));
+    });
+    try {
+      await addModel('endless', [endless.endpoint]);
+      const answer = await client().chat.completions.create({
+        model: 'endless',
+        messages: [{ role: 'user', content: 'hi' }],
+        stream: true,
+      });
+      let dots = 0;
+      const ended = await (async () => {
+        for await (const chunk of answer) dots += (chunk.choices[0]?.delta?.content ?? '').length;
+      })().catch((e: unknown) => e);
+      expect(dots).toBeGreaterThan(0);
+      expect(String(ended)).toMatch(/HANGAR_GATEWAY_DEADLINE_SECONDS/);
+    } finally {
+      endless.close();
+    }
+  });
+});
+
+describe('waiting for a model', () => {
+  it('keeps a share of the wake queue for other callers while one sends 70 requests', async () => {
+    await addModel('sleepy', [], { minReplicas: 0, maxReplicas: 1 });
+    const other = await t.token('VIEWER', 'another-application');
+    const gateway = t.app.services.gateway;
+    const flood = Array.from({ length: 70 }, () =>
+      chat('sleepy').then(async (res) => ({ status: res.status, text: await res.text() })),
+    );
+    // Each of the flood's requests is either waiting or already answered.
+    let settled = 0;
+    for (const p of flood) void p.then(() => settled++);
+    await expect.poll(() => gateway.waiting('sleepy') + settled, { timeout: 20_000 }).toBe(70);
+    // The stand-in streams every answer: asked for a stream, as it would be.
+    const theirs = client(other)
+      .chat.completions.create({ model: 'sleepy', messages: [{ role: 'user', content: 'hi' }], stream: true })
+      .then(async (answer) => {
+        let text = '';
+        for await (const chunk of answer) text += chunk.choices[0]?.delta?.content ?? '';
+        return text;
+      });
+    // Before it is answered, it either waits as well or (as it was) is refused at once.
+    let theirsDone = false;
+    void theirs.then(
+      () => {
+        theirsDone = true;
+      },
+      () => {
+        theirsDone = true;
+      },
+    );
+    const waitingBefore = gateway.waiting('sleepy');
+    await expect.poll(() => theirsDone || gateway.waiting('sleepy') > waitingBefore, { timeout: 20_000 }).toBe(true);
+    // The model wakes: the replica the wake placed becomes READY, as its agent would report it.
+    const db = t.app.db.prisma;
+    const placed = () => db.replica.findFirst({ where: { model: { name: 'sleepy' }, state: 'PENDING' } });
+    // The wake's placement pass may wait for one already under way.
+    await expect.poll(placed, { timeout: 15_000 }).toBeTruthy();
+    const woken = (await placed())!;
+    await db.replica.update({ where: { id: woken.id }, data: { nodeId, state: 'READY', endpoint: replica.endpoint } });
+    await db.engineKey.create({ data: { replicaId: woken.id, key: KEY } });
+    await gateway.routes.refresh();
+    expect(await theirs).toBe(replica.words.join(''));
+    const flooded = await Promise.all(flood);
+    const served = flooded.filter((f) => f.status === 200).length;
+    const refused = flooded.filter((f) => f.status === 503);
+    expect(served + refused.length).toBe(70);
+    expect(served).toBeGreaterThan(0);
+    expect(refused[0]?.text).toMatch(/HANGAR_GATEWAY_WAKE_QUEUE/);
+  });
+
+  it('answers an ALWAYS model whose only replica failed at once, with the reason', async () => {
+    const { model } = await addModel('broken', [], { minReplicas: 1, maxReplicas: 1 });
+    await t.app.db.prisma.replica.create({
+      data: { modelId: model.id, nodeId, state: 'FAILED', message: 'llama.cpp could not load the file: bad magic' },
+    });
+    // Placement adds the replica it wants and says why it can place it nowhere.
+    await t.app.services.fleet.place();
+    await t.app.services.gateway.routes.refresh();
+    const res = await chat('broken');
+    expect(res.status).toBe(503);
+    expect(res.headers.get('retry-after')).toBeTruthy();
+    const body = (await res.json()) as { error: { message: string; code: string } };
+    expect(body.error.code).toBe('model_unavailable');
+    expect(body.error.message).toMatch(/bad magic/);
+    expect(body.error.message).not.toMatch(/HANGAR_GATEWAY_WAKE_SECONDS/);
   });
 });

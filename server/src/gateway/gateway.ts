@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '@hangar/common/log';
@@ -8,12 +9,14 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { AuthService } from '../auth/auth.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
+import { isDatabaseUnreachable } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
-import { json, refuseEarly, unavailable, whyNotReady } from './answers.js';
+import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
+import { json, refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
-import { JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
+import { estimatePromptTokens, JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
 import { type Outcome, type UsageEvent, UsageRecorder } from './usage.js';
 
@@ -48,6 +51,8 @@ const MAX_BODY_BYTES = 4 * 1024 * 1024;
 const FAILING_MS = 10_000;
 /** A non-streamed answer up to this size is passed on whole, in one write; a larger one streams through. */
 const WHOLE_MAX_BYTES = 1024 * 1024;
+/** A replica's error answer is read up to this much (an OpenAI error is a few hundred bytes). */
+const ERROR_MAX_BYTES = 64 * 1024;
 
 const POST_ROUTES = new Set(['/chat/completions', '/completions', '/embeddings']);
 
@@ -60,11 +65,18 @@ export class Gateway {
   private readonly inFlight = new Map<string, number>();
   private readonly failing = new Map<string, { until: number; why: string }>();
   private readonly waitingFor = new Map<string, number>();
+  /** The same, by model and caller: each caller's share of HANGAR_GATEWAY_WAKE_QUEUE (waitFor). */
+  private readonly waitingBy = new Map<string, number>();
   private turn = 0;
 
   constructor(private readonly deps: GatewayDeps) {
     this.routes = new RouteTable(deps.db, deps.log);
-    this.usage = new UsageRecorder(deps.db, deps.log, deps.onUsage);
+    this.usage = new UsageRecorder({
+      db: deps.db,
+      log: deps.log,
+      observe: deps.onUsage,
+      spoolDir: path.join(deps.config.dataDir, 'usage'),
+    });
     this.callers = new Callers({
       auth: deps.auth,
       org: deps.org,
@@ -74,7 +86,7 @@ export class Gateway {
 
   async start() {
     this.callers.start();
-    this.usage.start();
+    await this.usage.start();
     await this.routes.start();
   }
 
@@ -109,6 +121,35 @@ export class Gateway {
 
   /** Answers a request under /v1; `requestId` is the HTTP edge's, so a wake it causes is audited under it. */
   async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId?: string): Promise<void> {
+    // A replica's answer is relayed on the console's origin: no browser may read one as anything but its type.
+    res.setHeader('x-content-type-options', 'nosniff');
+    try {
+      await this.answer(req, res, path, requestId);
+    } catch (err) {
+      // Whatever went wrong is still said in OpenAI's words, which the caller's client reads; one that needs
+      // the database while it is away (a caller not seen lately, a wake) is told to come back, with when.
+      const outage = isDatabaseUnreachable(err);
+      // An outage is logged once by the loops that meet it (db/outage.ts), not once per request here.
+      if (outage) this.deps.log.debug('gateway: a request needed the database while it is away', { requestId, path });
+      else this.deps.log.error('gateway: a request failed', { requestId, path, error: err });
+      if (res.headersSent) return void res.destroy();
+      sendError(
+        res,
+        outage
+          ? new ApiError(
+              503,
+              'Hangar cannot reach its database just now and needs it for this request; try again shortly.',
+              'server_error',
+              null,
+              'service_unavailable',
+              { 'retry-after': '5' },
+            )
+          : new ApiError(500, 'The server had an error while processing your request.', 'server_error'),
+      );
+    }
+  }
+
+  private async answer(req: IncomingMessage, res: ServerResponse, path: string, requestId?: string): Promise<void> {
     const route = path.slice('/v1'.length);
     const isModels = route === '/models' || route.startsWith('/models/');
     if (!(req.method === 'GET' && isModels) && !(req.method === 'POST' && POST_ROUTES.has(route))) {
@@ -168,7 +209,9 @@ export class Gateway {
     const ownedBy = (owner: string | null) => (owner ? (labels.get(owner) ?? owner) : 'hangar');
     for (const m of models) {
       const created = Math.floor(m.createdAt.getTime() / 1000);
-      cards.push({ id: m.name, object: 'model', created, owned_by: ownedBy(m.owner) });
+      // A model whose name an adapter holds (routes.ts) is not called by it: one card per name, the adapter's.
+      if (!this.routes.lookup(m.name)?.adapter)
+        cards.push({ id: m.name, object: 'model', created, owned_by: ownedBy(m.owner) });
       for (const a of m.adapters.values()) {
         if (!admits(caller, a.owner)) continue;
         // vLLM's shape for a LoRA adapter: the base it runs on as `parent` and `root`.
@@ -176,7 +219,12 @@ export class Gateway {
       }
     }
     if (one !== null) {
-      const name = decodeURIComponent(one);
+      let name: string;
+      try {
+        name = decodeURIComponent(one);
+      } catch {
+        return sendError(res, invalid(`The model name in the path is not percent-encoded UTF-8: ${one}`, 'model'));
+      }
       const card = cards.find((c) => c.id === name);
       return card ? json(res, 200, card) : sendError(res, modelNotFound(name));
     }
@@ -192,7 +240,8 @@ export class Gateway {
     caller: Caller,
   ) {
     const started = performance.now();
-    const at = new Date();
+    // On the database's clock: the model's awake-until is worked out from it, and placement judges that there.
+    const at = this.deps.db.clock.now();
     const abort = new AbortController();
     const gone = () => {
       if (!res.writableFinished) abort.abort(new Error('the client went away'));
@@ -217,7 +266,13 @@ export class Gateway {
       const out: Record<string, unknown> = rest;
       if (askUsage) out.stream_options = { ...(options ?? {}), include_usage: true };
       if (target.adapter) out.lora = [{ id: [...r.adapters].indexOf(target.adapter.name), scale: 1 }];
-      return Buffer.from(JSON.stringify(out));
+      try {
+        return Buffer.from(JSON.stringify(out));
+      } catch (err) {
+        // Nested deeper than the stack goes: JSON.parse took it, writing it out again cannot.
+        if (!(err instanceof RangeError)) throw err;
+        throw invalid('The request body nests arrays or objects too deeply; send a flatter body.', null, null);
+      }
     };
     this.usage.touch(target.model.name);
 
@@ -225,6 +280,8 @@ export class Gateway {
     let outcome: Outcome = 'error';
     let usage: Usage | null = null;
     let firstAt: number | null = null;
+    /** Why the last replica tried refused the gateway itself (401/403): the model's state, said as a 503. */
+    let refusedBy: string | undefined;
     try {
       const tried = new Set<string>();
       for (let attempt = 0; attempt < 2; attempt++) {
@@ -242,6 +299,7 @@ export class Gateway {
         replica = picked;
         tried.add(replica.id);
         this.inFlight.set(replica.id, (this.inFlight.get(replica.id) ?? 0) + 1);
+        let unwatch: (() => void) | undefined;
         try {
           const upstream = await send({
             endpoint: replica.endpoint as string,
@@ -252,12 +310,51 @@ export class Gateway {
             firstByteMs: this.deps.config.gatewayFirstByteMs,
             signal: abort.signal,
           });
+          unwatch = watchAnswer(upstream, {
+            idleMs: this.deps.config.gatewayIdleMs,
+            deadlineMs: this.deps.config.gatewayDeadlineSeconds * 1000,
+          });
           const status = upstream.statusCode ?? 502;
           if (status >= 500 && attempt === 0) {
             // Nothing reached the client yet: the replica is set aside and another one gets the request.
             upstream.resume();
             this.markFailing(replica, `answered ${status}`);
             continue;
+          }
+          if (status === 401 || status === 403) {
+            // The node no longer takes the replica's key: it is being stopped (or restarted with another key).
+            // That refusal is of the gateway, not of the caller, whose client would tell them their key is wrong.
+            upstream.resume();
+            refusedBy = `its replica on ${replica.nodeName ?? 'a node'} refused the gateway's key (${status}), as a replica being stopped or restarted does`;
+            this.markFailing(replica, `refused the gateway's engine key (${status})`);
+            await this.routes.refresh();
+            continue;
+          }
+          if (status >= 400 || !relayable(upstream.headers['content-type'])) {
+            // Read whole and looked into: it may quote the engine key, or be a page no browser should render.
+            // A body cut off midway is not OpenAI's JSON either: answered in the gateway's words below.
+            const whole = await readCapped(upstream, ERROR_MAX_BYTES).catch(() => Buffer.alloc(0));
+            if (status < 400) {
+              this.markFailing(replica, `answered ${String(upstream.headers['content-type'])}, not JSON`);
+              if (attempt === 0) continue;
+              return void sendError(
+                res,
+                new ApiError(
+                  502,
+                  `The replica serving ${target.model.name} answered with a page, not JSON.`,
+                  'server_error',
+                ),
+              );
+            }
+            const retryAfter = upstream.headers['retry-after'];
+            return void sendError(
+              res,
+              relayedError(status, whole, {
+                engineKey: replica.engineKey as string,
+                model: target.model.name,
+                retryAfter,
+              }),
+            );
           }
           const headers: Record<string, string> = {
             'content-type': String(upstream.headers['content-type'] ?? 'application/json'),
@@ -284,11 +381,9 @@ export class Gateway {
               }
               // Nothing reached the client yet, so this counts as failing before the first byte.
               this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
-              if (attempt === 0) continue;
-              sendError(
-                res,
-                new ApiError(502, `The replica serving ${target.model.name} stopped mid-answer.`, 'server_error'),
-              );
+              // An answer cut by the gateway's own limits is not sent again: it would only run into them again.
+              if (attempt === 0 && !(err instanceof AnswerCut)) continue;
+              sendError(res, midAnswer(target.model.name, err));
               return;
             }
             usage = usageOfJson(whole);
@@ -317,15 +412,13 @@ export class Gateway {
               // The replica went away mid-answer: the client hears it as an error, and nobody retries it (bytes
               // already reached the client).
               this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
-              if (sse && !res.writableEnded) {
-                sendError(
-                  res,
-                  new ApiError(502, `The replica serving ${target.model.name} stopped mid-answer.`, 'server_error'),
-                );
-              } else res.destroy();
+              if (sse && !res.writableEnded) sendError(res, midAnswer(target.model.name, err));
+              else res.destroy();
             }
           }
-          usage = tap.usage;
+          // What the client got, also when it (or the replica) left before the engine's usage came; a replica's
+          // refusal (4xx, 5xx) read no prompt and is accounted only as the engine says.
+          usage = status < 400 ? tap.accounted(() => estimatePromptTokens(body)) : tap.usage;
           firstAt = tap instanceof SseTap ? tap.firstEventAt : tap.firstByteAt;
           return;
         } catch (err) {
@@ -337,10 +430,24 @@ export class Gateway {
             this.markFailing(replica, err.message);
             continue;
           }
+          if (err instanceof ApiError) return void sendError(res, err);
           throw err;
         } finally {
+          unwatch?.();
           this.inFlight.set(replica.id, Math.max(0, (this.inFlight.get(replica.id) ?? 1) - 1));
         }
+      }
+      if (refusedBy) {
+        const stopped = this.routes.lookup(target.model.name)?.model.mode === 'STOPPED';
+        return void sendError(
+          res,
+          stopped
+            ? unavailable(
+                `${target.model.name} was stopped by an operator: it serves no requests until it is started again`,
+                60,
+              )
+            : unavailable(`${target.model.name} is not serving just now: ${refusedBy}; try again shortly`, 5),
+        );
       }
       sendError(
         res,
@@ -426,7 +533,20 @@ export class Gateway {
         5,
       );
     }
+    // One caller may hold a quarter of the queue at most, so that one flooding it leaves room for at least three
+    // others: a fixed share, not one computed from who waits now, because a request already waiting cannot be
+    // taken back when another caller comes.
+    const share = Math.max(1, Math.floor(gatewayWakeQueue / 4));
+    const mine = `${name}\n${caller.tokenId || `user:${caller.userId}`}`;
+    const held = this.waitingBy.get(mine) ?? 0;
+    if (held >= share) {
+      return unavailable(
+        `${held} of your requests already wait for ${name} to start, a caller's share of the ${gatewayWakeQueue} this server holds (a quarter of HANGAR_GATEWAY_WAKE_QUEUE); try again shortly`,
+        5,
+      );
+    }
     this.waitingFor.set(name, waiting + 1);
+    this.waitingBy.set(mine, held + 1);
     try {
       if (target.model.mode === 'ON_DEMAND') await this.wake(target.model, caller);
       const deadline = Date.now() + gatewayWakeSeconds * 1000;
@@ -458,6 +578,9 @@ export class Gateway {
       const left = (this.waitingFor.get(name) ?? 1) - 1;
       if (left > 0) this.waitingFor.set(name, left);
       else this.waitingFor.delete(name);
+      const mineLeft = (this.waitingBy.get(mine) ?? 1) - 1;
+      if (mineLeft > 0) this.waitingBy.set(mine, mineLeft);
+      else this.waitingBy.delete(mine);
     }
   }
 
@@ -478,6 +601,7 @@ export class Gateway {
             action: 'wakeModel',
             target: model.name,
             message: `woken by a request; awake until ${row.awakeUntil.toISOString()}`,
+            owner: model.owner,
           },
         );
       }
@@ -487,4 +611,10 @@ export class Gateway {
     await this.deps.fleet.place();
     await this.routes.refresh();
   }
+}
+
+/** The error a client hears when a replica's answer ended early: the gateway's own limit named, when it was that. */
+function midAnswer(model: string, err: unknown): ApiError {
+  const why = err instanceof AnswerCut ? `: ${err.message}` : '.';
+  return new ApiError(502, `The replica serving ${model} stopped mid-answer${why}`, 'server_error');
 }

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import { describe, expect, it } from 'vitest';
-import { SseTap } from './proxy.js';
+import { estimatePromptTokens, SseTap, UsageScanner } from './proxy.js';
 
 // The tap every streamed answer goes through, fed the bytes an engine sends cut at every place a read can cut
 // them: inside a multi-byte character, inside the blank line that ends an event, inside the usage chunk. What
@@ -45,5 +45,69 @@ describe('SseTap', () => {
     const out = await through(tap, [Buffer.from(words[1] as string), Buffer.from('data: {"partial"')]);
     expect(out.toString('utf8')).toBe(`${words[1]}data: {"partial"`);
     expect(tap.usage).toBeNull();
+  });
+});
+
+describe('SseTap when the usage chunk never comes', () => {
+  it('accounts a token per chunk passed on that carried one, and the prompt estimated', async () => {
+    const tap = new SseTap(true);
+    // The role chunk, two tokens, the finish chunk: the client left before the usage chunk.
+    const end = chunk({});
+    await through(tap, [Buffer.from(`${words.join('')}${end}`)]);
+    expect(tap.delivered).toBe(2);
+    expect(tap.accounted(() => 11)).toEqual({ promptTokens: 11, completionTokens: 2 });
+    const whole = new SseTap(true);
+    await through(whole, cut(answer, 5));
+    expect(whole.accounted(() => 11)).toEqual({ promptTokens: 5, completionTokens: 3 });
+  });
+
+  it('estimates a prompt at a token per 4 characters of its text, and one per token id', () => {
+    expect(
+      estimatePromptTokens({
+        messages: [
+          { role: 'system', content: 'abcd' },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'efgh' },
+              { type: 'image_url', image_url: { url: 'x' } },
+            ],
+          },
+        ],
+      }),
+    ).toBe(2);
+    expect(estimatePromptTokens({ prompt: [1, 2, 3] })).toBe(3);
+    expect(estimatePromptTokens({ input: ['abcde', 'f'] })).toBe(2);
+  });
+});
+
+// The scan of a JSON answer for its top-level usage, fed in pieces cut at every byte: a "usage" key nested deeper,
+// braces and "usage" inside strings (escaped quotes included), and a usage that is not an object are not it.
+describe('UsageScanner', () => {
+  const usage = { prompt_tokens: 12, completion_tokens: 34, total_tokens: 46 };
+  const tricky = JSON.stringify({
+    id: 'x',
+    choices: [{ message: { content: 'a "usage":{"prompt_tokens":1} } { \\" and } ] [', usage: { prompt_tokens: 7 } } }],
+    meta: { usage: { prompt_tokens: 8 } },
+    'usage\\': { prompt_tokens: 9 },
+    usages: { prompt_tokens: 10 },
+    usage,
+    after: [{ usage: 1 }],
+  });
+
+  for (const size of [1, 2, 3, 7, 64, tricky.length]) {
+    it(`finds the top-level usage alone, with reads of ${size} bytes`, () => {
+      const scanner = new UsageScanner();
+      for (const piece of cut(Buffer.from(tricky), size)) scanner.push(piece);
+      expect(scanner.usage).toEqual({ promptTokens: 12, completionTokens: 34 });
+    });
+  }
+
+  it('finds none where the top-level usage is null or missing', () => {
+    for (const text of ['{"usage":null,"data":[{"usage":{"prompt_tokens":3}}]}', '{"data":[]}', '[{"usage":{}}]']) {
+      const scanner = new UsageScanner();
+      scanner.push(Buffer.from(text));
+      expect(scanner.usage).toBeNull();
+    }
   });
 });

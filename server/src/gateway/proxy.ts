@@ -71,8 +71,30 @@ const readUsage = (u: unknown): Usage | null => {
   };
 };
 
+/**
+ * The prompt's tokens as estimated from the request, for an answer that ended before the engine said how many it
+ * read: a token per 4 characters of its text (OpenAI's rule of thumb for English), and a token per token id of a
+ * prompt given as ids. Text inside content parts counts; images and audio do not.
+ */
+export function estimatePromptTokens(body: Record<string, unknown>): number {
+  let chars = 0;
+  let ids = 0;
+  const walk = (v: unknown): void => {
+    if (typeof v === 'string') chars += v.length;
+    else if (typeof v === 'number') ids++;
+    else if (Array.isArray(v)) for (const item of v) walk(item);
+    else if (v && typeof v === 'object') walk((v as { text?: unknown }).text);
+  };
+  if (Array.isArray(body.messages)) for (const m of body.messages) walk((m as { content?: unknown } | null)?.content);
+  walk(body.prompt);
+  walk(body.input);
+  return ids + Math.ceil(chars / 4);
+}
+
 const EMPTY = Buffer.alloc(0);
 const EVENT_END = Buffer.from('\n\n');
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
 const USAGE_MARK = Buffer.from('"usage":{');
 
 /**
@@ -83,6 +105,10 @@ const USAGE_MARK = Buffer.from('"usage":{');
 export class SseTap extends Transform {
   firstEventAt: number | null = null;
   usage: Usage | null = null;
+  /** Whether the engine's usage chunk (its usage and no choices, after the last token) came. */
+  usageChunkCame = false;
+  /** Chunks carrying a token (text, reasoning or a tool call) passed on to the client. */
+  delivered = 0;
   /** The bytes after the last whole event, waiting for the rest of it. */
   private pending: Buffer = EMPTY;
 
@@ -104,6 +130,7 @@ export class SseTap extends Transform {
     }
     this.pending = end + 2 < bytes.length ? bytes.subarray(end + 2) : EMPTY;
     const events = end + 2 < bytes.length ? bytes.subarray(0, end + 2) : bytes;
+    this.delivered += tokenChunks(events);
     // The common case, a token's chunk: the same bytes go on, undecoded and uncopied (this runs per token).
     if (events.indexOf(USAGE_MARK) < 0) return done(null, events);
     let out = '';
@@ -114,7 +141,9 @@ export class SseTap extends Transform {
         try {
           const parsed = JSON.parse(data) as { usage?: unknown; choices?: unknown[] };
           this.usage = readUsage(parsed.usage) ?? this.usage;
-          if (this.strip && Array.isArray(parsed.choices) && parsed.choices.length === 0) continue;
+          const usageChunk = Array.isArray(parsed.choices) && parsed.choices.length === 0;
+          if (usageChunk && this.usage) this.usageChunkCame = true;
+          if (this.strip && usageChunk) continue;
         } catch {
           // Not JSON: passed on as it came.
         }
@@ -127,34 +156,175 @@ export class SseTap extends Transform {
   override _flush(done: TransformCallback) {
     done(null, this.pending.length ? this.pending : undefined);
   }
+
+  /**
+   * What the request is accounted: the engine's usage when its usage chunk came. Otherwise (the client left, the
+   * replica died, an engine that sends none) what the client was sent: a token per chunk that carried one, and
+   * the prompt as the engine reported it in an earlier chunk (vLLM's continuous usage) or estimated from the
+   * request (`prompt`), since the engine read the whole prompt before its first token.
+   */
+  accounted(prompt: () => number): Usage {
+    if (this.usage && this.usageChunkCame) return this.usage;
+    return {
+      promptTokens: this.usage?.promptTokens ?? prompt(),
+      completionTokens: Math.max(this.delivered, this.usage?.completionTokens ?? 0),
+    };
+  }
 }
 
-/** The usage of a whole JSON answer; null when it has none or is not JSON. */
-export function usageOfJson(bytes: Buffer): Usage | null {
+// Where a chunk carries a token: its text (chat, reasoning, completions) with at least one character, or a tool
+// call. Looked for in the bytes, not parsed (this runs per token): a quote inside a JSON string is escaped, so
+// these can only be keys. Compact JSON (every engine's) and json.dumps' default ", " / ": " spacing.
+const TOKEN_MARKS = ['"content":"', '"text":"', '"reasoning_content":"', '"content": "', '"text": "']
+  .map((m) => ({ mark: Buffer.from(m), string: true }))
+  .concat(['"tool_calls":[{', '"tool_calls": [{'].map((m) => ({ mark: Buffer.from(m), string: false })));
+
+/** How many of the events in `events` (whole ones, each ending with a blank line) carry a token. */
+function tokenChunks(events: Buffer): number {
+  let count = 0;
+  for (let start = 0; start < events.length; ) {
+    const at = events.indexOf(EVENT_END, start);
+    const end = at < 0 ? events.length : at;
+    const event = events.subarray(start, end);
+    for (const { mark, string } of TOKEN_MARKS) {
+      const found = event.indexOf(mark);
+      // A string mark counts when the text is not empty (the first chunk's `"content":""` is no token).
+      if (found >= 0 && (!string || event[found + mark.length] !== QUOTE)) {
+        count++;
+        break;
+      }
+    }
+    start = end + 2;
+  }
+  return count;
+}
+
+/** The usage of a whole JSON answer (or, with `isUsage`, the usage object itself); null when none or not JSON. */
+export function usageOfJson(bytes: Buffer, isUsage = false): Usage | null {
   try {
-    return readUsage((JSON.parse(bytes.toString('utf8')) as { usage?: unknown }).usage);
+    const parsed = JSON.parse(bytes.toString('utf8')) as { usage?: unknown };
+    return readUsage(isUsage ? parsed : parsed.usage);
   } catch {
     return null;
   }
 }
 
-/** Passes a JSON answer through untouched and reads its `usage` at the end (from at most 1 MiB of it). */
+/**
+ * Passes a JSON answer through untouched and reads its top-level `usage` as the bytes go by, whatever the answer's
+ * size (a batch of embeddings or a long chat can be many MiB): nothing is held but the usage object itself.
+ */
 export class JsonTap extends Transform {
   firstByteAt: number | null = null;
-  usage: Usage | null = null;
-  private chunks: Buffer[] = [];
-  private size = 0;
+  private readonly scanner = new UsageScanner();
+
+  get usage(): Usage | null {
+    return this.scanner.usage;
+  }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) {
     this.firstByteAt ??= performance.now();
-    if (this.size < 1 << 20) this.chunks.push(chunk);
-    this.size += chunk.length;
+    this.scanner.push(chunk);
     done(null, chunk);
   }
 
-  override _flush(done: TransformCallback) {
-    if (this.size <= 1 << 20) this.usage = usageOfJson(Buffer.concat(this.chunks));
-    this.chunks = [];
-    done();
+  /** The engine's usage; without one (cut short, or an engine that reports none) the prompt, estimated. */
+  accounted(prompt: () => number): Usage {
+    return this.usage ?? { promptTokens: prompt(), completionTokens: 0 };
+  }
+}
+
+const USAGE_KEY = Buffer.from('usage');
+/** A usage object larger than this is not one an engine wrote: it is not read. */
+const USAGE_MAX_BYTES = 64 * 1024;
+
+/**
+ * Finds the value of the top-level object's "usage" key in a JSON text fed in pieces, without parsing the rest:
+ * it follows only strings (so that a brace or a "usage" inside a text is not taken for one) and the nesting depth
+ * (so that a "usage" key deeper down is not either), and keeps the bytes of the usage object alone.
+ */
+export class UsageScanner {
+  usage: Usage | null = null;
+  private depth = 0;
+  private inString = false;
+  private escaped = false;
+  /** Reading a key of the top-level object: how many of its bytes so far, and whether they still spell "usage". */
+  private key: { length: number; usage: boolean } | null = null;
+  private expectKey = false;
+  private lastKeyWasUsage = false;
+  private valueIsUsage = false;
+  private captured: Buffer[] | null = null;
+  private capturedBytes = 0;
+  private done = false;
+
+  push(chunk: Buffer) {
+    if (this.done) return;
+    // Where this chunk's part of the usage object starts, while one is being kept.
+    let from = 0;
+    for (let i = 0; i < chunk.length; i++) {
+      const b = chunk[i] as number;
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (b === BACKSLASH) this.escaped = true;
+        else if (b === QUOTE) {
+          this.inString = false;
+          if (this.key) this.lastKeyWasUsage = this.key.usage && this.key.length === USAGE_KEY.length;
+          this.key = null;
+          continue;
+        }
+        if (this.key) {
+          this.key.usage &&= b === USAGE_KEY[this.key.length];
+          this.key.length++;
+        }
+        continue;
+      }
+      switch (b) {
+        case QUOTE:
+          this.inString = true;
+          if (this.depth === 1 && this.expectKey) this.key = { length: 0, usage: true };
+          this.expectKey = false;
+          this.valueIsUsage = false;
+          break;
+        case 0x3a: // ':' after a key: is the value the usage?
+          if (this.depth === 1) this.valueIsUsage = this.lastKeyWasUsage;
+          this.lastKeyWasUsage = false;
+          break;
+        case 0x2c: // ','
+          if (this.depth === 1) this.expectKey = true;
+          break;
+        case 0x7b: // '{'
+          if (this.depth === 1 && this.valueIsUsage) {
+            this.captured = [];
+            this.capturedBytes = 0;
+            from = i;
+          }
+          this.valueIsUsage = false;
+          this.depth++;
+          this.expectKey = this.depth === 1;
+          break;
+        case 0x7d: // '}'
+        case 0x5d: // ']'
+          this.depth--;
+          if (this.captured && this.depth === 1) {
+            this.captured.push(chunk.subarray(from, i + 1));
+            this.usage = usageOfJson(Buffer.concat(this.captured), true);
+            this.captured = null;
+            this.done = this.usage !== null;
+            if (this.done) return;
+          }
+          break;
+        case 0x5b: // '['
+          this.depth++;
+          this.valueIsUsage = false;
+          break;
+        default:
+          // Any other value after "usage": (null, a number) is not the usage; blanks (≤ 0x20) change nothing.
+          if (b > 0x20) this.valueIsUsage = false;
+      }
+    }
+    if (this.captured) {
+      this.capturedBytes += chunk.length - from;
+      if (this.capturedBytes > USAGE_MAX_BYTES) this.captured = null;
+      else this.captured.push(chunk.subarray(from));
+    }
   }
 }

@@ -44,6 +44,7 @@ export class RouteTable {
   private list: RouteModel[] = [];
   private timer: NodeJS.Timeout | undefined;
   private refreshing: Promise<void> | undefined;
+  private next: Promise<void> | undefined;
   private lastError: string | undefined;
 
   constructor(
@@ -71,8 +72,19 @@ export class RouteTable {
     return this.list;
   }
 
-  /** Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. */
+  /**
+   * Reads the catalog again now; overlapping calls share one read. Never throws: the last snapshot stays. A call
+   * made while a read is under way gets the next one, which starts after it: the one under way may have begun
+   * before the caller's own write (a wake's placement), and would not hold it.
+   */
   refresh(): Promise<void> {
+    if (this.refreshing) {
+      this.next ??= this.refreshing.then(() => {
+        this.next = undefined;
+        return this.refresh();
+      });
+      return this.next;
+    }
     // On the loops' connections: under a flood of requests the table must still learn of new replicas.
     this.refreshing ??= this.load()
       .catch((err: unknown) => {
@@ -133,8 +145,12 @@ export class RouteTable {
       };
       list.push(model);
       byName.set(model.name, { model });
-      for (const adapter of model.adapters.values()) byName.set(adapter.name, { model, adapter });
     }
+    // Adapters after every model: where a model and an adapter share a name (rows written before the namespace
+    // was made one, catalog/served-names.ts), the name is the adapter's, as the served_names migration decided.
+    // Row order must not decide it, or a model served under a team adapter's name would answer the team.
+    for (const model of list)
+      for (const adapter of model.adapters.values()) byName.set(adapter.name, { model, adapter });
     this.byName = byName;
     this.list = list;
     if (this.lastError) this.log.info('gateway: reads the catalog again');

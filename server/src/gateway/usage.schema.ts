@@ -5,6 +5,8 @@ import { CatalogModelRef } from '../catalog/catalog.schema.js';
 import type { Context } from '../context.js';
 import { ReplicaRef } from '../fleet/fleet.schema.js';
 import { type Result, unwrap, ValidationError } from '../lib/errors.js';
+import { seenOwners } from '../org/org-owners.js';
+import { sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import {
   USAGE_MAX_DAYS,
@@ -52,8 +54,14 @@ function withUsageFields<T extends UsageTotals>(ref: ObjectRef<Types, T>) {
       requests: count('requests', 'Requests answered, failed or aborted.'),
       errors: count('errors', 'Requests answered with an error, by the gateway or the replica.'),
       aborted: count('aborted', 'Requests the client ended before the answer was complete.'),
-      promptTokens: count('promptTokens', "Prompt tokens, as the engine's usage counted them."),
-      completionTokens: count('completionTokens', "Completion tokens, as the engine's usage counted them."),
+      promptTokens: count(
+        'promptTokens',
+        "Prompt tokens, as the engine's usage counted them; for an answer that ended before the engine said (the client left, the replica went away), estimated from the request at a token per 4 characters.",
+      ),
+      completionTokens: count(
+        'completionTokens',
+        "Completion tokens, as the engine's usage counted them; for a stream that ended before the engine said, the chunks carrying a token that the client was sent.",
+      ),
       tokensPerSecond: t.float({
         description: 'Completion tokens over the seconds the step (or, in totals, the range) covers.',
         resolve: (u) => u.tokensPerSecond,
@@ -104,16 +112,20 @@ builder.queryField('usage', (t) =>
         description: `Minutes per point, 1 to ${USAGE_MAX_STEP_MINUTES}; at most ${USAGE_MAX_POINTS} points in all.`,
       }),
     },
-    resolve: async (_root, args, ctx) =>
+    resolve: async (_root, args, ctx, info) =>
       unwrap(
-        await ctx.services.usage.usage(ctx.viewer, {
-          model: args.model,
-          adapter: args.adapter,
-          token: args.token == null ? null : String(args.token),
-          from: args.from,
-          to: args.to,
-          step: args.step,
-        }),
+        await ctx.services.usage.usage(
+          ctx.viewer,
+          {
+            model: args.model,
+            adapter: args.adapter,
+            token: args.token == null ? null : String(args.token),
+            from: args.from,
+            to: args.to,
+            step: args.step,
+          },
+          seenOwners(await sightOf(ctx, info)),
+        ),
       ),
   }),
 );

@@ -66,13 +66,17 @@ type Sums = Omit<Row, 'bin' | 'buckets'> & { buckets: number[] };
 export class UsageService {
   constructor(private readonly db: Db) {}
 
-  async usage(viewer: Viewer, filter: UsageFilter): Promise<Result<Usage>> {
+  /**
+   * `owners` (org-owners.ts seenOwners): usage of an owned model or adapter is read only by those its owner admits
+   * (absent: an admin, all), so asking for a team's adapter by name reads as asking for one never called.
+   */
+  async usage(viewer: Viewer, filter: UsageFilter, owners?: string[]): Promise<Result<Usage>> {
     const range = checkRange(filter);
     if (!range.ok) return range;
     const { from, to, stepMinutes } = range.value;
     const stepMs = stepMinutes * MINUTE_MS;
     const count = Math.ceil((to.getTime() - from.getTime()) / stepMs);
-    const rows = await this.sums(viewer, filter, from, to, stepMs);
+    const rows = await this.sums(viewer, filter, from, to, stepMs, owners);
     const byBin = new Map(rows.map((r) => [r.bin, r]));
     const points: UsagePoint[] = [];
     // Every step is a point, zeros where nothing was recorded: a chart drawn from it has no gaps to guess over.
@@ -125,8 +129,16 @@ export class UsageService {
   }
 
   /** One aggregate over the range, grouped by step: never a row per minute sent back to be added up here. */
-  private sums(viewer: Viewer, filter: UsageFilter, from: Date, to: Date, stepMs: number): Promise<Row[]> {
+  private sums(
+    viewer: Viewer,
+    filter: UsageFilter,
+    from: Date,
+    to: Date,
+    stepMs: number,
+    owners?: string[],
+  ): Promise<Row[]> {
     const where = [this.window(from, to), this.restriction(viewer)];
+    if (owners) where.push(seenOnly(owners));
     if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
     if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
     if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
@@ -290,4 +302,17 @@ export function percentileMs(buckets: readonly number[], q: number): number | nu
     }
   }
   return lastFinite;
+}
+
+/**
+ * Rows of models and adapters these owners admit, or nobody owns: two anti-joins on the names' unique indexes, in
+ * the same statement (no query per row). A row of a name no longer in the catalog stays: nothing owns it now.
+ */
+function seenOnly(owners: string[]) {
+  const foreign = (column: Prisma.Sql) =>
+    owners.length ? Prisma.sql`AND NOT (${column} IN (${Prisma.join(owners)}))` : Prisma.empty;
+  return Prisma.sql`NOT EXISTS (SELECT 1 FROM "CatalogModel" m
+      WHERE m.name = "UsageMinute".model AND m.owner IS NOT NULL ${foreign(Prisma.sql`m.owner`)})
+    AND NOT EXISTS (SELECT 1 FROM "Adapter" a
+      WHERE a.name = "UsageMinute".adapter AND a.owner IS NOT NULL ${foreign(Prisma.sql`a.owner`)})`;
 }

@@ -15,7 +15,10 @@ import type { PubSub } from '../pubsub.js';
 function sharingClass(viewer: Viewer): string | undefined {
   if (viewer.kind === 'user' || viewer.kind === 'token') {
     const callerOnly = viewer.kind === 'token' && viewer.callerOnly ? ' caller-only' : '';
-    return `${viewer.kind} ${viewer.user.id} ${viewer.role}${callerOnly}`;
+    // A token sees what its user's memberships and its own admit (org-owners.ts callerReach), so two tokens of
+    // one user may see different owned things: each token is a caller of its own.
+    const who = viewer.kind === 'token' ? `${viewer.user.id} ${viewer.tokenId}` : viewer.user.id;
+    return `${viewer.kind} ${who} ${viewer.role}${callerOnly}`;
   }
   if (viewer.kind === 'node') return `node ${viewer.node.id}`;
   return undefined;

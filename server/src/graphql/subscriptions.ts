@@ -9,6 +9,7 @@ import type { Context } from '../context.js';
 // stop standing. A WebSocket brings its connection in the context; an SSE request is a connection of its own.
 
 export const TOO_MANY_SUBSCRIPTIONS = 'TOO_MANY_SUBSCRIPTIONS';
+export const TOO_MANY_CONNECTIONS = 'TOO_MANY_CONNECTIONS';
 
 export function liveSubscriptions(live: LiveCallers): Plugin<Context> {
   return {
@@ -29,6 +30,14 @@ export function liveSubscriptions(live: LiveCallers): Plugin<Context> {
         return;
       }
       if (ctx.viewer.kind === 'system') return;
+      // An SSE stream is a live connection of its own, counted in its caller's share as a WebSocket is.
+      const refusal = ctx.live ? undefined : live.connectionRefusal(ctx.viewer);
+      if (refusal) {
+        setResultAndStopExecution({
+          errors: [new GraphQLError(refusal, { extensions: { code: TOO_MANY_CONNECTIONS, http: { status: 429 } } })],
+        });
+        return;
+      }
       const connection: LiveConnection =
         ctx.live ??
         live.open(

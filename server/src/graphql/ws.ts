@@ -22,9 +22,16 @@ type EnvelopedRoot = { execute: (args: ExecutionArgs) => unknown; subscribe: (ar
  * graphql-ws on the same port and path as HTTP. Every operation goes through yoga.getEnveloped, so the same
  * schema, context, auth, validation and query limits apply as over HTTP.
  */
-export type GraphqlWsDeps = { yoga: HangarYoga; auth: AuthService; live: LiveCallers; trustProxy: boolean };
+export type GraphqlWsDeps = {
+  yoga: HangarYoga;
+  auth: AuthService;
+  live: LiveCallers;
+  trustProxy: boolean;
+  /** How long a connection may hold no subscription before it is closed (HANGAR_WS_IDLE_SECONDS). */
+  idleMs: number;
+};
 
-export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustProxy }: GraphqlWsDeps) {
+export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustProxy, idleMs }: GraphqlWsDeps) {
   return useServer<Record<string, unknown> | undefined, Extra>(
     {
       // Who is calling is settled once per connection: connectionParams.authorization ("Bearer …") for scripts,
@@ -46,6 +53,12 @@ export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustP
           if (viewer.reason) ctx.extra.socket.close(4403, closeReason(viewer.reason));
           return false;
         }
+        // 1013, "try again later": graphql-ws clients retry it with a backoff, and a slot may be free by then.
+        const refusal = live.connectionRefusal(viewer);
+        if (refusal) {
+          ctx.extra.socket.close(1013, closeReason(refusal));
+          return false;
+        }
         ctx.extra.viewer = viewer;
         ctx.extra.address = clientAddress(
           ctx.extra.request.socket.remoteAddress,
@@ -55,8 +68,23 @@ export function attachGraphqlWs(wss: WebSocketServer, { yoga, auth, live, trustP
         // Checked again whenever this caller's credentials change; the socket is closed with the reason when
         // they no longer stand, which ends every subscription on it (graphql-ws returns their iterators).
         const socket = ctx.extra.socket;
-        ctx.extra.live = live.open(viewer, credentials, (ending) =>
-          socket.close(ending.code, closeReason(ending.message)),
+        // A socket that holds no subscription is a slot held for nothing (the console's client closes its own
+        // when its last subscription ends). 1000: a graphql-ws client reconnects only if it has work to do.
+        const idle = {
+          ms: idleMs,
+          onIdle: () =>
+            socket.close(
+              1000,
+              closeReason(
+                `no subscription for ${idleMs / 1000} s (HANGAR_WS_IDLE_SECONDS): subscribe to stay connected`,
+              ),
+            ),
+        };
+        ctx.extra.live = live.open(
+          viewer,
+          credentials,
+          (ending) => socket.close(ending.code, closeReason(ending.message)),
+          idle,
         );
         return true;
       },

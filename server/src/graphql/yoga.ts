@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import { useGraphQlJit } from '@envelop/graphql-jit';
 import { EnvelopArmorPlugin } from '@escape.tech/graphql-armor';
-import { usePrometheus } from '@graphql-yoga/plugin-prometheus';
 import type { Logger } from '@hangar/common/log';
 import { GraphQLError, getOperationAST } from 'graphql';
 import { createYoga, type GraphiQLOptions, type Plugin } from 'graphql-yoga';
@@ -16,8 +15,10 @@ import type { Config } from '../config.js';
 import type { Context, Services } from '../context.js';
 import type { Db } from '../db/client.js';
 import { compressAnswers } from '../http/compress.js';
+import { requestIdFromEdge } from '../http/routes.js';
 import { GRAPHIQL_HEADERS } from '../http/static.js';
 import { isHangarError } from '../lib/errors.js';
+import { graphqlMetrics } from '../metrics/graphql-metrics.js';
 import type { PubSub } from '../pubsub.js';
 import { schema } from '../schema/index.js';
 import type { Tracing } from '../telemetry/tracing.js';
@@ -50,6 +51,7 @@ export const queryLimits = { maxDepth: 12, maxCost: 5000, maxAliases: 20, maxTok
 export function buildYoga(deps: YogaDeps) {
   const { config, log, services } = deps;
   const states = new WeakMap<Request, RequestState>();
+  const edgeIds = new WeakMap<Request, string>();
 
   const stateOf = async (request: Request): Promise<RequestState> => {
     let state = states.get(request);
@@ -66,7 +68,8 @@ export function buildYoga(deps: YogaDeps) {
         Boolean(config.publicUrl?.startsWith('https:'));
       state = {
         viewer,
-        requestId: request.headers.get('x-request-id')?.slice(0, 64) || randomUUID(),
+        // The edge's id for this request (http/routes.ts), never the caller's x-request-id header.
+        requestId: edgeIds.get(request) ?? randomUUID(),
         cookies: [],
         secure,
       };
@@ -78,6 +81,10 @@ export function buildYoga(deps: YogaDeps) {
   // Who is calling is known early, for the hooks that answer per caller: the schema is hidden from anonymous
   // callers at execution (graphql/guards.ts), not in validation, whose results Yoga caches per document.
   const identifyEarly: Plugin = {
+    onRequest({ request, serverContext }) {
+      const id = requestIdFromEdge((serverContext as { req?: IncomingMessage }).req);
+      if (id) edgeIds.set(request, id);
+    },
     async onParams({ request }) {
       await stateOf(request);
     },
@@ -309,29 +316,3 @@ function causeOf(error: unknown, match: (e: unknown) => boolean): unknown {
 }
 
 export type HangarYoga = ReturnType<typeof buildYoga>;
-
-/**
- * Yoga's own Prometheus figures: requests, their duration (over HTTP and in execution) and errors, by operation.
- * The per-phase parse/validate/context histograms are left off: each is one more observation on every request,
- * and a slow parse shows in the request's duration anyway. /metrics is served by the HTTP edge, not by Yoga.
- */
-function graphqlMetrics(registry: Registry): Plugin {
-  return usePrometheus({
-    registry,
-    endpoint: false,
-    metrics: {
-      graphql_envelop_request: true,
-      graphql_envelop_request_duration: true,
-      graphql_envelop_error_result: true,
-      graphql_envelop_phase_execute: true,
-      graphql_envelop_phase_subscribe: true,
-      graphql_yoga_http_duration: true,
-      graphql_envelop_phase_parse: false,
-      graphql_envelop_phase_validate: false,
-      graphql_envelop_phase_context: false,
-      graphql_envelop_request_time_summary: false,
-      graphql_envelop_deprecated_field: false,
-      graphql_envelop_schema_change: false,
-    },
-  });
-}

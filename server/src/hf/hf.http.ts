@@ -8,7 +8,7 @@ import type { Edge } from '../http/routes.js';
 import type { HangarError } from '../lib/errors.js';
 import type { MirrorPaths } from '../mirror/paths.js';
 import { mirrorCaller, mirrorCredentials, sendStoredFile } from '../mirror/serve.js';
-import { ggufManifest, type HfFile, type HfMirror, type HfSnapshot, lfsPointer } from './hf.service.js';
+import { ggufManifest, type HfFile, type HfMirror, type HfSnapshot, isCommit, lfsPointer } from './hf.service.js';
 import { isMiss, mayPullThrough, type PullThrough, withUpstream } from './pull-through.js';
 
 // The mirror over the Hugging Face Hub's protocol, under /hf, so that `HF_ENDPOINT=http://hangar:4000/hf`
@@ -206,14 +206,22 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pu
     // Pull-through, for whom it is open: what the mirror lacks is listed from the Hub, and fetched when asked for.
     const puller = pull && mayPullThrough(caller.viewer) ? pull : null;
     /**
-     * The repository at a revision: the mirror's, or with pull-through the Hub's listing at the commit the mirror
-     * answers (a branch stays at the commit mirrored last, as without pull-through), or at the commit the Hub
-     * names for it when the mirror has none. A Hub out of reach leaves the mirror's answer as it is.
+     * With pull-through, a branch or tag (main) is asked of the Hub: the commit it names now, not whichever commit
+     * the mirror fetched last, which may be any commit of the repository (a pull request's, say). Null for a
+     * commit, for callers that may not ask the Hub, and for a name that is not a repository.
+     */
+    const named = async (repo: string, revision: string) =>
+      puller && !isCommit(revision) && hf.validate(repo).ok ? puller.upstream(repo, revision) : null;
+    /**
+     * The repository at a revision: the mirror's, or with pull-through the Hub's listing at the commit the Hub
+     * names for a branch (or the commit asked for), with the mirror's own record of what it holds there. A Hub out
+     * of reach leaves the mirror's answer as it is.
      */
     const snapshotFor = async (repo: string, revision: string) => {
-      const local = await hf.snapshot(repo, revision);
+      const branch = await named(repo, revision);
+      const local = await hf.snapshot(repo, branch?.ok ? branch.value.commit : revision);
       if (!puller || (!local.ok && !isMiss(local.error))) return local;
-      const up = await puller.upstream(repo, local.ok ? local.value.commit : revision);
+      const up = branch ?? (await puller.upstream(repo, local.ok ? local.value.commit : revision));
       if (!up.ok) {
         if (!local.ok) return up;
         log.warn('pull-through: the Hub did not list a mirrored repository; serving what the mirror holds', {
@@ -246,7 +254,8 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pu
       if (!listed.ok) return refusal(req, res, listed.error);
       return json(req, res, listed.value);
     }
-    let found = await hf.file(route.repo, route.revision, route.path);
+    const branch = await named(route.repo, route.revision);
+    let found = await hf.file(route.repo, branch?.ok ? branch.value.commit : route.revision, route.path);
     if (!found.ok && puller && isMiss(found.error)) {
       const snap = await snapshotFor(route.repo, route.revision);
       if (!snap.ok) return refusal(req, res, snap.error);

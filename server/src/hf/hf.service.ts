@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Db } from '../db/client.js';
 import { fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
+import { namedCommits } from './hub-refs.js';
 
 // The mirror seen as the Hugging Face Hub sees repositories: a repository at a commit, with files by path. The
 // mirror keeps files by Hangar's names (model/version/file); what ties a file to a Hub repository is the URL it
@@ -11,6 +12,8 @@ import { fail, NotFoundError, ok, type Result, ValidationError } from '../lib/er
 /** A Hub repository id: `owner/name`, or a legacy one-part name (`gpt2`), as the Hub accepts. */
 const REPO_PART = /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$/;
 const COMMIT = /^[0-9a-f]{40}$/;
+/** A full commit sha: a revision that names itself; anything else (main, a tag) is a name the Hub resolves. */
+export const isCommit = (revision: string) => COMMIT.test(revision);
 
 /** A repository is not mirrored: the Hub says RepoNotFound, and clients fail the way they would there. */
 export class RepoNotMirroredError extends NotFoundError {
@@ -103,8 +106,8 @@ export class HfMirror {
 
   /**
    * The repository at a revision: a full commit sha answers that commit, if it was mirrored; any other name (a
-   * branch such as main, a tag) answers the commit mirrored last, since the mirror keeps no branches: it holds
-   * what was fetched, and a registry fetch pins the commit the branch pointed at then.
+   * branch such as main, a tag) answers the commit the Hub named for it when Hangar last asked (hub-refs.ts), and
+   * only a name Hangar never asked the Hub about answers the commit mirrored last.
    */
   async snapshot(repo: string, revision: string): Promise<Result<HfSnapshot>> {
     const valid = this.validate(repo);
@@ -154,9 +157,23 @@ export class HfMirror {
         );
       commit = revision;
     } else {
-      commit = [...byCommit.entries()].sort(
-        (a, b) => newest(b[1].files.values()) - newest(a[1].files.values()),
-      )[0]?.[0];
+      const named = await namedCommits(this.o.db, repo, revision);
+      if (named.length) {
+        // The newest commit the Hub named for it that the mirror holds: while a new main downloads, the one before.
+        commit = named.find((c) => byCommit.has(c));
+        if (!commit)
+          return fail(
+            new RevisionNotMirroredError(
+              `${repo} at ${revision} is commit ${named[0]} on the Hub, which Hangar's mirror does not hold yet: wait for its fetch to finish, or ask for a mirrored commit (${[...byCommit.keys()].join(', ')}) by its sha`,
+            ),
+          );
+      } else {
+        // Never resolved through the registry or pull-through (its files were fetched by hand, by commit): the
+        // newest commit fetched from the Hub's origin is the best guess there is.
+        commit = [...byCommit.entries()].sort(
+          (a, b) => newest(b[1].files.values()) - newest(a[1].files.values()),
+        )[0]?.[0];
+      }
     }
     const found = byCommit.get(commit ?? '');
     if (!commit || !found) return fail(new RepoNotMirroredError(`${repo} is not in Hangar's mirror`));
@@ -225,18 +242,25 @@ export class HfMirror {
   /**
    * The repository id, commit and path a mirrored file was fetched from, when its URL is a Hub resolve URL of
    * this repository at a commit. Files fetched by a branch (`resolve/main/…`) are left out: the branch may have
-   * moved while they were fetched, so no commit can be claimed for them.
+   * moved while they were fetched, so no commit can be claimed for them. Only the Hub's own files count
+   * (HANGAR_HUB_URL's origin, under its path): any other server answers a path shaped like one with bytes of
+   * its choosing, and an operator who fetched 2 bytes from one under a made-up commit would otherwise have them
+   * served as the repository's file to every client of /hf.
    */
   private hubPath(sourceUrl: string, repo: string): { id: string; commit: string; path: string } | null {
-    let pathname: string;
+    if (!this.o.hubUrl) return null;
+    let source: URL;
+    let hub: URL;
     try {
-      pathname = new URL(sourceUrl).pathname;
+      source = new URL(sourceUrl);
+      hub = new URL(this.o.hubUrl);
     } catch {
       return null;
     }
-    // The Hub's own path prefix (an internal Hub at https://host/hub), or none for any other origin.
-    const base =
-      this.o.hubUrl && sourceUrl.startsWith(this.o.hubUrl) ? new URL(this.o.hubUrl).pathname.replace(/\/+$/, '') : '';
+    if (source.origin !== hub.origin) return null;
+    const pathname = source.pathname;
+    // The Hub's own path prefix: an internal Hub at https://host/hub serves its files under /hub/….
+    const base = hub.pathname.replace(/\/+$/, '');
     if (!pathname.startsWith(`${base}/`)) return null;
     const parts = pathname.slice(base.length + 1).split('/');
     const width = repo.split('/').length;

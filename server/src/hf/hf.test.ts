@@ -9,6 +9,7 @@ import { resolveModelFile } from 'node-llama-cpp';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type FakeFile, type FakeHub, fileSha256, startFakeHub } from '../../test/fixtures/fake-hub.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
+import { baseFilesFromMirror } from '../train/base-files.js';
 
 // The mirror over the Hub's protocol, read by @huggingface/hub (the Hub's own JS client, nobody here wrote it)
 // with its hub URL set to Hangar's /hf: a repository is fetched from the stand-in Hub into the mirror the way a
@@ -404,5 +405,193 @@ describe('a repository mirrored at two commits', () => {
     });
     expect([head.status, head.headers.get('x-repo-commit')]).toEqual([200, COMMIT]);
     expect(head.headers.get('cache-control')).toContain('immutable');
+  });
+});
+
+describe('a file fetched from another origin under a Hub-shaped path (issue 26: /hf poisoning)', () => {
+  const GGUF_REPO = 'acme/tiny-gguf';
+  const REAL_COMMIT = 'b'.repeat(40);
+  const MADE_UP = 'f00d'.repeat(10);
+  const real: FakeFile = { path: 'model.gguf', head: bytes(3_000, 11), size: 3_000, lfs: true };
+  let other: http.Server;
+  let otherUrl: string;
+
+  /** The attacker's fetch: no header check (fetchAnyway), as an operator may ask. */
+  async function fetchAnyway(model: string, version: string, url: string | string[]) {
+    const urls = Array.isArray(url) ? url : [url];
+    const r = await t.gql(
+      'mutation($m: String!, $v: String!, $s: [MirrorSourceInput!]!) { fetchToMirror(model: $m, version: $v, sources: $s, fetchAnyway: true) { __typename ... on Error { message } } }',
+      { m: model, v: version, s: urls.map((u) => ({ url: u, file: Array.isArray(url) ? undefined : 'model.gguf' })) },
+      { token },
+    );
+    expect(r.data?.fetchToMirror.__typename, JSON.stringify(r)).toBe('FetchStarted');
+    const end = Date.now() + 20_000;
+    while ((await t.app.db.prisma.mirrorFile.count({ where: { model, version, state: 'PRESENT' } })) < urls.length) {
+      if (Date.now() > end) throw new Error(`${model}/${version} did not arrive in the mirror`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  }
+
+  beforeAll(async () => {
+    hub.repos.set(GGUF_REPO, { id: GGUF_REPO, sha: REAL_COMMIT, files: [real] });
+    await fetchAnyway('tiny-gguf', 'bbbbbbb', `${hub.url}/${GGUF_REPO}/resolve/${REAL_COMMIT}/model.gguf`);
+    // Another origin (a local HTTP server, allowed like the stand-in Hub) answers any path with 2 bytes.
+    other = http.createServer((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'content-length': 2 }).end('HI');
+    });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', r));
+    otherUrl = `http://127.0.0.1:${(other.address() as import('node:net').AddressInfo).port}`;
+    // Fetched after the real one, so it is the newest row that names the repository.
+    await fetchAnyway('poison', 'v1', `${otherUrl}/${GGUF_REPO}/resolve/${MADE_UP}/model.gguf`);
+  }, 60_000);
+  afterAll(() => new Promise<void>((r) => other.close(() => r())));
+
+  it('does not speak for the repository: main serves the file fetched from the Hub, the made-up commit is not found', async () => {
+    const blob = await downloadFile({ repo: GGUF_REPO, path: 'model.gguf', hubUrl, accessToken: hfToken });
+    expect(Buffer.from(await (blob as Blob).arrayBuffer())).toEqual(real.head);
+    const head = await fetch(`${hubUrl}/${GGUF_REPO}/resolve/main/model.gguf`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${hfToken}` },
+    });
+    expect([head.status, head.headers.get('x-repo-commit'), head.headers.get('content-length')]).toEqual([
+      200,
+      REAL_COMMIT,
+      '3000',
+    ]);
+    const info = await modelInfo({ name: GGUF_REPO, hubUrl, accessToken: hfToken, additionalFields: ['sha'] });
+    expect(info.sha).toBe(REAL_COMMIT);
+    const poisoned = await fetch(`${hubUrl}/${GGUF_REPO}/resolve/${MADE_UP}/model.gguf`, {
+      headers: { authorization: `Bearer ${hfToken}` },
+    });
+    expect([poisoned.status, poisoned.headers.get('x-error-code')]).toEqual([404, 'RevisionNotFound']);
+    // A repository only another origin answered for is not in the mirror at all, as far as /hf says.
+    await fetchAnyway('poison', 'v2', `${otherUrl}/acme/only-elsewhere/resolve/${MADE_UP}/model.gguf`);
+    const elsewhere = await fetch(`${hubUrl}/acme/only-elsewhere/resolve/main/model.gguf`, {
+      headers: { authorization: `Bearer ${hfToken}` },
+    });
+    expect([elsewhere.status, elsewhere.headers.get('x-error-code')]).toEqual([404, 'RepoNotFound']);
+  });
+
+  it("is not a repository's base weights for training either", async () => {
+    await fetchAnyway(
+      'poison-base',
+      'v1',
+      ['config.json', 'model.safetensors'].map((f) => `${otherUrl}/acme/base-model/resolve/${MADE_UP}/${f}`),
+    );
+    expect(await baseFilesFromMirror(t.app.db.prisma, t.app.services.mirror, 'acme/base-model')).toEqual([]);
+  });
+
+  it("is not taken from a Hub URL asked for by a sha256 the mirror holds: the Hub's own headers decide", async () => {
+    // Another file's digest, claimed for the repository at a made-up commit on the Hub's origin: linking it
+    // without asking the Hub would list those bytes as the repository's newest commit.
+    const claimed = sha('model.safetensors');
+    const r = await t.gql(
+      'mutation($s: [MirrorSourceInput!]!) { fetchToMirror(model: "poison", version: "v3", sources: $s, fetchAnyway: true) { __typename ... on Error { message } } }',
+      { s: [{ url: `${hub.url}/${GGUF_REPO}/resolve/${'0ff1ce'.repeat(6)}0ff1/model.gguf`, sha256: claimed }] },
+      { token },
+    );
+    expect(r.data?.fetchToMirror.__typename, JSON.stringify(r)).toBe('FetchStarted');
+    const end = Date.now() + 20_000;
+    let row = await t.app.db.prisma.mirrorFile.findFirstOrThrow({ where: { model: 'poison', version: 'v3' } });
+    while (!['PRESENT', 'FAILED'].includes(row.state)) {
+      if (Date.now() > end) throw new Error(`poison/v3 did not settle: ${row.state}`);
+      await new Promise((r) => setTimeout(r, 50));
+      row = await t.app.db.prisma.mirrorFile.findFirstOrThrow({ where: { model: 'poison', version: 'v3' } });
+    }
+    expect([row.state, row.error]).toEqual(['FAILED', expect.stringMatching(/^sha256 mismatch/)]);
+    const head = await fetch(`${hubUrl}/${GGUF_REPO}/resolve/main/model.gguf`, {
+      method: 'HEAD',
+      headers: { authorization: `Bearer ${hfToken}` },
+    });
+    expect([head.status, head.headers.get('x-repo-commit')]).toEqual([200, REAL_COMMIT]);
+    // The Hub's own answer still saves the download: its headers publish the sha256, and the held copy is linked.
+    await fetchAnyway('tiny-gguf-again', 'v1', `${hub.url}/${GGUF_REPO}/resolve/${REAL_COMMIT}/model.gguf`);
+    const [again, held] = await Promise.all(
+      ['tiny-gguf-again/v1', 'tiny-gguf/bbbbbbb'].map((v) => fs.stat(`${t.dataDir}/mirror/files/${v}/model.gguf`)),
+    );
+    expect(again?.ino).toBe(held?.ino);
+  });
+
+  describe('main is the commit the Hub named for it when the registry fetched it, with pull-through off', () => {
+    const MOVING = 'acme/moving-main';
+    const FILE = 'moving-Q4_K_M.gguf';
+    const at = (seed: number): FakeFile => ({ path: FILE, head: bytes(2_000, seed), size: 2_000, lfs: true });
+    const [A, B, C] = ['a1', 'b2', 'c3'].map((c) => c.repeat(20)) as [string, string, string];
+    const [fileA, fileB, fileC] = [21, 22, 23].map(at) as [FakeFile, FakeFile, FakeFile];
+    let viewer: string;
+
+    /** fetchRepoSet as the console's explorer asks it: the repository's default branch, resolved by the registry. */
+    async function fetchMain(version: string) {
+      const r = await t.gql(
+        `mutation { fetchRepoSet(repo: "${MOVING}", set: "model:moving-Q4_K_M", model: "moving", version: "${version}", force: true) { __typename ... on Error { message } } }`,
+        {},
+        { token },
+      );
+      expect(r.data?.fetchRepoSet.__typename, JSON.stringify(r)).toBe('FetchStarted');
+      const end = Date.now() + 20_000;
+      while ((await t.app.db.prisma.mirrorFile.count({ where: { model: 'moving', version, state: 'PRESENT' } })) < 1) {
+        if (Date.now() > end) throw new Error(`moving/${version} did not arrive in the mirror`);
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+
+    /** What `main` answers through /hf for this token: the file's sha256 (downloadFile) and the commit (modelInfo). */
+    async function mainAnswers(accessToken: string) {
+      const blob = await downloadFile({ repo: MOVING, path: FILE, hubUrl, accessToken });
+      const info = await modelInfo({ name: MOVING, hubUrl, accessToken, additionalFields: ['sha'] });
+      const got = Buffer.from(await (blob as Blob).arrayBuffer());
+      return { sha256: createHash('sha256').update(got).digest('hex'), commit: info.sha };
+    }
+
+    beforeAll(async () => {
+      viewer = `hf_${await t.token('VIEWER', 'moving-viewer')}`;
+      hub.repos.set(MOVING, { id: MOVING, sha: A, files: [fileA] });
+      await fetchMain('a');
+      // A pull request's commit B on the same Hub, fetched by an operator by hand after main's: the Hub's main
+      // still names A (the stand-in serves any revision's resolve with the files it holds, so it holds B's now).
+      hub.repos.set(MOVING, { id: MOVING, sha: A, files: [fileB] });
+      await fetchAnyway('moving-pr', 'pr1', `${hub.url}/${MOVING}/resolve/${B}/${FILE}`);
+      hub.repos.set(MOVING, { id: MOVING, sha: A, files: [fileA] });
+    }, 60_000);
+
+    it('is not a newer commit fetched from the Hub by hand (a pull request’s): operators and viewers get A', async () => {
+      for (const who of [hfToken, viewer])
+        expect(await mainAnswers(who)).toEqual({ sha256: fileSha256(fileA), commit: A });
+      // The pull request's commit is still served by its sha.
+      const pr = await downloadFile({ repo: MOVING, path: FILE, revision: B, hubUrl, accessToken: viewer });
+      expect(Buffer.from(await (pr as Blob).arrayBuffer())).toEqual(fileB.head);
+    });
+
+    it('moves when the Hub moves main and the registry fetches it again', async () => {
+      hub.repos.set(MOVING, { id: MOVING, sha: C, files: [fileC] });
+      await fetchMain('c');
+      for (const who of [hfToken, viewer])
+        expect(await mainAnswers(who)).toEqual({ sha256: fileSha256(fileC), commit: C });
+    });
+
+    it('stays at the commit the Hub named before while the new one is not in the mirror', async () => {
+      const D = 'd4'.repeat(20);
+      hub.repos.set(MOVING, { id: MOVING, sha: D, files: [at(24)] });
+      // D's bytes never arrive: the Hub's CDN answers 2 bytes, and the file fails its sha256.
+      hub.redirectLfs = () => `${otherUrl}/cdn/${FILE}`;
+      try {
+        const r = await t.gql(
+          `mutation { fetchRepoSet(repo: "${MOVING}", set: "model:moving-Q4_K_M", model: "moving", version: "d", force: true) { __typename } }`,
+          {},
+          { token },
+        );
+        expect(r.data?.fetchRepoSet.__typename).toBe('FetchStarted');
+        const end = Date.now() + 20_000;
+        while (
+          (await t.app.db.prisma.mirrorFile.count({ where: { model: 'moving', version: 'd', state: 'FAILED' } })) < 1
+        ) {
+          if (Date.now() > end) throw new Error('moving/d did not fail');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+      } finally {
+        hub.redirectLfs = undefined;
+      }
+      expect(await mainAnswers(viewer)).toEqual({ sha256: fileSha256(fileC), commit: C });
+    });
   });
 });

@@ -278,6 +278,49 @@ describe('pull-through: what the mirror lacks is fetched from the Hub on first r
   });
 });
 
+describe('main is the commit the Hub names for it (issue 26: /hf poisoning)', () => {
+  it('is not a newer commit the mirror fetched from the Hub by hand (a pull request’s, say)', async () => {
+    const MAIN = { id: 'acme/branchy', sha: 'ab'.repeat(20), files: files(61).slice(0, 1) };
+    const PR = { sha: 'cd'.repeat(20), files: [{ ...(MAIN.files[0] as FakeFile), head: json({ pr: 'evil' }) }] };
+    (PR.files[0] as FakeFile).size = (PR.files[0] as FakeFile).head.length;
+    // The Hub serves a pull request's commit too; an operator fetches its config.json after main's was mirrored.
+    hub.repos.set(MAIN.id, { ...MAIN });
+    const first = await downloadFile({ repo: MAIN.id, path: 'config.json', hubUrl, accessToken: hfToken });
+    expect(await hashOf(first)).toBe(sha(MAIN, 'config.json'));
+    hub.repos.set(MAIN.id, { id: MAIN.id, sha: PR.sha, files: PR.files });
+    const operator = await t.token('OPERATOR', 'pr-fetcher');
+    const r = await t.gql(
+      'mutation($s: [MirrorSourceInput!]!) { fetchToMirror(model: "branchy-pr", version: "pr1", sources: $s, fetchAnyway: true) { __typename ... on Error { message } } }',
+      { s: [{ url: `${hub.url}/${MAIN.id}/resolve/${PR.sha}/config.json`, file: 'config.json' }] },
+      { token: operator },
+    );
+    expect(r.data?.fetchToMirror.__typename).toBe('FetchStarted');
+    const end = Date.now() + 20_000;
+    while ((await t.app.db.prisma.mirrorFile.count({ where: { model: 'branchy-pr', state: 'PRESENT' } })) < 1) {
+      if (Date.now() > end) throw new Error('the pull request’s file did not arrive');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    hub.repos.set(MAIN.id, { ...MAIN });
+    const head = await fetch(`${hubUrl}/${MAIN.id}/resolve/main/config.json`, {
+      headers: { authorization: `Bearer ${hfToken}` },
+    });
+    expect([head.status, head.headers.get('x-repo-commit')]).toEqual([200, MAIN.sha]);
+    expect(
+      createHash('sha256')
+        .update(Buffer.from(await head.arrayBuffer()))
+        .digest('hex'),
+    ).toBe(sha(MAIN, 'config.json'));
+    const info = await modelInfo({ name: MAIN.id, hubUrl, accessToken: hfToken, additionalFields: ['sha'] });
+    expect(info.sha).toBe(MAIN.sha);
+    // A viewer may not ask the Hub: what the operator's listing heard for main answers them too.
+    const viewer = `hf_${await t.token('VIEWER', 'branchy-viewer')}`;
+    const seen = await downloadFile({ repo: MAIN.id, path: 'config.json', hubUrl, accessToken: viewer });
+    expect(await hashOf(seen)).toBe(sha(MAIN, 'config.json'));
+    const forViewer = await modelInfo({ name: MAIN.id, hubUrl, accessToken: viewer, additionalFields: ['sha'] });
+    expect(forViewer.sha).toBe(MAIN.sha);
+  });
+});
+
 describe('pull-through needs a registry', () => {
   it('with HANGAR_HUB_URL=off nothing is pulled through: a miss is a 404, whatever HANGAR_HF_PULL_THROUGH says', async () => {
     const off = await startTestApp({ HANGAR_HUB_URL: 'off', HANGAR_HF_PULL_THROUGH: 'on' });

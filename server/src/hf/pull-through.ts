@@ -14,6 +14,7 @@ import {
   RepoNotMirroredError,
   RevisionNotMirroredError,
 } from './hf.service.js';
+import { recordHubRef } from './hub-refs.js';
 
 // The pull-through cache behind /hf (HANGAR_HF_PULL_THROUGH=on), as Olah keeps one: what the mirror lacks is
 // looked up on the Hub (HANGAR_HUB_URL), downloaded by the mirror's own queue into a version named after the
@@ -152,6 +153,10 @@ export class PullThrough {
             new UpstreamError(`${repo} has more than ${FILES_LISTED} files: too many to serve through the mirror`),
           );
       }
+      // What the Hub names for a branch now, kept for the callers who do not ask it (viewers, pull-through off).
+      await recordHubRef(this.o.db, { repo, revision, commit }).catch((err) =>
+        this.o.log.warn('pull-through: could not record the commit the Hub named', { repo, revision, error: err }),
+      );
       return ok({ id: info.name || repo, commit, files });
     } catch (err) {
       const status = err instanceof hub.HubApiError ? err.statusCode : undefined;

@@ -11,7 +11,7 @@ import { sendJson } from './reply.js';
 // The HTTP edge's route table: each route says which credentials it reads and who may call it, and the edge does
 // identify → authorize → handler the same way for all of them. The request id is made here, once: it is the
 // x-request-id answered, the id on every log line of the request, and the id its audit rows carry, so one upload
-// reads as one request wherever it is looked up.
+// reads as one request wherever it is looked up. A caller's own x-request-id is never that id (see requestIdOf).
 
 /** What the edge hands a handler: the request's id, a logger that writes it on every line, and the caller. */
 export type Edge = {
@@ -79,15 +79,39 @@ export function credentialsOf(
   };
 }
 
+/** The id Hangar gave each request the edge has opened: Yoga files the request's context under the same. */
+const edgeRequestIds = new WeakMap<IncomingMessage, string>();
+
 /**
- * The request id: the caller's x-request-id when it sent one (a proxy's, so its log and ours line up), cut to
- * 64 characters, or a new one. Written back onto the request so Yoga, which reads the header, uses the same.
+ * The request id: always Hangar's own, never the caller's x-request-id. An id a caller chooses would let it file
+ * its audit rows under another request's id (or under none a proxy ever made); what it sent is kept apart, as
+ * clientRequestId (below). Remembered for the request, so GraphQL uses the same (requestIdFromEdge).
  */
 export function requestIdOf(req: IncomingMessage): string {
-  const sent = req.headers['x-request-id'];
-  const id = (typeof sent === 'string' && sent.slice(0, 64)) || randomUUID();
-  req.headers['x-request-id'] = id;
+  let id = edgeRequestIds.get(req);
+  if (!id) {
+    id = randomUUID();
+    edgeRequestIds.set(req, id);
+  }
   return id;
+}
+
+/** The id the edge gave this request, or undefined for one that did not come through it (an in-process call). */
+export function requestIdFromEdge(req: IncomingMessage | undefined): string | undefined {
+  return req ? edgeRequestIds.get(req) : undefined;
+}
+
+const CLIENT_REQUEST_ID_MAX = 64;
+
+/**
+ * The caller's own x-request-id (a proxy's, so its log and ours line up), for the log line only: cut to 64
+ * characters, and anything but visible ASCII replaced by '?', so that a caller cannot write a line break, a
+ * terminal escape or 10 KB into the log. Undefined when none was sent.
+ */
+export function clientRequestIdOf(req: IncomingMessage): string | undefined {
+  const sent = req.headers['x-request-id'];
+  if (typeof sent !== 'string' || !sent) return undefined;
+  return sent.slice(0, CLIENT_REQUEST_ID_MAX).replace(/[^\x21-\x7e]/g, '?');
 }
 
 /** A logger whose every line carries `fields` (the request id), in front of what the line itself says. */
@@ -121,6 +145,7 @@ export function edgeFor(routes: Route[], deps: EdgeDeps) {
     /** Builds the request's Edge: its id (answered as x-request-id), logger and caller. */
     open(req: IncomingMessage, res: ServerResponse, path: string, route?: Route): Edge {
       const requestId = requestIdOf(req);
+      const clientRequestId = clientRequestIdOf(req);
       if (route?.answersRequestId !== false && !res.headersSent) res.setHeader('x-request-id', requestId);
       let viewer: Promise<Viewer> | undefined;
       const identify = () => {
@@ -130,7 +155,7 @@ export function edgeFor(routes: Route[], deps: EdgeDeps) {
       return {
         requestId,
         path,
-        log: withFields(deps.log, { requestId }),
+        log: withFields(deps.log, clientRequestId ? { requestId, clientRequestId } : { requestId }),
         viewer: identify,
         actor: async () =>
           actorOf(await identify(), {

@@ -225,7 +225,8 @@ export class Metrics {
 
   private async query(): Promise<Snapshot> {
     const { db } = this.deps;
-    const now = new Date();
+    // Leases are deadlines on the database's clock (db/clock.ts).
+    const now = db.clock.now();
     const [files, failed, leases, retrying, nodes, replicas, trainJobs, trainSteps] = await Promise.all([
       db.mirrorFile.groupBy({
         by: ['state'],

@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { type Actor, describeActor } from '../auth/actor.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
@@ -10,6 +11,7 @@ import { notify } from '../pubsub.js';
 import { readFileKind } from './kind.js';
 import { MirrorReads } from './mirror-reads.js';
 import { type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
+import { versionOwner } from './owned.js';
 import { fileName } from './paths.js';
 import type { TransferDone, TransferFailed } from './transfer.js';
 
@@ -123,6 +125,8 @@ export abstract class MirrorLanding extends MirrorReads {
         action: 'uploadToMirror',
         target: `${model}/${version}/${file}`,
         message: `${size} bytes, sha256 ${digest}`,
+        // An owned adapter's files (publishTrainJob): the row is its owner's to see, as the files are.
+        owner: (await versionOwner(tx, model, version))?.owner,
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
@@ -133,7 +137,12 @@ export abstract class MirrorLanding extends MirrorReads {
    * Writes down what the transfer came to. Each write waits out a database outage rather than being dropped: a
    * verified file is recorded PRESENT when the database returns, not downloaded again.
    */
-  protected async finish(row: MirrorFile, result: TransferDone | TransferFailed) {
+  protected async finish(
+    row: MirrorFile,
+    result: TransferDone | TransferFailed,
+    /** The held copy chosen for the requester (fetch): linked instead of one the workers may choose. */
+    pinned?: { path: string; size: number },
+  ) {
     const key = versionKey(row.model, row.version);
     const partial = this.paths.partial(row.id);
     const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.stopping);
@@ -202,7 +211,7 @@ export abstract class MirrorLanding extends MirrorReads {
 
     // The same bytes once: a file whose sha256 the mirror already holds, verified, becomes a hard link to it,
     // whether that was known before the download (held) or only once its bytes were hashed.
-    const copy = await this.heldCopy(result.sha256, row.id);
+    const copy = pinned ?? (await this.heldCopy(result.sha256, row.id));
     if (result.held && !copy) {
       // The copy went (removed) between the look and now: download the file after all.
       await write(() =>
@@ -281,27 +290,37 @@ export abstract class MirrorLanding extends MirrorReads {
 
   /**
    * A present, verified file with these bytes on this storage, other than `except`, that is still on disk with
-   * its verified size: what a new file with the same sha256 is linked to.
+   * its verified size and that a new file may be linked to: one in a version nobody owns, or, for a `reader` its
+   * owner admits (OrgService.mayRead), one in an owned version. A sha256 is no credential (a team adapter's is
+   * shown wherever the adapter is), so reuse never crosses an owner: the queue's workers act for no reader, and
+   * link only bytes nobody owns; a file whose only copies are owned is fetched from its URL like any other.
    */
-  protected async heldCopy(sha: string, except: string): Promise<{ path: string; size: number } | null> {
+  protected async heldCopy(
+    sha: string,
+    except: string | null,
+    reader?: Viewer,
+  ): Promise<{ path: string; size: number; owned: boolean } | null> {
     const rows = await this.db.loops.mirrorFile.findMany({
       where: {
         actualSha256: sha,
         expectedSha256: sha,
         state: 'PRESENT',
         storageId: this.storageId,
-        id: { not: except },
+        ...(except ? { id: { not: except } } : {}),
       },
       orderBy: { finishedAt: 'asc' },
-      take: 5,
+      take: 20,
     });
     for (const r of rows) {
+      const owned = await versionOwner(this.db.loops, r.model, r.version);
+      if (owned && !(reader && this.owners && (await this.owners.mayRead(reader, owned.owner)))) continue;
       const file = this.paths.file(r.model, r.version, r.file);
       const size = await fs.stat(file).then(
         (st) => st.size,
         () => null,
       );
-      if (size !== null && (r.bytesTotal === null || BigInt(size) === r.bytesTotal)) return { path: file, size };
+      if (size !== null && (r.bytesTotal === null || BigInt(size) === r.bytesTotal))
+        return { path: file, size, owned: owned !== null };
     }
     return null;
   }

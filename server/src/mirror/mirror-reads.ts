@@ -3,6 +3,7 @@ import fs from 'node:fs/promises';
 import type { Logger } from '@hangar/common/log';
 import { OutboundPolicy } from '@hangar/common/outbound';
 import type { AuditService } from '../audit/audit.service.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
@@ -60,6 +61,11 @@ export class MirrorReads {
   protected baseUrl: () => string = () => 'http://127.0.0.1';
   /** Reads GGUF headers before a fetch (set by the app: it needs the fleet's llama.cpp build); none, nothing is read. */
   protected lookAt: LookBeforeFetch | null = null;
+  /**
+   * Who may read what an owner owns (OrgService.mayRead), set by the app: a copy of an owned file's bytes is
+   * reused for a requester only when it answers yes. None, and owned bytes are never reused.
+   */
+  protected owners: { mayRead(viewer: Viewer, owner: string | null): Promise<boolean> } | null = null;
   /** The workers' view of the database: paused (not failed) while it is out of reach; /readyz reads it. */
   readonly health: LoopHealth;
 
@@ -86,6 +92,22 @@ export class MirrorReads {
   }
   lookBeforeFetch(look: LookBeforeFetch) {
     this.lookAt = look;
+  }
+  readOwnersWith(owners: NonNullable<MirrorReads['owners']>) {
+    this.owners = owners;
+  }
+  /**
+   * Whether a URL is on the Hub's origin (HANGAR_HUB_URL): only what was fetched from there is a Hub repository's
+   * file (for /hf, and for training's base weights), so those bytes must be ones the Hub answered for, never only
+   * a digest someone claimed, nor another server's answer to a path shaped like the Hub's.
+   */
+  isHubUrl(url: string): boolean {
+    if (!this.config.hubUrl) return false;
+    try {
+      return new URL(url).origin === new URL(this.config.hubUrl).origin;
+    } catch {
+      return false;
+    }
   }
   base() {
     return `${this.config.publicUrl ?? this.baseUrl()}/mirror`;
@@ -267,10 +289,12 @@ export class MirrorReads {
     // An adapter runs on its model's replicas: they are what fail to load it without this version.
     const rows = await this.db.$queryRaw<(VersionUse & { source: string })[]>`
       SELECT * FROM (
-        SELECT name, source, "minReplicas", "maxReplicas", declared, NULL::text AS "adapterOf"
+        SELECT name, source, "minReplicas", "maxReplicas", declared, NULL::text AS "adapterOf",
+               array_remove(ARRAY[owner], NULL) AS owners
           FROM "CatalogModel" WHERE source LIKE '%/mirror/%'
         UNION ALL
-        SELECT a.name, a.source, m."minReplicas", m."maxReplicas", false, m.name
+        SELECT a.name, a.source, m."minReplicas", m."maxReplicas", false, m.name,
+               array_remove(ARRAY[a.owner, m.owner], NULL)
           FROM "Adapter" a JOIN "CatalogModel" m ON m.id = a."modelId" WHERE a.source LIKE '%/mirror/%'
       ) uses ORDER BY "adapterOf" IS NOT NULL, name`;
     const uses = new Map<string, VersionUse[]>();

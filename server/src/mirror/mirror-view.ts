@@ -75,6 +75,8 @@ export type VersionUse = {
   declared: boolean;
   /** For an adapter, the catalog model it runs on; null for a model. */
   adapterOf: string | null;
+  /** Who must admit a caller for it to see this use: the model's owner, and an adapter's own (none: everyone). */
+  owners: string[];
 };
 
 /** A version as a source URL spells it (names URL-encoded): the key usesByVersion answers by. */

@@ -232,8 +232,11 @@ export abstract class MirrorWorkers extends MirrorLanding {
     row: MirrorFile,
     controller: AbortController,
   ): Promise<TransferDone | TransferFailed | 'paused'> {
-    // Asked for by its sha256 and already held: not a byte is fetched (finish links it).
-    const copy = row.expectedSha256 ? await this.heldCopy(row.expectedSha256, row.id) : null;
+    // Asked for by its sha256 and already held: not a byte is fetched (finish links it). Not from the Hub: /hf
+    // lists the file as the repository's, so the Hub must answer for it; its headers publish the sha256, and a
+    // held copy is linked once they say so, before the body (transfer's alreadyHeld).
+    const copy =
+      row.expectedSha256 && !this.isHubUrl(row.sourceUrl) ? await this.heldCopy(row.expectedSha256, row.id) : null;
     if (copy && row.expectedSha256)
       return { ok: true, held: true, size: copy.size, sha256: row.expectedSha256, upstreamSha256: null, etag: null };
     const key = versionKey(row.model, row.version);
@@ -264,7 +267,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
         .then(async () => {
           const { count } = await this.db.loops.mirrorFile.updateMany({
             where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
-            data: { ...data, leaseUntil: fileLeases.deadline() },
+            data: { ...data, leaseUntil: fileLeases.deadline(this.db.loops.clock.now()) },
           });
           this.health.ok();
           if (count === 0) abortLocal();

@@ -1,8 +1,19 @@
 import { filter, pipe } from 'graphql-yoga';
-import { ConflictError, NotFoundError, UnloadableError, unwrap, ValidationError } from '../lib/errors.js';
+import type { Context } from '../context.js';
+import {
+  ConflictError,
+  fail,
+  NotFoundError,
+  type Result,
+  UnloadableError,
+  unwrap,
+  ValidationError,
+} from '../lib/errors.js';
+import type { Sight } from '../org/org.service.js';
+import { sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { asksFor } from '../schema/selection.js';
-import { versionKey } from './mirror.service.js';
+import { type MirrorVersionView, sourceKey, versionKey } from './mirror.service.js';
 import {
   FetchStartedRef,
   loadUsesFirst,
@@ -12,6 +23,7 @@ import {
   MirrorVersionRef,
   RemovedMirrorVersion,
 } from './mirror.types.js';
+import { versionOwner, versionOwners } from './owned.js';
 
 // Types live in mirror.types.ts; re-exported so importers keep importing them from here.
 export { bytesOnDisk, FetchStartedRef, MirrorVersionRef, ModelMode } from './mirror.types.js';
@@ -20,21 +32,33 @@ builder.queryFields((t) => ({
   mirror: t.field({
     type: Mirror,
     authScopes: { viewer: true },
+    // The versions the caller may see: an owned adapter's only for those its owner admits (as GET /mirror/…), left
+    // out before anything is counted or summed, so the counts and the bytes used do not tell of it either.
     resolve: async (_root, _args, ctx, info) => {
-      const [versions, freeBytes] = await Promise.all([
+      const [versions, freeBytes, owners, sight] = await Promise.all([
         ctx.services.mirror.versions(),
         ctx.services.mirror.freeBytes(),
+        sightOf(ctx, info).then((s) => (s.admin ? undefined : versionOwners(ctx.prisma))),
+        sightOf(ctx, info),
         asksFor(info, 'usedBy') ? loadUsesFirst(ctx) : undefined,
       ]);
-      return { versions, freeBytes };
+      if (!owners) return { versions, freeBytes };
+      const seen = (v: MirrorVersionView) =>
+        (owners.get(sourceKey(v.model, v.version)) ?? []).every((o) => sees(sight, o));
+      return { versions: versions.filter(seen), freeBytes };
     },
   }),
   mirrorVersion: t.field({
     type: MirrorVersionRef,
     nullable: true,
+    description:
+      'Null for a version the caller may not see (an owned adapter its owner does not admit it to), as for none.',
     authScopes: { viewer: true },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: (_root, args, ctx) => ctx.services.mirror.version(args.model, args.version),
+    resolve: async (_root, args, ctx, info) =>
+      (await seesVersion(ctx, args.model, args.version, await sightOf(ctx, info)))
+        ? ctx.services.mirror.version(args.model, args.version)
+        : null,
   }),
 }));
 
@@ -54,21 +78,24 @@ builder.mutationFields((t) => ({
           "Fetch without reading the GGUF headers first: for a file the check refused (UnloadableError), an architecture the nodes' llama.cpp does not know yet, say.",
       }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap((await taken(ctx, info, args)) ?? (await ctx.services.mirror.fetch(ctx.actor, args))),
   }),
   cancelMirrorFetch: t.field({
     type: MirrorVersionRef,
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.cancel(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap((await unseen(ctx, info, args)) ?? (await ctx.services.mirror.cancel(ctx.actor, args))),
   }),
   retryMirrorFetch: t.field({
     type: MirrorVersionRef,
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.retry(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap((await unseen(ctx, info, args)) ?? (await ctx.services.mirror.retry(ctx.actor, args))),
   }),
   pauseMirrorFetch: t.field({
     type: MirrorVersionRef,
@@ -76,7 +103,8 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.pause(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap((await unseen(ctx, info, args)) ?? (await ctx.services.mirror.pause(ctx.actor, args))),
   }),
   resumeMirrorFetch: t.field({
     type: MirrorVersionRef,
@@ -84,7 +112,8 @@ builder.mutationFields((t) => ({
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { model: t.arg.string({ required: true }), version: t.arg.string({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.resume(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap((await unseen(ctx, info, args)) ?? (await ctx.services.mirror.resume(ctx.actor, args))),
   }),
   setMirrorBandwidth: t.field({
     type: MirrorBandwidth,
@@ -104,9 +133,58 @@ builder.mutationFields((t) => ({
       version: t.arg.string({ required: true }),
       force: t.arg.boolean({ required: false, description: 'Remove it even while catalog models use it.' }),
     },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.remove(ctx.actor, args)),
+    resolve: async (_root, args, ctx, info) =>
+      unwrap(
+        (await unseen(ctx, info, args)) ??
+          (await ctx.services.mirror.remove(ctx.actor, args, await sightOf(ctx, info))),
+      ),
   }),
 }));
+
+/**
+ * Whether the caller may see a version: not an owned adapter's whose owner does not admit it (owned.ts, the rule
+ * GET /mirror/… keeps). `event`: the subscribers of that event share one read of the owner (pubsub.ts: shared).
+ */
+async function seesVersion(ctx: Context, model: string, version: string, sight: Sight, event?: string) {
+  if (sight.admin) return true;
+  const read = () => versionOwner(ctx.prisma, model, version);
+  const owned = await (event ? ctx.pubsub.shared('mirrorVersion', event, 'owner', read) : read());
+  return !owned || sees(sight, owned.owner);
+}
+
+/**
+ * A version the caller may not see is changed by nobody it is hidden from: cancel, retry, pause, resume and remove
+ * answer the mirror's own words for a version that does not exist, and change nothing.
+ */
+async function unseen(
+  ctx: Context,
+  info: Parameters<typeof sightOf>[1],
+  args: { model: string; version: string },
+): Promise<Result<never> | null> {
+  if (await seesVersion(ctx, args.model, args.version, await sightOf(ctx, info))) return null;
+  return fail(new NotFoundError(`the mirror has no ${args.model}/${args.version}`));
+}
+
+/**
+ * An owned adapter's version takes no files from those its owner does not admit: what they add would be served to
+ * the team as its adapter. Refused as a name that is taken (which the shared namespace cannot help saying), never
+ * naming the owner; the row is filed under the owner, so only the one who asked learns that much.
+ */
+async function taken(
+  ctx: Context,
+  info: Parameters<typeof sightOf>[1],
+  args: { model: string; version: string },
+): Promise<Result<never> | null> {
+  const sight = await sightOf(ctx, info);
+  if (sight.admin) return null;
+  const owned = await versionOwner(ctx.prisma, args.model, args.version);
+  if (!owned || sees(sight, owned.owner)) return null;
+  const version = `${args.model}/${args.version}`;
+  const error = new ConflictError(`the version ${version} is taken: choose another version name`);
+  await ctx.services.audit.refused(ctx.actor, 'fetchToMirror', version, error.message, owned.owner);
+  error.recorded = true;
+  return fail(error);
+}
 
 // Events are published as each file's progress is persisted (about once a second per transfer) and on every
 // state change, so a version sends a few events a second at most; each carries the whole version.
@@ -115,7 +193,14 @@ builder.subscriptionFields((t) => ({
     type: MirrorVersionRef,
     description: 'Every version that changes, whole.',
     authScopes: { viewer: true },
-    subscribe: (_root, _args, ctx) => ctx.pubsub.subscribe('mirrorVersion'),
+    subscribe: (_root, _args, ctx) =>
+      pipe(
+        ctx.pubsub.subscribe('mirrorVersion'),
+        filter(async (key: string) => {
+          const [model = '', version = ''] = key.split('/');
+          return seesVersion(ctx, model, version, await sightOf(ctx), key);
+        }),
+      ),
     resolve: (key: string, _args, ctx) => {
       const [model = '', version = ''] = key.split('/');
       return ctx.pubsub.shared('mirrorVersion', key, 'version', () =>
@@ -130,7 +215,11 @@ builder.subscriptionFields((t) => ({
     subscribe: (_root, args, ctx) =>
       pipe(
         ctx.pubsub.subscribe('mirrorVersion'),
-        filter((key: string) => key === versionKey(args.model, args.version)),
+        filter(
+          async (key: string) =>
+            key === versionKey(args.model, args.version) &&
+            seesVersion(ctx, args.model, args.version, await sightOf(ctx), key),
+        ),
       ),
     resolve: (key: string, args, ctx) =>
       ctx.pubsub.shared('mirrorVersion', key, 'version', () =>

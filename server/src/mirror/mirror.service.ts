@@ -2,6 +2,8 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import { z } from 'zod';
 import { type Actor, describeActor } from '../auth/actor.js';
+import type { Tx } from '../db/client.js';
+import type { MirrorFile } from '../generated/prisma/client.js';
 import {
   ConflictError,
   fail,
@@ -12,6 +14,7 @@ import {
   ValidationError,
 } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import { type Sight, sees } from '../org/org-owners.js';
 import { notify } from '../pubsub.js';
 import {
   ACTIVE,
@@ -20,9 +23,11 @@ import {
   type MirrorVersionView,
   NO_RETRY,
   nameInput,
+  type VersionUse,
   versionKey,
 } from './mirror-view.js';
-import { MirrorWorkers } from './mirror-worker.js';
+import { fileLeases, MirrorWorkers } from './mirror-worker.js';
+import { versionOwner } from './owned.js';
 import { fileFromUrl, fileName } from './paths.js';
 
 // The mirror: versions of models fetched once into the server's disk and served to nodes from there. This file
@@ -39,7 +44,14 @@ export class MirrorService extends MirrorWorkers {
    * Starts fetching a set of files into one version: one decision for a set of any size. Answered as started,
    * never as added: the bytes are still moving, and "added" would invite pointing the catalog at a partial file.
    */
-  async fetch(actor: Actor, input: z.input<typeof fetchInput>): Promise<Result<FetchStarted>> {
+  async fetch(
+    actor: Actor,
+    input: z.input<typeof fetchInput>,
+    o: {
+      /** Written with the rows, in their transaction: what the caller knows of the fetch (the Hub's ref, say). */
+      withRows?: (tx: Tx) => Promise<void>;
+    } = {},
+  ): Promise<Result<FetchStarted>> {
     const parsed = parseInput(fetchInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version, sources, force, fetchAnyway } = parsed.value;
@@ -125,6 +137,16 @@ export class MirrorService extends MirrorWorkers {
       );
     }
 
+    // Asked for by a sha256 held only in owned versions whose owner admits this requester: linked now, for them.
+    // The queue's workers act for no one and link only bytes nobody owns, so this is the one place it can happen.
+    // (Never for a Hub URL: the Hub answers for a file /hf lists as its own; see mirror-worker.ts.)
+    const pinned = new Map<string, { path: string; size: number }>();
+    for (const f of toStart) {
+      const copy = f.sha256 && !this.isHubUrl(f.url) ? await this.heldCopy(f.sha256, null, actor.viewer) : null;
+      if (copy?.owned) pinned.set(f.file, copy);
+    }
+    const linking: MirrorFile[] = [];
+
     const requestedBy = describeActor(actor);
     await this.db.$transaction(async (tx) => {
       for (const f of toStart) {
@@ -146,16 +168,30 @@ export class MirrorService extends MirrorWorkers {
           startedAt: null,
           finishedAt: null,
         };
+        // Held by this process under a lease, as a claimed file is: no worker takes it up meanwhile.
+        const data = pinned.has(f.file)
+          ? {
+              ...fresh,
+              state: 'FETCHING' as const,
+              leaseOwner: this.owner,
+              leaseUntil: fileLeases.deadline(this.db.loops.clock.now()),
+              startedAt: new Date(),
+            }
+          : fresh;
         const row = existing.get(f.file);
-        if (row) await tx.mirrorFile.update({ where: { id: row.id }, data: fresh });
-        else await tx.mirrorFile.create({ data: { model, version, file: f.file, ...fresh } });
+        const saved = row
+          ? await tx.mirrorFile.update({ where: { id: row.id }, data })
+          : await tx.mirrorFile.create({ data: { model, version, file: f.file, ...data } });
+        if (pinned.has(f.file)) linking.push(saved);
       }
       const parts = [`${toStart.length} of ${files.length} files started`];
       if (alreadyArriving) parts.push(`${alreadyArriving} already arriving`);
       if (alreadyPresent) parts.push(`${alreadyPresent} already present`);
+      await o.withRows?.(tx);
       await this.audit.done(tx, actor, {
         action: 'fetchToMirror',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: parts.join(', '),
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
@@ -164,6 +200,18 @@ export class MirrorService extends MirrorWorkers {
     for (const f of toStart) {
       const row = existing.get(f.file);
       if (row) await fs.rm(this.paths.partial(row.id), { force: true });
+    }
+    for (const row of linking) {
+      const copy = pinned.get(row.file) as { path: string; size: number };
+      const sha = row.expectedSha256 as string;
+      // A copy removed meanwhile: the row stays under its lease, and a worker fetches it from its URL once it ends.
+      await this.finish(
+        row,
+        { ok: true, held: true, size: copy.size, sha256: sha, upstreamSha256: null, etag: null },
+        copy,
+      ).catch((err) =>
+        this.log.warn('could not link a held copy; the file is fetched instead', { id: row.id, error: err }),
+      );
     }
     this.kick();
     const view = (await this.version(model, version)) as MirrorVersionView;
@@ -199,6 +247,7 @@ export class MirrorService extends MirrorWorkers {
       await this.audit.done(tx, actor, {
         action: 'cancelMirrorFetch',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: `${rows.length} file(s) cancelled`,
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
@@ -244,6 +293,7 @@ export class MirrorService extends MirrorWorkers {
       await this.audit.done(tx, actor, {
         action: 'retryMirrorFetch',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: `${rows.length} file(s) queued again`,
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
@@ -274,6 +324,7 @@ export class MirrorService extends MirrorWorkers {
       await this.audit.done(tx, actor, {
         action: 'pauseMirrorFetch',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: `${rows.length} file(s) paused; their partials are kept`,
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
@@ -305,6 +356,7 @@ export class MirrorService extends MirrorWorkers {
       await this.audit.done(tx, actor, {
         action: 'resumeMirrorFetch',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: `${rows.length} file(s) queued again, each from its partial`,
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
@@ -339,17 +391,27 @@ export class MirrorService extends MirrorWorkers {
     return ok({ bytesPerSecond: limit });
   }
 
+  /**
+   * `sight`: the caller's (org-owners.ts `sees`). A use by a model or adapter it may not see is neither named nor
+   * counted, and does not hold the removal back: a refusal, even one naming nothing, would confirm to an outsider
+   * that a team's model is served from this version. The owner is told instead, in a row of its own.
+   */
   async remove(
     actor: Actor,
     input: z.input<typeof removeInput>,
+    sight?: Sight,
   ): Promise<Result<{ model: string; version: string; files: number; bytes: number }>> {
     const parsed = parseInput(removeInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version, force } = parsed.value;
     const rows = await this.db.mirrorFile.findMany({ where: { model, version } });
     if (rows.length === 0) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
-    const users = await this.usedBy(model, version);
-    const names = users.map((u) => (u.adapterOf ? `${u.name} (an adapter of ${u.adapterOf})` : u.name));
+    const seen = (u: VersionUse) => !sight || u.owners.every((o) => sees(sight, o));
+    const all = await this.usedBy(model, version);
+    const users = all.filter(seen);
+    const hidden = all.filter((u) => !seen(u));
+    const nameOf = (u: VersionUse) => (u.adapterOf ? `${u.name} (an adapter of ${u.adapterOf})` : u.name);
+    const names = users.map(nameOf);
     if (users.length && !force) {
       return fail(
         new ConflictError(
@@ -363,8 +425,21 @@ export class MirrorService extends MirrorWorkers {
       await this.audit.done(tx, actor, {
         action: 'removeMirrorVersion',
         target: `${model}/${version}`,
+        owner: (await versionOwner(tx, model, version))?.owner,
         message: `removed ${rows.length} file(s), ${bytes} bytes${users.length ? `; still used by ${names.join(', ')} (forced)` : ''}`,
       });
+      // Each owner whose model or adapter loses its source is told, in a row only it (and admins) may read.
+      for (const owner of new Set(hidden.flatMap((u) => u.owners))) {
+        await this.audit.done(tx, actor, {
+          action: 'removeMirrorVersion',
+          target: `${model}/${version}`,
+          owner,
+          message: `removed by a caller who may not see them: still the source of ${hidden
+            .filter((u) => u.owners.includes(owner))
+            .map(nameOf)
+            .join(', ')} (their replicas will fail to load)`,
+        });
+      }
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
     for (const r of rows) {

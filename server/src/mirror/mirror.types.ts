@@ -1,5 +1,7 @@
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { MirrorFileState } from '../generated/prisma/enums.js';
+import type { Sight } from '../org/org.service.js';
+import { sees, sightLoaded, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { versionArchitecture, versionKindOf } from './kind.js';
 import { type FetchStarted, type MirrorVersionView, sourceKey, type VersionUse, versionKey } from './mirror.service.js';
@@ -228,18 +230,28 @@ export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVers
     }),
     usedBy: t.field({
       type: [ModelUse],
+      description: 'The models and adapters the caller may call whose source is in this version.',
       resolve: (v, _args, ctx, info) => {
         if (v.removed) return [];
-        // An event's every subscriber gets the same uses from one read (pubsub.ts: shared).
+        // An event's every subscriber gets the same uses from one read (pubsub.ts: shared), each seeing its own.
         if (info.operation.operation === 'subscription') {
-          return ctx.pubsub.shared('mirrorVersion', versionKey(v.model, v.version), 'usedBy', () =>
-            ctx.services.mirror.usedBy(v.model, v.version),
-          );
+          return Promise.all([
+            ctx.pubsub.shared('mirrorVersion', versionKey(v.model, v.version), 'usedBy', () =>
+              ctx.services.mirror.usedBy(v.model, v.version),
+            ),
+            sightOf(ctx, info),
+          ]).then(([uses, sight]) => seenUses(sight, uses));
         }
-        if (info.operation.operation !== 'query') return ctx.services.mirror.usedBy(v.model, v.version);
+        if (info.operation.operation !== 'query')
+          return Promise.all([ctx.services.mirror.usedBy(v.model, v.version), sightOf(ctx, info)]).then(
+            ([uses, sight]) => seenUses(sight, uses),
+          );
         const uses = usesOf(ctx);
         const key = sourceKey(v.model, v.version);
-        return uses.loaded ? (uses.loaded.get(key) ?? []) : uses.loading.then((m) => m.get(key) ?? []);
+        // At once when both are loaded (Query.mirror loads them first): 5000 promises would cost a third of the page.
+        const sight = sightLoaded(ctx, info);
+        if (uses.loaded && sight) return seenUses(sight, uses.loaded.get(key) ?? []);
+        return Promise.all([uses.loading, sightOf(ctx, info)]).then(([m, s]) => seenUses(s, m.get(key) ?? []));
       },
     }),
     updatedAt: t.field({
@@ -249,6 +261,11 @@ export const MirrorVersionRef = builder.objectRef<MirrorVersionView>('MirrorVers
     }),
   }),
 });
+
+/** The uses a caller may see: a model or adapter it may not call is not named (org-owners.ts `sees`). */
+function seenUses(sight: Sight, uses: VersionUse[]): VersionUse[] {
+  return sight.admin ? uses : uses.filter((u) => u.owners.every((o) => sees(sight, o)));
+}
 
 type Family = { name: string; versions: MirrorVersionView[] };
 const MirrorFamily = builder.objectRef<Family>('MirrorFamily').implement({

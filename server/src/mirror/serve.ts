@@ -7,6 +7,7 @@ import type { Db } from '../db/client.js';
 import { sendJson, statusOf } from '../http/reply.js';
 import { credentialsOf, type Edge, needRole, type Route } from '../http/routes.js';
 import type { MirrorService } from './mirror.service.js';
+import { versionOwner } from './owned.js';
 import type { MirrorPaths } from './paths.js';
 import { sendStoredFile } from './send-file.js';
 
@@ -31,30 +32,6 @@ type Deps = {
   internalToken: string;
   log: Logger;
 };
-
-/** The owner of a mirror version, when it is a trained adapter that has one; its catalog model when published. */
-async function ownedAdapter(
-  db: Db,
-  model: string,
-  version: string,
-): Promise<{ owner: string; modelId: string | null } | null> {
-  const adapter = await db.adapter.findFirst({
-    where: {
-      owner: { not: null },
-      source: { contains: `/mirror/${encodeURIComponent(model)}/${encodeURIComponent(version)}/` },
-    },
-    select: { owner: true, modelId: true },
-  });
-  if (adapter?.owner) return { owner: adapter.owner, modelId: adapter.modelId };
-  // publishTrainJob puts the files in the mirror (as version job-<first 8 of the job id>) before the adapter row
-  // exists: in between, the job's owner is the file's.
-  const m = /^job-([0-9a-f]{8})$/.exec(version);
-  if (!m) return null;
-  const jobs = await db.$queryRaw<{ owner: string | null }[]>`
-    SELECT owner FROM "TrainJob" WHERE name = ${model} AND id::text LIKE ${`${m[1]}%`} AND owner IS NOT NULL LIMIT 1`;
-  const owner = jobs[0]?.owner;
-  return owner ? { owner, modelId: null } : null;
-}
 
 // Range parsing and the file sender live in send-file.ts; re-exported so importers keep this path.
 export { type ByteRange, parseRange, sendStoredFile } from './send-file.js';
@@ -139,7 +116,7 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
     if (!model || !version || !file || parts.some((p) => !p || p === '..' || p === '.' || p.includes('\0')))
       return notFound('no such file in the mirror');
     // Before anything about the file is said (not even its state), so a refusal reads as "no such file".
-    const owned = await ownedAdapter(db, model, version);
+    const owned = await versionOwner(db, model, version);
     if (owned && !(await mayFetchOwned(db, owners, viewer, owned))) return notFound('no such file in the mirror');
     const row = await db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
     if (row?.state !== 'PRESENT' || !row.actualSha256) {
@@ -176,7 +153,7 @@ async function listVersion(
   res: ServerResponse,
   notFound: (why: string) => void,
 ) {
-  const owned = await ownedAdapter(db, model, version);
+  const owned = await versionOwner(db, model, version);
   if (owned && !(await mayFetchOwned(db, owners, viewer, owned))) return notFound('no such version in the mirror');
   const rows = await db.mirrorFile.findMany({ where: { model, version }, orderBy: { file: 'asc' } });
   if (!rows.length) return notFound('no such version in the mirror');

@@ -69,6 +69,43 @@ export type MemberRow = Membership & {
 /** The owner ids, by scope, whose collections an owner may read: the table above, worked out for one owner. */
 export type Reach = Record<OwnerScope, Set<string>>;
 
+/**
+ * Whom a caller stands for when it calls or looks (OrgReads.callerReach), and whether it is an admin. What it may
+ * call at /v1 is what it may see anywhere else (GraphQL's lists, lookups, subscriptions, the audit log): a name
+ * one path hides and another shows is a name confirmed.
+ */
+export type Sight = { admin: boolean; reach: Reach };
+
+/**
+ * THE rule for owned things (a model, an adapter, a training job, an adapter's mirror version, an audit row about
+ * one): an owner key ("team:<id>"; null is everyone's) admits a caller that is an admin or whose reach has it.
+ * /v1 routes by it, GraphQL shows by it; do not write another.
+ */
+export function sees(sight: Sight, owner: string | null): boolean {
+  if (owner === null || sight.admin) return true;
+  const parsed = parseOwnerKey(owner);
+  return parsed ? sight.reach[parsed.scope].has(parsed.id) : false;
+}
+
+/**
+ * The owner keys a sight admits, for SQL (owner IS NULL OR owner = ANY(keys)); undefined for an admin (all). The
+ * same rule as `sees`, spelled for a query, so a page of rows is filtered before it is counted and cut.
+ */
+export function seenOwners(sight: Sight): string[] | undefined {
+  if (sight.admin) return undefined;
+  return (Object.keys(sight.reach) as OwnerScope[]).flatMap((scope) =>
+    [...sight.reach[scope]].map((id) => ownerKey({ scope, id })),
+  );
+}
+
+/** A sight that sees only what everyone may: for callers outside the tree (a node, an anonymous caller). */
+export function publicSight(): Sight {
+  return {
+    admin: false,
+    reach: { org: new Set(), team: new Set(), project: new Set(), user: new Set(), key: new Set() },
+  };
+}
+
 // Every change to the tree takes this lock in its transaction, so the checks it makes (a team owns nothing, an
 // owner is inside the org) still hold when it commits, also with several server replicas.
 const ORG_LOCK = 0x6f726773; // 'orgs'
@@ -179,6 +216,23 @@ export class OrgReads {
     ]);
     if (key) for (const scope of Object.keys(user) as OwnerScope[]) for (const id of key[scope]) user[scope].add(id);
     return user;
+  }
+
+  /**
+   * What a viewer may see and call of owned things (`sees`): an admin everything; a session its user's reach; an
+   * API token its user's and its own (callerReach, as at /v1). Hangar's own passes see all; nodes and anonymous
+   * callers only what is everyone's (a node fetches what it loads through /mirror, which asks it otherwise).
+   * `reachOf` is where the reach comes from: the gateway passes its kept copy (gateway/callers.ts).
+   */
+  async sightOf(
+    viewer: Viewer,
+    reachOf: (userId: string, tokenId: string | undefined) => Promise<Reach> = (userId, tokenId) =>
+      this.callerReach({ userId, tokenId }),
+  ): Promise<Sight> {
+    if (viewer.kind === 'system') return { ...publicSight(), admin: true };
+    if (viewer.kind !== 'user' && viewer.kind !== 'token') return publicSight();
+    if (roleAtLeast(viewer.role, 'ADMIN')) return { ...publicSight(), admin: true };
+    return { admin: false, reach: await reachOf(viewer.user.id, viewer.kind === 'token' ? viewer.tokenId : undefined) };
   }
 
   /**

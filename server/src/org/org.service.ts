@@ -22,8 +22,17 @@ import {
 // The organisation tree's changes, made by admins: orgs, teams, projects, memberships and collections, each
 // under the tree's lock. Owners and who may read what are in org-owners.ts, which this builds on.
 
-export type { OwnerRef, Reach, ResolvedOwner } from './org-owners.js';
-export { lockOrgTree, ownerKey, parseOwnerKey, projectPath, teamPath } from './org-owners.js';
+export type { OwnerRef, Reach, ResolvedOwner, Sight } from './org-owners.js';
+export {
+  lockOrgTree,
+  ownerKey,
+  parseOwnerKey,
+  projectPath,
+  publicSight,
+  seenOwners,
+  sees,
+  teamPath,
+} from './org-owners.js';
 
 // Names share their fields with ids (org: "acme" or its id), so a name that reads as an id would be ambiguous.
 const entityName = (what: string) =>

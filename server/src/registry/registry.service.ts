@@ -9,6 +9,8 @@ import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import { freeMiB } from '../fleet/placement.js';
+import { isCommit } from '../hf/hf.service.js';
+import { recordHubRef } from '../hf/hub-refs.js';
 import {
   ConflictError,
   ForbiddenError,
@@ -328,6 +330,11 @@ export class RegistryService {
       model?: string | null;
       version?: string | null;
       force?: boolean | null;
+      /**
+       * The branch or tag the caller resolved `revision` (a commit) from with `repo` just before (a serve job
+       * does, to judge the set first; HEAD for the default branch): recorded as what the Hub named for it.
+       */
+      ref?: string | null;
     },
   ): Promise<Result<FetchStarted>> {
     const parsed = parseInput(
@@ -338,6 +345,7 @@ export class RegistryService {
         model: modelName.nullish(),
         version: versionName.nullish(),
         force: z.boolean().nullish(),
+        ref: revision,
       }),
       input,
       '',
@@ -346,6 +354,10 @@ export class RegistryService {
     const hub = this.hub;
     if (!hub) return fail(new RegistryOffError(REGISTRY_OFF));
     const { repo: id, set: setId, force } = parsed.value;
+    // A fetch is a decision to download: a branch is resolved now, not from the explorer's answer of a minute ago,
+    // and the commit it resolves to is recorded as what the Hub names for it (/hf answers main with it).
+    if (!parsed.value.revision || !isCommit(parsed.value.revision))
+      this.cache.delete(`repo:${id}:${parsed.value.revision ?? ''}`);
     const opened = await this.repo({ id, revision: parsed.value.revision });
     if (!opened.ok) return opened;
     const repo = opened.value;
@@ -362,19 +374,26 @@ export class RegistryService {
     if (!set.verdict.servable && !force) {
       return fail(new ConflictError(`not fetched: ${set.verdict.reason}. Fetch it anyway with force: true`));
     }
-    return this.mirror.fetch(actor, {
-      model: parsed.value.model ?? set.model,
-      version: parsed.value.version ?? set.version,
-      sources: set.files.map((f) => ({
-        url: hub.resolveUrl(id, repo.revision, f.path),
-        file: f.path.split('/').at(-1),
-        sha256: f.sha256,
-        size: f.size,
-      })),
-      force: false,
-      // Forced past the verdict here already: the mirror's own look would only refuse it again.
-      fetchAnyway: Boolean(force),
-    });
+    return this.mirror.fetch(
+      actor,
+      {
+        model: parsed.value.model ?? set.model,
+        version: parsed.value.version ?? set.version,
+        sources: set.files.map((f) => ({
+          url: hub.resolveUrl(id, repo.revision, f.path),
+          file: f.path.split('/').at(-1),
+          sha256: f.sha256,
+          size: f.size,
+        })),
+        force: false,
+        // Forced past the verdict here already: the mirror's own look would only refuse it again.
+        fetchAnyway: Boolean(force),
+      },
+      {
+        withRows: (tx) =>
+          recordHubRef(tx, { repo: id, revision: parsed.value.ref ?? parsed.value.revision, commit: repo.revision }),
+      },
+    );
   }
 }
 

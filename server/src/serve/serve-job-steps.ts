@@ -83,6 +83,8 @@ async function mirrorStep({ job, detail, ...run }: StepRun): Promise<StepDone> {
     const started = await run.registry.fetchSet(run.asJob, {
       repo: job.repo,
       revision: detail.revision,
+      // registryStep resolved the repository's default branch to that commit.
+      ref: 'HEAD',
       set: detail.set ?? '',
       model,
       version,
@@ -140,7 +142,8 @@ async function catalogStep({ job, detail, ...run }: StepRun): Promise<StepDone> 
 async function replicaStep({ job, detail, ...run }: StepRun): Promise<StepDone> {
   if (job.onDemand)
     throw new StopEarly(`${detail.name} is on demand: no replica runs until it is asked for (wakeModel)`);
-  const deadline = Date.now() + REPLICA_PATIENCE_MS;
+  // Patience is measured on the monotonic clock: a jump of the wall clock must not fail the step early.
+  const deadline = performance.now() + REPLICA_PATIENCE_MS;
   let unplacedSince: number | null = null;
   for (;;) {
     const model = await run.db.catalogModel.findUnique({
@@ -158,8 +161,8 @@ async function replicaStep({ job, detail, ...run }: StepRun): Promise<StepDone> 
       );
     const unplaced = model.replicas.find((replica) => replica.state === 'PENDING' && !replica.nodeId);
     if (unplaced) {
-      unplacedSince ??= Date.now();
-      if (Date.now() - unplacedSince > UNPLACED_PATIENCE_MS)
+      unplacedSince ??= performance.now();
+      if (performance.now() - unplacedSince > UNPLACED_PATIENCE_MS)
         throw new StepFailed(unplaced.message ?? 'no node can take it');
     } else unplacedSince = null;
     const waiting = model.replicas.find((replica) => replica.state === 'LOADING' || replica.state === 'PENDING');
@@ -168,7 +171,7 @@ async function replicaStep({ job, detail, ...run }: StepRun): Promise<StepDone> 
         ? `${waiting.state.toLowerCase()} on ${waiting.node?.name ?? '—'}${waiting.message ? `: ${waiting.message}` : ''}`
         : 'waiting for placement',
     );
-    if (Date.now() > deadline) throw new StepFailed('no replica became ready in 15 minutes');
+    if (performance.now() > deadline) throw new StepFailed('no replica became ready in 15 minutes');
     await run.pause();
   }
 }

@@ -112,6 +112,10 @@ describe('serveFromRegistry', () => {
     expect(done.steps.map((s: { state: string }) => s.state)).toEqual(['DONE', 'DONE', 'DONE', 'DONE', 'DONE', 'DONE']);
     expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
     expect(done.steps[1].message).toBe('tiny/feedbee-q4_k_m present and verified');
+    // What the registry step resolved the default branch to is kept as what the Hub named for main (/hf reads it).
+    expect(await t.app.db.prisma.hubRef.findMany({ select: { repo: true, ref: true, commit: true } })).toEqual([
+      { repo: 'acme/tiny-gguf', ref: 'main', commit: 'feedbeef11111111111111111111111111111111' },
+    ]);
     // Each step ran its own handler (the table in serve-job-steps.ts): the check says what the model needs, and
     // the catalog step, after it, says something else.
     expect(done.steps[2].message).toMatch(/: needs \S+ GiB at \S+ tokens; fits on /);
@@ -192,6 +196,28 @@ describe('serveFromRegistry', () => {
     } finally {
       reportedKey = KEY;
     }
+  });
+
+  it("fails at the catalog step when a team's adapter holds the model's name, and does not say whose", async () => {
+    // The adapter's team is one the job's creator is not in: the job's steps are read by others too.
+    const p = t.app.db.prisma;
+    const org = await p.org.create({ data: { name: 'held-org' } });
+    const team = await p.team.create({ data: { orgId: org.id, name: 'held-team' } });
+    const base = await p.catalogModel.create({
+      data: { name: 'held-base', source: 'http://mirror.example/m.gguf', engine: 'llamacpp', maxReplicas: 0 },
+    });
+    await p.adapter.create({
+      data: { name: 'held', source: 'http://mirror.example/a.gguf', modelId: base.id, owner: `team:${team.id}` },
+    });
+    hub.repos.set('acme/Held-GGUF', {
+      ...hub.repos.get('acme/Tiny-GGUF')!,
+      id: 'acme/Held-GGUF',
+      sha: '4e1d4e1d00000000000000000000000000000000',
+    });
+    const job = await start('repo: "acme/Held-GGUF"');
+    const done = await waitForJob(job.id);
+    expect(done).toMatchObject({ state: 'FAILED', message: 'catalog: the name held is taken: choose another name' });
+    expect(await p.catalogModel.findUnique({ where: { name: 'held' } })).toBeNull();
   });
 
   it('refuses a malformed repository name and starts nothing', async () => {

@@ -16,6 +16,7 @@ import { readSafetensors } from '@hangar/common/peft/safetensors';
 import tar from 'tar-stream';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
+import type { ServedNames } from '../catalog/served-names.js';
 import type { Db } from '../db/client.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
 import {
@@ -37,6 +38,8 @@ import type { TrainService } from './train.service.js';
 
 // What a job made: the PEFT adapter the node uploads (a gzipped tar, checked as it is read, never unpacked to
 // disk) and the llama.cpp GGUF adapter Hangar makes from it; then publishing them into the mirror and the catalog.
+
+const TRAIN_ANEW = 'train under another name';
 
 /** The compressed upload at most (the tar reader caps the weights inside at 2 GiB: rank 128 on a 70B model). */
 export const MAX_PEFT_UPLOAD = 4 * 1024 ** 3;
@@ -61,6 +64,7 @@ export class TrainArtifacts {
     private readonly train: TrainService,
     private readonly mirror: MirrorService,
     private readonly log: Logger,
+    private readonly names: ServedNames,
   ) {}
 
   peftName(job: Pick<TrainJob, 'name'>) {
@@ -231,7 +235,7 @@ export class TrainArtifacts {
    * serves, the PEFT files for one vLLM serves. The lineage is kept on the adapter: job and artifact sha256.
    */
   async publish(actor: Actor, id: string): Promise<Result<PublishAnswer>> {
-    const job = await this.train.get(id);
+    const job = await this.train.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.state !== 'DONE')
       return fail(new ConflictError(`the job has not finished: it is ${job.state.toLowerCase()}`));
@@ -240,15 +244,9 @@ export class TrainArtifacts {
       return fail(
         new ConflictError(`the model ${job.model} is no longer in the catalog: serve it again, then publish`),
       );
-    if (model.adapters.some((a) => a.name === job.name))
-      return fail(new ConflictError(`${job.name} is already ${model.name}'s adapter: train under another name`));
-    const taken = await this.db.adapter.findUnique({ where: { name: job.name }, include: { model: true } });
-    if (taken)
-      return fail(
-        new ConflictError(`${job.name} is already an adapter of ${taken.model.name}: train under another name`),
-      );
-    if (await this.db.catalogModel.findUnique({ where: { name: job.name } }))
-      return fail(new ConflictError(`${job.name} is now a model's name: train under another name`));
+    // A model's name or an adapter's (this one, published before): requests name either (catalog/served-names.ts).
+    const taken = await this.names.refusal(actor.viewer, job.name, TRAIN_ANEW);
+    if (taken) return fail(taken);
 
     const llama = model.engine === 'llamacpp';
     const kind = llama ? 'gguf' : 'peft';
@@ -293,25 +291,33 @@ export class TrainArtifacts {
       source = this.mirror.versionUrl(job.name, version);
     }
 
-    await this.db.$transaction(async (tx) => {
-      await tx.adapter.create({
-        data: {
-          name: job.name,
-          source,
+    const created = await this.names.claim(actor.viewer, job.name, TRAIN_ANEW, () =>
+      this.db.$transaction(async (tx) => {
+        await tx.adapter.create({
+          data: {
+            name: job.name,
+            source,
+            owner: job.owner,
+            modelId: model.id,
+            trainJobId: job.id,
+            artifactSha256: art.sha256,
+          },
+        });
+        await this.train.event(tx, id, 'info', `published as ${model.name}'s adapter ${job.name}: ${source}`);
+        await this.audit.done(tx, actor, {
+          action: 'publishTrainJob',
+          target: job.name,
+          message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}`,
           owner: job.owner,
-          modelId: model.id,
-          trainJobId: job.id,
-          artifactSha256: art.sha256,
-        },
-      });
-      await this.train.event(tx, id, 'info', `published as ${model.name}'s adapter ${job.name}: ${source}`);
-      await this.audit.done(tx, actor, {
-        action: 'publishTrainJob',
-        target: job.name,
-        message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}`,
-      });
-      await notify(tx, 'trainJob', id);
-    });
+        });
+        await notify(tx, 'trainJob', id);
+      }),
+    );
+    if (!created.ok) {
+      // A model took the name while the files went in: they go again, so nothing is left half-published.
+      await this.mirror.remove(actor, { model: job.name, version, force: true });
+      return created;
+    }
     const note = llama
       ? `${model.name}'s llama.cpp replicas load ${job.name} within seconds, without a restart: each one's agent fetches it at its next poll and lists it in the replica's message once loaded, and requests for it go to the replicas that hold it (replicas run by llama-server load it at their next start)`
       : `the PEFT files are at ${source}; ${model.name}'s vLLM replicas load ${job.name} without a restart: each one's agent fetches the version's files whole (each verified) at its next poll, loads them with vLLM's /v1/load_lora_adapter and lists it in the replica's message once vLLM took it; requests for it go to the replicas that hold it`;

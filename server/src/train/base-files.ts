@@ -18,12 +18,17 @@ export function selectBaseFiles<T extends { path: string }>(files: T[]): T[] {
   return top.filter((f) => !(hf && f.path.startsWith('consolidated')));
 }
 
-/** A mirrored copy of the repository (every file PRESENT in one version, fetched from it), newest first. */
+/**
+ * A mirrored copy of the repository (every file PRESENT in one version, fetched from it), newest first. Only
+ * files fetched from the Hub's origin: another server's answer to a path shaped like the repository's is not it.
+ */
 export async function baseFilesFromMirror(db: Db, mirror: MirrorService, repo: string): Promise<BaseFile[]> {
-  const rows = await db.mirrorFile.findMany({
-    where: { state: 'PRESENT', sourceUrl: { contains: `/${repo}/resolve/` } },
-    orderBy: { finishedAt: 'desc' },
-  });
+  const rows = (
+    await db.mirrorFile.findMany({
+      where: { state: 'PRESENT', sourceUrl: { contains: `/${repo}/resolve/` } },
+      orderBy: { finishedAt: 'desc' },
+    })
+  ).filter((r) => mirror.isHubUrl(r.sourceUrl));
   const byVersion = new Map<string, typeof rows>();
   for (const r of rows) {
     const key = `${r.model}\0${r.version}`;

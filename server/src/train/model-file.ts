@@ -1,5 +1,6 @@
 import type { Db } from '../db/client.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { type Sight, sees } from '../org/org-owners.js';
 
 /**
  * The local file of a catalog model served by llama.cpp: its source is a GGUF in this mirror. Training reads its
@@ -9,9 +10,12 @@ export async function catalogGguf(
   db: Db,
   mirror: MirrorService,
   modelName: string,
+  sight?: Sight,
 ): Promise<{ ok: true; file: string; source: string } | { ok: false; reason: string }> {
   const model = await db.catalogModel.findUnique({ where: { name: modelName } });
-  if (!model) return { ok: false, reason: `the model ${modelName} is not in the catalog` };
+  // `sight`: asked for a caller, a model it may not call reads as none, in the same words (org-owners.ts `sees`).
+  if (!model || (sight && !sees(sight, model.owner)))
+    return { ok: false, reason: `the model ${modelName} is not in the catalog` };
   const url = model.source;
   const marker = url.indexOf('/mirror/');
   if (model.engine !== 'llamacpp' || marker < 0 || !url.endsWith('.gguf'))

@@ -188,13 +188,14 @@ describe("an owned job's pairs (GET /api/train/jobs/<id>/data)", () => {
   });
 
   it('are returned by no GraphQL field: the job shows only their count, size and sha256', async () => {
-    const r = await t.gql(
-      `query($id: ID!) { trainJob(id: $id) { pairs dataBytes dataSha256 events { message } artifacts { url files { name } } } }`,
-      { id: secretJob.id },
-      { token: who.outsideOperator?.token },
-    );
+    const q = `query($id: ID!) { trainJob(id: $id) { pairs dataBytes dataSha256 events { message } artifacts { url files { name } } } }`;
+    // A team member who may not read the pairs (a viewer) sees the job, not what it was trained on.
+    const r = await t.gql(q, { id: secretJob.id }, { token: who.memberViewer?.token });
     expect(r.data?.trainJob.pairs).toBe(6);
     expect(JSON.stringify(r.data)).not.toMatch(/Secret|Answer/);
+    // Anyone outside the team does not see the job at all (src/org/owned-metadata.test.ts).
+    const outside = await t.gql(q, { id: secretJob.id }, { token: who.outsideOperator?.token });
+    expect(outside.data?.trainJob).toBeNull();
   });
 });
 

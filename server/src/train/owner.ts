@@ -2,6 +2,7 @@ import type { Viewer } from '../auth/viewer.js';
 import type { Tx } from '../db/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import type { Result } from '../lib/errors.js';
+import type { Sight } from '../org/org-owners.js';
 
 /**
  * What training needs of the organisation (server/src/org): who an owner string names, and whether that owner
@@ -13,5 +14,7 @@ export interface OwnerRules {
   canRead(owner: { scope: OwnerScope; id: string }, collectionId: string): Promise<boolean>;
   /** Whether a signed-in caller may read what a stored owner key owns (null: public); see OrgService.mayRead. */
   mayRead(viewer: Viewer, owner: string | null): Promise<boolean>;
+  /** What a caller may see and call of owned things (OrgService.sightOf; judged by org-owners.ts `sees`). */
+  sightOf(viewer: Viewer): Promise<Sight>;
   collection(id: string): Promise<{ id: string; name: string; ownerScope: OwnerScope; ownerId: string } | null>;
 }

@@ -74,7 +74,8 @@ export abstract class TrainNodeSide extends TrainReads {
       files = listed.files;
     }
 
-    const now = new Date();
+    // On the database's clock: the sweep judges the lease on it (db/clock.ts).
+    const now = this.db.clock.now();
     const claimed = await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.updateMany({
         where: { id, state: 'QUEUED', nodeId: node.id },
@@ -139,7 +140,7 @@ export abstract class TrainNodeSide extends TrainReads {
       const n = await tx.trainJob.updateMany({
         where: { id, state: 'RUNNING', leaseOwner: lease.value.leaseOwner },
         data: {
-          leaseUntil: this.leaseFrom(new Date()),
+          leaseUntil: this.leaseFrom(this.db.clock.now()),
           ...(steps != null ? { steps } : {}),
           ...(last && last.step >= lease.value.step ? { step: last.step, loss: last.loss } : {}),
           ...(peak != null && peak > (lease.value.peakMiB ?? 0) ? { peakMiB: peak } : {}),
@@ -213,7 +214,12 @@ export abstract class TrainNodeSide extends TrainReads {
       await this.event(tx, id, state === 'FAILED' ? 'error' : 'info', withState(state, message));
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
       if (actor)
-        await this.audit.done(tx, actor, { action: 'finishTrainJob', target: j.name, message: `${state}: ${message}` });
+        await this.audit.done(tx, actor, {
+          action: 'finishTrainJob',
+          target: j.name,
+          message: `${state}: ${message}`,
+          owner: j.owner,
+        });
       await this.changed(tx, j);
       return j;
     });
@@ -230,7 +236,7 @@ export abstract class TrainNodeSide extends TrainReads {
   // ─── the clock: lost nodes and why queued jobs wait ────────────────────────
 
   start(everyMs = 2000) {
-    this.hearingSince = Date.now();
+    this.hearingSince = this.db.clock.nowMs();
     // The timer's sweeps do not pile up behind a slow one: a tick while one runs is skipped.
     let busy = false;
     this.timer = setInterval(() => {
@@ -247,9 +253,12 @@ export abstract class TrainNodeSide extends TrainReads {
     await this.tokenizers.dispose();
   }
 
-  /** One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). */
-  sweep(now = new Date()): Promise<void> {
-    this.sweeping = this.sweeping.then(() => this.sweepOnce(now));
+  /**
+   * One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). Judged
+   * on the database's clock, which the leases are written on; never on this server's wall clock, which can jump.
+   */
+  sweep(now?: Date): Promise<void> {
+    this.sweeping = this.sweeping.then(() => this.sweepOnce(now ?? this.db.clock.now()));
     return this.sweeping;
   }
 
@@ -262,7 +271,7 @@ export abstract class TrainNodeSide extends TrainReads {
       });
       if (this.deaf) {
         this.deaf = false;
-        this.hearingSince = Date.now();
+        this.hearingSince = this.db.clock.nowMs();
       }
       // A node is silent only for as long as this control plane could have heard it: one that was itself down
       // (stopped, or without its database) gives every node the whole lost time again once it is back, during

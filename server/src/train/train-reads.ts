@@ -4,6 +4,7 @@ import path from 'node:path';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
+import type { Actor } from '../auth/actor.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
 import type { Db, Tx } from '../db/client.js';
@@ -11,6 +12,7 @@ import { LoopHealth } from '../db/outage.js';
 import type { FleetService } from '../fleet/fleet.service.js';
 import type { TrainJob } from '../generated/prisma/client.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { sees } from '../org/org-owners.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
 import type { BaseFile } from './base-files.js';
@@ -119,6 +121,15 @@ export class TrainReads {
   }
 
   /**
+   * A job as a person or script acting on it may see it: one owned by an owner that does not admit the actor reads
+   * as none, in the same words (cancel, delete, publish), as it is absent from their lists.
+   */
+  async visible(actor: Actor, id: string): Promise<TrainJob | null> {
+    const job = await this.get(id);
+    return job && sees(await this.owners.sightOf(actor.viewer), job.owner) ? job : null;
+  }
+
+  /**
    * Who may read a job's pairs: the node it is for (it trains on them), and operators whom the job's owner admits
    * (admins always). Pairs from a team's knowledge base say what the base says, so an operator outside the team
    * may not read them, nor may another node.
@@ -139,7 +150,11 @@ export class TrainReads {
     return this.owners.mayRead(viewer, job.owner);
   }
 
-  async page(input: { state?: string | null; first?: number | null; after?: string | null }) {
+  /**
+   * A page of jobs, newest first. `owners` (org-owners.ts seenOwners) keeps the public ones and those of these
+   * owners, in the query, so a page is never cut short or counted by jobs the caller may not see; absent: all.
+   */
+  async page(input: { state?: string | null; first?: number | null; after?: string | null }, owners?: string[]) {
     const first = Math.min(Math.max(input.first ?? 50, 1), 200);
     const after = input.after ? await this.get(input.after) : null;
     const state =
@@ -149,6 +164,7 @@ export class TrainReads {
     const rows = await this.db.trainJob.findMany({
       where: {
         ...(state ? { state: state as TrainJob['state'] } : {}),
+        ...(owners ? { AND: [{ OR: [{ owner: null }, { owner: { in: owners } }] }] } : {}),
         ...(after
           ? { OR: [{ createdAt: { lt: after.createdAt } }, { createdAt: after.createdAt, id: { lt: after.id } }] }
           : {}),
@@ -165,10 +181,14 @@ export class TrainReads {
    * The pairs as createTrainJob will read them; with `model`, also their lengths in that model's tokens (and
    * how many pass `maxLen`, 1024 by default as the trainer's).
    */
-  async check(data: string, options: { model?: string | null; maxLen?: number | null } = {}): Promise<TrainDataReport> {
+  async check(
+    data: string,
+    options: { model?: string | null; maxLen?: number | null; viewer?: Viewer } = {},
+  ): Promise<TrainDataReport> {
     const report = checkTrainData(data);
     if (!options.model || report.pairs === 0) return report;
-    const local = await catalogGguf(this.db, this.mirror, options.model);
+    const sight = options.viewer ? await this.owners.sightOf(options.viewer) : undefined;
+    const local = await catalogGguf(this.db, this.mirror, options.model, sight);
     if (!local.ok) return { ...report, tokensNote: `no token counts: ${local.reason}` };
     const pairs = [...pairsOf(data)].filter((p): p is TrainDataLine => !('error' in p));
     try {
@@ -206,7 +226,7 @@ export class TrainReads {
    */
   async storeData(
     data: string,
-    options: { model?: string | null; maxLen?: number | null } = {},
+    options: { model?: string | null; maxLen?: number | null; viewer?: Viewer } = {},
   ): Promise<TrainDataReport> {
     const report = await this.check(data, options);
     if (report.bytes <= TRAIN_MAX_DATA_BYTES) await this.keepData(data, report.sha256);

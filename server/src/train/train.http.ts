@@ -195,6 +195,7 @@ export function trainDataRoute({ train, audit }: Pick<Deps, 'train' | 'audit'>):
       const text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
       const report = await train.storeData(text, {
         model: query.get('model'),
+        viewer: (await edge.actor()).viewer,
         maxLen: Number.isInteger(maxLen) && maxLen >= 16 && maxLen <= 32768 ? maxLen : null,
       });
       sendJson(res, 200, { ...report, ok: report.errorCount === 0 && report.pairs > 0 });

@@ -1,5 +1,7 @@
 import type { TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
+import { seenOwners } from '../org/org.service.js';
+import { sees, sightOf } from '../org/visible.js';
 import type { PubSub } from '../pubsub.js';
 import { builder } from '../schema/builder.js';
 import { JobStateEnum } from '../serve/serve-job.schema.js';
@@ -24,16 +26,19 @@ builder.queryFields((t) => ({
       first: t.arg.int({ required: false, defaultValue: 50, description: '1 to 200.' }),
       after: t.arg.string({ required: false }),
     },
-    resolve: (_root, args, ctx) => ctx.services.train.page(args),
+    // Only the jobs the caller may see: an owned job's name is its adapter's, and its owner the team's.
+    resolve: async (_root, args, ctx, info) => ctx.services.train.page(args, seenOwners(await sightOf(ctx, info))),
   }),
   trainJob: t.prismaField({
     type: 'TrainJob',
     nullable: true,
+    description: 'Null for a job the caller may not see (owned by an owner that does not admit it), as for none.',
     authScopes: { viewer: true },
     args: { id: t.arg.id({ required: true }) },
-    resolve: async (query, _root, args, ctx) => {
+    resolve: async (query, _root, args, ctx, info) => {
       const job = await ctx.services.train.get(String(args.id));
-      return job ? ctx.prisma.trainJob.findUnique({ ...query, where: { id: job.id } }) : null;
+      if (!job || !sees(await sightOf(ctx, info), job.owner)) return null;
+      return ctx.prisma.trainJob.findUnique({ ...query, where: { id: job.id } });
     },
   }),
   checkTrainData: t.field({
@@ -46,7 +51,8 @@ builder.queryFields((t) => ({
       model: t.arg.string({ required: false, description: 'A catalog model: count tokens with its tokenizer.' }),
       maxLen: t.arg.int({ required: false, description: 'The max_len to compare with (default 1024).' }),
     },
-    resolve: (_root, args, ctx) => ctx.services.train.check(args.data, { model: args.model, maxLen: args.maxLen }),
+    resolve: (_root, args, ctx) =>
+      ctx.services.train.check(args.data, { model: args.model, maxLen: args.maxLen, viewer: ctx.viewer }),
   }),
   trainParams: t.field({
     type: [TrainParamRef],
@@ -254,9 +260,12 @@ async function* workOf(ctx: {
   }
 }
 
-/** Each changed job, read once it has committed; one deleted since the event is skipped. */
+/**
+ * Each changed job, read once it has committed; one deleted since the event is skipped, and so is one the
+ * subscriber may not see (its sight asked at each event: a membership removed hides the job from then on).
+ */
 async function* changedJobs(
-  ctx: {
+  ctx: Parameters<typeof sightOf>[0] & {
     pubsub: Pick<PubSub, 'subscribe' | 'shared'>;
     prisma: { trainJob: { findUnique: (a: { where: { id: string } }) => Promise<TrainJob | null> } };
   },
@@ -266,6 +275,6 @@ async function* changedJobs(
     if (only && id !== only) continue;
     // One read for every subscriber of this event (pubsub.ts: shared), and so one object their fields share.
     const job = await ctx.pubsub.shared('trainJob', id, 'row', () => ctx.prisma.trainJob.findUnique({ where: { id } }));
-    if (job) yield job;
+    if (job && sees(await sightOf(ctx), job.owner)) yield job;
   }
 }

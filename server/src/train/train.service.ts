@@ -5,7 +5,7 @@ import type { Node, TrainJob } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
-import { lockOrgTree } from '../org/org.service.js';
+import { lockOrgTree, sees } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import { checkTrainData, TRAIN_MAX_DATA_BYTES } from './data.js';
@@ -65,7 +65,8 @@ export class TrainService extends TrainNodeSide {
         `an adapter's name is letters, digits, ".", "_" and "-", up to 100, starting with a letter or digit: ${JSON.stringify(input.name)} is not`,
       );
     const model = await this.db.catalogModel.findUnique({ where: { name: input.model } });
-    if (!model)
+    // A model the actor may not call reads as none, in the same words (org-owners.ts `sees`).
+    if (!model || !sees(await this.owners.sightOf(actor.viewer), model.owner))
       return refuse(
         'model',
         `no model ${input.model} in the catalog: an adapter is trained for a model the fleet serves`,
@@ -189,6 +190,7 @@ export class TrainService extends TrainNodeSide {
           action: 'createTrainJob',
           target: input.name,
           message: `job ${j.id} on ${node.name} for ${model.name} from ${input.baseRepo}, ${report.pairs} pairs`,
+          owner: j.owner,
         });
         await this.changed(tx, j);
         return j;
@@ -273,7 +275,7 @@ export class TrainService extends TrainNodeSide {
   // ─── the operator's controls ───────────────────────────────────────────────
 
   async cancel(actor: Actor, id: string): Promise<Result<TrainJob>> {
-    const job = await this.get(id);
+    const job = await this.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (ended(job.state))
       return fail(new ConflictError(`the job has already ended (${job.state.toLowerCase()}): nothing to cancel`));
@@ -289,6 +291,7 @@ export class TrainService extends TrainNodeSide {
             action: 'cancelTrainJob',
             target: job.name,
             message: `job ${id}, queued`,
+            owner: job.owner,
           });
           const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
           await this.changed(tx, j);
@@ -307,7 +310,12 @@ export class TrainService extends TrainNodeSide {
         'info',
         `cancel asked by ${describeActor(actor)}: waiting for the node to stop the trainer`,
       );
-      await this.audit.done(tx, actor, { action: 'cancelTrainJob', target: job.name, message: `job ${id}, running` });
+      await this.audit.done(tx, actor, {
+        action: 'cancelTrainJob',
+        target: job.name,
+        message: `job ${id}, running`,
+        owner: job.owner,
+      });
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
       await this.changed(tx, j);
       return j;
@@ -317,14 +325,19 @@ export class TrainService extends TrainNodeSide {
   }
 
   async remove(actor: Actor, id: string): Promise<Result<{ id: string; name: string }>> {
-    const job = await this.get(id);
+    const job = await this.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (!ended(job.state))
       return fail(new ConflictError(`the job is ${job.state.toLowerCase()}: cancel it first, then delete it`));
     await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.deleteMany({ where: { id, state: { in: [...ENDED] } } });
       if (n.count !== 1) throw new ConflictError('the job changed while it was being deleted');
-      await this.audit.done(tx, actor, { action: 'deleteTrainJob', target: job.name, message: `job ${id}` });
+      await this.audit.done(tx, actor, {
+        action: 'deleteTrainJob',
+        target: job.name,
+        message: `job ${id}`,
+        owner: job.owner,
+      });
       await notify(tx, 'trainJob', id);
     });
     // Files after the rows: a crash in between leaves files no row points at, never a row without its files.

@@ -43,6 +43,11 @@ export type Node = Prisma.NodeModel
  */
 export type MirrorFile = Prisma.MirrorFileModel
 /**
+ * Model HubRef
+ * 
+ */
+export type HubRef = Prisma.HubRefModel
+/**
  * Model CatalogModel
  * 
  */
@@ -52,6 +57,11 @@ export type CatalogModel = Prisma.CatalogModelModel
  * 
  */
 export type Adapter = Prisma.AdapterModel
+/**
+ * Model ServedName
+ * 
+ */
+export type ServedName = Prisma.ServedNameModel
 /**
  * Model EngineKey
  * 
@@ -132,3 +142,8 @@ export type LoginLimit = Prisma.LoginLimitModel
  * 
  */
 export type UsageMinute = Prisma.UsageMinuteModel
+/**
+ * Model UsageSpool
+ * 
+ */
+export type UsageSpool = Prisma.UsageSpoolModel

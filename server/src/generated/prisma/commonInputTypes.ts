@@ -439,6 +439,23 @@ export type UuidNullableWithAggregatesFilter<$PrismaModel = never> = {
   _max?: Prisma.NestedStringNullableFilter<$PrismaModel>
 }
 
+export type EnumServedNameKindFilter<$PrismaModel = never> = {
+  equals?: $Enums.ServedNameKind | Prisma.EnumServedNameKindFieldRefInput<$PrismaModel>
+  in?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel> | $Enums.ServedNameKind
+}
+
+export type EnumServedNameKindWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.ServedNameKind | Prisma.EnumServedNameKindFieldRefInput<$PrismaModel>
+  in?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumServedNameKindWithAggregatesFilter<$PrismaModel> | $Enums.ServedNameKind
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel>
+}
+
 export type EnumReplicaStateFilter<$PrismaModel = never> = {
   equals?: $Enums.ReplicaState | Prisma.EnumReplicaStateFieldRefInput<$PrismaModel>
   in?: $Enums.ReplicaState[] | Prisma.ListEnumReplicaStateFieldRefInput<$PrismaModel>
@@ -1013,6 +1030,23 @@ export type NestedUuidNullableWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntNullableFilter<$PrismaModel>
   _min?: Prisma.NestedStringNullableFilter<$PrismaModel>
   _max?: Prisma.NestedStringNullableFilter<$PrismaModel>
+}
+
+export type NestedEnumServedNameKindFilter<$PrismaModel = never> = {
+  equals?: $Enums.ServedNameKind | Prisma.EnumServedNameKindFieldRefInput<$PrismaModel>
+  in?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel> | $Enums.ServedNameKind
+}
+
+export type NestedEnumServedNameKindWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.ServedNameKind | Prisma.EnumServedNameKindFieldRefInput<$PrismaModel>
+  in?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  notIn?: $Enums.ServedNameKind[] | Prisma.ListEnumServedNameKindFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumServedNameKindWithAggregatesFilter<$PrismaModel> | $Enums.ServedNameKind
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumServedNameKindFilter<$PrismaModel>
 }
 
 export type NestedEnumReplicaStateFilter<$PrismaModel = never> = {

@@ -39,6 +39,14 @@ export const Engine = {
 export type Engine = (typeof Engine)[keyof typeof Engine]
 
 
+export const ServedNameKind = {
+  MODEL: 'MODEL',
+  ADAPTER: 'ADAPTER'
+} as const
+
+export type ServedNameKind = (typeof ServedNameKind)[keyof typeof ServedNameKind]
+
+
 export const ReplicaState = {
   PENDING: 'PENDING',
   LOADING: 'LOADING',

@@ -402,8 +402,10 @@ export const ModelName = {
   ApiToken: 'ApiToken',
   Node: 'Node',
   MirrorFile: 'MirrorFile',
+  HubRef: 'HubRef',
   CatalogModel: 'CatalogModel',
   Adapter: 'Adapter',
+  ServedName: 'ServedName',
   EngineKey: 'EngineKey',
   Replica: 'Replica',
   ServeJob: 'ServeJob',
@@ -419,7 +421,8 @@ export const ModelName = {
   Collection: 'Collection',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
-  UsageMinute: 'UsageMinute'
+  UsageMinute: 'UsageMinute',
+  UsageSpool: 'UsageSpool'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -435,7 +438,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "catalogModel" | "adapter" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -809,6 +812,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    HubRef: {
+      payload: Prisma.$HubRefPayload<ExtArgs>
+      fields: Prisma.HubRefFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.HubRefFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.HubRefFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        findFirst: {
+          args: Prisma.HubRefFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.HubRefFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        findMany: {
+          args: Prisma.HubRefFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>[]
+        }
+        create: {
+          args: Prisma.HubRefCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        createMany: {
+          args: Prisma.HubRefCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.HubRefCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>[]
+        }
+        delete: {
+          args: Prisma.HubRefDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        update: {
+          args: Prisma.HubRefUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        deleteMany: {
+          args: Prisma.HubRefDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.HubRefUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.HubRefUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>[]
+        }
+        upsert: {
+          args: Prisma.HubRefUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$HubRefPayload>
+        }
+        aggregate: {
+          args: Prisma.HubRefAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateHubRef>
+        }
+        groupBy: {
+          args: Prisma.HubRefGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.HubRefGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.HubRefCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.HubRefCountAggregateOutputType> | number
+        }
+      }
+    }
     CatalogModel: {
       payload: Prisma.$CatalogModelPayload<ExtArgs>
       fields: Prisma.CatalogModelFieldRefs
@@ -954,6 +1031,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         count: {
           args: Prisma.AdapterCountArgs<ExtArgs>
           result: runtime.Types.Utils.Optional<Prisma.AdapterCountAggregateOutputType> | number
+        }
+      }
+    }
+    ServedName: {
+      payload: Prisma.$ServedNamePayload<ExtArgs>
+      fields: Prisma.ServedNameFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ServedNameFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ServedNameFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        findFirst: {
+          args: Prisma.ServedNameFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ServedNameFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        findMany: {
+          args: Prisma.ServedNameFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>[]
+        }
+        create: {
+          args: Prisma.ServedNameCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        createMany: {
+          args: Prisma.ServedNameCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ServedNameCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>[]
+        }
+        delete: {
+          args: Prisma.ServedNameDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        update: {
+          args: Prisma.ServedNameUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        deleteMany: {
+          args: Prisma.ServedNameDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ServedNameUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ServedNameUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>[]
+        }
+        upsert: {
+          args: Prisma.ServedNameUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ServedNamePayload>
+        }
+        aggregate: {
+          args: Prisma.ServedNameAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateServedName>
+        }
+        groupBy: {
+          args: Prisma.ServedNameGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServedNameGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ServedNameCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ServedNameCountAggregateOutputType> | number
         }
       }
     }
@@ -2141,6 +2292,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    UsageSpool: {
+      payload: Prisma.$UsageSpoolPayload<ExtArgs>
+      fields: Prisma.UsageSpoolFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageSpoolFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageSpoolFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        findFirst: {
+          args: Prisma.UsageSpoolFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageSpoolFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        findMany: {
+          args: Prisma.UsageSpoolFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>[]
+        }
+        create: {
+          args: Prisma.UsageSpoolCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        createMany: {
+          args: Prisma.UsageSpoolCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageSpoolCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>[]
+        }
+        delete: {
+          args: Prisma.UsageSpoolDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        update: {
+          args: Prisma.UsageSpoolUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageSpoolDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageSpoolUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageSpoolUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageSpoolUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageSpoolPayload>
+        }
+        aggregate: {
+          args: Prisma.UsageSpoolAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageSpool>
+        }
+        groupBy: {
+          args: Prisma.UsageSpoolGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageSpoolGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageSpoolCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageSpoolCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2276,6 +2501,16 @@ export const MirrorFileScalarFieldEnum = {
 export type MirrorFileScalarFieldEnum = (typeof MirrorFileScalarFieldEnum)[keyof typeof MirrorFileScalarFieldEnum]
 
 
+export const HubRefScalarFieldEnum = {
+  repo: 'repo',
+  ref: 'ref',
+  commit: 'commit',
+  at: 'at'
+} as const
+
+export type HubRefScalarFieldEnum = (typeof HubRefScalarFieldEnum)[keyof typeof HubRefScalarFieldEnum]
+
+
 export const CatalogModelScalarFieldEnum = {
   id: 'id',
   name: 'name',
@@ -2313,6 +2548,16 @@ export const AdapterScalarFieldEnum = {
 } as const
 
 export type AdapterScalarFieldEnum = (typeof AdapterScalarFieldEnum)[keyof typeof AdapterScalarFieldEnum]
+
+
+export const ServedNameScalarFieldEnum = {
+  name: 'name',
+  kind: 'kind',
+  modelId: 'modelId',
+  adapterId: 'adapterId'
+} as const
+
+export type ServedNameScalarFieldEnum = (typeof ServedNameScalarFieldEnum)[keyof typeof ServedNameScalarFieldEnum]
 
 
 export const EngineKeyScalarFieldEnum = {
@@ -2523,7 +2768,8 @@ export const AuditEventScalarFieldEnum = {
   message: 'message',
   requestId: 'requestId',
   coalesceKey: 'coalesceKey',
-  repeats: 'repeats'
+  repeats: 'repeats',
+  owner: 'owner'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
@@ -2559,6 +2805,15 @@ export const UsageMinuteScalarFieldEnum = {
 } as const
 
 export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
+
+
+export const UsageSpoolScalarFieldEnum = {
+  generation: 'generation',
+  appliedSeq: 'appliedSeq',
+  updatedAt: 'updatedAt'
+} as const
+
+export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -2745,6 +3000,20 @@ export type EnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaMod
  * Reference to a field of type 'Engine[]'
  */
 export type ListEnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Engine[]'>
+    
+
+
+/**
+ * Reference to a field of type 'ServedNameKind'
+ */
+export type EnumServedNameKindFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ServedNameKind'>
+    
+
+
+/**
+ * Reference to a field of type 'ServedNameKind[]'
+ */
+export type ListEnumServedNameKindFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ServedNameKind[]'>
     
 
 
@@ -2987,8 +3256,10 @@ export type GlobalOmitConfig = {
   apiToken?: Prisma.ApiTokenOmit
   node?: Prisma.NodeOmit
   mirrorFile?: Prisma.MirrorFileOmit
+  hubRef?: Prisma.HubRefOmit
   catalogModel?: Prisma.CatalogModelOmit
   adapter?: Prisma.AdapterOmit
+  servedName?: Prisma.ServedNameOmit
   engineKey?: Prisma.EngineKeyOmit
   replica?: Prisma.ReplicaOmit
   serveJob?: Prisma.ServeJobOmit
@@ -3005,6 +3276,7 @@ export type GlobalOmitConfig = {
   auditEvent?: Prisma.AuditEventOmit
   loginLimit?: Prisma.LoginLimitOmit
   usageMinute?: Prisma.UsageMinuteOmit
+  usageSpool?: Prisma.UsageSpoolOmit
 }
 
 /* Types for Logging */

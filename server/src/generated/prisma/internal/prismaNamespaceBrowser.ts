@@ -56,8 +56,10 @@ export const ModelName = {
   ApiToken: 'ApiToken',
   Node: 'Node',
   MirrorFile: 'MirrorFile',
+  HubRef: 'HubRef',
   CatalogModel: 'CatalogModel',
   Adapter: 'Adapter',
+  ServedName: 'ServedName',
   EngineKey: 'EngineKey',
   Replica: 'Replica',
   ServeJob: 'ServeJob',
@@ -73,7 +75,8 @@ export const ModelName = {
   Collection: 'Collection',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
-  UsageMinute: 'UsageMinute'
+  UsageMinute: 'UsageMinute',
+  UsageSpool: 'UsageSpool'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -188,6 +191,16 @@ export const MirrorFileScalarFieldEnum = {
 export type MirrorFileScalarFieldEnum = (typeof MirrorFileScalarFieldEnum)[keyof typeof MirrorFileScalarFieldEnum]
 
 
+export const HubRefScalarFieldEnum = {
+  repo: 'repo',
+  ref: 'ref',
+  commit: 'commit',
+  at: 'at'
+} as const
+
+export type HubRefScalarFieldEnum = (typeof HubRefScalarFieldEnum)[keyof typeof HubRefScalarFieldEnum]
+
+
 export const CatalogModelScalarFieldEnum = {
   id: 'id',
   name: 'name',
@@ -225,6 +238,16 @@ export const AdapterScalarFieldEnum = {
 } as const
 
 export type AdapterScalarFieldEnum = (typeof AdapterScalarFieldEnum)[keyof typeof AdapterScalarFieldEnum]
+
+
+export const ServedNameScalarFieldEnum = {
+  name: 'name',
+  kind: 'kind',
+  modelId: 'modelId',
+  adapterId: 'adapterId'
+} as const
+
+export type ServedNameScalarFieldEnum = (typeof ServedNameScalarFieldEnum)[keyof typeof ServedNameScalarFieldEnum]
 
 
 export const EngineKeyScalarFieldEnum = {
@@ -435,7 +458,8 @@ export const AuditEventScalarFieldEnum = {
   message: 'message',
   requestId: 'requestId',
   coalesceKey: 'coalesceKey',
-  repeats: 'repeats'
+  repeats: 'repeats',
+  owner: 'owner'
 } as const
 
 export type AuditEventScalarFieldEnum = (typeof AuditEventScalarFieldEnum)[keyof typeof AuditEventScalarFieldEnum]
@@ -471,6 +495,15 @@ export const UsageMinuteScalarFieldEnum = {
 } as const
 
 export type UsageMinuteScalarFieldEnum = (typeof UsageMinuteScalarFieldEnum)[keyof typeof UsageMinuteScalarFieldEnum]
+
+
+export const UsageSpoolScalarFieldEnum = {
+  generation: 'generation',
+  appliedSeq: 'appliedSeq',
+  updatedAt: 'updatedAt'
+} as const
+
+export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -207,6 +207,7 @@ export type AdapterWhereInput = {
   artifactSha256?: Prisma.StringNullableFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
+  servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
 }
 
 export type AdapterOrderByWithRelationInput = {
@@ -219,6 +220,7 @@ export type AdapterOrderByWithRelationInput = {
   artifactSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
+  servedName?: Prisma.ServedNameOrderByWithRelationInput
 }
 
 export type AdapterWhereUniqueInput = Prisma.AtLeast<{
@@ -234,6 +236,7 @@ export type AdapterWhereUniqueInput = Prisma.AtLeast<{
   artifactSha256?: Prisma.StringNullableFilter<"Adapter"> | string | null
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
+  servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
 }, "id" | "name">
 
 export type AdapterOrderByWithAggregationInput = {
@@ -273,6 +276,7 @@ export type AdapterCreateInput = {
   artifactSha256?: string | null
   createdAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutAdaptersInput
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutAdapterInput
 }
 
 export type AdapterUncheckedCreateInput = {
@@ -284,6 +288,7 @@ export type AdapterUncheckedCreateInput = {
   trainJobId?: string | null
   artifactSha256?: string | null
   createdAt?: Date | string
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutAdapterInput
 }
 
 export type AdapterUpdateInput = {
@@ -295,6 +300,7 @@ export type AdapterUpdateInput = {
   artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutAdaptersNestedInput
+  servedName?: Prisma.ServedNameUpdateOneWithoutAdapterNestedInput
 }
 
 export type AdapterUncheckedUpdateInput = {
@@ -306,6 +312,7 @@ export type AdapterUncheckedUpdateInput = {
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutAdapterNestedInput
 }
 
 export type AdapterCreateManyInput = {
@@ -383,6 +390,11 @@ export type AdapterMinOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
 }
 
+export type AdapterNullableScalarRelationFilter = {
+  is?: Prisma.AdapterWhereInput | null
+  isNot?: Prisma.AdapterWhereInput | null
+}
+
 export type AdapterCreateNestedManyWithoutModelInput = {
   create?: Prisma.XOR<Prisma.AdapterCreateWithoutModelInput, Prisma.AdapterUncheckedCreateWithoutModelInput> | Prisma.AdapterCreateWithoutModelInput[] | Prisma.AdapterUncheckedCreateWithoutModelInput[]
   connectOrCreate?: Prisma.AdapterCreateOrConnectWithoutModelInput | Prisma.AdapterCreateOrConnectWithoutModelInput[]
@@ -425,6 +437,22 @@ export type AdapterUncheckedUpdateManyWithoutModelNestedInput = {
   deleteMany?: Prisma.AdapterScalarWhereInput | Prisma.AdapterScalarWhereInput[]
 }
 
+export type AdapterCreateNestedOneWithoutServedNameInput = {
+  create?: Prisma.XOR<Prisma.AdapterCreateWithoutServedNameInput, Prisma.AdapterUncheckedCreateWithoutServedNameInput>
+  connectOrCreate?: Prisma.AdapterCreateOrConnectWithoutServedNameInput
+  connect?: Prisma.AdapterWhereUniqueInput
+}
+
+export type AdapterUpdateOneWithoutServedNameNestedInput = {
+  create?: Prisma.XOR<Prisma.AdapterCreateWithoutServedNameInput, Prisma.AdapterUncheckedCreateWithoutServedNameInput>
+  connectOrCreate?: Prisma.AdapterCreateOrConnectWithoutServedNameInput
+  upsert?: Prisma.AdapterUpsertWithoutServedNameInput
+  disconnect?: Prisma.AdapterWhereInput | boolean
+  delete?: Prisma.AdapterWhereInput | boolean
+  connect?: Prisma.AdapterWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.AdapterUpdateToOneWithWhereWithoutServedNameInput, Prisma.AdapterUpdateWithoutServedNameInput>, Prisma.AdapterUncheckedUpdateWithoutServedNameInput>
+}
+
 export type AdapterCreateWithoutModelInput = {
   id?: string
   name: string
@@ -433,6 +461,7 @@ export type AdapterCreateWithoutModelInput = {
   trainJobId?: string | null
   artifactSha256?: string | null
   createdAt?: Date | string
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutAdapterInput
 }
 
 export type AdapterUncheckedCreateWithoutModelInput = {
@@ -443,6 +472,7 @@ export type AdapterUncheckedCreateWithoutModelInput = {
   trainJobId?: string | null
   artifactSha256?: string | null
   createdAt?: Date | string
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutAdapterInput
 }
 
 export type AdapterCreateOrConnectWithoutModelInput = {
@@ -485,6 +515,66 @@ export type AdapterScalarWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"Adapter"> | Date | string
 }
 
+export type AdapterCreateWithoutServedNameInput = {
+  id?: string
+  name: string
+  source: string
+  owner?: string | null
+  trainJobId?: string | null
+  artifactSha256?: string | null
+  createdAt?: Date | string
+  model: Prisma.CatalogModelCreateNestedOneWithoutAdaptersInput
+}
+
+export type AdapterUncheckedCreateWithoutServedNameInput = {
+  id?: string
+  name: string
+  source: string
+  owner?: string | null
+  modelId: string
+  trainJobId?: string | null
+  artifactSha256?: string | null
+  createdAt?: Date | string
+}
+
+export type AdapterCreateOrConnectWithoutServedNameInput = {
+  where: Prisma.AdapterWhereUniqueInput
+  create: Prisma.XOR<Prisma.AdapterCreateWithoutServedNameInput, Prisma.AdapterUncheckedCreateWithoutServedNameInput>
+}
+
+export type AdapterUpsertWithoutServedNameInput = {
+  update: Prisma.XOR<Prisma.AdapterUpdateWithoutServedNameInput, Prisma.AdapterUncheckedUpdateWithoutServedNameInput>
+  create: Prisma.XOR<Prisma.AdapterCreateWithoutServedNameInput, Prisma.AdapterUncheckedCreateWithoutServedNameInput>
+  where?: Prisma.AdapterWhereInput
+}
+
+export type AdapterUpdateToOneWithWhereWithoutServedNameInput = {
+  where?: Prisma.AdapterWhereInput
+  data: Prisma.XOR<Prisma.AdapterUpdateWithoutServedNameInput, Prisma.AdapterUncheckedUpdateWithoutServedNameInput>
+}
+
+export type AdapterUpdateWithoutServedNameInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  model?: Prisma.CatalogModelUpdateOneRequiredWithoutAdaptersNestedInput
+}
+
+export type AdapterUncheckedUpdateWithoutServedNameInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  modelId?: Prisma.StringFieldUpdateOperationsInput | string
+  trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
 export type AdapterCreateManyModelInput = {
   id?: string
   name: string
@@ -503,6 +593,7 @@ export type AdapterUpdateWithoutModelInput = {
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  servedName?: Prisma.ServedNameUpdateOneWithoutAdapterNestedInput
 }
 
 export type AdapterUncheckedUpdateWithoutModelInput = {
@@ -513,6 +604,7 @@ export type AdapterUncheckedUpdateWithoutModelInput = {
   trainJobId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   artifactSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutAdapterNestedInput
 }
 
 export type AdapterUncheckedUpdateManyWithoutModelInput = {
@@ -537,6 +629,7 @@ export type AdapterSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   artifactSha256?: boolean
   createdAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
+  servedName?: boolean | Prisma.Adapter$servedNameArgs<ExtArgs>
 }, ExtArgs["result"]["adapter"]>
 
 export type AdapterSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -577,6 +670,7 @@ export type AdapterSelectScalar = {
 export type AdapterOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "owner" | "modelId" | "trainJobId" | "artifactSha256" | "createdAt", ExtArgs["result"]["adapter"]>
 export type AdapterInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
+  servedName?: boolean | Prisma.Adapter$servedNameArgs<ExtArgs>
 }
 export type AdapterIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -589,6 +683,7 @@ export type $AdapterPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
   name: "Adapter"
   objects: {
     model: Prisma.$CatalogModelPayload<ExtArgs>
+    servedName: Prisma.$ServedNamePayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -994,6 +1089,7 @@ readonly fields: AdapterFieldRefs;
 export interface Prisma__AdapterClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
   model<T extends Prisma.CatalogModelDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModelDefaultArgs<ExtArgs>>): Prisma.Prisma__CatalogModelClient<runtime.Types.Result.GetResult<Prisma.$CatalogModelPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  servedName<T extends Prisma.Adapter$servedNameArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Adapter$servedNameArgs<ExtArgs>>): Prisma.Prisma__ServedNameClient<runtime.Types.Result.GetResult<Prisma.$ServedNamePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1429,6 +1525,25 @@ export type AdapterDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.Inter
    * Limit how many Adapters to delete.
    */
   limit?: number
+}
+
+/**
+ * Adapter.servedName
+ */
+export type Adapter$servedNameArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ServedName
+   */
+  select?: Prisma.ServedNameSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ServedName
+   */
+  omit?: Prisma.ServedNameOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServedNameInclude<ExtArgs> | null
+  where?: Prisma.ServedNameWhereInput
 }
 
 /**

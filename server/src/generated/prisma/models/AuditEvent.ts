@@ -47,6 +47,7 @@ export type AuditEventMinAggregateOutputType = {
   requestId: string | null
   coalesceKey: string | null
   repeats: number | null
+  owner: string | null
 }
 
 export type AuditEventMaxAggregateOutputType = {
@@ -60,6 +61,7 @@ export type AuditEventMaxAggregateOutputType = {
   requestId: string | null
   coalesceKey: string | null
   repeats: number | null
+  owner: string | null
 }
 
 export type AuditEventCountAggregateOutputType = {
@@ -73,6 +75,7 @@ export type AuditEventCountAggregateOutputType = {
   requestId: number
   coalesceKey: number
   repeats: number
+  owner: number
   _all: number
 }
 
@@ -98,6 +101,7 @@ export type AuditEventMinAggregateInputType = {
   requestId?: true
   coalesceKey?: true
   repeats?: true
+  owner?: true
 }
 
 export type AuditEventMaxAggregateInputType = {
@@ -111,6 +115,7 @@ export type AuditEventMaxAggregateInputType = {
   requestId?: true
   coalesceKey?: true
   repeats?: true
+  owner?: true
 }
 
 export type AuditEventCountAggregateInputType = {
@@ -124,6 +129,7 @@ export type AuditEventCountAggregateInputType = {
   requestId?: true
   coalesceKey?: true
   repeats?: true
+  owner?: true
   _all?: true
 }
 
@@ -224,6 +230,7 @@ export type AuditEventGroupByOutputType = {
   requestId: string | null
   coalesceKey: string | null
   repeats: number
+  owner: string | null
   _count: AuditEventCountAggregateOutputType | null
   _avg: AuditEventAvgAggregateOutputType | null
   _sum: AuditEventSumAggregateOutputType | null
@@ -260,6 +267,7 @@ export type AuditEventWhereInput = {
   requestId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   coalesceKey?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   repeats?: Prisma.IntFilter<"AuditEvent"> | number
+  owner?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
 }
 
 export type AuditEventOrderByWithRelationInput = {
@@ -273,6 +281,7 @@ export type AuditEventOrderByWithRelationInput = {
   requestId?: Prisma.SortOrderInput | Prisma.SortOrder
   coalesceKey?: Prisma.SortOrderInput | Prisma.SortOrder
   repeats?: Prisma.SortOrder
+  owner?: Prisma.SortOrderInput | Prisma.SortOrder
 }
 
 export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
@@ -289,6 +298,7 @@ export type AuditEventWhereUniqueInput = Prisma.AtLeast<{
   message?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   requestId?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
   repeats?: Prisma.IntFilter<"AuditEvent"> | number
+  owner?: Prisma.StringNullableFilter<"AuditEvent"> | string | null
 }, "id" | "coalesceKey">
 
 export type AuditEventOrderByWithAggregationInput = {
@@ -302,6 +312,7 @@ export type AuditEventOrderByWithAggregationInput = {
   requestId?: Prisma.SortOrderInput | Prisma.SortOrder
   coalesceKey?: Prisma.SortOrderInput | Prisma.SortOrder
   repeats?: Prisma.SortOrder
+  owner?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.AuditEventCountOrderByAggregateInput
   _avg?: Prisma.AuditEventAvgOrderByAggregateInput
   _max?: Prisma.AuditEventMaxOrderByAggregateInput
@@ -323,6 +334,7 @@ export type AuditEventScalarWhereWithAggregatesInput = {
   requestId?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
   coalesceKey?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
   repeats?: Prisma.IntWithAggregatesFilter<"AuditEvent"> | number
+  owner?: Prisma.StringNullableWithAggregatesFilter<"AuditEvent"> | string | null
 }
 
 export type AuditEventCreateInput = {
@@ -336,6 +348,7 @@ export type AuditEventCreateInput = {
   requestId?: string | null
   coalesceKey?: string | null
   repeats?: number
+  owner?: string | null
 }
 
 export type AuditEventUncheckedCreateInput = {
@@ -349,6 +362,7 @@ export type AuditEventUncheckedCreateInput = {
   requestId?: string | null
   coalesceKey?: string | null
   repeats?: number
+  owner?: string | null
 }
 
 export type AuditEventUpdateInput = {
@@ -362,6 +376,7 @@ export type AuditEventUpdateInput = {
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   repeats?: Prisma.IntFieldUpdateOperationsInput | number
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventUncheckedUpdateInput = {
@@ -375,6 +390,7 @@ export type AuditEventUncheckedUpdateInput = {
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   repeats?: Prisma.IntFieldUpdateOperationsInput | number
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventCreateManyInput = {
@@ -388,6 +404,7 @@ export type AuditEventCreateManyInput = {
   requestId?: string | null
   coalesceKey?: string | null
   repeats?: number
+  owner?: string | null
 }
 
 export type AuditEventUpdateManyMutationInput = {
@@ -401,6 +418,7 @@ export type AuditEventUpdateManyMutationInput = {
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   repeats?: Prisma.IntFieldUpdateOperationsInput | number
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventUncheckedUpdateManyInput = {
@@ -414,6 +432,7 @@ export type AuditEventUncheckedUpdateManyInput = {
   requestId?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   coalesceKey?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   repeats?: Prisma.IntFieldUpdateOperationsInput | number
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
 }
 
 export type AuditEventCountOrderByAggregateInput = {
@@ -427,6 +446,7 @@ export type AuditEventCountOrderByAggregateInput = {
   requestId?: Prisma.SortOrder
   coalesceKey?: Prisma.SortOrder
   repeats?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
 }
 
 export type AuditEventAvgOrderByAggregateInput = {
@@ -445,6 +465,7 @@ export type AuditEventMaxOrderByAggregateInput = {
   requestId?: Prisma.SortOrder
   coalesceKey?: Prisma.SortOrder
   repeats?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
 }
 
 export type AuditEventMinOrderByAggregateInput = {
@@ -458,6 +479,7 @@ export type AuditEventMinOrderByAggregateInput = {
   requestId?: Prisma.SortOrder
   coalesceKey?: Prisma.SortOrder
   repeats?: Prisma.SortOrder
+  owner?: Prisma.SortOrder
 }
 
 export type AuditEventSumOrderByAggregateInput = {
@@ -482,6 +504,7 @@ export type AuditEventSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   requestId?: boolean
   coalesceKey?: boolean
   repeats?: boolean
+  owner?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -495,6 +518,7 @@ export type AuditEventSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ex
   requestId?: boolean
   coalesceKey?: boolean
   repeats?: boolean
+  owner?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -508,6 +532,7 @@ export type AuditEventSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ex
   requestId?: boolean
   coalesceKey?: boolean
   repeats?: boolean
+  owner?: boolean
 }, ExtArgs["result"]["auditEvent"]>
 
 export type AuditEventSelectScalar = {
@@ -521,9 +546,10 @@ export type AuditEventSelectScalar = {
   requestId?: boolean
   coalesceKey?: boolean
   repeats?: boolean
+  owner?: boolean
 }
 
-export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "at" | "actor" | "action" | "target" | "outcome" | "message" | "requestId" | "coalesceKey" | "repeats", ExtArgs["result"]["auditEvent"]>
+export type AuditEventOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "at" | "actor" | "action" | "target" | "outcome" | "message" | "requestId" | "coalesceKey" | "repeats" | "owner", ExtArgs["result"]["auditEvent"]>
 
 export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "AuditEvent"
@@ -539,6 +565,7 @@ export type $AuditEventPayload<ExtArgs extends runtime.Types.Extensions.Internal
     requestId: string | null
     coalesceKey: string | null
     repeats: number
+    owner: string | null
   }, ExtArgs["result"]["auditEvent"]>
   composites: {}
 }
@@ -972,6 +999,7 @@ export interface AuditEventFieldRefs {
   readonly requestId: Prisma.FieldRef<"AuditEvent", 'String'>
   readonly coalesceKey: Prisma.FieldRef<"AuditEvent", 'String'>
   readonly repeats: Prisma.FieldRef<"AuditEvent", 'Int'>
+  readonly owner: Prisma.FieldRef<"AuditEvent", 'String'>
 }
     
 

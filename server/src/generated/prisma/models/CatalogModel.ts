@@ -350,6 +350,7 @@ export type CatalogModelWhereInput = {
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
   replicas?: Prisma.ReplicaListRelationFilter
+  servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
 }
 
 export type CatalogModelOrderByWithRelationInput = {
@@ -374,6 +375,7 @@ export type CatalogModelOrderByWithRelationInput = {
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
   replicas?: Prisma.ReplicaOrderByRelationAggregateInput
+  servedName?: Prisma.ServedNameOrderByWithRelationInput
 }
 
 export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
@@ -401,6 +403,7 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
   replicas?: Prisma.ReplicaListRelationFilter
+  servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
 }, "id" | "name">
 
 export type CatalogModelOrderByWithAggregationInput = {
@@ -477,6 +480,7 @@ export type CatalogModelCreateInput = {
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateInput = {
@@ -501,6 +505,7 @@ export type CatalogModelUncheckedCreateInput = {
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUpdateInput = {
@@ -525,6 +530,7 @@ export type CatalogModelUpdateInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateInput = {
@@ -549,6 +555,7 @@ export type CatalogModelUncheckedUpdateInput = {
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelCreateManyInput = {
@@ -706,6 +713,11 @@ export type CatalogModelScalarRelationFilter = {
   isNot?: Prisma.CatalogModelWhereInput
 }
 
+export type CatalogModelNullableScalarRelationFilter = {
+  is?: Prisma.CatalogModelWhereInput | null
+  isNot?: Prisma.CatalogModelWhereInput | null
+}
+
 export type EnumEngineFieldUpdateOperationsInput = {
   set?: $Enums.Engine
 }
@@ -722,6 +734,22 @@ export type CatalogModelUpdateOneRequiredWithoutAdaptersNestedInput = {
   upsert?: Prisma.CatalogModelUpsertWithoutAdaptersInput
   connect?: Prisma.CatalogModelWhereUniqueInput
   update?: Prisma.XOR<Prisma.XOR<Prisma.CatalogModelUpdateToOneWithWhereWithoutAdaptersInput, Prisma.CatalogModelUpdateWithoutAdaptersInput>, Prisma.CatalogModelUncheckedUpdateWithoutAdaptersInput>
+}
+
+export type CatalogModelCreateNestedOneWithoutServedNameInput = {
+  create?: Prisma.XOR<Prisma.CatalogModelCreateWithoutServedNameInput, Prisma.CatalogModelUncheckedCreateWithoutServedNameInput>
+  connectOrCreate?: Prisma.CatalogModelCreateOrConnectWithoutServedNameInput
+  connect?: Prisma.CatalogModelWhereUniqueInput
+}
+
+export type CatalogModelUpdateOneWithoutServedNameNestedInput = {
+  create?: Prisma.XOR<Prisma.CatalogModelCreateWithoutServedNameInput, Prisma.CatalogModelUncheckedCreateWithoutServedNameInput>
+  connectOrCreate?: Prisma.CatalogModelCreateOrConnectWithoutServedNameInput
+  upsert?: Prisma.CatalogModelUpsertWithoutServedNameInput
+  disconnect?: Prisma.CatalogModelWhereInput | boolean
+  delete?: Prisma.CatalogModelWhereInput | boolean
+  connect?: Prisma.CatalogModelWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.CatalogModelUpdateToOneWithWhereWithoutServedNameInput, Prisma.CatalogModelUpdateWithoutServedNameInput>, Prisma.CatalogModelUncheckedUpdateWithoutServedNameInput>
 }
 
 export type CatalogModelCreateNestedOneWithoutReplicasInput = {
@@ -759,6 +787,7 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
@@ -782,6 +811,7 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelCreateOrConnectWithoutAdaptersInput = {
@@ -821,6 +851,7 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
@@ -843,6 +874,119 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
+}
+
+export type CatalogModelCreateWithoutServedNameInput = {
+  id?: string
+  name: string
+  source: string
+  engine: $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: number | null
+  memoryBytes?: bigint | number | null
+  minReplicas?: number
+  maxReplicas?: number
+  idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
+  declared?: boolean
+  awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
+  owner?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
+  replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
+}
+
+export type CatalogModelUncheckedCreateWithoutServedNameInput = {
+  id?: string
+  name: string
+  source: string
+  engine: $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: number | null
+  memoryBytes?: bigint | number | null
+  minReplicas?: number
+  maxReplicas?: number
+  idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
+  declared?: boolean
+  awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
+  owner?: string | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
+  replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
+}
+
+export type CatalogModelCreateOrConnectWithoutServedNameInput = {
+  where: Prisma.CatalogModelWhereUniqueInput
+  create: Prisma.XOR<Prisma.CatalogModelCreateWithoutServedNameInput, Prisma.CatalogModelUncheckedCreateWithoutServedNameInput>
+}
+
+export type CatalogModelUpsertWithoutServedNameInput = {
+  update: Prisma.XOR<Prisma.CatalogModelUpdateWithoutServedNameInput, Prisma.CatalogModelUncheckedUpdateWithoutServedNameInput>
+  create: Prisma.XOR<Prisma.CatalogModelCreateWithoutServedNameInput, Prisma.CatalogModelUncheckedCreateWithoutServedNameInput>
+  where?: Prisma.CatalogModelWhereInput
+}
+
+export type CatalogModelUpdateToOneWithWhereWithoutServedNameInput = {
+  where?: Prisma.CatalogModelWhereInput
+  data: Prisma.XOR<Prisma.CatalogModelUpdateWithoutServedNameInput, Prisma.CatalogModelUncheckedUpdateWithoutServedNameInput>
+}
+
+export type CatalogModelUpdateWithoutServedNameInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  engine?: Prisma.EnumEngineFieldUpdateOperationsInput | $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  memoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
+  replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
+}
+
+export type CatalogModelUncheckedUpdateWithoutServedNameInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  engine?: Prisma.EnumEngineFieldUpdateOperationsInput | $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  memoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
 }
 
@@ -867,6 +1011,7 @@ export type CatalogModelCreateWithoutReplicasInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateWithoutReplicasInput = {
@@ -890,6 +1035,7 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelCreateOrConnectWithoutReplicasInput = {
@@ -929,6 +1075,7 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
@@ -952,6 +1099,7 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
 }
 
 
@@ -1016,6 +1164,7 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
+  servedName?: boolean | Prisma.CatalogModel$servedNameArgs<ExtArgs>
   _count?: boolean | Prisma.CatalogModelCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["catalogModel"]>
 
@@ -1089,6 +1238,7 @@ export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalAr
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
+  servedName?: boolean | Prisma.CatalogModel$servedNameArgs<ExtArgs>
   _count?: boolean | Prisma.CatalogModelCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type CatalogModelIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -1099,6 +1249,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
   objects: {
     adapters: Prisma.$AdapterPayload<ExtArgs>[]
     replicas: Prisma.$ReplicaPayload<ExtArgs>[]
+    servedName: Prisma.$ServedNamePayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1516,6 +1667,7 @@ export interface Prisma__CatalogModelClient<T, Null = never, ExtArgs extends run
   readonly [Symbol.toStringTag]: "PrismaPromise"
   adapters<T extends Prisma.CatalogModel$adaptersArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$adaptersArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AdapterPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   replicas<T extends Prisma.CatalogModel$replicasArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$replicasArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ReplicaPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  servedName<T extends Prisma.CatalogModel$servedNameArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$servedNameArgs<ExtArgs>>): Prisma.Prisma__ServedNameClient<runtime.Types.Result.GetResult<Prisma.$ServedNamePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -2002,6 +2154,25 @@ export type CatalogModel$replicasArgs<ExtArgs extends runtime.Types.Extensions.I
   take?: number
   skip?: number
   distinct?: Prisma.ReplicaScalarFieldEnum | Prisma.ReplicaScalarFieldEnum[]
+}
+
+/**
+ * CatalogModel.servedName
+ */
+export type CatalogModel$servedNameArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ServedName
+   */
+  select?: Prisma.ServedNameSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ServedName
+   */
+  omit?: Prisma.ServedNameOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ServedNameInclude<ExtArgs> | null
+  where?: Prisma.ServedNameWhereInput
 }
 
 /**

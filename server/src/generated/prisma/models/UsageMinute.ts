@@ -368,7 +368,7 @@ export type UsageMinuteOrderByWithRelationInput = {
 
 export type UsageMinuteWhereUniqueInput = Prisma.AtLeast<{
   id?: bigint | number
-  minute_tokenId_model_adapter_replicaId?: Prisma.UsageMinuteMinuteTokenIdModelAdapterReplicaIdCompoundUniqueInput
+  minute_tokenId_userId_model_adapter_replicaId?: Prisma.UsageMinuteMinuteTokenIdUserIdModelAdapterReplicaIdCompoundUniqueInput
   AND?: Prisma.UsageMinuteWhereInput | Prisma.UsageMinuteWhereInput[]
   OR?: Prisma.UsageMinuteWhereInput[]
   NOT?: Prisma.UsageMinuteWhereInput | Prisma.UsageMinuteWhereInput[]
@@ -388,7 +388,7 @@ export type UsageMinuteWhereUniqueInput = Prisma.AtLeast<{
   ttftCount?: Prisma.IntFilter<"UsageMinute"> | number
   durationMsSum?: Prisma.FloatFilter<"UsageMinute"> | number
   durationBuckets?: Prisma.IntNullableListFilter<"UsageMinute">
-}, "id" | "minute_tokenId_model_adapter_replicaId">
+}, "id" | "minute_tokenId_userId_model_adapter_replicaId">
 
 export type UsageMinuteOrderByWithAggregationInput = {
   id?: Prisma.SortOrder
@@ -586,9 +586,10 @@ export type IntNullableListFilter<$PrismaModel = never> = {
   isEmpty?: boolean
 }
 
-export type UsageMinuteMinuteTokenIdModelAdapterReplicaIdCompoundUniqueInput = {
+export type UsageMinuteMinuteTokenIdUserIdModelAdapterReplicaIdCompoundUniqueInput = {
   minute: Date | string
   tokenId: string
+  userId: string
   model: string
   adapter: string
   replicaId: string
