@@ -12,9 +12,11 @@ import { UsageService } from './gateway/usage.service.js';
 import { MirrorService } from './mirror/mirror.service.js';
 import { OrgService } from './org/org.service.js';
 import { RegistryService } from './registry/registry.service.js';
+import { SourceLook } from './registry/source-look.js';
 import { ServeJobService } from './serve/serve-job.service.js';
 import { TrainArtifacts } from './train/artifacts.js';
 import { TrainService } from './train/train.service.js';
+import { TrainLedger } from './train/train-ledger.js';
 
 // The services, each built once, in the order their constructors need one another (app.ts's createApp calls this
 // first). The gateway is added by createApp, once the metrics and tracing it reports to exist.
@@ -32,48 +34,67 @@ export function buildServices({
   log: Logger;
   loginLimits: LoginLimits;
 }): Services {
+  // Training's ledger comes first: the fleet fails a removed node's jobs through it, and training needs the fleet.
+  const trainLedger = new TrainLedger({ db: prisma, audit });
   const services: Services = {
     audit,
     auth: new AuthService(prisma, config, audit, log, loginLimits),
     access: new AccessService(prisma, audit),
-    org: new OrgService(prisma, audit),
-    fleet: new FleetService(prisma, audit, log),
-    mirror: new MirrorService(prisma, audit, config, log),
-    usage: new UsageService(prisma),
+    org: new OrgService({ db: prisma, audit }),
+    fleet: new FleetService({ db: prisma, audit, log, train: trainLedger }),
+    usage: new UsageService({ db: prisma }),
   } as Services;
-  services.registry = new RegistryService(config, services.fleet, services.mirror);
-  // A fetch by URL reads each GGUF's header first, with the reader the explorer uses (it knows the nodes' llama.cpp).
-  services.mirror.lookBeforeFetch((files) => services.registry.lookAtSources(files));
-  // Bytes an owner owns are linked into another version only for a requester that owner admits.
-  services.mirror.readOwnersWith(services.org);
-  services.catalog = new CatalogService(prisma, audit, config, services.mirror, services.fleet, log, services.org);
-  services.serveJobs = new ServeJobService(
-    prisma,
-    audit,
-    services.registry,
-    services.mirror,
-    services.catalog,
-    log,
-    undefined,
-    services.fleet,
-  );
-  services.train = new TrainService(
-    prisma,
+  // The GGUF header reads the explorer and a fetch by URL share (they know the nodes' llama.cpp): built before the
+  // mirror and the registry, so the mirror is given the look without the registry, which needs the mirror.
+  const sourceLook = new SourceLook({ config, fleet: services.fleet });
+  // After the org and the fleet it asks, before the registry and everything else that fetches into it.
+  services.mirror = new MirrorService({
+    db: prisma,
     audit,
     config,
-    services.fleet,
-    services.mirror,
-    services.registry,
-    services.org,
     log,
-  );
-  services.trainArtifacts = new TrainArtifacts(
-    prisma,
+    // Bytes an owner owns are linked into another version only for a requester that owner admits.
+    mayRead: (viewer, owner) => services.org.mayRead(viewer, owner),
+    // A fetch by URL reads each GGUF's header first, with the reader the explorer uses.
+    lookBeforeFetch: (files) => sourceLook.lookAtSources(files),
+  });
+  services.registry = new RegistryService({ config, fleet: services.fleet, mirror: services.mirror, look: sourceLook });
+  services.catalog = new CatalogService({
+    db: prisma,
     audit,
-    services.train,
-    services.mirror,
+    config,
+    mirror: services.mirror,
+    fleet: services.fleet,
     log,
-    services.catalog.names,
-  );
+    org: services.org,
+  });
+  services.serveJobs = new ServeJobService({
+    db: prisma,
+    audit,
+    registry: services.registry,
+    mirror: services.mirror,
+    catalog: services.catalog,
+    log,
+    fleet: services.fleet,
+  });
+  services.train = new TrainService({
+    db: prisma,
+    audit,
+    config,
+    fleet: services.fleet,
+    mirror: services.mirror,
+    registry: services.registry,
+    owners: services.org,
+    log,
+    ledger: trainLedger,
+  });
+  services.trainArtifacts = new TrainArtifacts({
+    db: prisma,
+    audit,
+    train: services.train,
+    mirror: services.mirror,
+    log,
+    names: services.catalog.names,
+  });
   return services;
 }

@@ -2,6 +2,7 @@ import http from 'node:http';
 import type { Duplex } from 'node:stream';
 import v8 from 'node:v8';
 import type { Logger } from '@hangar/common/log';
+import { waitUntil } from '@hangar/common/retry';
 import { WebSocketServer } from 'ws';
 import { notServed, nulRefusal, refuseUpgrade } from './app-refusals.js';
 import { buildServices } from './app-services.js';
@@ -135,8 +136,7 @@ export async function createApp({
     log,
     auth: services.auth,
     org: services.org,
-    fleet: services.fleet,
-    audit,
+    catalog: services.catalog,
     pubsub,
     listeningSince: () => listener.listeningSince(),
     onUsage: (e) => {
@@ -423,8 +423,7 @@ export async function createApp({
         const trainStopped = services.train.stop();
         const closed = new Promise<void>((r) => server.close(() => r()));
         server.closeIdleConnections();
-        const deadline = Date.now() + config.shutdownGraceMs;
-        while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+        await waitUntil(() => inFlight === 0, { timeoutMs: config.shutdownGraceMs, pollMs: 50 });
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
         await jobsStopped;
         await trainStopped;

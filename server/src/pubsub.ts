@@ -2,7 +2,7 @@ import type { Logger } from '@hangar/common/log';
 import { Repeater } from 'graphql-yoga';
 import pg from 'pg';
 import type { Db, Tx } from './db/client.js';
-import { outageReason } from './db/outage.js';
+import { outageBackoffMs, outageReason } from './db/outage.js';
 
 // Live updates go through PostgreSQL's NOTIFY. It is transactional: an event sent inside the transaction that
 // made a change is delivered only when that change commits, so a subscriber never hears of a row it cannot
@@ -173,13 +173,10 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
   const scheduleReconnect = () => {
     if (closed || retry) return;
     failures++;
-    retry = setTimeout(
-      () => {
-        retry = undefined;
-        void connect();
-      },
-      Math.min(5000, 250 * 2 ** Math.min(failures, 10)),
-    );
+    retry = setTimeout(() => {
+      retry = undefined;
+      void connect();
+    }, outageBackoffMs(failures));
   };
   const connect = async () => {
     const c = new pg.Client({ connectionString: databaseUrl, keepAlive: true });

@@ -9,6 +9,7 @@ import { createPrisma } from '../src/db/client.js';
 import { createDatabaseIfMissing } from '../src/db/embedded.js';
 import { migrate } from '../src/db/migrate.js';
 import { type Cluster, killCluster, makeCluster, startCluster } from './fixtures/pg-cluster.js';
+import { startReportingNode } from './fixtures/reporting-node.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from './harness.js';
 
@@ -21,6 +22,7 @@ const KEY = 'hgk_gateway-outage-engine-key-0123456789abcdef';
 
 let root: string;
 let cluster: Cluster;
+let stopNode: (() => void) | undefined;
 let down = false;
 let t: TestApp;
 let base: string;
@@ -47,7 +49,9 @@ beforeAll(async () => {
   base = await t.app.start();
   replica = await startStandInReplica({ key: KEY });
   const db = t.app.db.prisma;
-  const node = await db.node.create({ data: { name: 'gpu-1', tokenHash: 'not-a-real-hash' } });
+  // A node that keeps reporting: one that never does is offline, and placement would take its replica as lost.
+  const node = await startReportingNode(db, 'gpu-1');
+  stopNode = node.stop;
   const model = await db.catalogModel.create({
     data: { name: 'tiny', source: 'http://mirror.example/mirror/tiny/v1/model.gguf', engine: 'llamacpp' },
   });
@@ -68,6 +72,7 @@ beforeAll(async () => {
 }, 120_000);
 
 afterAll(async () => {
+  stopNode?.();
   await replica?.close();
   if (down) await startCluster(cluster);
   await t?.close();

@@ -1,11 +1,13 @@
 import { createLogger } from '@hangar/common/log';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AuditService } from '../src/audit/audit.service.js';
+import { recordLastRequest } from '../src/catalog/last-request.js';
 import { POOL_SIZES } from '../src/db/client.js';
 import type { Database } from '../src/db/database.js';
 import { FleetService } from '../src/fleet/fleet.service.js';
 import { RouteTable } from '../src/gateway/routes.js';
 import { UsageRecorder } from '../src/gateway/usage.js';
+import { TrainLedger } from '../src/train/train-ledger.js';
 import { freshDatabase } from './harness.js';
 
 // Under 50 connections of the Mirror page's query the single pool of 20 ran dry, and the placement pass failed
@@ -58,13 +60,19 @@ describe('the loops keep their own database capacity', () => {
   it('the placement pass, the usage recorder and the route table read and write, though a request asked for them', async () => {
     const lines: { level: string; msg: string }[] = [];
     const log = createLogger('info', (l) => lines.push(JSON.parse(l)));
-    const fleet = new FleetService(db.prisma, new AuditService(db.prisma, log), log);
+    const audit = new AuditService(db.prisma, log);
+    const fleet = new FleetService({ db: db.prisma, audit, log, train: new TrainLedger({ db: db.prisma, audit }) });
     // Called here as a request calls it (catalog changes, the gateway waking a model).
     await fleet.place();
     expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
     expect(fleet.health.paused).toBeNull();
 
-    const usage = new UsageRecorder({ db: db.prisma, log });
+    const usage = new UsageRecorder({
+      db: db.prisma,
+      log,
+      // The catalog's write of each model's last request, without a whole catalog.
+      catalog: { recordLastRequest: (rows, tx = db.prisma.loops) => recordLastRequest(tx, rows) },
+    });
     usage.touch('no-such-model');
     await usage.flush();
     expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
@@ -73,7 +81,7 @@ describe('the loops keep their own database capacity', () => {
     await db.prisma.loops.catalogModel.create({
       data: { name: 'busy-day', source: 'mirror:busy/v1', engine: 'llamacpp' },
     });
-    const routes = new RouteTable(db.prisma, log);
+    const routes = new RouteTable({ db: db.prisma, log });
     await routes.refresh();
     expect(lines.filter((l) => l.level === 'error' || l.level === 'warn')).toEqual([]);
     expect(routes.lookup('busy-day')?.model.name).toBe('busy-day');

@@ -2,8 +2,9 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { openAiClient, readChatStream } from '@hangar/common/test/fixtures/openai-client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type DbRelay, relayedDatabase } from './fixtures/db-relay.js';
+import { startReportingNode } from './fixtures/reporting-node.js';
 import { kill, operatorToken, type ServerProcess, startServer, until } from './fixtures/server-process.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';
 
@@ -79,7 +80,9 @@ describe('usage through a database outage and a kill -9', () => {
     const first = await start();
     const token = await operatorToken(first.base);
     const db = relay.database.prisma;
-    const node = await db.node.create({ data: { name: 'gpu-crash', tokenHash: 'not-a-real-hash' } });
+    // A node that keeps reporting: one that never does is offline, and placement would take its replica as lost.
+    const node = await startReportingNode(db, 'gpu-crash');
+    onTestFinished(node.stop);
     const model = await db.catalogModel.create({
       data: { name: 'crashy', source: 'http://mirror.example/mirror/crashy/v1/model.gguf', engine: 'vllm' },
     });

@@ -1,4 +1,5 @@
 import type { Logger } from '@hangar/common/log';
+import { sleep } from '@hangar/common/retry';
 import type { Llama, LlamaContext, LlamaContextSequence, LlamaEmbeddingContext, LlamaModel } from 'node-llama-cpp';
 
 // llama.cpp in the agent's own process, through node-llama-cpp's prebuilt binaries. The CPU prebuilt is the one
@@ -116,7 +117,7 @@ export class LlamaRuntime {
         return await run();
       } catch (err) {
         // llama.cpp's log lines reach JavaScript through the event loop, after the failure itself.
-        await new Promise((r) => setTimeout(r, 50));
+        await sleep(50);
         const said = this.recent
           .filter((r) => r.n >= mark && /error|invalid|corrupt/i.test(r.line))
           .map((r) => r.line.replace(/^llama_model_load: /, ''));

@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { resumableDownload } from '@hangar/common/download/resumable';
-import { backoff, sleep } from '@hangar/common/download/retry';
 import { sha256File } from '@hangar/common/download/sha256';
+import { backoffMs, sleep } from '@hangar/common/retry';
 import { anySignal } from './io.js';
 
 // The node's copy of model files, by content: <dir>/models/<sha256>.gguf. A file enters only after its bytes
@@ -170,10 +170,14 @@ export class ModelCache {
   }
 
   /** The mirror's listing of a version, checked: names that stay inside the set, sha256s as the mirror gives them. */
+  /** The wait before retry n (1, 2, …) of a listing or a download: from backoffMs (500 ms) doubling to 10 s. */
+  private retryWaitMs(n: number) {
+    return backoffMs(n - 1, { baseMs: this.o.backoffMs ?? 500, maxMs: 10_000 });
+  }
+
   private async list(versionUrl: string, signal?: AbortSignal): Promise<Listing> {
     const headers: Record<string, string> = { accept: 'application/json', ...this.authFor(versionUrl) };
     const attempts = this.o.attempts ?? 6;
-    const wait = backoff(this.o.backoffMs ?? 500, 10_000);
     let lastError = '';
     for (let i = 1; i <= attempts; i++) {
       signal?.throwIfAborted();
@@ -186,7 +190,7 @@ export class ModelCache {
       } catch (err) {
         if (signal?.aborted) throw signal.reason ?? err;
         lastError = describe(err);
-        if (i < attempts) await sleep(wait(i), signal);
+        if (i < attempts) await sleep(this.retryWaitMs(i), signal);
         continue;
       }
       const text = await res.text();
@@ -196,7 +200,7 @@ export class ModelCache {
         );
       if (res.status === 200) return parseListing(versionUrl, text);
       lastError = `the mirror answered ${res.status}`;
-      if (i < attempts) await sleep(wait(i), signal);
+      if (i < attempts) await sleep(this.retryWaitMs(i), signal);
     }
     throw new ModelCacheError(
       `${versionUrl}: the version's listing could not be read in ${attempts} tries: ${lastError}`,
@@ -216,7 +220,7 @@ export class ModelCache {
       url: source,
       partialPath: (sha256) => path.join(this.modelsDir, `${sha256}.gguf.part`),
       headers: this.authFor(source),
-      attempts: { maxAttempts: attempts, backoffMs: backoff(this.o.backoffMs ?? 500, 10_000) },
+      attempts: { maxAttempts: attempts, backoffMs: (n) => this.retryWaitMs(n) },
       stallMs: this.o.stallMs ?? 30_000,
       expect: { sha256: 'upstream' },
       fsync: true, // the cache outlives a crash of the node: a file in it must be whole

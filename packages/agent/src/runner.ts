@@ -1,5 +1,6 @@
 import path from 'node:path';
 import type { Logger } from '@hangar/common/log';
+import { sleep } from '@hangar/common/retry';
 import {
   type Assignment,
   type ControlPlane,
@@ -547,13 +548,9 @@ export class Runner {
     // A failed replica keeps its FAILED and its reason: that is what the operator needs to see.
     const active = [...this.replicas.values()].filter((r) => r.state === 'LOADING' || r.state === 'READY');
     await Promise.all(active.map((r) => this.stop(r, 'stopped: the node agent was shut down')));
-    let timer: NodeJS.Timeout | undefined;
-    await Promise.race([
-      this.flush(),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, reportMs);
-      }),
-    ]);
-    clearTimeout(timer);
+    // The wait ends with the reports, so that no timer holds the agent's exit for the rest of it.
+    const flushed = new AbortController();
+    await Promise.race([this.flush(), sleep(reportMs, flushed.signal).catch(() => {})]);
+    flushed.abort();
   }
 }

@@ -1,6 +1,7 @@
 import type { Readable } from 'node:stream';
 import { graphql } from '@hangar/common/client/graphql';
 import type { Logger } from '@hangar/common/log';
+import { backoffMs, sleep } from '@hangar/common/retry';
 import type { ResultOf, TadaDocumentNode } from 'gql.tada';
 import { print } from 'graphql';
 import { type Client, createClient } from 'graphql-ws';
@@ -154,8 +155,7 @@ export class GraphqlTrainControl implements TrainControl {
       // The default retries only on close events; a refused TCP connection (the server restarting) arrives as an
       // error event, and giving up on it would leave the node deaf to its work until the agent restarts.
       shouldRetry: () => true,
-      retryWait: (retries) =>
-        new Promise((r) => setTimeout(r, Math.min(maxWait, (maxWait / 10) * 2 ** retries) * (0.5 + Math.random() / 2))),
+      retryWait: (retries) => sleep(backoffMs(retries, { baseMs: maxWait / 10, maxMs: maxWait, jitter: 0.5 })),
       onNonLazyError: (err) => log?.warn('the training work connection gave up', { error: describe(err) }),
       keepAlive,
       on: {

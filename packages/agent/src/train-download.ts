@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
 import { resumableDownload } from '@hangar/common/download/resumable';
-import { backoff } from '@hangar/common/download/retry';
+import { backoffMs } from '@hangar/common/retry';
 
 // A training job's files (the pairs, the base weights) fetched to disk for the trainer, through the one resumable
 // download; the rules a job's files need (a few tries, the spec's size and sha256, the token to Hangar alone).
@@ -41,7 +41,10 @@ export async function downloadFile(
     partialPath: `${dest}.part`,
     headers,
     // Every failed try counts (no outage deadline): a job waits minutes, not hours, for its files.
-    attempts: { maxAttempts: attempts, backoffMs: backoff(o.backoffMs ?? 1000, 10_000) },
+    attempts: {
+      maxAttempts: attempts,
+      backoffMs: (n) => backoffMs(n - 1, { baseMs: o.backoffMs ?? 1000, maxMs: 10_000 }),
+    },
     stallMs: o.stallMs ?? 30_000,
     expect: { size: o.bytes, sha256: o.sha256 },
     fsync: true,

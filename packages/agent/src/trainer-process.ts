@@ -1,8 +1,8 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import path from 'node:path';
 import readline from 'node:readline';
-import { sleep } from '@hangar/common/download/retry';
 import type { Logger } from '@hangar/common/log';
+import { sleep } from '@hangar/common/retry';
 import type { TrainPoint } from './train-control.js';
 import type { Gpu } from './trainer.js';
 import type { Progress } from './trainer-progress.js';

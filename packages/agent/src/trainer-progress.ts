@@ -1,4 +1,5 @@
 import type { Logger } from '@hangar/common/log';
+import { backoffMs } from '@hangar/common/retry';
 import { ControlPlaneError } from './control-plane.js';
 import type { TrainEvent, TrainPoint, TrainProgressInput } from './train-control.js';
 import { MESSAGE_MAX } from './trainer-process.js';
@@ -110,7 +111,7 @@ export class Progress {
   private schedule() {
     if (this.closed || this.sending) return;
     const gap = this.failures
-      ? Math.min(this.o.intervalMs * 2 ** this.failures, this.o.keepaliveMs)
+      ? backoffMs(this.failures, { baseMs: this.o.intervalMs, maxMs: this.o.keepaliveMs })
       : this.o.intervalMs;
     const at = this.pending()
       ? this.lastAttempt + gap

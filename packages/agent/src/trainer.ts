@@ -1,8 +1,8 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { backoff, sleep } from '@hangar/common/download/retry';
 import type { Logger } from '@hangar/common/log';
 import { packDirectory } from '@hangar/common/peft/peft-tar';
+import { backoffMs, sleep } from '@hangar/common/retry';
 import { ControlPlaneError } from './control-plane.js';
 import {
   type DownloadOptions,
@@ -461,7 +461,7 @@ export class TrainWorker {
   }
 
   private backoff(failures: number) {
-    return backoff(this.o.retryMs ?? 2000, 30_000)(failures);
+    return backoffMs(failures - 1, { baseMs: this.o.retryMs ?? 2000, maxMs: 30_000 });
   }
 
   /** Waits `ms`; cut short to the stop deadline by stop(), and rejected by `signal`. */

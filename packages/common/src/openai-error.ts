@@ -41,13 +41,22 @@ export function sendError(res: ServerResponse, err: ApiError) {
     if (!res.writableEnded) res.end(`data: ${JSON.stringify(err.body())}\n\n`);
     return;
   }
-  const body = JSON.stringify(err.body());
-  res.writeHead(err.status, {
-    'content-type': 'application/json',
-    'content-length': Buffer.byteLength(body),
-    ...err.headers,
-  });
-  res.end(body);
+  sendOpenAiJson(res, err.status, err.body(), err.headers);
+}
+
+/**
+ * The one JSON writer of both OpenAI-compatible servers, for answers and errors alike: OpenAI's content type, and
+ * the length, so a client knows it has the whole answer.
+ */
+export function sendOpenAiJson(
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string | number> = {},
+): void {
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+  res.end(text);
 }
 
 /** OpenAI's words for a body that is not JSON, as both servers answer it. */

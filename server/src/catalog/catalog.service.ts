@@ -14,7 +14,7 @@ import type { Config } from '../config.js';
 import { ConfigError } from '../config.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import { freeMiB } from '../fleet/placement.js';
+import { freeMiB } from '../fleet/node-inventory.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
@@ -32,6 +32,7 @@ import {
   parallelInput,
   replicasInput,
 } from './catalog-input.js';
+import { type LastRequestDb, recordLastRequest } from './last-request.js';
 import { modeOf, scaling } from './mode.js';
 import { isNameClash, ServedNames } from './served-names.js';
 
@@ -51,26 +52,28 @@ export type ServePlan = {
   fitsOn: { node: string; fits: boolean; reason: string }[];
 };
 
+export type CatalogDeps = {
+  db: Db;
+  audit: AuditService;
+  config: Config;
+  mirror: MirrorService;
+  fleet: FleetService;
+  log: Logger;
+  org: OrgService;
+};
+
 export class CatalogService {
   /** Where each declared model is in hangar.yaml (its entry's index under models), as read at start. */
   private declaredAt = new Map<string, number>();
   /** The one namespace of models and adapters (served-names.ts): publishing an adapter claims from it too. */
   readonly names: ServedNames;
 
-  constructor(
-    private readonly db: Db,
-    private readonly audit: AuditService,
-    private readonly config: Config,
-    private readonly mirror: MirrorService,
-    private readonly fleet: FleetService,
-    private readonly log: Logger,
-    private readonly org: OrgService,
-  ) {
-    this.names = new ServedNames(db, org);
+  constructor(private readonly deps: CatalogDeps) {
+    this.names = new ServedNames({ db: deps.db, owners: deps.org });
   }
 
   list() {
-    return this.db.catalogModel.findMany({ orderBy: { name: 'asc' }, include: { adapters: true } });
+    return this.deps.db.catalogModel.findMany({ orderBy: { name: 'asc' }, include: { adapters: true } });
   }
 
   /**
@@ -78,12 +81,12 @@ export class CatalogService {
    * team's model is refused to an outsider without confirming the name (org-owners.ts `sees`).
    */
   private async visibleModel(actor: Actor, name: string): Promise<CatalogModel | null> {
-    const m = await this.db.catalogModel.findUnique({ where: { name } });
-    return m && sees(await this.org.sightOf(actor.viewer), m.owner) ? m : null;
+    const m = await this.deps.db.catalogModel.findUnique({ where: { name } });
+    return m && sees(await this.deps.org.sightOf(actor.viewer), m.owner) ? m : null;
   }
 
   get(name: string) {
-    return this.db.catalogModel.findUnique({ where: { name }, include: { adapters: true } });
+    return this.deps.db.catalogModel.findUnique({ where: { name }, include: { adapters: true } });
   }
 
   /**
@@ -113,9 +116,9 @@ export class CatalogService {
     const { model, version } = parsed.value;
     // An owned adapter's version is planned only for those its owner admits; to others it reads as none, in the
     // same words (as GET /mirror/… and the mirror's listing). `viewer` absent: Hangar's own pass (a serve job).
-    const sight = viewer ? await this.org.sightOf(viewer) : null;
-    const v = await this.mirror.version(model, version);
-    const owned = v && sight && !sight.admin ? await versionOwner(this.db, model, version) : null;
+    const sight = viewer ? await this.deps.org.sightOf(viewer) : null;
+    const v = await this.deps.mirror.version(model, version);
+    const owned = v && sight && !sight.admin ? await versionOwner(this.deps.db, model, version) : null;
     if (!v || (sight && owned && !sees(sight, owned.owner))) {
       return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     }
@@ -129,9 +132,9 @@ export class CatalogService {
     }
     // What it holds, from the files' headers: only weights are served as a model. An adapter's version names the
     // models it belongs to, where it is called (it runs on their replicas).
-    const known = await this.mirror.withKinds(v);
+    const known = await this.deps.mirror.withKinds(v);
     const kind = versionKindOf(known.files);
-    const adapterOf = (await this.mirror.usedBy(model, version)).flatMap((u) =>
+    const adapterOf = (await this.deps.mirror.usedBy(model, version)).flatMap((u) =>
       u.adapterOf && (!sight || u.owners.every((o) => sees(sight, o))) ? [u.adapterOf] : [],
     );
     const refusal = notAModel(kind, versionArchitecture(known.files), adapterOf);
@@ -143,12 +146,12 @@ export class CatalogService {
     );
     const name = parsed.value.name ?? model;
     if (!ggufs.length) {
-      const source = this.mirror.versionUrl(model, version);
+      const source = this.deps.mirror.versionUrl(model, version);
       return ok({ name, engine: 'vllm', source, architecture: null, verdict: null, memory: null, fitsOn: [] });
     }
     // The first shard carries the metadata, and is what llama.cpp is pointed at.
     const first = [...ggufs].sort((a, b) => a.file.localeCompare(b.file))[0] as (typeof ggufs)[number];
-    const src = await fileSource(this.mirror.paths.file(model, version, first.file)).catch(() => null);
+    const src = await fileSource(this.deps.mirror.paths.file(model, version, first.file)).catch(() => null);
     if (!src) {
       return fail(
         new ConflictError(
@@ -162,12 +165,12 @@ export class CatalogService {
     } finally {
       await src.close();
     }
-    const online = await this.fleet.online();
-    const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild, online);
+    const online = await this.deps.fleet.online();
+    const build = await this.deps.fleet.llamaCppBuild(this.deps.config.llamaCppBuild ?? newestBuild, online);
     const verdict = verdictFor(facts.architecture, build.build, build.source);
     const context = Math.min(
       parsed.value.context ?? facts.contextLength ?? 4096,
-      parsed.value.context ?? this.config.maxContext,
+      parsed.value.context ?? this.deps.config.maxContext,
     );
     const weights = ggufs.reduce((n, f) => n + Number(f.bytesDone), 0);
     const memory = estimateMemory(facts, weights, context);
@@ -183,7 +186,7 @@ export class CatalogService {
     return ok({
       name,
       engine: 'llamacpp',
-      source: this.mirror.fileUrl(first),
+      source: this.deps.mirror.fileUrl(first),
       architecture: facts.architecture,
       verdict,
       memory,
@@ -218,13 +221,13 @@ export class CatalogService {
     if (taken) return fail(taken);
     // Checked now, not on a node later: a file removed between the listing and this click fails here.
     // The server's own pass through a mirror that requires tokens (HANGAR_MIRROR_REQUIRE_TOKEN).
-    const headers = { authorization: `Bearer ${this.mirror.internalToken}` };
+    const headers = { authorization: `Bearer ${this.deps.mirror.internalToken}` };
     // A vLLM source is the version's directory, which is not a file to HEAD: its config.json (or first file) is.
     let probe = plan.source;
     if (plan.source.endsWith('/')) {
-      const v = await this.mirror.version(input.model, input.version);
+      const v = await this.deps.mirror.version(input.model, input.version);
       const file = v?.files.find((f) => f.file === 'config.json') ?? v?.files[0];
-      if (file) probe = this.mirror.fileUrl(file);
+      if (file) probe = this.deps.mirror.fileUrl(file);
     }
     const head = await fetch(probe, { method: 'HEAD', headers, signal: AbortSignal.timeout(10_000) }).catch(
       (e: Error) => e,
@@ -238,7 +241,7 @@ export class CatalogService {
     }
     const mode = extra.value.mode ?? 'ALWAYS';
     const created = await this.names.claim(actor.viewer, plan.name, 'choose another name', () =>
-      this.db.$transaction(async (tx) => {
+      this.deps.db.$transaction(async (tx) => {
         const m = await tx.catalogModel.create({
           data: {
             name: plan.name,
@@ -250,7 +253,7 @@ export class CatalogService {
             ...scaling(mode, extra.value.replicas ?? 1),
           },
         });
-        await this.audit.done(tx, actor, {
+        await this.deps.audit.done(tx, actor, {
           action: 'serveMirrorVersion',
           target: plan.name,
           message: `from ${input.model}/${input.version}, ${mode.toLowerCase().replace('_', ' ')}`,
@@ -261,7 +264,7 @@ export class CatalogService {
     );
     if (!created.ok) return created;
     const model = created.value;
-    void this.fleet.place();
+    void this.deps.fleet.place();
     const message =
       mode === 'STOPPED'
         ? `${plan.name} is in the catalog, stopped`
@@ -293,7 +296,7 @@ export class CatalogService {
     // A running replica keeps the sequences it was loaded with; new ones get the new number.
     const parallel = parsed.value.parallel ?? m.parallel;
     const result = ok(
-      await this.db.$transaction(async (tx) => {
+      await this.deps.db.$transaction(async (tx) => {
         // Awake means something only on demand: a model set to always or stopped keeps no timer to show. One set
         // on demand while a replica serves stays awake its idle time from now, as if woken, rather than having a
         // warm replica stopped under its callers the moment the mode changes.
@@ -301,11 +304,14 @@ export class CatalogService {
           parsed.value.mode === 'ON_DEMAND' && modeOf(m) !== 'ON_DEMAND'
             ? await tx.replica.count({ where: { modelId: m.id, desired: 'RUN', state: { in: ['LOADING', 'READY'] } } })
             : 0;
+        // On PostgreSQL's now(), as a wake writes it (wakeIfAsleep): two clocks would let a wake just after this
+        // land before it.
+        const now = running ? (await tx.$queryRaw<{ now: Date }[]>`SELECT now() AS now`)[0]?.now : undefined;
         const awakeUntil =
           parsed.value.mode !== 'ON_DEMAND'
             ? null
-            : running
-              ? new Date(this.db.clock.nowMs() + m.idleSeconds * 1000)
+            : now
+              ? new Date(now.getTime() + m.idleSeconds * 1000)
               : m.awakeUntil;
         const updated = await tx.catalogModel.update({
           where: { id: m.id },
@@ -313,7 +319,7 @@ export class CatalogService {
         });
         const key = mirrorKeyOf(m.source);
         if (key) await notify(tx, 'mirrorVersion', key);
-        await this.audit.done(tx, actor, {
+        await this.deps.audit.done(tx, actor, {
           action: 'setModelMode',
           target: m.name,
           message: `${modeOf(m)} → ${parsed.value.mode} (${s.minReplicas}–${s.maxReplicas} replicas${parallel !== m.parallel ? `, ${m.parallel} → ${parallel} requests at once` : ''})`,
@@ -325,7 +331,7 @@ export class CatalogService {
     // Answered once the pass has acted on it, so the answer holds the replicas as that pass left them. Answered
     // before, it could reach the console after the live event of the pass and put the replicas back as they were
     // (graphcache keeps the last write): a stopped model's pending replica stayed on its card.
-    await this.fleet.place();
+    await this.deps.fleet.place();
     return result;
   }
 
@@ -345,20 +351,20 @@ export class CatalogService {
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
     // An empty owner from a cleared form field means public, as null does.
     const wanted = parsed.value.owner?.trim() ? parsed.value.owner.trim() : null;
-    const before = m.owner ? await this.org.formatOwner(m.owner) : 'every caller';
-    return this.db.$transaction(async (tx) => {
+    const before = m.owner ? await this.deps.org.formatOwner(m.owner) : 'every caller';
+    return this.deps.db.$transaction(async (tx) => {
       let owner: string | null = null;
       let label = 'every caller';
       if (wanted) {
         // Under the organisation tree's lock the owner cannot be deleted between this check and the commit.
         await lockOrgTree(tx);
-        const resolved = await this.org.resolveOwner(wanted, { db: tx });
+        const resolved = await this.deps.org.resolveOwner(wanted, { db: tx });
         if (!resolved.ok) return resolved;
         owner = ownerKey(resolved.value);
         label = resolved.value.label;
       }
       const updated = await tx.catalogModel.update({ where: { id: m.id }, data: { owner } });
-      await this.audit.done(tx, actor, {
+      await this.deps.audit.done(tx, actor, {
         action: 'setModelOwner',
         target: m.name,
         message: `owner ${before} → ${label}`,
@@ -374,28 +380,69 @@ export class CatalogService {
     if (!parsed.ok) return parsed;
     const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
-    if (modeOf(m) !== 'ON_DEMAND') {
-      return fail(
+    const notOnDemand = () =>
+      fail(
         new ConflictError(
           `${m.name} is ${modeOf(m).toLowerCase().replace('_', ' ')}, not on demand: only an on-demand model is woken`,
         ),
       );
-    }
-    // On the database's clock, which placement judges it on (db/clock.ts).
-    const until = new Date(this.db.clock.nowMs() + m.idleSeconds * 1000);
-    const woken = await this.db.$transaction(async (tx) => {
-      const u = await tx.catalogModel.update({ where: { id: m.id }, data: { awakeUntil: until } });
-      await this.audit.done(tx, actor, {
+    if (modeOf(m) !== 'ON_DEMAND') return notOnDemand();
+    // An operator's wake moves the timer on even while the model is awake (the Models page's Wake button on a
+    // serving model: "keep it up a while longer"), and is audited each time it is pressed.
+    const woken = await this.wakeIfAsleep(actor, m, { evenIfAwake: true });
+    // Set to always or stopped between the read above and the write: refused as it would have been a moment later.
+    return woken ? ok(woken) : notOnDemand();
+  }
+
+  /**
+   * The one way an on-demand model is woken (the wakeModel mutation, and the gateway for a request that finds no
+   * replica ready): awake its idle time from now, audited as wakeModel, then a placement pass, so a replica is
+   * placed before this returns. The check and the write are one statement on PostgreSQL's now() (db/clock.ts), so
+   * servers woken by requests at the same moment audit one wake, not one per request. Answers the model as woken,
+   * or null when it was not (awake already, unless `evenIfAwake`; not on demand; gone).
+   */
+  async wakeIfAsleep(
+    actor: Actor,
+    model: Pick<CatalogModel, 'id' | 'name' | 'owner'>,
+    how: {
+      /** Moves the timer on also while the model is awake (an operator's wake); a request's wake leaves it. */
+      evenIfAwake?: boolean;
+      /** Said before "awake until …" in the audit's message: who woke it, when it was not an operator. */
+      why?: string;
+    } = {},
+  ): Promise<CatalogModel | null> {
+    const evenIfAwake = how.evenIfAwake ?? false;
+    const woken = await this.deps.db.$transaction(async (tx) => {
+      const rows = await tx.$queryRaw<{ awakeUntil: Date }[]>`
+        UPDATE "CatalogModel" SET "awakeUntil" = now() + "idleSeconds" * interval '1 second'
+        WHERE id = ${model.id}::uuid AND "minReplicas" = 0 AND "maxReplicas" > 0
+          AND (${evenIfAwake}::boolean OR "awakeUntil" IS NULL OR "awakeUntil" < now())
+        RETURNING "awakeUntil"`;
+      const row = rows[0];
+      if (!row) return null;
+      await this.deps.audit.done(tx, actor, {
         action: 'wakeModel',
-        target: m.name,
-        message: `awake until ${until.toISOString()}`,
-        owner: m.owner,
+        target: model.name,
+        message: `${how.why ? `${how.why}; ` : ''}awake until ${row.awakeUntil.toISOString()}`,
+        owner: model.owner,
       });
-      return u;
+      return tx.catalogModel.findUniqueOrThrow({ where: { id: model.id } });
     });
-    // As setModelMode: the answer comes after the pass that places the woken model's replica.
-    await this.fleet.place();
-    return ok(woken);
+    // Also when it was awake already: the request waiting on it wants its replica placed now, not on the next
+    // pass; and the operator's answer comes after the pass that places it, as setModelMode's does.
+    await this.deps.fleet.place();
+    return woken;
+  }
+
+  /**
+   * Each model's last request as the gateway saw it (usage.ts, batched once a second off the request path, in the
+   * same transaction as its usage rows): an on-demand model's idle clock runs from it. `db` is that transaction.
+   */
+  recordLastRequest(
+    lastRequests: readonly (readonly [model: string, at: Date])[],
+    db: LastRequestDb = this.deps.db.loops,
+  ) {
+    return recordLastRequest(db, lastRequests);
   }
 
   async remove(actor: Actor, input: { name: string }): Promise<Result<{ name: string }>> {
@@ -404,11 +451,11 @@ export class CatalogService {
     const m = await this.visibleModel(actor, parsed.value.name);
     if (!m) return fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
     if (m.declared) return fail(new ConflictError(declaredMessage(m.name, this.declaredIn(m.name))));
-    await this.db.$transaction(async (tx) => {
+    await this.deps.db.$transaction(async (tx) => {
       await tx.catalogModel.delete({ where: { id: m.id } });
       const key = mirrorKeyOf(m.source);
       if (key) await notify(tx, 'mirrorVersion', key);
-      await this.audit.done(tx, actor, { action: 'removeModel', target: m.name, owner: m.owner });
+      await this.deps.audit.done(tx, actor, { action: 'removeModel', target: m.name, owner: m.owner });
     });
     return ok({ name: m.name });
   }
@@ -419,15 +466,15 @@ export class CatalogService {
    */
   declaredIn(name: string): { file: string; key: string } | null {
     const at = this.declaredAt.get(name);
-    const file = this.config.configFile;
+    const file = this.deps.config.configFile;
     return at === undefined || !file ? null : { file, key: `models.${at}` };
   }
 
   /** Reads hangar.yaml (HANGAR_CONFIG) and makes the catalog's declared models match it exactly. */
   async loadDeclared(): Promise<number> {
-    const file = this.config.configFile;
+    const file = this.deps.config.configFile;
     if (!file) {
-      await this.db.catalogModel.deleteMany({ where: { declared: true } });
+      await this.deps.db.catalogModel.deleteMany({ where: { declared: true } });
       return 0;
     }
     let raw: unknown;
@@ -460,7 +507,7 @@ export class CatalogService {
     };
     const before = await heldByAdapter();
     if (before) throw before;
-    await this.db
+    await this.deps.db
       .$transaction(async (tx) => {
         await tx.catalogModel.deleteMany({ where: { declared: true, name: { notIn: models.map((m) => m.name) } } });
         for (const m of models) {
@@ -479,7 +526,7 @@ export class CatalogService {
       .catch(async (err: unknown) => {
         throw (isNameClash(err) && (await heldByAdapter())) || err;
       });
-    this.log.info('read the declared models', { file, models: models.length });
+    this.deps.log.info('read the declared models', { file, models: models.length });
     return models.length;
   }
 }

@@ -68,10 +68,13 @@ export type NameHolder =
 type Owners = Pick<OrgService, 'callerReach' | 'formatOwner'>;
 
 export class ServedNames {
-  constructor(
-    private readonly db: Db,
-    private readonly owners: Owners,
-  ) {}
+  private readonly db: Db;
+  private readonly owners: Owners;
+
+  constructor(deps: { db: Db; owners: Owners }) {
+    this.db = deps.db;
+    this.owners = deps.owners;
+  }
 
   async holder(name: string, db: Tx = this.db): Promise<NameHolder | null> {
     const row = await db.servedName.findUnique({

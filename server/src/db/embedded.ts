@@ -6,6 +6,7 @@ import path from 'node:path';
 import { promisify } from 'node:util';
 import { freePort } from '@hangar/common/free-port';
 import type { Logger } from '@hangar/common/log';
+import { backoffMs, sleep, waitUntil } from '@hangar/common/retry';
 import EmbeddedPostgres, { startDetached } from './embedded-postgres.js';
 
 export type EmbeddedDatabase = {
@@ -153,7 +154,7 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
   const restart = async () => {
     let lastFailure = '';
     for (let attempt = 1; !stopping; attempt++) {
-      await new Promise((r) => setTimeout(r, Math.min(10_000, 1000 * 2 ** (attempt - 1))));
+      await sleep(backoffMs(attempt - 1, { baseMs: 1000, maxMs: 10_000 }));
       if (stopping) return;
       try {
         await startOnce();
@@ -252,9 +253,7 @@ async function stopLeftover(dir: string, ownerFile: string, log: Logger) {
     } catch {
       return; // gone meanwhile
     }
-    const end = Date.now() + waitMs;
-    while (alive(pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
-    if (!alive(pid)) {
+    if (await waitUntil(() => !alive(pid), { timeoutMs: waitMs, pollMs: 100 })) {
       log.info('stopped the leftover PostgreSQL', { pid });
       return;
     }

@@ -1,4 +1,5 @@
 import type { Logger } from '@hangar/common/log';
+import { backoffMs, sleep } from '@hangar/common/retry';
 
 // The control plane's background loops (downloads, placement, serve jobs, training sweeps, live events) all
 // depend on PostgreSQL. When it goes away (restarted, failed over, killed) none of them may take the process
@@ -65,7 +66,9 @@ export class Stopped extends Error {
   }
 }
 
-const defaultBackoff = (failures: number) => Math.min(5000, 250 * 2 ** Math.min(failures, 10));
+// 500 ms at the first failure, doubling to 5 s: a restart of PostgreSQL is noticed within seconds, and a long
+// outage costs one try every 5 s per loop.
+export const outageBackoffMs = (failures: number) => backoffMs(failures, { baseMs: 250, maxMs: 5000 });
 
 /**
  * One background loop's view of the database. A failed try for want of the database is logged once per outage
@@ -82,7 +85,7 @@ export class LoopHealth {
   constructor(
     readonly name: string,
     private readonly log: Logger | undefined,
-    private readonly backoff: (failures: number) => number = defaultBackoff,
+    private readonly backoff: (failures: number) => number = outageBackoffMs,
   ) {}
 
   /** False while backing off after an outage: the tick is skipped. */
@@ -143,7 +146,7 @@ export class LoopHealth {
       }
       while (!this.due()) {
         if (stopped()) throw new Stopped();
-        await new Promise((r) => setTimeout(r, Math.min(200, Math.max(1, this.nextAt - performance.now()))));
+        await sleep(Math.min(200, Math.max(1, this.nextAt - performance.now())));
       }
     }
   }

@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
+import { onLocalNotify } from '../pubsub.js';
 
 // Removing nodes and changing their tokens, with node agents played over GraphQL by the test (the real agent
 // speaks the same operations; test/fleet-agent.test.ts runs one): what is refused and why, what force does to
@@ -152,6 +153,26 @@ describe('removing a node', () => {
     ]);
     await t.app.services.fleet.place();
     expect(await assignments('spare')).toMatchObject([{ model: 'small', desired: 'RUN' }]);
+  });
+
+  it("with force, fails its jobs the training domain's way: each job's event log says why, and its node's agent is told", async () => {
+    await addNode('leaving');
+    const running = await trainJob('leaving-running', 'leaving', 'RUNNING');
+    const queued = await trainJob('leaving-queued', 'leaving', 'QUEUED');
+    const heard: [string, string][] = [];
+    const stop = onLocalNotify((topic, id) => heard.push([topic, id]));
+    try {
+      const r = await t.gql(REMOVE, { n: 'leaving', f: true }, { token: admin });
+      expect(r.data?.removeNode.__typename).toBe('RemovedNode');
+    } finally {
+      stop();
+    }
+    for (const job of [running, queued]) {
+      const events = await db().trainEvent.findMany({ where: { jobId: job.id }, orderBy: { at: 'asc' } });
+      expect(events.map((e) => [e.level, e.message])).toEqual([['error', 'failed: node leaving was removed']]);
+      expect(heard).toContainEqual(['trainJob', job.id]);
+    }
+    expect(heard).toContainEqual(['trainWork', running.nodeId]);
   });
 });
 

@@ -1,15 +1,17 @@
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import { withState } from '../audit/message.js';
 import type { Actor } from '../auth/actor.js';
+import type { Db } from '../db/client.js';
 import type { CatalogModel, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
-import { FleetPlacement } from './fleet-placement.js';
 import { endpointProblem } from './smoke.js';
 
 // What node agents say of their replicas (assignments, reportReplica): the replica rows' state as an agent sees
-// it, the serving report that makes a smoke test due. Over fleet-placement.ts, under fleet.service.ts (nodes).
+// it, the serving report that makes a smoke test due. One part of the fleet service (fleet.service.ts): a replica
+// that ended asks placement for a pass, one that serves asks the smoke tests to claim it.
 
 const reportReplicaInput = z.object({
   replicaId: z.string().uuid('the replica id, as nodeAssignments gives it'),
@@ -46,7 +48,33 @@ function adaptersOf(r: { adapters?: string[] | null }) {
   return r.adapters == null ? {} : { adapters: r.adapters };
 }
 
-export class FleetReplicas extends FleetPlacement {
+/** The engine key of a replica, for the requests the control plane sends it. Never returned by the API. */
+export async function engineKeyOf(db: Db, replicaId: string): Promise<string | null> {
+  return (await db.engineKey.findUnique({ where: { replicaId } }))?.key ?? null;
+}
+
+export type FleetReplicasDeps = {
+  db: Db;
+  audit: AuditService;
+  /** Asks for a placement pass: an ended replica is replaced. */
+  placement: { place(): Promise<void> };
+  /** Asks for the due smoke tests to be claimed: a replica that says it serves is tested before it is READY. */
+  smokes: { claim(): Promise<void> };
+};
+
+export class FleetReplicas {
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly placement: { place(): Promise<void> };
+  private readonly smokes: { claim(): Promise<void> };
+
+  constructor({ db, audit, placement, smokes }: FleetReplicasDeps) {
+    this.db = db;
+    this.audit = audit;
+    this.placement = placement;
+    this.smokes = smokes;
+  }
+
   assignments(nodeId: string) {
     return this.db.replica.findMany({
       where: {
@@ -105,7 +133,7 @@ export class FleetReplicas extends FleetPlacement {
       }
       return u;
     });
-    if (r.state === 'FAILED' || r.state === 'STOPPED') void this.place();
+    if (r.state === 'FAILED' || r.state === 'STOPPED') void this.placement.place();
     return ok(updated);
   }
 
@@ -114,7 +142,7 @@ export class FleetReplicas extends FleetPlacement {
    * until the control plane's own smoke test through that endpoint answers. READY without an endpoint is a
    * replica nothing can reach (an agent from before nodes served over HTTP): recorded as FAILED, saying so.
    */
-  protected async reportServing(
+  private async reportServing(
     actor: Actor,
     replica: Replica & { model: CatalogModel },
     r: z.output<typeof reportReplicaInput>,
@@ -132,7 +160,7 @@ export class FleetReplicas extends FleetPlacement {
         });
         return u;
       });
-      void this.place();
+      void this.placement.place();
       return ok(failed);
     }
     // The same endpoint and key again: a retry that got through before, or the agent saying that the adapters it
@@ -140,7 +168,7 @@ export class FleetReplicas extends FleetPlacement {
     const sameServing =
       replica.state === 'READY' &&
       replica.endpoint === r.endpoint &&
-      (await this.engineKey(replica.id)) === r.engineKey;
+      (await engineKeyOf(this.db, replica.id)) === r.engineKey;
     const measured =
       r.vramUsedBytes != null && r.gpuLayers != null && r.totalLayers != null && r.gpuLayers >= r.totalLayers
         ? BigInt(r.vramUsedBytes)
@@ -195,7 +223,7 @@ export class FleetReplicas extends FleetPlacement {
         });
       return u;
     });
-    if (!sameServing) void this.claimSmokes();
+    if (!sameServing) void this.smokes.claim();
     return ok(updated);
   }
 }

@@ -4,11 +4,9 @@ import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/er
 import { seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { currentOnNode } from './current.js';
+import { type NodeEngine, type NodeGpu, nodeEngines, nodeGpus } from './node-inventory.js';
 
-type GpuReport = { index: number; name: string; totalMiB: number; freeMiB: number };
-type EngineReport = { name: string; version: string | null; build: number | null };
-
-const Gpu = builder.objectRef<GpuReport>('Gpu').implement({
+const Gpu = builder.objectRef<NodeGpu>('Gpu').implement({
   fields: (t) => ({
     index: t.exposeInt('index'),
     name: t.exposeString('name'),
@@ -17,7 +15,7 @@ const Gpu = builder.objectRef<GpuReport>('Gpu').implement({
   }),
 });
 
-const EngineInfo = builder.objectRef<EngineReport>('EngineInfo').implement({
+const EngineInfo = builder.objectRef<NodeEngine>('EngineInfo').implement({
   fields: (t) => ({
     name: t.exposeString('name'),
     version: t.exposeString('version', { nullable: true }),
@@ -38,11 +36,8 @@ export const NodeRef = builder.prismaObject('Node', {
     name: t.exposeString('name'),
     online: t.boolean({ resolve: (n, _args, ctx) => ctx.services.fleet.isOnline(n) }),
     lastSeenAt: t.expose('lastSeenAt', { type: 'DateTime', nullable: true }),
-    gpus: t.field({ type: [Gpu], resolve: (n) => (Array.isArray(n.gpus) ? (n.gpus as GpuReport[]) : []) }),
-    engines: t.field({
-      type: [EngineInfo],
-      resolve: (n) => (Array.isArray(n.engines) ? (n.engines as EngineReport[]) : []),
-    }),
+    gpus: t.field({ type: [Gpu], resolve: nodeGpus }),
+    engines: t.field({ type: [EngineInfo], resolve: nodeEngines }),
     diskFreeBytes: t.field({ type: 'Bytes', nullable: true, resolve: (n) => n.diskFreeBytes }),
     agentVersion: t.exposeString('agentVersion', { nullable: true }),
     leftAt: t.expose('leftAt', {

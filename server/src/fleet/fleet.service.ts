@@ -1,16 +1,25 @@
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
+import type { Db } from '../db/client.js';
+import { LoopHealth } from '../db/outage.js';
 import type { Node } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
-import { count, NODE_ONLINE_MS, PLACEMENT_LOCK } from './fleet-placement.js';
+import type { TrainLedger } from '../train/train-ledger.js';
+import { count, FleetPlacement, NODE_ONLINE_MS, onlineAt, PLACEMENT_LOCK } from './fleet-placement.js';
 import { FleetReplicas } from './fleet-replicas.js';
+import { nodeEngines, nodeGpus } from './node-inventory.js';
+import { SmokeTests } from './smoke-tests.js';
 
-// The fleet's nodes: their heartbeats and inventory, their tokens, leaving and removal. The replicas they run are
-// in fleet-replicas.ts and the placement pass and smoke tests in fleet-placement.ts, each layer on the one before.
+// The fleet: its nodes (their heartbeats and inventory, their tokens, leaving and removal) here, and three parts
+// it is made of, each given what it uses: the placement pass (fleet-placement.ts), the smoke tests that make a
+// replica READY (smoke-tests.ts) and what agents report of their replicas (fleet-replicas.ts). Other domains and
+// the schema call this one object; the parts call one another only through what they are given.
 
 export { NODE_ONLINE_MS } from './fleet-placement.js';
 
@@ -40,7 +49,92 @@ const reportInput = z.object({
   agentVersion: z.string().max(100).nullish(),
 });
 
-export class FleetService extends FleetReplicas {
+export type FleetDeps = {
+  db: Db;
+  audit: AuditService;
+  log?: Logger;
+  /** Training's ledger: a node removed with force fails its jobs the way training fails any job (train-ledger.ts). */
+  train: Pick<TrainLedger, 'failNodeJobs'>;
+};
+
+export class FleetService {
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly train: Pick<TrainLedger, 'failNodeJobs'>;
+  /** The fleet loops' view of the database (placement, smoke tests): they pause while it is out of reach. */
+  // Shared by both parts, and read by /readyz.
+  readonly health: LoopHealth;
+  private readonly placement: FleetPlacement;
+  private readonly smokes: SmokeTests;
+  private readonly replicas: FleetReplicas;
+  private timer: NodeJS.Timeout | undefined;
+  private agentUrlOf: () => string = () => 'http://localhost:4000';
+
+  constructor({ db, audit, log, train }: FleetDeps) {
+    this.db = db;
+    this.audit = audit;
+    this.train = train;
+    this.health = new LoopHealth('placement', log);
+    this.placement = new FleetPlacement({ db, health: this.health, log });
+    this.smokes = new SmokeTests({ db, audit, health: this.health, placement: this.placement, log });
+    this.replicas = new FleetReplicas({ db, audit, placement: this.placement, smokes: this.smokes });
+  }
+
+  /** The URL agents are given (HANGAR_URL): the one sources name, so the node token goes to that origin only. */
+  // Set by the app once it listens: the port a test server got is known only then.
+  setAgentUrl(get: () => string) {
+    this.agentUrlOf = get;
+  }
+  agentUrl() {
+    return this.agentUrlOf();
+  }
+
+  /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
+  startPlacement(everyMs = 5000) {
+    this.smokes.start();
+    this.timer = setInterval(() => {
+      if (!this.health.due()) return;
+      void this.placement.place();
+      // Smoke tests a server that stopped (or died) left unfinished, and any whose report came in elsewhere.
+      void this.smokes.claim();
+    }, everyMs);
+    this.placement.place();
+    void this.smokes.claim();
+  }
+  async stopPlacement() {
+    clearInterval(this.timer);
+    // The smoke tests are aborted at once; the placement pass running now is waited for.
+    const smokes = this.smokes.stop();
+    await this.placement.settled();
+    await smokes;
+  }
+
+  /** See FleetPlacement.place: one pass now, or the one after the pass running. */
+  place(): Promise<void> {
+    return this.placement.place();
+  }
+  /** See SmokeTests.due. */
+  smokeDue(): Promise<void> {
+    return this.smokes.due();
+  }
+  /** See SmokeTests.smokeReplica (the serve job's smoke step). */
+  smokeReplica(...a: Parameters<SmokeTests['smokeReplica']>) {
+    return this.smokes.smokeReplica(...a);
+  }
+  /** What a node's agent should be running or stopping. */
+  assignments(nodeId: string) {
+    return this.replicas.assignments(nodeId);
+  }
+  /** See FleetReplicas.reportReplica. */
+  reportReplica(actor: Actor, input: unknown) {
+    return this.replicas.reportReplica(actor, input);
+  }
+
+  /** Seen lately, and not gone since: an agent that said it is stopping is offline at once. */
+  isOnline(node: Pick<Node, 'lastSeenAt' | 'leftAt'>, now = this.db.clock.nowMs()) {
+    return onlineAt(node, now);
+  }
+
   list() {
     return this.db.node.findMany({ orderBy: { name: 'asc' } });
   }
@@ -59,9 +153,9 @@ export class FleetService extends FleetReplicas {
    */
   async llamaCppBuild(fallback: number, online?: Node[]): Promise<{ build: number; source: string }> {
     const builds = (online ?? (await this.online())).flatMap((n) =>
-      (Array.isArray(n.engines) ? (n.engines as { name?: string; build?: number | null }[]) : [])
-        .filter((e) => e.name === 'llama.cpp' && typeof e.build === 'number')
-        .map((e) => ({ build: e.build as number, node: n.name })),
+      nodeEngines(n).flatMap((e) =>
+        e.name === 'llama.cpp' && e.build !== null ? [{ build: e.build, node: n.name }] : [],
+      ),
     );
     if (!builds.length) return { build: fallback, source: 'no node has reported its llama.cpp; assuming' };
     const oldest = builds.reduce((a, b) => (b.build < a.build ? b : a));
@@ -83,15 +177,9 @@ export class FleetService extends FleetReplicas {
     const r = parsed.value;
     const id = actor.viewer.node.id;
     const before = await this.db.node.findUniqueOrThrow({ where: { id } });
-    const shape = (gpus: unknown, engines: unknown) =>
-      JSON.stringify([
-        (Array.isArray(gpus) ? gpus : []).map((g: { name?: string; totalMiB?: number }) => [g.name, g.totalMiB]),
-        (Array.isArray(engines) ? engines : []).map((e: { name?: string; build?: number | null }) => [
-          e.name,
-          e.build ?? null,
-        ]),
-      ]);
-    const changed = !before.lastSeenAt || shape(before.gpus, before.engines) !== shape(r.gpus, r.engines);
+    const shape = (gpus: { name: string; totalMiB: number }[], engines: { name: string; build?: number | null }[]) =>
+      JSON.stringify([gpus.map((g) => [g.name, g.totalMiB]), engines.map((e) => [e.name, e.build ?? null])]);
+    const changed = !before.lastSeenAt || shape(nodeGpus(before), nodeEngines(before)) !== shape(r.gpus, r.engines);
     const node = await this.db.$transaction(async (tx) => {
       const n = await tx.node.update({
         where: { id },
@@ -158,17 +246,12 @@ export class FleetService extends FleetReplicas {
           ),
         );
       const reason = `node ${name} was removed`;
-      for (const j of [...running, ...queued])
-        await tx.trainJob.update({
-          where: { id: j.id },
-          data: { state: 'FAILED', message: reason, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },
-        });
+      await this.train.failNodeJobs(tx, node.id, reason);
       // Its replica rows go with it (their history is in the audit log); the pass places new ones elsewhere.
       await tx.replica.deleteMany({ where: { nodeId: node.id } });
       await tx.node.delete({ where: { id: node.id } });
       // Live connections of its agent end now; its token is looked up on every request, so it is refused at once.
       await notify(tx, 'credentials', `node:${node.id}`);
-      for (const j of [...running, ...queued]) await notify(tx, 'trainJob', j.id);
       const did = [
         replicas.length
           ? `${count(replicas.length, 'replica')} of ${models.join(', ')} deleted, placed again on other nodes`

@@ -1,7 +1,8 @@
 import type { CatalogModel, Node, Replica } from '../generated/prisma/client.js';
+import { freeMiB, nodeGpus, runsEngine } from './node-inventory.js';
 
 // Where replicas go, as a pure decision over what the database says: which models want how many replicas, which
-// nodes are online with how much free GPU memory, and which replicas exist. The pass (fleet.service.ts) applies it.
+// nodes are online with how much free GPU memory, and which replicas exist. The pass (fleet-placement.ts) applies it.
 
 export type PlacementModel = Pick<
   CatalogModel,
@@ -25,14 +26,6 @@ export type Actions = {
   keep: string[];
 };
 
-type Gpu = { index: number; freeMiB: number };
-/** A node's GPUs as reported; a report without indexes (older agents, tests) numbers them in order. */
-const gpusOf = (n: Pick<Node, 'gpus'>): Gpu[] =>
-  (Array.isArray(n.gpus) ? (n.gpus as { index?: number; freeMiB?: number }[]) : []).map((g, i) => ({
-    index: typeof g.index === 'number' ? g.index : i,
-    freeMiB: g.freeMiB ?? 0,
-  }));
-
 const ACTIVE = new Set(['PENDING', 'LOADING', 'READY']);
 const MiB = 2 ** 20;
 
@@ -44,11 +37,6 @@ export function wanted(m: Pick<PlacementModel, 'minReplicas' | 'maxReplicas' | '
 }
 
 const engineName = (e: PlacementModel['engine']) => (e === 'llamacpp' ? 'llama.cpp' : 'vllm');
-/** A node's free GPU memory as its agent last reported it, summed over its GPUs (llama.cpp can split a model). */
-export const freeMiB = (n: Pick<Node, 'gpus'>) =>
-  (Array.isArray(n.gpus) ? (n.gpus as { freeMiB?: number }[]) : []).reduce((s, g) => s + (g.freeMiB ?? 0), 0);
-const runs = (n: PlacementNode, engine: string) =>
-  Array.isArray(n.engines) && (n.engines as { name?: string }[]).some((e) => e.name === engine);
 
 export function decide(
   models: PlacementModel[],
@@ -125,12 +113,14 @@ export function decide(
     const wholeNode = new Set(active.filter((r) => r.nodeId && r.gpuIndex == null).map((r) => r.nodeId));
     const holds = new Set(active.map((r) => r.nodeId).filter(Boolean));
     const choose = (): { node: PlacementNode | null; gpuIndex?: number; message: string | null } => {
-      const eligible = nodes.filter((n) => n.online && runs(n, engine) && !failedOn.has(n.id) && !wholeNode.has(n.id));
+      const eligible = nodes.filter(
+        (n) => n.online && runsEngine(n, engine) && !failedOn.has(n.id) && !wholeNode.has(n.id),
+      );
       const nodeFree = (n: PlacementNode) => freeMiB(n) - (promised.get(n.id) ?? 0);
       // One replica per GPU that holds it alone; a node with several such GPUs takes several. A node that does
       // not yet hold the model comes first: two copies on two machines outlive one machine going down.
       const perGpu = eligible.flatMap((n) =>
-        gpusOf(n)
+        nodeGpus(n)
           .filter((g) => !usedGpus.has(`${n.id}:${g.index}`))
           .map((g) => ({
             n,
@@ -152,7 +142,7 @@ export function decide(
       const candidates = whole.length ? whole : perGpu;
       const online = nodes.filter((n) => n.online);
       if (!online.length) return { node: null, message: 'no node is online' };
-      if (!online.some((n) => runs(n, engine))) return { node: null, message: `no online node runs ${engine}` };
+      if (!online.some((n) => runsEngine(n, engine))) return { node: null, message: `no online node runs ${engine}` };
       const best = candidates.sort((a, b) => b.free - a.free)[0];
       if (!best)
         return {

@@ -38,12 +38,6 @@ export function unavailable(message: string, retryAfterSeconds: number): ApiErro
   });
 }
 
-export function json(res: ServerResponse, status: number, body: unknown) {
-  const text = JSON.stringify(body);
-  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) });
-  res.end(text);
-}
-
 /** Answers before reading the body, then closes: an unread body must not be read as the next request. */
 export function refuseEarly(req: IncomingMessage, res: ServerResponse, err: ApiError) {
   const hasBody = req.headers['content-length'] !== undefined || req.headers['transfer-encoding'] !== undefined;

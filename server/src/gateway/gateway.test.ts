@@ -3,6 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { freePort } from '@hangar/common/free-port';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startReportingNode } from '../../test/fixtures/reporting-node.js';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
@@ -18,6 +19,7 @@ let base: string;
 let token: string;
 let replica: StandInReplica;
 let nodeId: string;
+let stopNode: (() => void) | undefined;
 
 async function addModel(name: string, endpoints: string[], extra: Record<string, unknown> = {}) {
   const db = t.app.db.prisma;
@@ -49,12 +51,15 @@ beforeAll(async () => {
   base = await t.app.start();
   token = await t.token('VIEWER', 'an-application');
   replica = await startStandInReplica({ key: KEY });
-  const node = await t.app.db.prisma.node.create({ data: { name: 'gpu-1', tokenHash: 'not-a-real-hash' } });
+  // A node that keeps reporting: one that never does is offline, and placement would take its replicas as lost.
+  const node = await startReportingNode(t.app.db.prisma, 'gpu-1');
+  stopNode = node.stop;
   nodeId = node.id;
   await addModel('tiny', [replica.endpoint]);
 });
 
 afterAll(async () => {
+  stopNode?.();
   await replica?.close();
   await t?.close();
 });

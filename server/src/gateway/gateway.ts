@@ -2,19 +2,26 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
-import { setTimeout as sleep } from 'node:timers/promises';
 import type { Logger } from '@hangar/common/log';
-import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '@hangar/common/openai-error';
-import type { AuditService } from '../audit/audit.service.js';
+import {
+  ApiError,
+  invalid,
+  modelNotFound,
+  notJson,
+  readBody,
+  sendError,
+  sendOpenAiJson,
+} from '@hangar/common/openai-error';
+import { sleep } from '@hangar/common/retry';
 import type { AuthService } from '../auth/auth.service.js';
+import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import { isDatabaseUnreachable } from '../db/outage.js';
-import type { FleetService } from '../fleet/fleet.service.js';
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
 import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
-import { json, refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
+import { refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
 import { estimatePromptTokens, JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
@@ -36,8 +43,8 @@ export type GatewayDeps = {
   log: Logger;
   auth: AuthService;
   org: OrgService;
-  fleet: FleetService;
-  audit: AuditService;
+  /** Wakes an on-demand model for a request, and keeps each model's last request (its idle clock). */
+  catalog: Pick<CatalogService, 'wakeIfAsleep' | 'recordLastRequest'>;
   pubsub: PubSub;
   /** Since when this process has heard the database's events unbroken (callers are kept only while it does). */
   listeningSince: () => number | undefined;
@@ -70,10 +77,11 @@ export class Gateway {
   private turn = 0;
 
   constructor(private readonly deps: GatewayDeps) {
-    this.routes = new RouteTable(deps.db, deps.log);
+    this.routes = new RouteTable({ db: deps.db, log: deps.log });
     this.usage = new UsageRecorder({
       db: deps.db,
       log: deps.log,
+      catalog: deps.catalog,
       observe: deps.onUsage,
       spoolDir: path.join(deps.config.dataDir, 'usage'),
     });
@@ -226,9 +234,9 @@ export class Gateway {
         return sendError(res, invalid(`The model name in the path is not percent-encoded UTF-8: ${one}`, 'model'));
       }
       const card = cards.find((c) => c.id === name);
-      return card ? json(res, 200, card) : sendError(res, modelNotFound(name));
+      return card ? sendOpenAiJson(res, 200, card) : sendError(res, modelNotFound(name));
     }
-    json(res, 200, { object: 'list', data: cards });
+    sendOpenAiJson(res, 200, { object: 'list', data: cards });
   }
 
   private async forward(
@@ -568,7 +576,7 @@ export class Gateway {
         // replica it waits for) while a model takes longer to load than its idle time.
         this.usage.touch(name);
         try {
-          await sleep(250, undefined, { signal });
+          await sleep(250, signal);
         } catch {
           return undefined;
         }
@@ -584,31 +592,18 @@ export class Gateway {
     }
   }
 
-  /** Wakes an on-demand model that is asleep (audited once per wake, as wakeModel is) and runs placement now. */
+  /**
+   * Wakes an on-demand model that is asleep, through the catalog (which places its replica), then reads the routes
+   * again. Unlike an operator's wake, one that is awake already is left as it is: each request's usage moves its
+   * timer on (usage.ts), and a burst of requests is one wake in the audit, not one per request.
+   */
   private async wake(model: RouteModel, caller: Caller) {
-    const woken = await this.deps.db.$transaction(async (tx) => {
-      const rows = await tx.$queryRaw<{ awakeUntil: Date }[]>`
-        UPDATE "CatalogModel" SET "awakeUntil" = now() + "idleSeconds" * interval '1 second'
-        WHERE id = ${model.id}::uuid AND "minReplicas" = 0 AND "maxReplicas" > 0
-          AND ("awakeUntil" IS NULL OR "awakeUntil" < now())
-        RETURNING "awakeUntil"`;
-      const row = rows[0];
-      if (row) {
-        await this.deps.audit.done(
-          tx,
-          { viewer: caller.viewer, requestId: caller.requestId ?? randomUUID() },
-          {
-            action: 'wakeModel',
-            target: model.name,
-            message: `woken by a request; awake until ${row.awakeUntil.toISOString()}`,
-            owner: model.owner,
-          },
-        );
-      }
-      return Boolean(row);
-    });
+    const woken = await this.deps.catalog.wakeIfAsleep(
+      { viewer: caller.viewer, requestId: caller.requestId ?? randomUUID() },
+      model,
+      { why: 'woken by a request' },
+    );
     if (woken) this.deps.log.info('gateway: woke an on-demand model for a request', { model: model.name });
-    await this.deps.fleet.place();
     await this.routes.refresh();
   }
 }

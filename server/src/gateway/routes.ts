@@ -47,11 +47,16 @@ export class RouteTable {
   private next: Promise<void> | undefined;
   private lastError: string | undefined;
 
-  constructor(
-    private readonly db: Db,
-    private readonly log: Logger,
-    private readonly everyMs = 1000,
-  ) {}
+  private readonly db: Db;
+  private readonly log: Logger;
+  private readonly everyMs: number;
+
+  /** `everyMs`: how often the snapshot is read again (1 s: a new model or replica is routable within it). */
+  constructor(deps: { db: Db; log: Logger; everyMs?: number }) {
+    this.db = deps.db;
+    this.log = deps.log;
+    this.everyMs = deps.everyMs ?? 1000;
+  }
 
   start(): Promise<void> {
     this.timer = setInterval(() => void this.refresh(), this.everyMs);

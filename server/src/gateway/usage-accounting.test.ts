@@ -6,6 +6,7 @@ import {
   PROMPT_TOKENS,
   startLongAnswerReplica,
 } from '../../test/fixtures/long-answer-replica.js';
+import { type ReportingNode, startReportingNode } from '../../test/fixtures/reporting-node.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // What the gateway accounts is what the caller got: the tokens of a stream the client left half-way, the usage of
@@ -18,6 +19,7 @@ const KEY = 'hgk_usage-accounting-engine-key-0123456789ab';
 let t: TestApp;
 let base: string;
 let replica: LongAnswerReplica;
+let node: ReportingNode;
 const db = () => t.app.db.prisma;
 
 async function viewer(email: string, withToken: boolean) {
@@ -60,7 +62,7 @@ beforeAll(async () => {
   t = await startTestApp();
   base = await t.app.start();
   replica = await startLongAnswerReplica({ key: KEY });
-  const node = await db().node.create({ data: { name: 'gpu-usage', tokenHash: 'not-a-real-hash' } });
+  node = await startReportingNode(db(), 'gpu-usage');
   const model = await db().catalogModel.create({
     data: { name: 'long', source: 'http://mirror.example/mirror/long/v1/model.gguf', engine: 'vllm' },
   });
@@ -72,6 +74,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  node?.stop();
   await replica?.close();
   await t?.close();
 });

@@ -43,10 +43,14 @@ export class UsageSpool {
   /** Appends and truncations, one after the other: a truncation must never cut a line being written. */
   private queue: Promise<void> = Promise.resolve();
 
-  constructor(
-    private readonly dir: string,
-    private readonly log: Logger,
-  ) {}
+  private readonly dir: string;
+  private readonly log: Logger;
+
+  /** `dir`: <HANGAR_DATA_DIR>/usage, one file per process. */
+  constructor(deps: { dir: string; log: Logger }) {
+    this.dir = deps.dir;
+    this.log = deps.log;
+  }
 
   private get host() {
     return os.hostname().replace(/[^A-Za-z0-9_-]/g, '_') || 'host';

@@ -64,7 +64,11 @@ type Sums = Omit<Row, 'bin' | 'buckets'> & { buckets: number[] };
  * and a filter for someone else's token reads as no usage at all, so a token id reveals nothing about its owner.
  */
 export class UsageService {
-  constructor(private readonly db: Db) {}
+  private readonly db: Db;
+
+  constructor(deps: { db: Db }) {
+    this.db = deps.db;
+  }
 
   /**
    * `owners` (org-owners.ts seenOwners): usage of an owned model or adapter is read only by those its owner admits

@@ -1,11 +1,13 @@
 import type { Logger } from '@hangar/common/log';
+import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Db } from '../db/client.js';
 import { type Orphan, type SpooledRow, UsageSpool } from './usage-spool.js';
 
 // Every request the gateway answers is accounted, but never with a database round-trip on its own path: the
 // recorder adds it to a row in memory (one per minute, caller token, model, adapter and replica) and writes
 // what gathered once a second, adding to the rows already there (several server replicas write the same
-// minute). The same write moves each model's last request, from which an on-demand model's idle time counts.
+// minute). The same write moves each model's last request (through the catalog, whose row it is), from which an
+// on-demand model's idle time counts.
 // When the database is away the rows wait in memory and go with the next write that gets through: their
 // number is bounded by the distinct keys of the minutes it was away, not by the requests. Each second's rows are
 // also appended to a spool file in the data dir before the next second (usage-spool.ts says how a replay after a
@@ -76,6 +78,11 @@ export type UsageRecorderDeps = {
   observe?: (e: UsageEvent) => void;
   /** Where usage waits on disk for the database (<HANGAR_DATA_DIR>/usage); none keeps it in memory alone. */
   spoolDir?: string;
+  /**
+   * The catalog, which writes each model's last request (its idle clock) in the same transaction as the usage.
+   * None (a test of usage alone): the last requests are gathered and dropped at each write.
+   */
+  catalog?: Pick<CatalogService, 'recordLastRequest'>;
 };
 
 export class UsageRecorder {
@@ -96,12 +103,14 @@ export class UsageRecorder {
   private readonly db: Db;
   private readonly log: Logger;
   private readonly observe: ((e: UsageEvent) => void) | undefined;
+  private readonly catalog: Pick<CatalogService, 'recordLastRequest'> | undefined;
 
   constructor(deps: UsageRecorderDeps) {
     this.db = deps.db;
     this.log = deps.log;
     this.observe = deps.observe;
-    this.spool = deps.spoolDir ? new UsageSpool(deps.spoolDir, deps.log) : undefined;
+    this.catalog = deps.catalog;
+    this.spool = deps.spoolDir ? new UsageSpool({ dir: deps.spoolDir, log: deps.log }) : undefined;
   }
 
   async start(everyMs = 1000) {
@@ -243,13 +252,8 @@ export class UsageRecorder {
           if (rows.size) await tx.$executeRawUnsafe(UPSERT, ...columns([...rows.values()]));
           if (this.spool) await tx.$executeRawUnsafe(APPLIED, this.spool.generation, taken.at(-1)?.upTo);
         }
-        if (touched.length) {
-          await tx.$executeRawUnsafe(
-            TOUCH,
-            touched.map(([m]) => m),
-            touched.map(([, at]) => at.toISOString()),
-          );
-        }
+        // The catalog's row, written by the catalog: in this transaction, so a write that failed keeps both.
+        if (touched.length) await this.catalog?.recordLastRequest(touched, tx);
       });
       this.groups = this.groups.filter((g) => !taken.includes(g));
       this.applied = taken.at(-1)?.upTo ?? this.applied;
@@ -397,17 +401,6 @@ ON CONFLICT (minute, "tokenId", "userId", model, adapter, "replicaId") DO UPDATE
   "durationBuckets" = (
     SELECT array_agg(COALESCE(o, 0) + COALESCE(n, 0) ORDER BY i)
     FROM unnest("UsageMinute"."durationBuckets", excluded."durationBuckets") WITH ORDINALITY AS h(o, n, i))`;
-
-// The idle clock of an on-demand model (min 0, max ≥ 1) runs from its last request: it stays awake until then
-// plus its idle time. Never moved backwards (another replica may have written a later request).
-const TOUCH = `
-UPDATE "CatalogModel" AS c SET
-  "lastRequestAt" = GREATEST(COALESCE(c."lastRequestAt", x.at), x.at),
-  "awakeUntil" = CASE WHEN c."minReplicas" = 0 AND c."maxReplicas" > 0
-    THEN GREATEST(COALESCE(c."awakeUntil", x.at), x.at + c."idleSeconds" * interval '1 second')
-    ELSE c."awakeUntil" END
-FROM (SELECT * FROM unnest($1::text[], $2::timestamp[]) AS u(name, at)) AS x
-WHERE c.name = x.name`;
 
 function columns(rows: Row[]): unknown[] {
   return [

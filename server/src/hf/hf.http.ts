@@ -41,16 +41,9 @@ function hubError(
   message: string,
   o: { code?: string; headerMessage?: string; headers?: Record<string, string> } = {},
 ) {
-  const body = JSON.stringify({ error: message });
-  const headers: Record<string, string | number> = {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(body),
-    'x-error-message': headerSafe(o.headerMessage ?? message),
-    ...o.headers,
-  };
+  const headers: Record<string, string> = { 'x-error-message': headerSafe(o.headerMessage ?? message), ...o.headers };
   if (o.code) headers['x-error-code'] = o.code;
-  res.writeHead(status, headers);
-  res.end(req.method === 'HEAD' ? undefined : body);
+  hubJson(req, res, status, { error: message }, headers);
 }
 
 /** A header carries visible ASCII only (a path may hold any character): the rest is shown as '?'. */
@@ -59,14 +52,21 @@ function headerSafe(s: string): string {
 }
 
 function json(req: IncomingMessage, res: ServerResponse, body: unknown, headers: Record<string, string> = {}) {
-  const text = JSON.stringify(body);
-  res.writeHead(200, {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(text),
-    'cache-control': 'no-cache',
-    ...headers,
+  hubJson(req, res, 200, body, { 'cache-control': 'no-cache', ...headers });
+}
+
+/** The Hub's one JSON writer: its content type names the charset, and HEAD gets the headers alone, as the Hub's. */
+function hubJson(
+  req: IncomingMessage,
+  res: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string>,
+) {
+  sendJson(res, status, body, {
+    headers: { 'content-type': 'application/json; charset=utf-8', ...headers },
+    head: req.method === 'HEAD',
   });
-  res.end(req.method === 'HEAD' ? undefined : text);
 }
 
 /**

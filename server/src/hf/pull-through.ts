@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Logger } from '@hangar/common/log';
 import { guardedFetch } from '@hangar/common/outbound';
+import { sleep } from '@hangar/common/retry';
 import { actorOf } from '../auth/actor.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
@@ -261,7 +262,7 @@ export class PullThrough {
             `fetching ${what} from the Hub stalled: ${row.retryReason ?? 'the Hub did not answer'}; the mirror tries again at ${row.retryAt.toISOString()}, ask again then`,
           ),
         );
-      await new Promise((r) => setTimeout(r, pollMs));
+      await sleep(pollMs);
     }
   }
 }

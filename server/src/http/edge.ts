@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from '@hangar/common/log';
+import { sendJson } from './reply.js';
 
 // What the HTTP edge checks before any route runs: a body that arrives too slowly, a NUL in the URL, and
 // whether the server is ready. Kept apart from app.ts so each rule can be read (and extended) on its own.
@@ -31,8 +32,8 @@ export function guardBody(
     const socket = req.socket;
     // Answer when nothing was answered yet, then close: the connection is not reused for anything.
     if (!res.headersSent) {
-      res.writeHead(408, { 'content-type': 'application/json', connection: 'close' });
-      res.end(JSON.stringify({ error: why, code: 'BODY_TOO_SLOW' }), () => socket.destroy());
+      res.once('finish', () => socket.destroy());
+      sendJson(res, 408, { error: why, code: 'BODY_TOO_SLOW' }, { headers: { connection: 'close' } });
     }
     setTimeout(() => socket.destroy(), 1000).unref();
   };

@@ -2,8 +2,10 @@ import type { ServerResponse } from 'node:http';
 import type { HangarError } from '../lib/errors.js';
 
 // How the HTTP edge answers in Hangar's own words: one JSON writer, and one table from the typed errors services
-// return to the status a script branches on. The foreign protocols keep their own shapes (OpenAI's on /v1 in
-// lib/openai-error.ts, the Hub's on /hf in hf/hf.http.ts); they take their status from here where they have one.
+// return to the status a script branches on. The foreign protocols keep one writer each for their own shapes
+// (OpenAI's on /v1: sendOpenAiJson in @hangar/common/openai-error, shared with the node's endpoint; the Hub's on
+// /hf: hubJson in hf/hf.http.ts, which writes through sendJson); they take their status from here where they
+// have one.
 
 /**
  * The status for each typed error. A code missing here answers 400: every HangarError is the caller's to act on,

@@ -1,6 +1,7 @@
 import type { Logger } from '@hangar/common/log';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/client.js';
+import { nodeGpus } from '../fleet/node-inventory.js';
 import type { UsageEvent } from '../gateway/usage.js';
 
 // What Prometheus scrapes at /metrics (Prometheus' text format, through prom-client). Two kinds of figure:
@@ -260,7 +261,7 @@ export class Metrics {
       nodes: nodes.map((n) => ({
         name: n.name,
         online: this.deps.isOnline(n),
-        gpus: Array.isArray(n.gpus) ? (n.gpus as Snapshot['nodes'][number]['gpus']) : [],
+        gpus: nodeGpus(n),
       })),
       replicas: replicas.map((r) => ({ state: r.state, count: r._count._all })),
       trainJobs: trainJobs.map((j) => ({ state: j.state, count: j._count._all })),

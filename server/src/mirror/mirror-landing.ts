@@ -1,27 +1,70 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, describeActor } from '../auth/actor.js';
 import type { Viewer } from '../auth/viewer.js';
+import type { Config } from '../config.js';
+import type { Db } from '../db/client.js';
+import type { LoopHealth } from '../db/outage.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
+import type { MirrorGround } from './ground.js';
 import { readFileKind } from './kind.js';
-import { MirrorReads } from './mirror-reads.js';
+import type { MirrorReads } from './mirror-reads.js';
 import { type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
 import { versionOwner } from './owned.js';
-import { fileName } from './paths.js';
+import { fileName, type MirrorPaths } from './paths.js';
+import type { MirrorSpace } from './space.js';
+import type { MirrorStorage } from './storage.js';
 import type { TransferDone, TransferFailed } from './transfer.js';
 
 // Bytes arriving in the mirror: a file Hangar made (upload), and a transfer's end (finish): verified bytes moved
-// into place, or linked to a copy already held; a failure written down with its reason. Under mirror-worker.ts,
-// which drives the transfers, and above mirror-reads.ts, whose state it shares.
+// into place, or linked to a copy already held; a failure written down with its reason. The workers
+// (mirror-worker.ts) and the operator's fetch (mirror.service.ts) land through it; it drives nothing itself.
 
-export abstract class MirrorLanding extends MirrorReads {
-  /** Looks for work now (mirror-worker.ts): a landed file frees a slot, a re-queued one needs a worker. */
-  abstract kick(): void;
+/** Who may read what an owner owns (OrgService.mayRead): a copy of an owned file is reused only when it says yes. */
+export type MayRead = (viewer: Viewer, owner: string | null) => Promise<boolean>;
+
+export class MirrorLanding {
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly config: Config;
+  private readonly log: Logger;
+  private readonly paths: MirrorPaths;
+  private readonly storage: MirrorStorage;
+  private readonly owner: string;
+  private readonly health: LoopHealth;
+  private readonly shutdown: AbortSignal;
+  private readonly space: MirrorSpace;
+  private readonly reads: MirrorReads;
+  private readonly mayRead: MayRead | null;
+
+  constructor(
+    o: MirrorGround & {
+      audit: AuditService;
+      reads: MirrorReads;
+      /** None, and owned bytes are never reused for anyone. */
+      mayRead?: MayRead | null;
+    },
+  ) {
+    this.db = o.db;
+    this.audit = o.audit;
+    this.config = o.config;
+    this.log = o.log;
+    this.paths = o.paths;
+    this.storage = o.storage;
+    this.owner = o.owner;
+    this.health = o.health;
+    this.shutdown = o.shutdown;
+    this.space = o.space;
+    this.reads = o.reads;
+    this.mayRead = o.mayRead ?? null;
+  }
 
   /**
    * Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch: written to a partial,
@@ -47,7 +90,7 @@ export abstract class MirrorLanding extends MirrorReads {
         ),
       );
     }
-    const freeBytes = await this.freeBytes();
+    const freeBytes = await this.space.freeBytes();
     if (parsed.value.size && parsed.value.size > freeBytes) {
       return fail(
         new ConflictError(`not enough disk: the upload is ${parsed.value.size} bytes and ${freeBytes} are free`),
@@ -56,7 +99,7 @@ export abstract class MirrorLanding extends MirrorReads {
     const row = existing
       ? await this.db.mirrorFile.update({
           where: { id: existing.id },
-          data: { state: 'FETCHING', error: null, bytesDone: 0, storageId: this.storageId },
+          data: { state: 'FETCHING', error: null, bytesDone: 0, storageId: this.storage.id },
         })
       : await this.db.mirrorFile.create({
           data: {
@@ -65,7 +108,7 @@ export abstract class MirrorLanding extends MirrorReads {
             file,
             sourceUrl: `upload by ${describeActor(actor)}`,
             state: 'FETCHING',
-            storageId: this.storageId,
+            storageId: this.storage.id,
             requestedBy: describeActor(actor),
             startedAt: new Date(),
           },
@@ -130,29 +173,30 @@ export abstract class MirrorLanding extends MirrorReads {
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
-    return ok((await this.version(model, version)) as MirrorVersionView);
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   /**
    * Writes down what the transfer came to. Each write waits out a database outage rather than being dropped: a
-   * verified file is recorded PRESENT when the database returns, not downloaded again.
+   * verified file is recorded PRESENT when the database returns, not downloaded again. 'requeued' when the held
+   * copy it was to be linked to went meanwhile: the file is QUEUED again, and the caller looks for work now.
    */
-  protected async finish(
+  async finish(
     row: MirrorFile,
     result: TransferDone | TransferFailed,
     /** The held copy chosen for the requester (fetch): linked instead of one the workers may choose. */
     pinned?: { path: string; size: number },
-  ) {
+  ): Promise<'requeued' | undefined> {
     const key = versionKey(row.model, row.version);
     const partial = this.paths.partial(row.id);
-    const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.stopping);
+    const write = <T>(fn: () => Promise<T>) => this.health.until(fn, () => this.shutdown.aborted);
     // Best effort: when the database is away, so is every listener, and a client that reconnects reads afresh.
     const tell = () => notify(this.db.loops, 'mirrorVersion', key).catch(() => {});
 
     const whileOurs = { id: row.id, leaseOwner: this.owner };
     if (!result.ok) {
       if (result.reason === 'cancelled') {
-        if (this.stopping) {
+        if (this.shutdown.aborted) {
           // A shutdown, not a cancel: back in the queue, to resume from the partial at the next start.
           await this.db.loops.mirrorFile
             .updateMany({
@@ -220,8 +264,7 @@ export abstract class MirrorLanding extends MirrorReads {
           data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null, ...NO_RETRY },
         }),
       );
-      this.kick();
-      return;
+      return 'requeued';
     }
     const size = result.held && copy ? copy.size : result.size;
     const { count: stillMine } = await write(() =>
@@ -295,7 +338,7 @@ export abstract class MirrorLanding extends MirrorReads {
    * shown wherever the adapter is), so reuse never crosses an owner: the queue's workers act for no reader, and
    * link only bytes nobody owns; a file whose only copies are owned is fetched from its URL like any other.
    */
-  protected async heldCopy(
+  async heldCopy(
     sha: string,
     except: string | null,
     reader?: Viewer,
@@ -305,7 +348,7 @@ export abstract class MirrorLanding extends MirrorReads {
         actualSha256: sha,
         expectedSha256: sha,
         state: 'PRESENT',
-        storageId: this.storageId,
+        storageId: this.storage.id,
         ...(except ? { id: { not: except } } : {}),
       },
       orderBy: { finishedAt: 'asc' },
@@ -313,7 +356,7 @@ export abstract class MirrorLanding extends MirrorReads {
     });
     for (const r of rows) {
       const owned = await versionOwner(this.db.loops, r.model, r.version);
-      if (owned && !(reader && this.owners && (await this.owners.mayRead(reader, owned.owner)))) continue;
+      if (owned && !(reader && this.mayRead && (await this.mayRead(reader, owned.owner)))) continue;
       const file = this.paths.file(r.model, r.version, r.file);
       const size = await fs.stat(file).then(
         (st) => st.size,
@@ -330,7 +373,7 @@ export abstract class MirrorLanding extends MirrorReads {
    * `copy` of the same bytes, the listed file is a hard link to it instead: one set of blocks on the disk, freed
    * by the filesystem only once no version links them any more.
    */
-  protected async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string, copy?: string) {
+  private async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string, copy?: string) {
     const target = this.paths.file(row.model, row.version, row.file);
     await fs.mkdir(path.dirname(target), { recursive: true });
     if (copy) {

@@ -3,8 +3,8 @@ import type { MirrorFile } from '../generated/prisma/client.js';
 import { fileName, modelName, versionName } from './paths.js';
 import { type VersionProgress, type VersionState, versionProgress, versionState } from './progress.js';
 
-// What the parts of the mirror service (mirror-reads, mirror-landing, mirror-worker, mirror.service) share: the
-// shapes of its inputs and answers, and the pure functions over them. mirror.service.ts exports them on.
+// What the parts of the mirror service (mirror-reads, space, mirror-landing, mirror-worker, mirror.service) share:
+// the shapes of its inputs and answers, and the pure functions over them. mirror.service.ts exports them on.
 
 /** The states of a file still on its way: what the disk must keep room for. */
 export const ACTIVE = ['QUEUED', 'FETCHING', 'VERIFYING'] as const;
@@ -62,6 +62,20 @@ export type FetchStarted = {
   alreadyPresent: number;
   message: string;
 };
+
+/**
+ * Whether a URL is on the Hub's origin (HANGAR_HUB_URL): only what was fetched from there is a Hub repository's
+ * file (for /hf, and for training's base weights), so those bytes must be ones the Hub answered for, never only
+ * a digest someone claimed, nor another server's answer to a path shaped like the Hub's.
+ */
+export function isHubUrl(hubUrl: string | null, url: string): boolean {
+  if (!hubUrl) return false;
+  try {
+    return new URL(url).origin === new URL(hubUrl).origin;
+  } catch {
+    return false;
+  }
+}
 
 export function versionKey(model: string, version: string) {
   return `${model}/${version}`;

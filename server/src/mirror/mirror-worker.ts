@@ -1,87 +1,80 @@
 import fs from 'node:fs/promises';
-import path from 'node:path';
-import { hubAuthorization } from '@hangar/common/outbound';
+import type { Logger } from '@hangar/common/log';
+import { hubAuthorization, type OutboundPolicy } from '@hangar/common/outbound';
+import { waitUntil } from '@hangar/common/retry';
+import type { Config } from '../config.js';
+import type { Db } from '../db/client.js';
 import { LeaseQueue } from '../db/lease.js';
-import { Stopped } from '../db/outage.js';
+import { type LoopHealth, Stopped } from '../db/outage.js';
 import { type MirrorFile, Prisma } from '../generated/prisma/client.js';
 import { notify } from '../pubsub.js';
-import { MirrorLanding } from './mirror-landing.js';
-import { NO_RETRY, versionKey } from './mirror-view.js';
-import { createStorageId, holdsAnything, MirrorStorageError, readStorageId } from './storage.js';
-import { type RetryState, type TransferDone, type TransferFailed, transfer } from './transfer.js';
+import type { MirrorGround } from './ground.js';
+import type { MirrorLanding } from './mirror-landing.js';
+import { isHubUrl, NO_RETRY, versionKey } from './mirror-view.js';
+import type { MirrorPaths } from './paths.js';
+import type { MirrorSpace } from './space.js';
+import type { MirrorStorage } from './storage.js';
+import type { RetryState, TransferDone, TransferFailed, TransferOptions, transfer } from './transfer.js';
 
 // The mirror's workers: the queue of files in PostgreSQL, each taken by one replica under a lease
-// (db/lease.ts), transferred with resumable Range requests (transfer.ts) and landed (mirror-landing.ts).
+// (db/lease.ts), transferred with resumable Range requests (transfer.ts) and landed (mirror-landing.ts). Given
+// each of those, rather than sharing their state: what the pool owns is its transfers and its poll.
 
 /** A file is held by one replica at a time; one whose replica went away is taken up 30 s after its last renewal. */
 export const fileLeases = new LeaseQueue({ table: 'MirrorFile', leaseMs: 30_000, touchColumn: 'updatedAt' });
 const PERSIST_MS = 1000;
 
-export abstract class MirrorWorkers extends MirrorLanding {
-  /**
-   * Finds this replica's mirror storage, or refuses to start (MirrorStorageError, nothing changed) when the
-   * database's mirror is on storage this replica cannot see: another HANGAR_DATA_DIR, or a mount that is not
-   * there. Either way, judging the files from here would fail every one of them. Run before start().
-   */
-  async openStorage() {
-    const root = this.paths.root;
-    const idFile = this.paths.storageIdFile;
-    const where = `${root} (HANGAR_DATA_DIR=${this.config.dataDir})`;
-    // The way on when the old storage is lost for good: this one takes its id, and start() fails what it lacks.
-    const gone = (id: string) =>
-      `If storage ${id} is gone for good and this one replaces it, write ${id} into ${idFile} and start again: the files missing here are then marked FAILED, and retry fetches them again.`;
-    // Under a lock, so two replicas starting at once on fresh rows cannot both adopt them.
-    const id = await this.db.$transaction(
-      async (tx) => {
-        await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext('hangar.mirror.storage'))`;
-        const recorded = (
-          await tx.mirrorFile.groupBy({ by: ['storageId'], where: { storageId: { not: null } }, _count: true })
-        )
-          .map((g) => ({ id: g.storageId as string, files: g._count }))
-          .sort((a, b) => a.id.localeCompare(b.id));
-        const listed = (ids: typeof recorded) => ids.map((r) => `${r.id} (${r.files} files)`).join(', ');
-        let id = await readStorageId(idFile);
-        if (!id) {
-          if (recorded.length)
-            throw new MirrorStorageError(
-              `the mirror's storage seems missing: ${idFile} is not there, but the database's mirror is on storage ${listed(recorded)}. ` +
-                `Replicas that share a database share one mirror storage: mount it at ${where}, or point HANGAR_DATA_DIR at where it is mounted, and start again. Nothing was changed.${recorded.length === 1 ? ` ${gone(recorded[0]?.id as string)}` : ''}`,
-            );
-          const unrecorded = await tx.mirrorFile.count({ where: { state: 'PRESENT', storageId: null } });
-          if (unrecorded && !(await holdsAnything(this.paths.files)))
-            throw new MirrorStorageError(
-              `the mirror's storage seems missing: the database lists ${unrecorded} present files, but ${where} holds none of them and no ${path.basename(idFile)}. ` +
-                `Mount the mirror's storage there, or point HANGAR_DATA_DIR at it, and start again. Nothing was changed. If the files are gone for good, write a new id into ${idFile} (uuidgen > ${idFile}) and start again: the missing files are then marked FAILED, and retry fetches them again.`,
-            );
-          id = await createStorageId(idFile);
-          this.log.info('the mirror storage has an id now', { storage: id, root });
-        }
-        const others = recorded.filter((r) => r.id !== id);
-        if (others.length) {
-          const onThisOne = recorded.find((r) => r.id === id);
-          throw new MirrorStorageError(
-            `this replica's mirror storage is ${id} at ${where}, but the database's mirror holds files on storage ${listed(others)}${onThisOne ? ` (and ${onThisOne.files} on this one)` : ''}, which this replica cannot see. ` +
-              `Replicas that share a database share one mirror storage: start this one with HANGAR_DATA_DIR on that shared filesystem (its ${path.basename(idFile)} reads ${others.map((o) => o.id).join(' or ')}). Nothing was changed.${onThisOne || others.length > 1 ? '' : ` ${gone(others[0]?.id as string)}`}`,
-          );
-        }
-        // Rows from before storages had ids are taken as on the first storage that starts with them (this one):
-        // the files missing from it are then judged by start() as before.
-        const adopted = await tx.mirrorFile.updateMany({ where: { storageId: null }, data: { storageId: id } });
-        if (adopted.count)
-          this.log.info('mirror files recorded before storage ids are on this storage', {
-            storage: id,
-            files: adopted.count,
-          });
-        return id;
-      },
-      { timeout: 30_000 },
-    );
-    this.storageId = id;
+export class MirrorWorkers {
+  private readonly db: Db;
+  private readonly config: Config;
+  private readonly log: Logger;
+  private readonly paths: MirrorPaths;
+  private readonly storage: MirrorStorage;
+  private readonly owner: string;
+  private readonly health: LoopHealth;
+  private readonly shutdown: AbortSignal;
+  private readonly space: MirrorSpace;
+  private readonly landing: MirrorLanding;
+  private readonly leases: LeaseQueue;
+  private readonly transfer: typeof transfer;
+  private readonly outbound: OutboundPolicy;
+  private readonly throttle: NonNullable<TransferOptions['throttle']>;
+  /** This process's running transfers, by file id: never claimed twice, and stopped by cancel, pause, remove. */
+  private readonly transfers = new Map<string, AbortController>();
+  private poll: NodeJS.Timeout | undefined;
+  private running = false;
+  private ticking = false;
+
+  constructor(
+    o: MirrorGround & {
+      landing: MirrorLanding;
+      leases: LeaseQueue;
+      transfer: typeof transfer;
+      /** Which hosts and addresses a transfer may connect to (HANGAR_FETCH_ALLOW), at each connection. */
+      outbound: OutboundPolicy;
+      /** HANGAR_MIRROR_BANDWIDTH, shared by every download of this process. */
+      throttle: NonNullable<TransferOptions['throttle']>;
+    },
+  ) {
+    this.db = o.db;
+    this.config = o.config;
+    this.log = o.log;
+    this.paths = o.paths;
+    this.storage = o.storage;
+    this.owner = o.owner;
+    this.health = o.health;
+    this.shutdown = o.shutdown;
+    this.space = o.space;
+    this.landing = o.landing;
+    this.leases = o.leases;
+    this.transfer = o.transfer;
+    this.outbound = o.outbound;
+    this.throttle = o.throttle;
   }
 
   /** Picks up what a previous run left: unfinished files resume from their partials; vanished files are failed. */
   async start(embedded: boolean) {
-    if (!this.storageId) await this.openStorage();
+    if (!this.storage.id) await this.storage.open();
     await fs.mkdir(this.paths.partials, { recursive: true });
     if (embedded) {
       // The embedded database is this process's alone, so any lease in it is from a run that has ended.
@@ -90,8 +83,8 @@ export abstract class MirrorWorkers extends MirrorLanding {
         data: { state: 'QUEUED', leaseOwner: null, leaseUntil: null, bytesPerSecond: null },
       });
     }
-    // Only this storage's files: another's are not this replica's to judge (openStorage refuses to start then).
-    for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT', storageId: this.storageId } })) {
+    // Only this storage's files: another's are not this replica's to judge (MirrorStorage.open refuses to start then).
+    for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT', storageId: this.storage.id } })) {
       // A file deleted by hand, or cut short by a crash of the machine before the disk had it all (what ext4 and
       // XFS leave of bytes that were only in memory), must not go on looking ready.
       const size = await fs.stat(this.paths.file(r.model, r.version, r.file)).then(
@@ -111,7 +104,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
         error,
       });
       await this.db.mirrorFile.updateMany({
-        where: { id: r.id, state: 'PRESENT', storageId: this.storageId },
+        where: { id: r.id, state: 'PRESENT', storageId: this.storage.id },
         data: { state: 'FAILED', error, bytesDone: 0 },
       });
       await notify(this.db, 'mirrorVersion', versionKey(r.model, r.version));
@@ -122,13 +115,17 @@ export abstract class MirrorWorkers extends MirrorLanding {
     this.kick();
   }
 
+  /** Stops claiming and aborts this process's transfers; the service has aborted `shutdown` first (finish). */
   async stop() {
-    this.stopping = true;
     this.running = false;
     clearInterval(this.poll);
     for (const c of this.transfers.values()) c.abort();
-    const deadline = Date.now() + 5000;
-    while (this.transfers.size && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    await waitUntil(() => this.transfers.size === 0, { timeoutMs: 5000, pollMs: 20 });
+  }
+
+  /** Stops this process's transfer of a file (cancelled, paused or removed): finish keeps or drops its partial. */
+  abort(id: string) {
+    this.transfers.get(id)?.abort();
   }
 
   kick() {
@@ -147,7 +144,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
       });
   }
 
-  protected async fill() {
+  private async fill() {
     while (this.running && this.transfers.size < this.config.mirrorConcurrency) {
       const row = await this.claim();
       this.health.ok();
@@ -158,25 +155,25 @@ export abstract class MirrorWorkers extends MirrorLanding {
         .catch((err) => this.log.error('mirror transfer crashed', { id: row.id, error: err }))
         .finally(() => {
           this.transfers.delete(row.id);
-          this.reserved.delete(row.id);
+          this.space.release(row.id);
           this.kick();
         });
     }
   }
 
   /** Takes the next file with a lease, atomically: with several replicas, exactly one works on each file. */
-  protected async claim(): Promise<MirrorFile | null> {
+  private async claim(): Promise<MirrorFile | null> {
     // Never a file this process is still working on, however late its lease: a second transfer would append to
     // the same partial.
     const running = [...this.transfers.keys()];
     // An upload is FETCHING with no lease at all: only a lease that ran out makes a file another worker's to take.
-    const claimed = await fileLeases.claim(this.db.loops, this.owner, {
-      claimable: Prisma.sql`(state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND ${fileLeases.expired()}))
+    const claimed = await this.leases.claim(this.db.loops, this.owner, {
+      claimable: Prisma.sql`(state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND ${this.leases.expired()}))
           AND NOT (id = ANY(${running}::uuid[]))
           -- A partial on storage this replica cannot see is not its to resume.
-          AND ("storageId" IS NULL OR "storageId" = ${this.storageId})`,
+          AND ("storageId" IS NULL OR "storageId" = ${this.storage.id})`,
       order: Prisma.sql`"createdAt", file`,
-      set: Prisma.sql`state = 'FETCHING', "storageId" = ${this.storageId}, attempts = attempts + 1,
+      set: Prisma.sql`state = 'FETCHING', "storageId" = ${this.storage.id}, attempts = attempts + 1,
         "retryAttempt" = NULL, "retryAt" = NULL, "retryReason" = NULL, "startedAt" = coalesce("startedAt", now())`,
     });
     if (!claimed) return null;
@@ -196,22 +193,26 @@ export abstract class MirrorWorkers extends MirrorLanding {
    * replica could take the file over. The bytes stay in the partial; once the database answers, this worker takes
    * its lease up again and resumes with a Range request from where the partial ends.
    */
-  protected async run(claimed: MirrorFile, first: AbortController) {
+  private async run(claimed: MirrorFile, first: AbortController) {
     let row = claimed;
     let controller = first;
     try {
       for (;;) {
         const outcome = await this.attempt(row, controller);
-        if (outcome !== 'paused') return await this.finish(row, outcome);
+        if (outcome !== 'paused') {
+          // A held copy that went meanwhile: the file is queued again, for a worker to fetch after all.
+          if ((await this.landing.finish(row, outcome)) === 'requeued') this.kick();
+          return;
+        }
         const stillOurs = await this.health.until(
-          () => fileLeases.renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`),
-          () => this.stopping,
+          () => this.leases.renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`),
+          () => this.shutdown.aborted,
         );
         // Cancelled, removed or taken over by another replica while the database was away: no longer ours.
         if (!stillOurs) return;
         row = await this.health.until(
           () => this.db.loops.mirrorFile.findUniqueOrThrow({ where: { id: row.id } }),
-          () => this.stopping,
+          () => this.shutdown.aborted,
         );
         controller = new AbortController();
         this.transfers.set(row.id, controller);
@@ -228,7 +229,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
   }
 
   /** One transfer of the file; 'paused' when it was stopped because the database went out of reach. */
-  protected async attempt(
+  private async attempt(
     row: MirrorFile,
     controller: AbortController,
   ): Promise<TransferDone | TransferFailed | 'paused'> {
@@ -236,7 +237,9 @@ export abstract class MirrorWorkers extends MirrorLanding {
     // lists the file as the repository's, so the Hub must answer for it; its headers publish the sha256, and a
     // held copy is linked once they say so, before the body (transfer's alreadyHeld).
     const copy =
-      row.expectedSha256 && !this.isHubUrl(row.sourceUrl) ? await this.heldCopy(row.expectedSha256, row.id) : null;
+      row.expectedSha256 && !isHubUrl(this.config.hubUrl, row.sourceUrl)
+        ? await this.landing.heldCopy(row.expectedSha256, row.id)
+        : null;
     if (copy && row.expectedSha256)
       return { ok: true, held: true, size: copy.size, sha256: row.expectedSha256, upstreamSha256: null, etag: null };
     const key = versionKey(row.model, row.version);
@@ -267,7 +270,7 @@ export abstract class MirrorWorkers extends MirrorLanding {
         .then(async () => {
           const { count } = await this.db.loops.mirrorFile.updateMany({
             where: { id: row.id, state: 'FETCHING', leaseOwner: this.owner },
-            data: { ...data, leaseUntil: fileLeases.deadline(this.db.loops.clock.now()) },
+            data: { ...data, leaseUntil: this.leases.deadline(this.db.loops.clock.now()) },
           });
           this.health.ok();
           if (count === 0) abortLocal();
@@ -313,11 +316,11 @@ export abstract class MirrorWorkers extends MirrorLanding {
     // The lease is renewed on a clock too, not only as bytes arrive: a stalled upstream or a long backoff between
     // attempts must not let it lapse while this process still holds the file, or another worker takes it over.
     const heartbeat = setInterval(() => {
-      fileLeases
+      this.leases
         .renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`)
         .then((stillOurs) => !stillOurs && abortLocal(), writeFailed);
-    }, fileLeases.leaseMs / 3);
-    const result = await transfer({
+    }, this.leases.leaseMs / 3);
+    const result = await this.transfer({
       url: row.sourceUrl,
       partialPath: partial,
       expectedSize: row.bytesTotal === null ? null : Number(row.bytesTotal),
@@ -331,17 +334,15 @@ export abstract class MirrorWorkers extends MirrorLanding {
       giveUpAfterMs: this.config.mirrorGiveUpAfterMs,
       retryMaxMs: this.config.mirrorRetryMaxMs,
       onRetry,
-      throttle: this.bandwidth,
-      alreadyHeld: async (sha) => (await this.heldCopy(sha, row.id)) !== null,
+      throttle: this.throttle,
+      alreadyHeld: async (sha) => (await this.landing.heldCopy(sha, row.id)) !== null,
       fsync: this.config.mirrorFsync,
       signal,
       onProgress: (progress) => {
-        // What is reserved shrinks as the bytes land: from then on the disk's free space counts them.
-        if (progress.bytesTotal !== null && this.reserved.has(row.id))
-          this.reserved.set(row.id, Math.max(0, progress.bytesTotal - progress.bytesDone));
+        if (progress.bytesTotal !== null) this.space.landed(row.id, progress.bytesTotal - progress.bytesDone);
         persist(progress);
       },
-      reserveSpace: (bytes) => this.reserveSpace(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
+      reserveSpace: (bytes) => this.space.reserve(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
     }).finally(() => {
       clearInterval(heartbeat);

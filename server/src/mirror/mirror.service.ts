@@ -1,8 +1,14 @@
+import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
+import { OutboundPolicy } from '@hangar/common/outbound';
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, describeActor } from '../auth/actor.js';
-import type { Tx } from '../db/client.js';
+import type { Config } from '../config.js';
+import type { Db, Tx } from '../db/client.js';
+import { LoopHealth } from '../db/outage.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import {
   ConflictError,
@@ -16,10 +22,15 @@ import {
 import { parseInput } from '../lib/validate.js';
 import { type Sight, sees } from '../org/org-owners.js';
 import { notify } from '../pubsub.js';
+import { Bandwidth, SLICE } from './bandwidth.js';
+import { type MayRead, MirrorLanding } from './mirror-landing.js';
+import { MirrorReads } from './mirror-reads.js';
 import {
   ACTIVE,
   type FetchStarted,
   fetchInput,
+  isHubUrl,
+  type LookBeforeFetch,
   type MirrorVersionView,
   NO_RETRY,
   nameInput,
@@ -28,16 +39,195 @@ import {
 } from './mirror-view.js';
 import { fileLeases, MirrorWorkers } from './mirror-worker.js';
 import { versionOwner } from './owned.js';
-import { fileFromUrl, fileName } from './paths.js';
+import { fileFromUrl, fileName, MirrorPaths } from './paths.js';
+import { MirrorSpace } from './space.js';
+import { MirrorStorage } from './storage.js';
+import { transfer } from './transfer.js';
 
 // The mirror: versions of models fetched once into the server's disk and served to nodes from there. This file
-// holds what an operator asks of it (fetch, cancel, retry, pause, resume, bandwidth, remove); the layers under it
-// read (mirror-reads.ts), land bytes (mirror-landing.ts) and run the queue (mirror-worker.ts).
+// holds what an operator asks of it (fetch, cancel, retry, pause, resume, bandwidth, remove) and composes the
+// parts that do the rest, each given what it needs: the reads (mirror-reads.ts), the disk's room (space.ts), the
+// storage's id (storage.ts), the landing of bytes (mirror-landing.ts) and the workers' queue (mirror-worker.ts).
 
+export type { MayRead } from './mirror-landing.js';
 export type { FetchStarted, LookBeforeFetch, MirrorVersionView, SourceCheck, VersionUse } from './mirror-view.js';
 export { mirrorVersionsIn, sourceKey, versionKey } from './mirror-view.js';
 
-export class MirrorService extends MirrorWorkers {
+export type MirrorDeps = {
+  db: Db;
+  audit: AuditService;
+  config: Config;
+  log: Logger;
+  /**
+   * Who may read what an owner owns (OrgService.mayRead): a copy of an owned file's bytes is linked for a
+   * requester only when it answers yes. Null, and owned bytes are never reused.
+   */
+  mayRead: MayRead | null;
+  /**
+   * Reads GGUF headers before a fetch by URL (registry/source-look.ts: it knows the nodes' llama.cpp). Null, and
+   * nothing is read before a download.
+   */
+  lookBeforeFetch: LookBeforeFetch | null;
+};
+
+export class MirrorService {
+  readonly paths: MirrorPaths;
+  /**
+   * Lets the server's own checks (the HEAD before a model is served) through when HANGAR_MIRROR_REQUIRE_TOKEN is
+   * set. Random per process and never stored or shown.
+   */
+  readonly internalToken = `hgi_${randomUUID()}${randomUUID()}`;
+  /** Which hosts and addresses the server fetches from (HANGAR_FETCH_ALLOW). */
+  readonly outbound: OutboundPolicy;
+  /** HANGAR_MIRROR_BANDWIDTH, shared by every download of this process. */
+  readonly limit: Bandwidth;
+  /** The workers' view of the database: paused (not failed) while it is out of reach; /readyz reads it. */
+  readonly health: LoopHealth;
+  /** Free bytes on the mirror's filesystem; replaced in tests that need a disk of a given size. */
+  diskFree: () => Promise<number> = async () => {
+    await fs.mkdir(this.paths.root, { recursive: true });
+    const stats = await fs.statfs(this.paths.root);
+    return stats.bavail * stats.bsize;
+  };
+
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly config: Config;
+  private readonly log: Logger;
+  private readonly lookAt: LookBeforeFetch | null;
+  /** This process's name on the leases it holds: its claims, and the files fetch links for a requester. */
+  private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
+  /** Aborted by stop(): a transfer cut off then goes back to the queue rather than being failed or cancelled. */
+  private readonly shutdown = new AbortController();
+  private readonly storage: MirrorStorage;
+  private readonly space: MirrorSpace;
+  private readonly reads: MirrorReads;
+  private readonly landing: MirrorLanding;
+  private readonly workers: MirrorWorkers;
+  private baseUrl: () => string = () => 'http://127.0.0.1';
+
+  constructor(deps: MirrorDeps) {
+    const { db, audit, config, log } = deps;
+    this.db = db;
+    this.audit = audit;
+    this.config = config;
+    this.log = log;
+    this.lookAt = deps.lookBeforeFetch;
+    this.paths = new MirrorPaths(config.dataDir);
+    this.health = new LoopHealth('mirror downloads', log);
+    this.outbound = new OutboundPolicy({ allow: config.fetchAllow, hubUrl: config.hubUrl });
+    const limit = new Bandwidth(config.mirrorBandwidth);
+    this.limit = limit;
+    const paths = this.paths;
+    const owner = this.owner;
+    this.storage = new MirrorStorage({ db, paths, dataDir: config.dataDir, log });
+    // Through the field, not its value now: a test that replaces diskFree is heard by every part.
+    this.space = new MirrorSpace({ db, paths, owner, diskFree: () => this.diskFree() });
+    this.reads = new MirrorReads({ db, paths });
+    // What the landing and the workers both stand on: one storage, one lease owner, one view of the database's
+    // health, one shutdown and one count of the disk's room, or the two would disagree about a file between them.
+    const ground = {
+      db,
+      config,
+      log,
+      paths,
+      storage: this.storage,
+      owner,
+      health: this.health,
+      shutdown: this.shutdown.signal,
+      space: this.space,
+    };
+    this.landing = new MirrorLanding({ ...ground, audit, reads: this.reads, mayRead: deps.mayRead });
+    this.workers = new MirrorWorkers({
+      ...ground,
+      landing: this.landing,
+      leases: fileLeases,
+      transfer,
+      outbound: this.outbound,
+      throttle: {
+        slice: () => (limit.limit === null ? null : SLICE),
+        take: (n, signal) => limit.take(n, signal),
+      },
+    });
+  }
+
+  /** This replica's mirror storage (storage.ts), known once openStorage() has accepted it. */
+  get storageId(): string | null {
+    return this.storage.id;
+  }
+
+  /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
+  setBaseUrl(get: () => string) {
+    this.baseUrl = get;
+  }
+  /** Whether a URL is on the Hub's origin (HANGAR_HUB_URL): see mirror-view.ts. */
+  isHubUrl(url: string): boolean {
+    return isHubUrl(this.config.hubUrl, url);
+  }
+  base() {
+    return `${this.config.publicUrl ?? this.baseUrl()}/mirror`;
+  }
+  versionUrl(model: string, version: string) {
+    return `${this.base()}/${encodeURIComponent(model)}/${encodeURIComponent(version)}/`;
+  }
+  fileUrl(f: Pick<MirrorFile, 'model' | 'version' | 'file'>) {
+    return this.versionUrl(f.model, f.version) + f.file.split('/').map(encodeURIComponent).join('/');
+  }
+
+  // ─── reading (mirror-reads.ts, space.ts) ──────────────────────────────────
+
+  versions(): Promise<MirrorVersionView[]> {
+    return this.reads.versions();
+  }
+  version(model: string, version: string): Promise<MirrorVersionView | null> {
+    return this.reads.version(model, version);
+  }
+  /** What a subscriber is sent: the version as it is now, or its tombstone once removed. */
+  versionOrRemoved(model: string, version: string): Promise<MirrorVersionView> {
+    return this.reads.versionOrRemoved(model, version);
+  }
+  families(versions: MirrorVersionView[]) {
+    return this.reads.families(versions);
+  }
+  withKinds(mirrored: MirrorVersionView): Promise<MirrorVersionView> {
+    return this.reads.withKinds(mirrored);
+  }
+  usedBy(model: string, version: string): Promise<VersionUse[]> {
+    return this.reads.usedBy(model, version);
+  }
+  usesByVersion(): Promise<Map<string, VersionUse[]>> {
+    return this.reads.usesByVersion();
+  }
+  /** The room a new fetch really has: free space less what the downloads under way still need (space.ts). */
+  freeBytes(): Promise<number> {
+    return this.space.freeBytes();
+  }
+
+  // ─── running (storage.ts, mirror-worker.ts) ───────────────────────────────
+
+  /** Finds this replica's mirror storage, or refuses to start with MirrorStorageError (storage.ts). */
+  async openStorage() {
+    await this.storage.open();
+  }
+  /** Picks up what a previous run left and starts the workers (mirror-worker.ts). */
+  start(embedded: boolean) {
+    return this.workers.start(embedded);
+  }
+  async stop() {
+    // First: a transfer the workers abort from here on is a shutdown, put back in the queue, not a cancel.
+    this.shutdown.abort();
+    await this.workers.stop();
+  }
+
+  /** Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch (mirror-landing.ts). */
+  upload(
+    actor: Actor,
+    input: Parameters<MirrorLanding['upload']>[1],
+    body: AsyncIterable<Uint8Array>,
+  ): Promise<Result<MirrorVersionView>> {
+    return this.landing.upload(actor, input, body);
+  }
+
   // ─── changing ──────────────────────────────────────────────────────────────
 
   /**
@@ -128,7 +318,7 @@ export class MirrorService extends MirrorWorkers {
 
     // Checked before any byte moves: a download that fills the disk at 90 % wastes the hour it took.
     const needed = toStart.reduce((n, f) => n + (f.size ?? 0), 0);
-    const freeBytes = await this.freeBytes();
+    const freeBytes = await this.space.freeBytes();
     if (needed > freeBytes) {
       return fail(
         new ConflictError(
@@ -142,7 +332,7 @@ export class MirrorService extends MirrorWorkers {
     // (Never for a Hub URL: the Hub answers for a file /hf lists as its own; see mirror-worker.ts.)
     const pinned = new Map<string, { path: string; size: number }>();
     for (const f of toStart) {
-      const copy = f.sha256 && !this.isHubUrl(f.url) ? await this.heldCopy(f.sha256, null, actor.viewer) : null;
+      const copy = f.sha256 && !this.isHubUrl(f.url) ? await this.landing.heldCopy(f.sha256, null, actor.viewer) : null;
       if (copy?.owned) pinned.set(f.file, copy);
     }
     const linking: MirrorFile[] = [];
@@ -163,7 +353,7 @@ export class MirrorService extends MirrorWorkers {
           bytesPerSecond: null,
           leaseOwner: null,
           leaseUntil: null,
-          storageId: this.storageId,
+          storageId: this.storage.id,
           requestedBy,
           startedAt: null,
           finishedAt: null,
@@ -205,16 +395,15 @@ export class MirrorService extends MirrorWorkers {
       const copy = pinned.get(row.file) as { path: string; size: number };
       const sha = row.expectedSha256 as string;
       // A copy removed meanwhile: the row stays under its lease, and a worker fetches it from its URL once it ends.
-      await this.finish(
-        row,
-        { ok: true, held: true, size: copy.size, sha256: sha, upstreamSha256: null, etag: null },
-        copy,
-      ).catch((err) =>
-        this.log.warn('could not link a held copy; the file is fetched instead', { id: row.id, error: err }),
-      );
+      // (Pinned, so never 'requeued': the kick below looks for work either way.)
+      await this.landing
+        .finish(row, { ok: true, held: true, size: copy.size, sha256: sha, upstreamSha256: null, etag: null }, copy)
+        .catch((err) =>
+          this.log.warn('could not link a held copy; the file is fetched instead', { id: row.id, error: err }),
+        );
     }
-    this.kick();
-    const view = (await this.version(model, version)) as MirrorVersionView;
+    this.workers.kick();
+    const view = (await this.reads.version(model, version)) as MirrorVersionView;
     const message =
       toStart.length === 0
         ? alreadyArriving
@@ -230,7 +419,8 @@ export class MirrorService extends MirrorWorkers {
     const { model, version } = parsed.value;
     const cancellable = [...ACTIVE, 'PAUSED' as const];
     const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: { in: cancellable } } });
-    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (!(await this.reads.version(model, version)))
+      return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     if (rows.length === 0) return fail(new ConflictError(`${model}/${version} is not arriving: nothing to cancel`));
     await this.db.$transaction(async (tx) => {
       await tx.mirrorFile.updateMany({
@@ -253,10 +443,10 @@ export class MirrorService extends MirrorWorkers {
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
     for (const r of rows) {
-      this.transfers.get(r.id)?.abort();
+      this.workers.abort(r.id);
       await fs.rm(this.paths.partial(r.id), { force: true });
     }
-    return ok((await this.version(model, version)) as MirrorVersionView);
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   async retry(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
@@ -266,7 +456,8 @@ export class MirrorService extends MirrorWorkers {
     const rows = await this.db.mirrorFile.findMany({
       where: { model, version, state: { in: ['FAILED', 'CANCELLED'] } },
     });
-    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (!(await this.reads.version(model, version)))
+      return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     if (rows.length === 0)
       return fail(new ConflictError(`${model}/${version} has no failed or cancelled file to retry`));
     await this.db.$transaction(async (tx) => {
@@ -285,7 +476,7 @@ export class MirrorService extends MirrorWorkers {
             bytesDone: BigInt(kept),
             leaseOwner: null,
             leaseUntil: null,
-            storageId: this.storageId,
+            storageId: this.storage.id,
             finishedAt: null,
           },
         });
@@ -298,8 +489,8 @@ export class MirrorService extends MirrorWorkers {
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
-    this.kick();
-    return ok((await this.version(model, version)) as MirrorVersionView);
+    this.workers.kick();
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   /**
@@ -310,7 +501,8 @@ export class MirrorService extends MirrorWorkers {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
-    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (!(await this.reads.version(model, version)))
+      return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     const rows = await this.db.mirrorFile.findMany({
       where: { model, version, state: { in: ['QUEUED', 'FETCHING'] } },
     });
@@ -331,15 +523,16 @@ export class MirrorService extends MirrorWorkers {
     });
     // This replica's transfers stop now; another replica's stop at their next progress write (the row is no
     // longer theirs), and keep the partial either way (finish).
-    for (const r of rows) this.transfers.get(r.id)?.abort();
-    return ok((await this.version(model, version)) as MirrorVersionView);
+    for (const r of rows) this.workers.abort(r.id);
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   async resume(actor: Actor, input: z.input<typeof nameInput>): Promise<Result<MirrorVersionView>> {
     const parsed = parseInput(nameInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version } = parsed.value;
-    if (!(await this.version(model, version))) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
+    if (!(await this.reads.version(model, version)))
+      return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     const rows = await this.db.mirrorFile.findMany({ where: { model, version, state: 'PAUSED' } });
     if (rows.length === 0) return fail(new ConflictError(`${model}/${version} is not paused: nothing to resume`));
     await this.db.$transaction(async (tx) => {
@@ -350,7 +543,7 @@ export class MirrorService extends MirrorWorkers {
         );
         await tx.mirrorFile.updateMany({
           where: { id: r.id, state: 'PAUSED' },
-          data: { state: 'QUEUED', attempts: 0, bytesDone: BigInt(kept), storageId: this.storageId },
+          data: { state: 'QUEUED', attempts: 0, bytesDone: BigInt(kept), storageId: this.storage.id },
         });
       }
       await this.audit.done(tx, actor, {
@@ -361,8 +554,8 @@ export class MirrorService extends MirrorWorkers {
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
-    this.kick();
-    return ok((await this.version(model, version)) as MirrorVersionView);
+    this.workers.kick();
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   /**
@@ -407,7 +600,7 @@ export class MirrorService extends MirrorWorkers {
     const rows = await this.db.mirrorFile.findMany({ where: { model, version } });
     if (rows.length === 0) return fail(new NotFoundError(`the mirror has no ${model}/${version}`));
     const seen = (u: VersionUse) => !sight || u.owners.every((o) => sees(sight, o));
-    const all = await this.usedBy(model, version);
+    const all = await this.reads.usedBy(model, version);
     const users = all.filter(seen);
     const hidden = all.filter((u) => !seen(u));
     const nameOf = (u: VersionUse) => (u.adapterOf ? `${u.name} (an adapter of ${u.adapterOf})` : u.name);
@@ -443,7 +636,7 @@ export class MirrorService extends MirrorWorkers {
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
     for (const r of rows) {
-      this.transfers.get(r.id)?.abort();
+      this.workers.abort(r.id);
       await fs.rm(this.paths.partial(r.id), { force: true });
     }
     await fs.rm(this.paths.version(model, version), { recursive: true, force: true });

@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import fs from 'node:fs/promises';
 import path from 'node:path';
+import type { Logger } from '@hangar/common/log';
+import type { Db } from '../db/client.js';
+import type { MirrorPaths } from './paths.js';
 
 // Which storage the mirror's bytes are on. Replicas that share a database must share the mirror's storage; a
 // replica started on other storage (another HANGAR_DATA_DIR, or a mount that is not there yet) would otherwise
@@ -66,5 +69,86 @@ export async function holdsAnything(dir: string): Promise<boolean> {
   } catch (err) {
     if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
     throw err;
+  }
+}
+
+/**
+ * This replica's mirror storage: its id, known once open() has accepted it. Every row the mirror writes records
+ * it, and the workers take up only partials on it. Shared by the parts of the mirror service, read through `id`.
+ */
+export class MirrorStorage {
+  /** Null until open(): nothing is claimed or judged before the storage is known. */
+  id: string | null = null;
+  private readonly db: Db;
+  private readonly paths: MirrorPaths;
+  private readonly dataDir: string;
+  private readonly log: Logger;
+
+  constructor(o: { db: Db; paths: MirrorPaths; dataDir: string; log: Logger }) {
+    this.db = o.db;
+    this.paths = o.paths;
+    this.dataDir = o.dataDir;
+    this.log = o.log;
+  }
+
+  /**
+   * Finds this replica's mirror storage, or refuses to start (MirrorStorageError, nothing changed) when the
+   * database's mirror is on storage this replica cannot see: another HANGAR_DATA_DIR, or a mount that is not
+   * there. Either way, judging the files from here would fail every one of them. Run before the workers start.
+   */
+  async open() {
+    const root = this.paths.root;
+    const idFile = this.paths.storageIdFile;
+    const where = `${root} (HANGAR_DATA_DIR=${this.dataDir})`;
+    // The way on when the old storage is lost for good: this one takes its id, and start() fails what it lacks.
+    const gone = (id: string) =>
+      `If storage ${id} is gone for good and this one replaces it, write ${id} into ${idFile} and start again: the files missing here are then marked FAILED, and retry fetches them again.`;
+    // Under a lock, so two replicas starting at once on fresh rows cannot both adopt them.
+    const id = await this.db.$transaction(
+      async (tx) => {
+        await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext('hangar.mirror.storage'))`;
+        const recorded = (
+          await tx.mirrorFile.groupBy({ by: ['storageId'], where: { storageId: { not: null } }, _count: true })
+        )
+          .map((g) => ({ id: g.storageId as string, files: g._count }))
+          .sort((a, b) => a.id.localeCompare(b.id));
+        const listed = (ids: typeof recorded) => ids.map((r) => `${r.id} (${r.files} files)`).join(', ');
+        let id = await readStorageId(idFile);
+        if (!id) {
+          if (recorded.length)
+            throw new MirrorStorageError(
+              `the mirror's storage seems missing: ${idFile} is not there, but the database's mirror is on storage ${listed(recorded)}. ` +
+                `Replicas that share a database share one mirror storage: mount it at ${where}, or point HANGAR_DATA_DIR at where it is mounted, and start again. Nothing was changed.${recorded.length === 1 ? ` ${gone(recorded[0]?.id as string)}` : ''}`,
+            );
+          const unrecorded = await tx.mirrorFile.count({ where: { state: 'PRESENT', storageId: null } });
+          if (unrecorded && !(await holdsAnything(this.paths.files)))
+            throw new MirrorStorageError(
+              `the mirror's storage seems missing: the database lists ${unrecorded} present files, but ${where} holds none of them and no ${path.basename(idFile)}. ` +
+                `Mount the mirror's storage there, or point HANGAR_DATA_DIR at it, and start again. Nothing was changed. If the files are gone for good, write a new id into ${idFile} (uuidgen > ${idFile}) and start again: the missing files are then marked FAILED, and retry fetches them again.`,
+            );
+          id = await createStorageId(idFile);
+          this.log.info('the mirror storage has an id now', { storage: id, root });
+        }
+        const others = recorded.filter((r) => r.id !== id);
+        if (others.length) {
+          const onThisOne = recorded.find((r) => r.id === id);
+          throw new MirrorStorageError(
+            `this replica's mirror storage is ${id} at ${where}, but the database's mirror holds files on storage ${listed(others)}${onThisOne ? ` (and ${onThisOne.files} on this one)` : ''}, which this replica cannot see. ` +
+              `Replicas that share a database share one mirror storage: start this one with HANGAR_DATA_DIR on that shared filesystem (its ${path.basename(idFile)} reads ${others.map((o) => o.id).join(' or ')}). Nothing was changed.${onThisOne || others.length > 1 ? '' : ` ${gone(others[0]?.id as string)}`}`,
+          );
+        }
+        // Rows from before storages had ids are taken as on the first storage that starts with them (this one):
+        // the files missing from it are then judged by start() as before.
+        const adopted = await tx.mirrorFile.updateMany({ where: { storageId: null }, data: { storageId: id } });
+        if (adopted.count)
+          this.log.info('mirror files recorded before storage ids are on this storage', {
+            storage: id,
+            files: adopted.count,
+          });
+        return id;
+      },
+      { timeout: 30_000 },
+    );
+    this.id = id;
   }
 }

@@ -4,11 +4,11 @@ import {
   type RetryState,
   resumableDownload,
 } from '@hangar/common/download/resumable';
-import { backoff } from '@hangar/common/download/retry';
 import type { OutboundGuard } from '@hangar/common/outbound';
+import { backoffMs } from '@hangar/common/retry';
 
 export { formatDuration, type RetryState, upstreamDigest } from '@hangar/common/download/resumable';
-export { retryAfterMs } from '@hangar/common/download/retry';
+export { retryAfterMs } from '@hangar/common/retry';
 
 // One file from an upstream to the mirror's partial path: the API the mirror's worker calls, over the one
 // resumable download every part of Hangar shares (lib/download/resumable.ts). The mirror's rules, as options
@@ -95,7 +95,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
     attempts: {
       maxAttempts: o.maxAttempts,
       giveUpAfterMs: o.giveUpAfterMs ?? 6 * 3_600_000,
-      backoffMs: o.backoffMs ?? backoff(500, cap),
+      backoffMs: o.backoffMs ?? ((n) => backoffMs(n - 1, { baseMs: 500, maxMs: cap })),
     },
     stallMs: o.stallMs,
     expect: { size: o.expectedSize },

@@ -1,9 +1,18 @@
-import type { AuditService } from '../audit/audit.service.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Db, Tx } from '../db/client.js';
-import type { ApiToken, Collection, Membership, Org, Project, Team, User } from '../generated/prisma/client.js';
+import type { Collection, Org, User } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
-import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
+import { ok, type Result, type ValidationError } from '../lib/errors.js';
+import {
+  isId,
+  type KeyOf,
+  keyLabel,
+  lookupOwner,
+  type ProjectIn,
+  projectPath,
+  type TeamIn,
+  teamPath,
+} from './org-lookup.js';
 
 // The organisation tree (org → team → project, with users and API tokens as members) and the one question
 // training asks of it: may the owner of an adapter read the knowledge bases its pairs come from?
@@ -26,9 +35,9 @@ import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 // not what its user may, because a key is handed to a script that should see less than the person. For the same
 // reason a user does not read their keys' collections, nor a key its user's. Nothing reads across orgs.
 //
-// One service in two files: org-owners.ts (owners, who may read what, finding things by what an operator types)
-// and org.service.ts (the admins' changes to the tree), which builds on it. A little over 400 lines: the table above stays
-// beside the code that applies it.
+// The org service (org.service.ts, the admins' changes to the tree) is given these reads as a part and answers
+// them for other domains; finding things by what an operator types is in org-lookup.ts. The table above stays
+// beside the code that applies it (reachOf, at the end of this file).
 
 export type OwnerRef = { scope: OwnerScope; id: string };
 export type ResolvedOwner = OwnerRef & {
@@ -47,24 +56,6 @@ export function parseOwnerKey(key: string): OwnerRef | undefined {
   if (!m || !isId(m[2] as string)) return undefined;
   return { scope: m[1] as OwnerScope, id: m[2] as string };
 }
-
-export const OWNER_FORMS =
-  'org:<name or id>, team:<org/team or id>, project:<org/team/project or id>, user:<email or id> or key:<API token id>';
-
-const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
-export const isId = (s: string) => UUID.test(s);
-
-export type TeamIn = Team & { org: Org };
-export type ProjectIn = Project & { team: TeamIn };
-export type KeyOf = ApiToken & { user: User };
-export type Looked = ResolvedOwner & { orgId: string | null };
-export type MemberRow = Membership & {
-  org: Org;
-  team: Team | null;
-  project: Project | null;
-  user: User | null;
-  apiToken: KeyOf | null;
-};
 
 /** The owner ids, by scope, whose collections an owner may read: the table above, worked out for one owner. */
 export type Reach = Record<OwnerScope, Set<string>>;
@@ -115,23 +106,14 @@ export async function lockOrgTree(tx: Tx) {
   await tx.$executeRaw`SELECT pg_advisory_xact_lock(${ORG_LOCK})`;
 }
 
-export function teamPath(team: Team & { org: Pick<Org, 'name'> }): string {
-  return `${team.org.name}/${team.name}`;
-}
-
-export function projectPath(p: Project & { team: Team & { org: Pick<Org, 'name'> } }): string {
-  return `${teamPath(p.team)}/${p.name}`;
-}
-
-export function keyLabel(key: ApiToken & { user: Pick<User, 'email'> }): string {
-  return `${key.name} (${key.user.email})`;
-}
+export type OrgReadsDeps = { db: Db };
 
 export class OrgReads {
-  constructor(
-    protected readonly db: Db,
-    protected readonly audit: AuditService,
-  ) {}
+  private readonly db: Db;
+
+  constructor({ db }: OrgReadsDeps) {
+    this.db = db;
+  }
 
   // ─── owners and readability (used by training) ─────────────────────────────────────────────────────────────
 
@@ -145,7 +127,7 @@ export class OrgReads {
     owner: string,
     opts: { field?: string; db?: Tx } = {},
   ): Promise<Result<ResolvedOwner, ValidationError>> {
-    const found = await this.lookupOwner(opts.db ?? this.db, owner, opts.field ?? 'owner');
+    const found = await lookupOwner(opts.db ?? this.db, owner, opts.field ?? 'owner');
     if (!found.ok) return found;
     const { scope, id, label } = found.value;
     return ok({ scope, id, label });
@@ -153,7 +135,7 @@ export class OrgReads {
 
   /** The ids of every collection `owner` may read (the table at the top of this file). */
   async readableCollections(owner: OwnerRef, db: Tx = this.db): Promise<Set<string>> {
-    const reach = await this.reach(db, owner);
+    const reach = await reachOf(db, owner);
     const or = (Object.keys(reach) as OwnerScope[])
       .filter((s) => reach[s].size > 0)
       .map((s) => ({ ownerScope: s, ownerId: { in: [...reach[s]] } }));
@@ -172,7 +154,7 @@ export class OrgReads {
     if (!isId(collectionId)) return false;
     const c = await db.collection.findUnique({ where: { id: collectionId } });
     if (!c) return false;
-    return (await this.reach(db, owner))[c.ownerScope].has(c.ownerId);
+    return (await reachOf(db, owner))[c.ownerScope].has(c.ownerId);
   }
 
   /**
@@ -182,7 +164,7 @@ export class OrgReads {
    */
   async admits(owner: OwnerRef, caller: OwnerRef, db: Tx = this.db): Promise<boolean> {
     if (!isId(owner.id) || !isId(caller.id)) return false;
-    return (await this.reach(db, caller))[owner.scope].has(owner.id);
+    return (await reachOf(db, caller))[owner.scope].has(owner.id);
   }
 
   /**
@@ -211,8 +193,8 @@ export class OrgReads {
    */
   async callerReach(caller: { userId: string; tokenId?: string }, db: Tx = this.db): Promise<Reach> {
     const [user, key] = await Promise.all([
-      this.reach(db, { scope: 'user', id: caller.userId }),
-      caller.tokenId ? this.reach(db, { scope: 'key', id: caller.tokenId }) : undefined,
+      reachOf(db, { scope: 'user', id: caller.userId }),
+      caller.tokenId ? reachOf(db, { scope: 'key', id: caller.tokenId }) : undefined,
     ]);
     if (key) for (const scope of Object.keys(user) as OwnerScope[]) for (const id of key[scope]) user[scope].add(id);
     return user;
@@ -272,203 +254,55 @@ export class OrgReads {
     return labels;
   }
 
-  protected async reach(db: Tx, owner: OwnerRef): Promise<Reach> {
-    const reach: Reach = { org: new Set(), team: new Set(), project: new Set(), user: new Set(), key: new Set() };
-    if (!isId(owner.id)) return reach;
-    switch (owner.scope) {
-      case 'org':
-        reach.org.add(owner.id);
-        break;
-      case 'team': {
-        const team = await db.team.findUnique({ where: { id: owner.id } });
-        if (team) {
-          reach.org.add(team.orgId);
-          reach.team.add(team.id);
-        }
-        break;
-      }
-      case 'project': {
-        const project = await db.project.findUnique({ where: { id: owner.id }, include: { team: true } });
-        if (project) {
-          reach.org.add(project.team.orgId);
-          reach.team.add(project.teamId);
-          reach.project.add(project.id);
-        }
-        break;
-      }
-      case 'user':
-      case 'key': {
-        reach[owner.scope].add(owner.id);
-        const memberships = await db.membership.findMany({
-          where: owner.scope === 'user' ? { userId: owner.id } : { apiTokenId: owner.id },
-          include: { project: { select: { teamId: true } } },
-        });
-        for (const m of memberships) {
-          reach.org.add(m.orgId);
-          // A project's member is in its team too, for reading: team-owned is readable by the team's projects.
-          const teamId = m.teamId ?? m.project?.teamId;
-          if (teamId) reach.team.add(teamId);
-          if (m.projectId) reach.project.add(m.projectId);
-        }
-        break;
-      }
-    }
-    return reach;
-  }
-
-  protected async lookupOwner(db: Tx, owner: string, field: string): Promise<Result<Looked, ValidationError>> {
-    const m = /^(org|team|project|user|key):(.+)$/.exec(owner.trim());
-    if (!m) return fail(new ValidationError(field, `${field}: an owner is ${OWNER_FORMS}; "${owner}" is not`));
-    const scope = m[1] as OwnerScope;
-    const value = (m[2] as string).trim();
-    switch (scope) {
-      case 'org': {
-        const org = await this.findOrg(db, value, field);
-        return org.ok ? ok({ scope, id: org.value.id, label: `org:${org.value.name}`, orgId: org.value.id }) : org;
-      }
-      case 'team': {
-        const team = await this.findTeam(db, value, field);
-        return team.ok
-          ? ok({ scope, id: team.value.id, label: `team:${teamPath(team.value)}`, orgId: team.value.orgId })
-          : team;
-      }
-      case 'project': {
-        const p = await this.findProject(db, value, field);
-        return p.ok
-          ? ok({ scope, id: p.value.id, label: `project:${projectPath(p.value)}`, orgId: p.value.team.orgId })
-          : p;
-      }
-      case 'user': {
-        const user = await this.findUser(db, value, field);
-        return user.ok ? ok({ scope, id: user.value.id, label: `user:${user.value.email}`, orgId: null }) : user;
-      }
-      case 'key': {
-        const key = await this.findKey(db, value, field);
-        return key.ok ? ok({ scope, id: key.value.id, label: `key:${keyLabel(key.value)}`, orgId: null }) : key;
-      }
-    }
-  }
-
-  // ─── finding things by what an operator types ──────────────────────────────────────────────────────────────
-
-  /** An org by name or id. */
-  protected async findOrg(db: Tx, value: string, field: string): Promise<Result<Org, ValidationError>> {
-    const org = await db.org.findUnique({ where: isId(value) ? { id: value } : { name: value } });
-    if (!org) return fail(new ValidationError(field, `${field}: no org ${value} (an org is named by its name or id)`));
-    return ok(org);
-  }
-
-  /** A team by id or path org/team; a bare name when `within` says which org. */
-  protected async findTeam(
-    db: Tx,
-    value: string,
-    field: string,
-    within?: Org,
-  ): Promise<Result<TeamIn, ValidationError>> {
-    let team: TeamIn | null;
-    if (isId(value)) {
-      team = await db.team.findUnique({ where: { id: value }, include: { org: true } });
-      if (!team) return fail(new ValidationError(field, `${field}: no team with id ${value}`));
-    } else {
-      const parts = value.split('/');
-      if (parts.length > 2 || (parts.length === 1 && !within) || parts.some((p) => !p)) {
-        const forms = within ? 'its name in the org, its path org/team, or its id' : 'its path org/team, or its id';
-        return fail(new ValidationError(field, `${field}: a team is named by ${forms}; "${value}" is not`));
-      }
-      const [orgName, teamName] = parts.length === 2 ? (parts as [string, string]) : [within?.name ?? '', value];
-      const org = parts.length === 2 ? await db.org.findUnique({ where: { name: orgName } }) : (within ?? null);
-      if (!org) return fail(new ValidationError(field, `${field}: no org ${orgName}, so no team ${value}`));
-      const t = await db.team.findUnique({ where: { orgId_name: { orgId: org.id, name: teamName } } });
-      if (!t) return fail(new ValidationError(field, `${field}: org ${org.name} has no team ${teamName}`));
-      team = { ...t, org };
-    }
-    if (within && team.orgId !== within.id) {
-      return fail(
-        new ValidationError(field, `${field}: team ${teamPath(team)} is in org ${team.org.name}, not ${within.name}`),
-      );
-    }
-    return ok(team);
-  }
-
-  /** A project by id or path org/team/project; a bare name when `within.team` says which team. */
-  protected async findProject(
-    db: Tx,
-    value: string,
-    field: string,
-    within: { org?: Org; team?: TeamIn } = {},
-  ): Promise<Result<ProjectIn, ValidationError>> {
-    let project: ProjectIn | null;
-    if (isId(value)) {
-      project = await db.project.findUnique({ where: { id: value }, include: { team: { include: { org: true } } } });
-      if (!project) return fail(new ValidationError(field, `${field}: no project with id ${value}`));
-    } else {
-      const parts = value.split('/');
-      if ((parts.length !== 3 && !(parts.length === 1 && within.team)) || parts.some((p) => !p)) {
-        const forms = within.team
-          ? 'its name in the team, its path org/team/project, or its id'
-          : `its path org/team/project, or its id${within.org ? ' (a bare name needs the team too)' : ''}`;
-        return fail(new ValidationError(field, `${field}: a project is named by ${forms}; "${value}" is not`));
-      }
-      let team: TeamIn;
-      let name: string;
-      if (parts.length === 3) {
-        const [orgName, teamName, projectName] = parts as [string, string, string];
-        const found = await this.findTeam(db, `${orgName}/${teamName}`, field);
-        if (!found.ok) return found;
-        team = found.value;
-        name = projectName;
-      } else {
-        team = within.team as TeamIn;
-        name = value;
-      }
-      const p = await db.project.findUnique({ where: { teamId_name: { teamId: team.id, name } } });
-      if (!p) return fail(new ValidationError(field, `${field}: team ${teamPath(team)} has no project ${name}`));
-      project = { ...p, team };
-    }
-    if (within.team && project.teamId !== within.team.id) {
-      return fail(
-        new ValidationError(field, `${field}: project ${projectPath(project)} is not in team ${teamPath(within.team)}`),
-      );
-    }
-    if (within.org && project.team.orgId !== within.org.id) {
-      return fail(
-        new ValidationError(field, `${field}: project ${projectPath(project)} is not in org ${within.org.name}`),
-      );
-    }
-    return ok(project);
-  }
-
-  protected async findUser(db: Tx, value: string, field: string): Promise<Result<User, ValidationError>> {
-    if (!isId(value) && !value.includes('@')) {
-      return fail(new ValidationError(field, `${field}: a user is named by their email or id; "${value}" is neither`));
-    }
-    const user = await db.user.findUnique({ where: isId(value) ? { id: value } : { email: value.toLowerCase() } });
-    if (!user) return fail(new ValidationError(field, `${field}: no user ${value}`));
-    if (user.disabledAt) {
-      return fail(new ValidationError(field, `${field}: ${user.email} is disabled; enable them first (updateUser)`));
-    }
-    return ok(user);
-  }
-
-  protected async findKey(db: Tx, value: string, field: string): Promise<Result<KeyOf, ValidationError>> {
-    if (!isId(value)) {
-      return fail(
-        new ValidationError(field, `${field}: an API token is named by its id (apiTokens lists them), not "${value}"`),
-      );
-    }
-    const key = await db.apiToken.findUnique({ where: { id: value }, include: { user: true } });
-    if (!key) return fail(new ValidationError(field, `${field}: no API token with id ${value}`));
-    if (key.revokedAt) return fail(new ValidationError(field, `${field}: API token ${keyLabel(key)} is revoked`));
-    if (key.expiresAt && key.expiresAt <= new Date()) {
-      return fail(new ValidationError(field, `${field}: API token ${keyLabel(key)} has expired`));
-    }
-    return ok(key);
-  }
-
   // ─── reads for the API ─────────────────────────────────────────────────────────────────────────────────────
 
   /** The where clause for an org named by name or id (queries take either). */
   orgWhere(value: string): { id: string } | { name: string } {
     return isId(value) ? { id: value } : { name: value };
   }
+}
+
+/** The table at the top of this file, worked out for one owner: whose collections it may read. */
+async function reachOf(db: Tx, owner: OwnerRef): Promise<Reach> {
+  const reach: Reach = { org: new Set(), team: new Set(), project: new Set(), user: new Set(), key: new Set() };
+  if (!isId(owner.id)) return reach;
+  switch (owner.scope) {
+    case 'org':
+      reach.org.add(owner.id);
+      break;
+    case 'team': {
+      const team = await db.team.findUnique({ where: { id: owner.id } });
+      if (team) {
+        reach.org.add(team.orgId);
+        reach.team.add(team.id);
+      }
+      break;
+    }
+    case 'project': {
+      const project = await db.project.findUnique({ where: { id: owner.id }, include: { team: true } });
+      if (project) {
+        reach.org.add(project.team.orgId);
+        reach.team.add(project.teamId);
+        reach.project.add(project.id);
+      }
+      break;
+    }
+    case 'user':
+    case 'key': {
+      reach[owner.scope].add(owner.id);
+      const memberships = await db.membership.findMany({
+        where: owner.scope === 'user' ? { userId: owner.id } : { apiTokenId: owner.id },
+        include: { project: { select: { teamId: true } } },
+      });
+      for (const m of memberships) {
+        reach.org.add(m.orgId);
+        // A project's member is in its team too, for reading: team-owned is readable by the team's projects.
+        const teamId = m.teamId ?? m.project?.teamId;
+        if (teamId) reach.team.add(teamId);
+        if (m.projectId) reach.project.add(m.projectId);
+      }
+      break;
+    }
+  }
+  return reach;
 }

@@ -1,37 +1,43 @@
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
-import type { Tx } from '../db/client.js';
+import type { Db, Tx } from '../db/client.js';
 import type { Collection, Membership, Org, Prisma, Project, Team } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import {
+  findKey,
+  findOrg,
+  findProject,
+  findTeam,
+  findUser,
   isId,
   keyLabel,
-  lockOrgTree,
+  lookupOwner,
   type MemberRow,
-  OrgReads,
   OWNER_FORMS,
   type ProjectIn,
   projectPath,
   type TeamIn,
   teamPath,
-} from './org-owners.js';
+} from './org-lookup.js';
+import { lockOrgTree, OrgReads } from './org-owners.js';
 
 // The organisation tree's changes, made by admins: orgs, teams, projects, memberships and collections, each
-// under the tree's lock. Owners and who may read what are in org-owners.ts, which this builds on.
+// under the tree's lock. Owners and who may read what are a part of their own (OrgReads, org-owners.ts), which
+// this service is given and answers for: other domains ask `org.mayRead`, `org.sightOf`, … of this one object.
 
+export { projectPath, teamPath } from './org-lookup.js';
 export type { OwnerRef, Reach, ResolvedOwner, Sight } from './org-owners.js';
 export {
   lockOrgTree,
   ownerKey,
   parseOwnerKey,
-  projectPath,
   publicSight,
   seenOwners,
   sees,
-  teamPath,
 } from './org-owners.js';
 
 // Names share their fields with ids (org: "acme" or its id), so a name that reads as an id would be ambiguous.
@@ -66,11 +72,60 @@ const memberInclude = {
   apiToken: { include: { user: true } },
 } as const;
 
-export class OrgService extends OrgReads {
+export type OrgDeps = { db: Db; audit: AuditService };
+
+export class OrgService {
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  /** Owners and who may read what: the reads below are its, answered here for other domains and the schema. */
+  private readonly reads: OrgReads;
+
+  constructor({ db, audit }: OrgDeps) {
+    this.db = db;
+    this.audit = audit;
+    this.reads = new OrgReads({ db });
+  }
+
+  // ─── owners and readability (OrgReads, org-owners.ts) ──────────────────────────────────────────────────────
+
+  resolveOwner(...a: Parameters<OrgReads['resolveOwner']>) {
+    return this.reads.resolveOwner(...a);
+  }
+  readableCollections(...a: Parameters<OrgReads['readableCollections']>) {
+    return this.reads.readableCollections(...a);
+  }
+  collection(...a: Parameters<OrgReads['collection']>) {
+    return this.reads.collection(...a);
+  }
+  canRead(...a: Parameters<OrgReads['canRead']>) {
+    return this.reads.canRead(...a);
+  }
+  admits(...a: Parameters<OrgReads['admits']>) {
+    return this.reads.admits(...a);
+  }
+  mayRead(...a: Parameters<OrgReads['mayRead']>) {
+    return this.reads.mayRead(...a);
+  }
+  callerReach(...a: Parameters<OrgReads['callerReach']>) {
+    return this.reads.callerReach(...a);
+  }
+  sightOf(...a: Parameters<OrgReads['sightOf']>) {
+    return this.reads.sightOf(...a);
+  }
+  formatOwner(...a: Parameters<OrgReads['formatOwner']>) {
+    return this.reads.formatOwner(...a);
+  }
+  formatOwners(...a: Parameters<OrgReads['formatOwners']>) {
+    return this.reads.formatOwners(...a);
+  }
+  orgWhere(...a: Parameters<OrgReads['orgWhere']>) {
+    return this.reads.orgWhere(...a);
+  }
+
   // ─── changes (admins) ──────────────────────────────────────────────────────────────────────────────────────
 
   /** Runs a change under the tree's lock; a refusal returned from inside has written nothing. */
-  protected change<T>(work: (tx: Tx) => Promise<Result<T>>): Promise<Result<T>> {
+  private change<T>(work: (tx: Tx) => Promise<Result<T>>): Promise<Result<T>> {
     return this.db.$transaction(async (tx) => {
       await lockOrgTree(tx);
       return work(tx);
@@ -95,7 +150,7 @@ export class OrgService extends OrgReads {
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
     return this.change(async (tx) => {
-      const org = await this.findOrg(tx, parsed.value.org, 'org');
+      const org = await findOrg(tx, parsed.value.org, 'org');
       if (!org.ok) return org;
       if (await tx.team.findUnique({ where: { orgId_name: { orgId: org.value.id, name } } })) {
         return fail(new ConflictError(`org ${org.value.name} already has a team ${name}`));
@@ -111,7 +166,7 @@ export class OrgService extends OrgReads {
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
     return this.change(async (tx) => {
-      const team = await this.findTeam(tx, parsed.value.team, 'team');
+      const team = await findTeam(tx, parsed.value.team, 'team');
       if (!team.ok) return team;
       if (await tx.project.findUnique({ where: { teamId_name: { teamId: team.value.id, name } } })) {
         return fail(new ConflictError(`team ${teamPath(team.value)} already has a project ${name}`));
@@ -139,17 +194,17 @@ export class OrgService extends OrgReads {
       );
     }
     return this.change(async (tx) => {
-      const org = await this.findOrg(tx, i.org, 'input.org');
+      const org = await findOrg(tx, i.org, 'input.org');
       if (!org.ok) return org;
       let team: TeamIn | undefined;
       if (i.team) {
-        const found = await this.findTeam(tx, i.team, 'input.team', org.value);
+        const found = await findTeam(tx, i.team, 'input.team', org.value);
         if (!found.ok) return found;
         team = found.value;
       }
       let project: ProjectIn | undefined;
       if (i.project) {
-        const found = await this.findProject(tx, i.project, 'input.project', { org: org.value, team });
+        const found = await findProject(tx, i.project, 'input.project', { org: org.value, team });
         if (!found.ok) return found;
         project = found.value;
         team = project.team;
@@ -158,12 +213,12 @@ export class OrgService extends OrgReads {
       let who: { userId: string } | { apiTokenId: string };
       let label: string;
       if (i.user) {
-        const user = await this.findUser(tx, i.user, 'input.user');
+        const user = await findUser(tx, i.user, 'input.user');
         if (!user.ok) return user;
         who = { userId: user.value.id };
         label = `user ${user.value.email}`;
       } else {
-        const key = await this.findKey(tx, i.apiToken as string, 'input.apiToken');
+        const key = await findKey(tx, i.apiToken as string, 'input.apiToken');
         if (!key.ok) return key;
         who = { apiTokenId: key.value.id };
         label = `API token ${keyLabel(key.value)}`;
@@ -197,9 +252,9 @@ export class OrgService extends OrgReads {
     if (!parsed.ok) return parsed;
     const { name } = parsed.value;
     return this.change(async (tx) => {
-      const org = await this.findOrg(tx, parsed.value.org, 'input.org');
+      const org = await findOrg(tx, parsed.value.org, 'input.org');
       if (!org.ok) return org;
-      const owner = await this.lookupOwner(tx, parsed.value.owner, 'input.owner');
+      const owner = await lookupOwner(tx, parsed.value.owner, 'input.owner');
       if (!owner.ok) return owner;
       const found = owner.value;
       // Outside the org, its members could not read it (nothing reads across orgs), and neither could the owner.
@@ -243,7 +298,7 @@ export class OrgService extends OrgReads {
       const c = isId(id) ? await tx.collection.findUnique({ where: { id }, include: { org: true } }) : null;
       if (!c) return fail(new NotFoundError(`no collection with id ${id}`));
       await tx.collection.delete({ where: { id } });
-      const owner = (await this.formatOwners([{ scope: c.ownerScope, id: c.ownerId }], tx)).get(
+      const owner = (await this.reads.formatOwners([{ scope: c.ownerScope, id: c.ownerId }], tx)).get(
         `${c.ownerScope}:${c.ownerId}`,
       );
       await this.audit.done(tx, actor, {
@@ -329,7 +384,7 @@ export class OrgService extends OrgReads {
    * and its adapters or training jobs would name an owner that is gone. The operator deletes those first, on
    * purpose, rather than losing a knowledge base along with a team.
    */
-  protected async holdings(
+  private async holdings(
     tx: Tx,
     what: string,
     parts: { orgId?: string; teamIds?: string[]; projectIds?: string[] },

@@ -3,12 +3,11 @@ import type { ModelFacts } from '@hangar/common/gguf/facts';
 import { estimateMemory } from '@hangar/common/gguf/memory';
 import { GgufError } from '@hangar/common/gguf/reader';
 import { SourceError } from '@hangar/common/gguf/source';
-import { guardedFetch } from '@hangar/common/outbound';
 import { z } from 'zod';
 import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import { freeMiB } from '../fleet/placement.js';
+import { freeMiB, nodeGpus } from '../fleet/node-inventory.js';
 import { isCommit } from '../hf/hf.service.js';
 import { recordHubRef } from '../hf/hub-refs.js';
 import {
@@ -25,10 +24,12 @@ import {
 import { parseInput } from '../lib/validate.js';
 import type { FetchStarted, MirrorService, SourceCheck } from '../mirror/mirror.service.js';
 import { modelName, versionName } from '../mirror/paths.js';
+import { AnswerCache } from './answer-cache.js';
 import { renderCard } from './card.js';
 import { Hub, HubError, type HubModel } from './hub.js';
-import { HeaderReader, headerKind, servingVerdict } from './look.js';
+import { headerKind, servingVerdict } from './look.js';
 import { type FileSet, groupSets, type RepoFile, suggestedModelName, suggestedVersions } from './sets.js';
+import { mapLimit, type SourceLook } from './source-look.js';
 import type { JudgedSet, NodeFit, RegistryRepo } from './types.js';
 
 // The answer types live in types.ts; re-exported so importers keep this path.
@@ -47,60 +48,47 @@ const revision = z
   .regex(/^[A-Za-z0-9][A-Za-z0-9._/-]{0,99}$/, 'a revision is a branch, a tag or a commit hash')
   .nullish();
 
-const CACHE_MS = 60_000;
-
 /** What a caller of a registry query hears on a site that turned it off: why, and where it can be turned on. */
 export const REGISTRY_OFF =
   'the registry is turned off here (HANGAR_HUB_URL=off): fetch files by URL into the mirror instead, or set HANGAR_HUB_URL to a registry the server can reach';
 
+export type RegistryDeps = {
+  config: Config;
+  fleet: FleetService;
+  /** Where a set is fetched to, and how much room it has. */
+  mirror: Pick<MirrorService, 'fetch' | 'freeBytes'>;
+  /** The header reads, shared with the look before a fetch by URL (source-look.ts). */
+  look: SourceLook;
+};
+
 export class RegistryService {
   /** Null when HANGAR_HUB_URL=off: every registry query then answers RegistryOffError, and nothing is sent. */
   private readonly hub: Hub | null;
-  /** The Hub's redirects (to its CDN) are followed only into networks HANGAR_FETCH_ALLOW admits. */
-  private readonly hubFetch: typeof fetch;
-  /** The bounded header reader, shared with the look before a fetch by URL (which works with the registry off). */
-  readonly headers: HeaderReader;
-  private readonly cache = new Map<string, { at: number; value: Promise<unknown> }>();
+  /** Answers are kept briefly: an operator paging back and forth should not wait on the registry each time. */
+  private readonly cache = new AnswerCache();
 
-  constructor(
-    private readonly config: Config,
-    private readonly fleet: FleetService,
-    private readonly mirror: MirrorService,
-  ) {
-    this.hubFetch = guardedFetch(mirror.outbound);
+  constructor(private readonly deps: RegistryDeps) {
+    const { config } = deps;
+    // Through the look's fetch: the Hub's redirects (to its CDN) are followed only into networks HANGAR_FETCH_ALLOW
+    // admits.
     this.hub = config.hubUrl
-      ? new Hub({ hubUrl: config.hubUrl, token: config.hubToken, timeoutMs: config.hubTimeoutMs, fetch: this.hubFetch })
+      ? new Hub({
+          hubUrl: config.hubUrl,
+          token: config.hubToken,
+          timeoutMs: config.hubTimeoutMs,
+          fetch: deps.look.fetch,
+        })
       : null;
-    this.headers = new HeaderReader({ config, fleet, fetch: this.hubFetch });
   }
 
   /** Whether the explorer is on, and where it looks: what the console asks before it shows a search box. */
   get settings() {
-    return { enabled: this.hub !== null, siteUrl: this.config.hubUrl };
+    return { enabled: this.hub !== null, siteUrl: this.deps.config.hubUrl };
   }
 
-  /**
-   * The look before a fetch by URL (MirrorService.lookBeforeFetch): each file's header, judged against the
-   * llama.cpp the nodes run. Four at a time: a fifteen-file version should not open fifteen connections at once.
-   */
-  async lookAtSources(files: { url: string; file: string }[]): Promise<SourceCheck[]> {
-    if (!files.length) return [];
-    const build = await this.headers.build();
-    // Through the explorer's cache: a set the explorer has just judged is not read a second time to fetch it.
-    return mapLimit(files, 4, (f) =>
-      this.headers.look(f.file, build, () => this.cached(`gguf:${f.url}`, () => this.headers.read(f.url))),
-    );
-  }
-
-  /** Answers are kept briefly: an operator paging back and forth should not wait on the registry each time. */
-  private cached<T>(key: string, load: () => Promise<T>): Promise<T> {
-    const hit = this.cache.get(key);
-    if (hit && Date.now() - hit.at < CACHE_MS) return hit.value as Promise<T>;
-    const value = load();
-    this.cache.set(key, { at: Date.now(), value });
-    value.catch(() => this.cache.delete(key));
-    if (this.cache.size > 500) this.cache.delete(this.cache.keys().next().value as string);
-    return value;
+  /** The look before a fetch by URL (SourceLook.lookAtSources), through the explorer's header reads. */
+  lookAtSources(files: { url: string; file: string }[]): Promise<SourceCheck[]> {
+    return this.deps.look.lookAtSources(files);
   }
 
   /**
@@ -114,8 +102,8 @@ export class RegistryService {
     const hub = this.hub;
     if (!hub) return { ok: false, reason: REGISTRY_OFF };
     try {
-      const repo = await this.cached(`repo:${id}:${revision ?? ''}`, () => hub.repo(id, revision ?? undefined));
-      const files = await this.cached(`tree:${id}:${repo.sha}`, () => hub.files(id, repo.sha));
+      const repo = await this.cache.get(`repo:${id}:${revision ?? ''}`, () => hub.repo(id, revision ?? undefined));
+      const files = await this.cache.get(`tree:${id}:${repo.sha}`, () => hub.files(id, repo.sha));
       return { ok: true, revision: repo.sha, files };
     } catch (err) {
       if (err instanceof HubError) return { ok: false, status: err.status, reason: err.message };
@@ -144,7 +132,7 @@ export class RegistryService {
     const sort = (['downloads', 'likes', 'lastModified'] as const).find((s) => s === input.sort) ?? 'downloads';
     const query = (input.query ?? '').trim().slice(0, 200);
     try {
-      const all = await this.cached(`search:${query}:${sort}:${offset + first + 1}`, () =>
+      const all = await this.cache.get(`search:${query}:${sort}:${offset + first + 1}`, () =>
         hub.search(query, sort, offset + first + 1),
       );
       const models = all.slice(offset, offset + first);
@@ -169,19 +157,19 @@ export class RegistryService {
     if (!parsed.ok) return parsed;
     const { id, context } = parsed.value;
     try {
-      const repo = await this.cached(`repo:${id}:${parsed.value.revision ?? ''}`, () =>
+      const repo = await this.cache.get(`repo:${id}:${parsed.value.revision ?? ''}`, () =>
         hub.repo(id, parsed.value.revision ?? undefined),
       );
       const rev = repo.sha;
-      const [files, readme] = await this.cached(`files:${id}:${rev}`, () =>
+      const [files, readme] = await this.cache.get(`files:${id}:${rev}`, () =>
         Promise.all([hub.files(id, rev), hub.readme(id, rev)]),
       );
       const sets = groupSets(files);
       const probe = sets[0]?.files[0]?.path;
       const access = repo.gated && probe ? await hub.canDownload(id, rev, probe) : { ok: true, reason: null };
-      const nodes = await this.fleet.online();
-      const build = await this.fleet.llamaCppBuild(this.config.llamaCppBuild ?? newestBuild, nodes);
-      const freeBytes = await this.mirror.freeBytes();
+      const nodes = await this.deps.fleet.online();
+      const build = await this.deps.fleet.llamaCppBuild(this.deps.config.llamaCppBuild ?? newestBuild, nodes);
+      const freeBytes = await this.deps.mirror.freeBytes();
       const judged = await mapLimit(sets, 4, (s) =>
         this.judge(hub, id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
       );
@@ -261,7 +249,7 @@ export class RegistryService {
     let headerError: string | null = null;
     let headerBytesRead = 0;
     try {
-      const read = await this.cached(`gguf:${url}`, () => this.headers.read(url, hub.authHeaders()));
+      const read = await this.deps.look.read(url, hub.authHeaders());
       facts = read.facts;
       headerBytesRead = read.bytesRead;
     } catch (err) {
@@ -287,11 +275,11 @@ export class RegistryService {
         fits: { disk, nodes: [], summary: 'not a model' },
       };
     }
-    const ctx = Math.min(context ?? facts.contextLength ?? 4096, context ?? this.config.maxContext);
+    const ctx = Math.min(context ?? facts.contextLength ?? 4096, context ?? this.deps.config.maxContext);
     const memory = estimateMemory(facts, set.totalBytes, ctx);
     const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
     const nodeFits: NodeFit[] = nodes.map((n) => {
-      const gpus = Array.isArray(n.gpus) ? n.gpus : [];
+      const gpus = nodeGpus(n);
       const free = freeMiB(n);
       const fits = free >= neededMiB;
       const reason =
@@ -357,7 +345,7 @@ export class RegistryService {
     // A fetch is a decision to download: a branch is resolved now, not from the explorer's answer of a minute ago,
     // and the commit it resolves to is recorded as what the Hub names for it (/hf answers main with it).
     if (!parsed.value.revision || !isCommit(parsed.value.revision))
-      this.cache.delete(`repo:${id}:${parsed.value.revision ?? ''}`);
+      this.cache.forget(`repo:${id}:${parsed.value.revision ?? ''}`);
     const opened = await this.repo({ id, revision: parsed.value.revision });
     if (!opened.ok) return opened;
     const repo = opened.value;
@@ -374,7 +362,7 @@ export class RegistryService {
     if (!set.verdict.servable && !force) {
       return fail(new ConflictError(`not fetched: ${set.verdict.reason}. Fetch it anyway with force: true`));
     }
-    return this.mirror.fetch(
+    return this.deps.mirror.fetch(
       actor,
       {
         model: parsed.value.model ?? set.model,
@@ -395,18 +383,4 @@ export class RegistryService {
       },
     );
   }
-}
-
-async function mapLimit<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
-  const out: R[] = new Array(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(limit, items.length) }, async () => {
-      while (next < items.length) {
-        const i = next++;
-        out[i] = await fn(items[i] as T);
-      }
-    }),
-  );
-  return out;
 }

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '@hangar/common/log';
+import { sleep, waitUntil } from '@hangar/common/retry';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, systemActor } from '../auth/actor.js';
@@ -51,6 +52,19 @@ const input = z.object({
 /** A job is held by one replica at a time; one whose replica went away is taken up 30 s after its last renewal. */
 const jobLeases = new LeaseQueue({ table: 'ServeJob', leaseMs: 30_000, touchColumn: 'updatedAt' });
 
+export type ServeJobDeps = {
+  db: Db;
+  audit: AuditService;
+  registry: RegistryService;
+  mirror: MirrorService;
+  catalog: CatalogService;
+  log: Logger;
+  /** How often an idle runner looks for a queued job (1 s). */
+  pollMs?: number;
+  /** Runs the smoke step's request through the replica's endpoint; none, the smoke step fails (it cannot reach one). */
+  fleet?: Pick<FleetService, 'smokeReplica'>;
+};
+
 export class ServeJobService {
   private readonly owner = `${process.pid}-${randomUUID().slice(0, 8)}`;
   private running = false;
@@ -59,23 +73,13 @@ export class ServeJobService {
   /** The runner's view of the database: jobs pause (never fail) while it is out of reach; /readyz reads it. */
   readonly health: LoopHealth;
 
-  constructor(
-    private readonly db: Db,
-    private readonly audit: AuditService,
-    private readonly registry: RegistryService,
-    private readonly mirror: MirrorService,
-    private readonly catalog: CatalogService,
-    private readonly log: Logger,
-    private readonly pollMs = 1000,
-    /** Runs the smoke step's request through the replica's endpoint. */
-    private readonly fleet?: Pick<FleetService, 'smokeReplica'>,
-  ) {
-    this.health = new LoopHealth('serve jobs', log);
+  constructor(private readonly deps: ServeJobDeps) {
+    this.health = new LoopHealth('serve jobs', deps.log);
   }
 
   get(id: string) {
     return z.string().uuid().safeParse(id).success
-      ? this.db.serveJob.findUnique({ where: { id }, include: { steps: { orderBy: { position: 'asc' } } } })
+      ? this.deps.db.serveJob.findUnique({ where: { id }, include: { steps: { orderBy: { position: 'asc' } } } })
       : null;
   }
 
@@ -84,7 +88,7 @@ export class ServeJobService {
     if (!parsed.ok) return parsed;
     const { repo, file, onDemand } = parsed.value;
     const quant = file ? null : (parsed.value.quant ?? 'Q4_K_M').toUpperCase();
-    const job = await this.db.$transaction(async (tx) => {
+    const job = await this.deps.db.$transaction(async (tx) => {
       const created = await tx.serveJob.create({
         data: {
           repo,
@@ -96,7 +100,7 @@ export class ServeJobService {
         },
         include: { steps: { orderBy: { position: 'asc' } } },
       });
-      await this.audit.done(tx, actor, {
+      await this.deps.audit.done(tx, actor, {
         action: 'serveFromRegistry',
         target: repo,
         message: `${file ?? quant}${onDemand ? ', on demand' : ''}: job ${created.id}`,
@@ -116,8 +120,7 @@ export class ServeJobService {
   async stop() {
     this.running = false;
     clearInterval(this.timer);
-    const deadline = Date.now() + 5000;
-    while (this.active.size && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 20));
+    await waitUntil(() => this.active.size === 0, { timeoutMs: 5000, pollMs: 20 });
   }
 
   private kick() {
@@ -137,18 +140,18 @@ export class ServeJobService {
       })
       .catch((err) => {
         if (err instanceof Stopped || this.health.failed(err)) return;
-        this.log.error('serve job runner failed', { error: err });
+        this.deps.log.error('serve job runner failed', { error: err });
       });
   }
 
   /** A job nobody holds (new, or its holder's lease ran out: a restart), taken atomically. */
   private async claim(): Promise<ServeJob | null> {
-    const claimed = await jobLeases.claim(this.db.loops, this.owner, {
+    const claimed = await jobLeases.claim(this.deps.db.loops, this.owner, {
       claimable: Prisma.sql`state = 'QUEUED' OR (state = 'RUNNING' AND ${jobLeases.expired({ orNone: true })})`,
       order: Prisma.sql`"createdAt"`,
       set: Prisma.sql`state = 'RUNNING'`,
     });
-    return claimed ? this.db.loops.serveJob.findUnique({ where: { id: claimed.id } }) : null;
+    return claimed ? this.deps.db.loops.serveJob.findUnique({ where: { id: claimed.id } }) : null;
   }
 
   /**
@@ -157,8 +160,9 @@ export class ServeJobService {
    */
   private async run(job: ServeJob) {
     const renew = setInterval(() => {
-      jobLeases.renew(this.db.loops, job.id, this.owner).catch((err) => {
-        if (!this.health.failed(err)) this.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
+      jobLeases.renew(this.deps.db.loops, job.id, this.owner).catch((err) => {
+        if (!this.health.failed(err))
+          this.deps.log.warn("could not renew a serve job's lease", { job: job.id, error: err });
       });
     }, jobLeases.leaseMs / 3);
     try {
@@ -169,16 +173,16 @@ export class ServeJobService {
           if (!this.health.failed(err)) throw err;
         }
         const stillOurs = await this.health.until(
-          () => jobLeases.renew(this.db.loops, job.id, this.owner, Prisma.sql`state = 'RUNNING'`),
+          () => jobLeases.renew(this.deps.db.loops, job.id, this.owner, Prisma.sql`state = 'RUNNING'`),
           () => !this.running,
         );
         if (!stillOurs) return; // taken over by another replica after its lease ran out
-        this.log.info('serve job goes on now that the database answers', { job: job.id });
+        this.deps.log.info('serve job goes on now that the database answers', { job: job.id });
       }
     } catch (err) {
       if (!(err instanceof Stopped)) throw err;
       // Stopping while the database is away: the lease cannot be released; it runs out and the job resumes then.
-      this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
+      this.deps.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
     } finally {
       clearInterval(renew);
     }
@@ -186,7 +190,7 @@ export class ServeJobService {
 
   private async runSteps(job: ServeJob) {
     try {
-      const steps = await this.db.loops.serveJobStep.findMany({
+      const steps = await this.deps.db.loops.serveJobStep.findMany({
         where: { jobId: job.id },
         orderBy: { position: 'asc' },
       });
@@ -212,19 +216,19 @@ export class ServeJobService {
           }
           const message = err instanceof StepFailed ? err.message : `unexpected: ${(err as Error).message}`;
           if (!(err instanceof StepFailed))
-            this.log.error('serve job step crashed', { job: job.id, step: name, error: err });
+            this.deps.log.error('serve job step crashed', { job: job.id, step: name, error: err });
           await this.setStep(job.id, name, { state: 'FAILED', message, finishedAt: new Date() });
           await this.finish(job.id, 'FAILED', `${name}: ${message}`);
           return;
         }
       }
-      const smoke = await this.db.loops.serveJobStep.findFirst({ where: { jobId: job.id, name: 'smoke' } });
+      const smoke = await this.deps.db.loops.serveJobStep.findFirst({ where: { jobId: job.id, name: 'smoke' } });
       await this.finish(job.id, 'DONE', smoke?.message ?? 'serving');
     } catch (err) {
       if (!(err instanceof Interrupted)) throw err;
       // Released rather than left to expire: the next start takes it up at once, at the step it was on.
-      await jobLeases.release(this.db.loops, job.id, this.owner).catch(() => {}); // the database is away too: the lease runs out instead
-      this.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
+      await jobLeases.release(this.deps.db.loops, job.id, this.owner).catch(() => {}); // the database is away too: the lease runs out instead
+      this.deps.log.info('serve job interrupted by shutdown; it resumes at the next start', { job: job.id });
     }
   }
 
@@ -233,11 +237,11 @@ export class ServeJobService {
     return STEP_HANDLERS[name]({
       job,
       detail,
-      db: this.db.loops,
-      registry: this.registry,
-      mirror: this.mirror,
-      catalog: this.catalog,
-      fleet: this.fleet,
+      db: this.deps.db.loops,
+      registry: this.deps.registry,
+      mirror: this.deps.mirror,
+      catalog: this.deps.catalog,
+      fleet: this.deps.fleet,
       asJob: this.jobActor(job),
       progress: (message) => this.progress(job.id, name, message),
       pause: () => this.pause(),
@@ -245,7 +249,7 @@ export class ServeJobService {
   }
 
   private async pause() {
-    await sleep(this.pollMs);
+    await sleep(this.deps.pollMs ?? 1000);
     if (!this.running) throw new Interrupted();
   }
 
@@ -259,7 +263,7 @@ export class ServeJobService {
     name: Step,
     data: Partial<Pick<ServeJobStep, 'state' | 'message' | 'startedAt' | 'finishedAt'>> & { detail?: Detail },
   ) {
-    await this.db.loops.$transaction(async (tx) => {
+    await this.deps.db.loops.$transaction(async (tx) => {
       await tx.serveJobStep.update({
         where: { jobId_name: { jobId, name } },
         data: { ...data, detail: data.detail ?? undefined },
@@ -269,12 +273,12 @@ export class ServeJobService {
   }
 
   private async progress(jobId: string, name: Step, message: string) {
-    await this.db.loops.serveJobStep.update({ where: { jobId_name: { jobId, name } }, data: { message } });
-    await notify(this.db.loops, 'serveJob', jobId);
+    await this.deps.db.loops.serveJobStep.update({ where: { jobId_name: { jobId, name } }, data: { message } });
+    await notify(this.deps.db.loops, 'serveJob', jobId);
   }
 
   private async finish(id: string, state: 'DONE' | 'FAILED', message: string) {
-    await this.db.loops.$transaction(async (tx) => {
+    await this.deps.db.loops.$transaction(async (tx) => {
       await tx.serveJob.update({
         where: { id },
         data: { state, message, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },
@@ -287,5 +291,3 @@ export class ServeJobService {
     return fail(new NotFoundError(`no serve job ${id}`));
   }
 }
-
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -58,14 +58,28 @@ export type PublishAnswer = {
 };
 
 export class TrainArtifacts {
-  constructor(
-    private readonly db: Db,
-    private readonly audit: AuditService,
-    private readonly train: TrainService,
-    private readonly mirror: MirrorService,
-    private readonly log: Logger,
-    private readonly names: ServedNames,
-  ) {}
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly train: TrainService;
+  private readonly mirror: MirrorService;
+  private readonly log: Logger;
+  private readonly names: ServedNames;
+
+  constructor(deps: {
+    db: Db;
+    audit: AuditService;
+    train: TrainService;
+    mirror: MirrorService;
+    log: Logger;
+    names: ServedNames;
+  }) {
+    this.db = deps.db;
+    this.audit = deps.audit;
+    this.train = deps.train;
+    this.mirror = deps.mirror;
+    this.log = deps.log;
+    this.names = deps.names;
+  }
 
   peftName(job: Pick<TrainJob, 'name'>) {
     return `${job.name}-peft.tar.gz`;

@@ -12,7 +12,11 @@ export class Tokenizers {
   private llama: Promise<Llama> | undefined;
   private readonly models = new Map<string, Promise<LlamaModel>>();
 
-  constructor(private readonly log: Logger) {}
+  private readonly log: Logger;
+
+  constructor(deps: { log: Logger }) {
+    this.log = deps.log;
+  }
 
   /** The token count of each text, by the tokenizer in `file` (a GGUF). */
   async count(file: string, texts: string[]): Promise<number[]> {

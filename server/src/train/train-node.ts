@@ -1,22 +1,54 @@
 import { z } from 'zod';
-import { withState } from '../audit/message.js';
 import type { Actor } from '../auth/actor.js';
+import type { Config } from '../config.js';
 import type { Db, Tx } from '../db/client.js';
-import { isDatabaseUnreachable } from '../db/outage.js';
+import type { FleetService } from '../fleet/fleet.service.js';
+import { largestFreeMiB } from '../fleet/node-inventory.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
+import type { RegistryService } from '../registry/registry.service.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import type { TrainParams } from './params.js';
-
-import { TrainReads, type TrainSpec, type TrainWorkItem } from './train-reads.js';
+import type { TrainLedger } from './train-ledger.js';
+import type { TrainReads, TrainSpec, TrainWorkItem } from './train-reads.js';
 
 // The node's side of training (docs/training.md): the work a node's agent sees, its claim of a job, its reports
-// under the job's lease, its finish; and the clock that fails the jobs of a node that stopped reporting. Under
-// train.service.ts (what people ask) and over train-reads.ts.
+// under the job's lease, its finish; and why a queued job waits. The clock that fails the jobs of a node that
+// stopped reporting is train-sweep.ts; what people ask is train.service.ts.
 
-export abstract class TrainNodeSide extends TrainReads {
+export type TrainNodeSideDeps = {
+  db: Db;
+  config: Config;
+  /** Whether a node is online, as fleet judges it (a job waits for an offline node's agent). */
+  fleet: Pick<FleetService, 'isOnline'>;
+  mirror: MirrorService;
+  registry: RegistryService;
+  reads: TrainReads;
+  ledger: TrainLedger;
+};
+
+export class TrainNodeSide {
+  private readonly db: Db;
+  private readonly config: Config;
+  private readonly fleet: Pick<FleetService, 'isOnline'>;
+  private readonly mirror: MirrorService;
+  private readonly registry: RegistryService;
+  private readonly reads: TrainReads;
+  private readonly ledger: TrainLedger;
+
+  constructor(deps: TrainNodeSideDeps) {
+    this.db = deps.db;
+    this.config = deps.config;
+    this.fleet = deps.fleet;
+    this.mirror = deps.mirror;
+    this.registry = deps.registry;
+    this.reads = deps.reads;
+    this.ledger = deps.ledger;
+  }
+
   /** The work a node's agent should see (docs/training.md): its queued jobs that fit now, and its running ones. */
   async work(nodeId: string): Promise<TrainWorkItem[]> {
     const node = await this.db.node.findUnique({ where: { id: nodeId } });
@@ -30,7 +62,7 @@ export abstract class TrainNodeSide extends TrainReads {
       },
       orderBy: { createdAt: 'asc' },
     });
-    const free = freeMiB(node);
+    const free = largestFreeMiB(node);
     const online = this.fleet.isOnline(node);
     return jobs
       .filter((j) => j.state === 'RUNNING' || (online && free >= j.gpuMiB))
@@ -47,7 +79,7 @@ export abstract class TrainNodeSide extends TrainReads {
   async claim(actor: Actor, id: string): Promise<Result<{ job: TrainJob; spec: TrainSpec }>> {
     if (actor.viewer.kind !== 'node') return fail(new ConflictError('only a node agent claims a job'));
     const node = actor.viewer.node;
-    const job = await this.get(id);
+    const job = await this.reads.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.nodeId !== node.id) return fail(new ConflictError(`the job is for another node, not ${node.name}`));
     if (job.state !== 'QUEUED') return fail(new ConflictError(`the job is ${job.state.toLowerCase()}, not queued`));
@@ -64,8 +96,8 @@ export abstract class TrainNodeSide extends TrainReads {
             data: { state: 'FAILED', message, finishedAt: new Date() },
           });
           if (n.count) {
-            await this.event(tx, id, 'error', message);
-            await this.changed(tx, await tx.trainJob.findUniqueOrThrow({ where: { id } }));
+            await this.ledger.event(tx, id, 'error', message);
+            await this.ledger.changed(tx, await tx.trainJob.findUniqueOrThrow({ where: { id } }));
           }
           return n.count;
         });
@@ -88,14 +120,14 @@ export abstract class TrainNodeSide extends TrainReads {
         },
       });
       if (n.count !== 1) return null;
-      await this.event(
+      await this.ledger.event(
         tx,
         id,
         'info',
         `claimed by node ${node.name}; base weights from ${files[0]?.url.includes('/mirror/') ? 'the mirror' : 'the registry'}`,
       );
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
-      await this.changed(tx, j);
+      await this.ledger.changed(tx, j);
       return j;
     });
     if (!claimed) return fail(new ConflictError('another runner claimed the job first'));
@@ -105,17 +137,22 @@ export abstract class TrainNodeSide extends TrainReads {
       base_repo: claimed.baseRepo,
       base_revision: claimed.baseRevision,
       params: claimed.params as TrainParams,
-      data: { url: this.dataUrl(id), sha256: claimed.dataSha256, bytes: claimed.dataBytes, pairs: claimed.pairs },
+      data: { url: this.reads.dataUrl(id), sha256: claimed.dataSha256, bytes: claimed.dataBytes, pairs: claimed.pairs },
       base: { files },
       gguf: claimed.gguf,
     };
     return ok({ job: claimed, spec });
   }
 
+  /** Until when a job's lease holds from `now`: past it, the sweep counts the node as lost. */
+  private leaseFrom(now: Date) {
+    return new Date(now.getTime() + this.config.trainLostSeconds * 1000);
+  }
+
   /** The job, when the calling node holds its lease; otherwise why not (a late or foreign report). */
-  protected async leased(actor: Actor, id: string): Promise<Result<TrainJob>> {
+  private async leased(actor: Actor, id: string): Promise<Result<TrainJob>> {
     if (actor.viewer.kind !== 'node') return fail(new ConflictError('only the node running a job reports on it'));
-    const job = await this.get(id);
+    const job = await this.reads.get(id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.state !== 'RUNNING')
       return fail(new ConflictError(`the job is ${job.state.toLowerCase()}: a report for it changes nothing`));
@@ -187,146 +224,21 @@ export abstract class TrainNodeSide extends TrainReads {
     const text =
       message?.slice(0, 2000) ??
       (state === 'DONE' ? 'trained' : state === 'CANCELLED' ? 'cancelled; the trainer has exited' : 'failed');
-    return this.end(id, state as 'DONE' | 'FAILED' | 'CANCELLED', text, { leaseOwner: job.leaseOwner }, actor);
-  }
-
-  /** Ends a running job, once: the conditional update makes a second end (a duplicate, an expiry) a no-op. */
-  protected async end(
-    id: string,
-    state: 'DONE' | 'FAILED' | 'CANCELLED',
-    message: string,
-    where: { leaseOwner?: string | null; leaseUntilBefore?: Date },
-    actor?: Actor,
-    /** The loops' client when the sweep ends it. */
-    db: Db = this.db,
-  ): Promise<Result<TrainJob>> {
-    const out = await db.$transaction(async (tx) => {
-      const n = await tx.trainJob.updateMany({
-        where: {
-          id,
-          state: 'RUNNING',
-          ...(where.leaseOwner !== undefined ? { leaseOwner: where.leaseOwner } : {}),
-          ...(where.leaseUntilBefore ? { leaseUntil: { lt: where.leaseUntilBefore } } : {}),
-        },
-        data: { state, message, finishedAt: new Date(), leaseOwner: null, leaseUntil: null },
-      });
-      if (n.count !== 1) return null;
-      await this.event(tx, id, state === 'FAILED' ? 'error' : 'info', withState(state, message));
-      const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
-      if (actor)
-        await this.audit.done(tx, actor, {
-          action: 'finishTrainJob',
-          target: j.name,
-          message: `${state}: ${message}`,
-          owner: j.owner,
-        });
-      await this.changed(tx, j);
-      return j;
-    });
-    return out ? ok(out) : fail(new ConflictError('the job has already ended'));
+    return this.ledger.end(id, state as 'DONE' | 'FAILED' | 'CANCELLED', text, { leaseOwner: job.leaseOwner }, actor);
   }
 
   /** Fails a running job from the control plane's side (a refused upload), saying why. */
   async failRunning(id: string, message: string) {
-    const job = await this.get(id);
+    const job = await this.reads.get(id);
     if (job?.state !== 'RUNNING') return;
-    await this.end(id, 'FAILED', message, { leaseOwner: job.leaseOwner });
-  }
-
-  // ─── the clock: lost nodes and why queued jobs wait ────────────────────────
-
-  start(everyMs = 2000) {
-    this.hearingSince = this.db.clock.nowMs();
-    // The timer's sweeps do not pile up behind a slow one: a tick while one runs is skipped.
-    let busy = false;
-    this.timer = setInterval(() => {
-      if (busy || !this.health.due()) return;
-      busy = true;
-      void this.sweep().finally(() => {
-        busy = false;
-      });
-    }, everyMs);
-    void this.sweep();
-  }
-  async stop() {
-    clearInterval(this.timer);
-    await this.tokenizers.dispose();
-  }
-
-  /**
-   * One sweep at a time; a call made during one runs after it (its `now` may be later than the timer's). Judged
-   * on the database's clock, which the leases are written on; never on this server's wall clock, which can jump.
-   */
-  sweep(now?: Date): Promise<void> {
-    this.sweeping = this.sweeping.then(() => this.sweepOnce(now ?? this.db.clock.now()));
-    return this.sweeping;
-  }
-
-  /** On the loops' connections (db.loops), also when a request asks for a sweep. */
-  protected async sweepOnce(now: Date) {
-    try {
-      const expired = await this.db.loops.trainJob.findMany({
-        where: { state: 'RUNNING', leaseUntil: { lt: now } },
-        include: { node: true },
-      });
-      if (this.deaf) {
-        this.deaf = false;
-        this.hearingSince = this.db.clock.nowMs();
-      }
-      // A node is silent only for as long as this control plane could have heard it: one that was itself down
-      // (stopped, or without its database) gives every node the whole lost time again once it is back, during
-      // which the node's agent delivers what it kept (progress, the adapter, the end).
-      const heard = now.getTime() - this.hearingSince >= this.config.trainLostSeconds * 1000;
-      const lost = heard ? expired : [];
-      for (const j of lost) {
-        const secs = this.config.trainLostSeconds;
-        const node = j.node?.name ?? 'its node';
-        if (j.cancelRequestedAt)
-          await this.end(
-            j.id,
-            'CANCELLED',
-            `cancelled; ${node} stopped reporting for ${secs} s, so whether its trainer has exited is not known`,
-            { leaseUntilBefore: now },
-            undefined,
-            this.db.loops,
-          );
-        else
-          await this.end(
-            j.id,
-            'FAILED',
-            `${node} stopped reporting for ${secs} s (offline, or its agent stopped): the run is lost; submit it again`,
-            { leaseUntilBefore: now },
-            undefined,
-            this.db.loops,
-          );
-      }
-      const queued = await this.db.loops.trainJob.findMany({ where: { state: 'QUEUED' }, include: { node: true } });
-      for (const j of queued) {
-        const reason = j.node
-          ? await this.waitReason(this.db.loops, j.node, j.gpuMiB, j.id)
-          : 'its node was removed: delete the job, or submit it for another node';
-        if (reason !== j.message) {
-          await this.db.loops.$transaction(async (tx) => {
-            await tx.trainJob.updateMany({ where: { id: j.id, state: 'QUEUED' }, data: { message: reason } });
-            await notify(tx, 'trainJob', j.id);
-            if (j.nodeId) await notify(tx, 'trainWork', j.nodeId);
-          });
-        }
-      }
-      this.health.ok();
-    } catch (err) {
-      // Nodes' reports could not land either: their silence meanwhile is not theirs.
-      if (isDatabaseUnreachable(err)) this.deaf = true;
-      // The database out of reach is said once (not at every tick), and the sweep tried again after a backoff.
-      if (!this.health.failed(err)) this.log.warn('the training sweep failed; trying again', { error: err });
-    }
+    await this.ledger.end(id, 'FAILED', message, { leaseOwner: job.leaseOwner });
   }
 
   /** Why a queued job has not started, in the operator's words. */
-  protected async waitReason(db: Db | Tx, node: Node, gpuMiB: number, self?: string): Promise<string> {
+  async waitReason(db: Db | Tx, node: Node, gpuMiB: number, self?: string): Promise<string> {
     if (!this.fleet.isOnline(node))
       return `waiting for node ${node.name}: it is offline${node.lastSeenAt ? ` (last seen ${node.lastSeenAt.toISOString()})` : ' (never seen)'}`;
-    const free = freeMiB(node);
+    const free = largestFreeMiB(node);
     if (free < gpuMiB)
       return `waiting for node ${node.name}: its GPUs report at most ${free} MiB free; the job needs ${gpuMiB} MiB`;
     const busy = await db.trainJob.findFirst({
@@ -357,9 +269,3 @@ const progressInput = z.object({
     .nullish(),
   message: z.string().max(2000).nullish(),
 });
-
-/** The most free memory on one of the node's GPUs: a job needs its memory on one card (placement sums them). */
-function freeMiB(node: Node): number {
-  const gpus = Array.isArray(node.gpus) ? (node.gpus as { freeMiB?: number }[]) : [];
-  return gpus.reduce((m, g) => Math.max(m, Number(g.freeMiB ?? 0)), 0);
-}

@@ -3,18 +3,13 @@ import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
-import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Config } from '../config.js';
-import type { Db, Tx } from '../db/client.js';
-import { LoopHealth } from '../db/outage.js';
-import type { FleetService } from '../fleet/fleet.service.js';
+import type { Db } from '../db/client.js';
 import type { TrainJob } from '../generated/prisma/client.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { sees } from '../org/org-owners.js';
-import { notify } from '../pubsub.js';
-import type { RegistryService } from '../registry/registry.service.js';
 import type { BaseFile } from './base-files.js';
 import {
   checkTrainData,
@@ -34,9 +29,9 @@ import { Tokenizers } from './tokens.js';
 // that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
 // same truth, and a server restart loses nothing: the job's state is the database's.
 //
-// One service written in three files, each layer on the one before: train-reads.ts (paths, reads, the pairs),
-// train-node.ts (the node's protocol: work, claim, reports, the lost-node clock) and train.service.ts (what
-// people ask: submit, cancel, remove).
+// The service is composed of parts, each given what it needs: this one (paths, reads, the pairs), train-ledger.ts
+// (how a change is written: events, NOTIFYs, a job's end), train-node.ts (the node's protocol: work, claim,
+// reports), train-sweep.ts (the lost-node clock) and train.service.ts (what people ask: submit, cancel, remove).
 
 export type TrainSpec = {
   id: string;
@@ -62,46 +57,34 @@ const uuid = z.string().uuid();
 export const ENDED = ['DONE', 'FAILED', 'CANCELLED'] as const;
 export const ended = (s: string) => (ENDED as readonly string[]).includes(s);
 
+/** What the reads need: the database, where files live, the mirror (a model's GGUF for token counts), owners. */
+export type TrainReadsDeps = { db: Db; config: Config; mirror: MirrorService; owners: OwnerRules; log: Logger };
+
 export class TrainReads {
   readonly dataDir: string;
   readonly jobsDir: string;
-  protected timer: NodeJS.Timeout | undefined;
-  protected sweeping: Promise<void> = Promise.resolve();
-  /**
-   * Since when this control plane has been able to hear its nodes: it started, or its database came back. The
-   * lost clock counts from here at the earliest.
-   */
-  protected hearingSince = Date.now();
-  /** The last sweep found the database out of reach. */
-  protected deaf = false;
-  /** The sweeps' view of the database: paused while it is out of reach (nothing is failed meanwhile). */
-  protected sweepHealth: LoopHealth | undefined;
-  get health(): LoopHealth {
-    this.sweepHealth ??= new LoopHealth('training sweeps', this.log);
-    return this.sweepHealth;
-  }
-  protected baseUrl: () => string = () => 'http://127.0.0.1';
-  protected readonly tokenizers: Tokenizers;
+  private readonly db: Db;
+  private readonly config: Config;
+  private readonly mirror: MirrorService;
+  private readonly owners: OwnerRules;
+  private readonly tokenizers: Tokenizers;
+  /** Until the server listens, the address it will: HANGAR_PUBLIC_URL, when set, wins over it. */
+  private baseUrl: () => string = () => 'http://127.0.0.1';
 
-  constructor(
-    protected readonly db: Db,
-    protected readonly audit: AuditService,
-    protected readonly config: Config,
-    protected readonly fleet: FleetService,
-    protected readonly mirror: MirrorService,
-    protected readonly registry: RegistryService,
-    protected readonly owners: OwnerRules,
-    protected readonly log: Logger,
-  ) {
-    this.dataDir = path.join(config.dataDir, 'train', 'data');
-    this.jobsDir = path.join(config.dataDir, 'train', 'jobs');
-    this.tokenizers = new Tokenizers(log);
+  constructor(deps: TrainReadsDeps) {
+    this.db = deps.db;
+    this.config = deps.config;
+    this.mirror = deps.mirror;
+    this.owners = deps.owners;
+    this.dataDir = path.join(deps.config.dataDir, 'train', 'data');
+    this.jobsDir = path.join(deps.config.dataDir, 'train', 'jobs');
+    this.tokenizers = new Tokenizers({ log: deps.log });
   }
 
   setBaseUrl(get: () => string) {
     this.baseUrl = get;
   }
-  protected base() {
+  private base() {
     return this.config.publicUrl ?? this.baseUrl();
   }
   dataUrl(id: string) {
@@ -112,6 +95,11 @@ export class TrainReads {
   }
   jobDir(id: string) {
     return path.join(this.jobsDir, id);
+  }
+
+  /** Lets the token counters go (the server is stopping). */
+  dispose() {
+    return this.tokenizers.dispose();
   }
 
   // ─── reading ───────────────────────────────────────────────────────────────
@@ -238,7 +226,7 @@ export class TrainReads {
    * Each upload writes a temporary file of its own: the same pairs sent eight times at once (a console tab and a
    * script, a retry) are eight renames of the same bytes onto one name, each answered with the same sha256.
    */
-  protected async keepData(data: string, sha256: string) {
+  async keepData(data: string, sha256: string) {
     const file = this.dataFile(sha256);
     await fs.mkdir(this.dataDir, { recursive: true });
     const exists = await fs.stat(file).then(
@@ -253,21 +241,5 @@ export class TrainReads {
     } finally {
       await fs.rm(part, { force: true });
     }
-  }
-
-  // ─── helpers ───────────────────────────────────────────────────────────────
-
-  protected leaseFrom(now: Date) {
-    return new Date(now.getTime() + this.config.trainLostSeconds * 1000);
-  }
-
-  async event(tx: Db | Tx, jobId: string, level: 'info' | 'warn' | 'error', message: string) {
-    await tx.trainEvent.create({ data: { jobId, level, message: message.slice(0, 4000) } });
-  }
-
-  /** Queues the NOTIFYs for a job's change: its watchers, and its node's agent. */
-  async changed(tx: Db | Tx, job: Pick<TrainJob, 'id' | 'nodeId'>) {
-    await notify(tx, 'trainJob', job.id);
-    if (job.nodeId) await notify(tx, 'trainWork', job.nodeId);
   }
 }

@@ -1,23 +1,36 @@
 import fs from 'node:fs/promises';
+import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
+import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, describeActor } from '../auth/actor.js';
-import type { Node, TrainJob } from '../generated/prisma/client.js';
+import type { Viewer } from '../auth/viewer.js';
+import type { Config } from '../config.js';
+import type { Db } from '../db/client.js';
+import type { FleetService } from '../fleet/fleet.service.js';
+import { largestCard } from '../fleet/node-inventory.js';
+import type { TrainJob } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import type { MirrorService } from '../mirror/mirror.service.js';
 import { lockOrgTree, sees } from '../org/org.service.js';
 import { notify } from '../pubsub.js';
+import type { RegistryService } from '../registry/registry.service.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import { checkTrainData, TRAIN_MAX_DATA_BYTES } from './data.js';
+import type { OwnerRules } from './owner.js';
 import { parseParams } from './params.js';
+import type { TrainLedger } from './train-ledger.js';
 import { TrainNodeSide } from './train-node.js';
-import { ENDED, ended } from './train-reads.js';
+import { ENDED, ended, TrainReads } from './train-reads.js';
+import { TrainSweep } from './train-sweep.js';
 
 // Training jobs: the rules of DESIGN.md §5 "Train" and docs/training.md. Every state change is one transaction
 // that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
 // same truth, and a server restart loses nothing: the job's state is the database's.
-// This file holds what people ask (submit, cancel, remove); the node's protocol is in train-node.ts, the reads in
-// train-reads.ts, each layer on the one before.
+// This file holds what people ask (submit, cancel, remove) and composes the parts the rest of the server calls
+// through it: the reads (train-reads.ts), the node's protocol (train-node.ts), the clock (train-sweep.ts) and the
+// ledger every change is written through (train-ledger.ts), each given what it needs and nothing more.
 
 export type { TrainSpec, TrainWorkItem } from './train-reads.js';
 
@@ -50,7 +63,74 @@ const createInput = z.object({
   gguf: z.boolean().nullish(),
 });
 
-export class TrainService extends TrainNodeSide {
+export type TrainServiceDeps = {
+  db: Db;
+  audit: AuditService;
+  config: Config;
+  fleet: Pick<FleetService, 'isOnline'>;
+  mirror: MirrorService;
+  registry: RegistryService;
+  owners: OwnerRules;
+  log: Logger;
+  /** Built before the fleet, which fails a removed node's jobs through it (app-services.ts). */
+  ledger: TrainLedger;
+};
+
+export class TrainService {
+  private readonly db: Db;
+  private readonly audit: AuditService;
+  private readonly mirror: MirrorService;
+  private readonly registry: RegistryService;
+  private readonly owners: OwnerRules;
+  private readonly ledger: TrainLedger;
+  private readonly reads: TrainReads;
+  private readonly node: TrainNodeSide;
+  private readonly sweeper: TrainSweep;
+
+  constructor(deps: TrainServiceDeps) {
+    this.db = deps.db;
+    this.audit = deps.audit;
+    this.mirror = deps.mirror;
+    this.registry = deps.registry;
+    this.owners = deps.owners;
+    this.ledger = deps.ledger;
+    this.reads = new TrainReads(deps);
+    this.node = new TrainNodeSide({ ...deps, reads: this.reads });
+    this.sweeper = new TrainSweep({ ...deps, node: this.node });
+  }
+
+  // ─── what other domains, the routes and the schema call, answered by the parts ──
+
+  readonly get = (id: string) => this.reads.get(id);
+  readonly visible = (actor: Actor, id: string) => this.reads.visible(actor, id);
+  readonly mayReadData = (viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>) =>
+    this.reads.mayReadData(viewer, job);
+  readonly mayReadArtifacts = (viewer: Viewer, job: Pick<TrainJob, 'nodeId' | 'owner'>) =>
+    this.reads.mayReadArtifacts(viewer, job);
+  readonly page = (...args: Parameters<TrainReads['page']>) => this.reads.page(...args);
+  readonly check = (...args: Parameters<TrainReads['check']>) => this.reads.check(...args);
+  readonly storeData = (...args: Parameters<TrainReads['storeData']>) => this.reads.storeData(...args);
+  readonly setBaseUrl = (get: () => string) => this.reads.setBaseUrl(get);
+  readonly jobDir = (id: string) => this.reads.jobDir(id);
+
+  readonly work = (nodeId: string) => this.node.work(nodeId);
+  readonly claim = (actor: Actor, id: string) => this.node.claim(actor, id);
+  readonly report = (actor: Actor, id: string, raw: unknown) => this.node.report(actor, id, raw);
+  readonly finish = (...args: Parameters<TrainNodeSide['finish']>) => this.node.finish(...args);
+  readonly failRunning = (id: string, message: string) => this.node.failRunning(id, message);
+
+  readonly event = (...args: Parameters<TrainLedger['event']>) => this.ledger.event(...args);
+
+  get health() {
+    return this.sweeper.health;
+  }
+  readonly start = (everyMs?: number) => this.sweeper.start(everyMs);
+  readonly sweep = (now?: Date) => this.sweeper.sweep(now);
+  async stop() {
+    this.sweeper.stop();
+    await this.reads.dispose();
+  }
+
   // ─── submitting ────────────────────────────────────────────────────────────
 
   async create(actor: Actor, raw: z.input<typeof createInput>): Promise<Result<TrainJob>> {
@@ -119,7 +199,7 @@ export class TrainService extends TrainNodeSide {
       let mayUse = true;
       for (const o of ownedBy) if (!(await this.owners.mayRead(actor.viewer, o.owner))) mayUse = false;
       const stored = mayUse
-        ? await fs.readFile(this.dataFile(input.dataSha256 as string), 'utf8').catch(() => null)
+        ? await fs.readFile(this.reads.dataFile(input.dataSha256 as string), 'utf8').catch(() => null)
         : null;
       if (stored === null)
         return refuse(
@@ -150,7 +230,7 @@ export class TrainService extends TrainNodeSide {
     if (!base.ok) return base;
 
     const gguf = input.gguf ?? model.engine === 'llamacpp';
-    await this.keepData(text, report.sha256);
+    await this.reads.keepData(text, report.sha256);
     const createdById = actor.viewer.kind === 'user' || actor.viewer.kind === 'token' ? actor.viewer.user.id : null;
     const job = await this.db
       .$transaction(async (tx) => {
@@ -171,28 +251,28 @@ export class TrainService extends TrainNodeSide {
             gpuMiB: input.gpuMiB,
             params: params.value,
             gguf,
-            dataPath: this.dataFile(report.sha256),
+            dataPath: this.reads.dataFile(report.sha256),
             dataSha256: report.sha256,
             dataBytes: report.bytes,
             pairs: report.pairs,
             createdById,
-            message: await this.waitReason(tx, node, input.gpuMiB),
+            message: await this.node.waitReason(tx, node, input.gpuMiB),
           },
         });
-        await this.event(
+        await this.ledger.event(
           tx,
           j.id,
           'info',
           `queued for node ${node.name}: ${report.pairs} pairs, data sha256 ${report.sha256}`,
         );
-        if (base.value) await this.event(tx, j.id, 'warn', base.value);
+        if (base.value) await this.ledger.event(tx, j.id, 'warn', base.value);
         await this.audit.done(tx, actor, {
           action: 'createTrainJob',
           target: input.name,
           message: `job ${j.id} on ${node.name} for ${model.name} from ${input.baseRepo}, ${report.pairs} pairs`,
           owner: j.owner,
         });
-        await this.changed(tx, j);
+        await this.ledger.changed(tx, j);
         return j;
       })
       .catch((err: unknown) => (err instanceof OwnerGone ? err : Promise.reject(err)));
@@ -201,7 +281,7 @@ export class TrainService extends TrainNodeSide {
   }
 
   /** The owner as "scope:id", or null for public. See docs: pairs from a knowledge base are never public. */
-  protected async ownerFor(
+  private async ownerFor(
     input: { owner?: string | null; public?: boolean | null },
     collections: string[],
   ): Promise<Result<string | null>> {
@@ -261,7 +341,7 @@ export class TrainService extends TrainNodeSide {
    * Whether the base weights can be found: a mirrored copy, or the registry's listing. A registry that does not
    * answer is not a refusal (the node fetches at claim time); it is returned as a warning for the job's events.
    */
-  protected async checkBaseRepo(repo: string, revision: string | null): Promise<Result<string | null>> {
+  private async checkBaseRepo(repo: string, revision: string | null): Promise<Result<string | null>> {
     if ((await baseFilesFromMirror(this.db, this.mirror, repo)).length) return ok(null);
     const listed = await baseFilesFromHub(this.registry, repo, revision);
     if (listed.ok) return ok(null);
@@ -275,7 +355,7 @@ export class TrainService extends TrainNodeSide {
   // ─── the operator's controls ───────────────────────────────────────────────
 
   async cancel(actor: Actor, id: string): Promise<Result<TrainJob>> {
-    const job = await this.visible(actor, id);
+    const job = await this.reads.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (ended(job.state))
       return fail(new ConflictError(`the job has already ended (${job.state.toLowerCase()}): nothing to cancel`));
@@ -286,7 +366,7 @@ export class TrainService extends TrainNodeSide {
           data: { state: 'CANCELLED', finishedAt: new Date(), message: 'cancelled before it started' },
         });
         if (n.count === 1) {
-          await this.event(tx, id, 'info', `cancelled by ${describeActor(actor)} before it started`);
+          await this.ledger.event(tx, id, 'info', `cancelled by ${describeActor(actor)} before it started`);
           await this.audit.done(tx, actor, {
             action: 'cancelTrainJob',
             target: job.name,
@@ -294,7 +374,7 @@ export class TrainService extends TrainNodeSide {
             owner: job.owner,
           });
           const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
-          await this.changed(tx, j);
+          await this.ledger.changed(tx, j);
           return j;
         }
       }
@@ -304,7 +384,7 @@ export class TrainService extends TrainNodeSide {
         data: { cancelRequestedAt: new Date(), message: 'cancelling: the node is stopping the trainer' },
       });
       if (n.count === 0) return null;
-      await this.event(
+      await this.ledger.event(
         tx,
         id,
         'info',
@@ -317,7 +397,7 @@ export class TrainService extends TrainNodeSide {
         owner: job.owner,
       });
       const j = await tx.trainJob.findUniqueOrThrow({ where: { id } });
-      await this.changed(tx, j);
+      await this.ledger.changed(tx, j);
       return j;
     });
     if (!out) return fail(new ConflictError('the job ended while it was being cancelled'));
@@ -325,7 +405,7 @@ export class TrainService extends TrainNodeSide {
   }
 
   async remove(actor: Actor, id: string): Promise<Result<{ id: string; name: string }>> {
-    const job = await this.visible(actor, id);
+    const job = await this.reads.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (!ended(job.state))
       return fail(new ConflictError(`the job is ${job.state.toLowerCase()}: cancel it first, then delete it`));
@@ -341,7 +421,7 @@ export class TrainService extends TrainNodeSide {
       await notify(tx, 'trainJob', id);
     });
     // Files after the rows: a crash in between leaves files no row points at, never a row without its files.
-    await fs.rm(this.jobDir(id), { recursive: true, force: true });
+    await fs.rm(this.reads.jobDir(id), { recursive: true, force: true });
     const stillUsed = await this.db.trainJob.count({ where: { dataSha256: job.dataSha256 } });
     if (!stillUsed) await fs.rm(job.dataPath, { force: true });
     return ok({ id, name: job.name });
@@ -350,14 +430,3 @@ export class TrainService extends TrainNodeSide {
 
 /** The owner was deleted between the check and the insert (the insert waits on the organisation's lock). */
 class OwnerGone extends Error {}
-
-/** The node's card with the most memory in all (free or not), as its agent last reported; null before any. */
-function largestCard(node: Node): { index: number; name: string; totalMiB: number } | null {
-  const gpus = Array.isArray(node.gpus) ? (node.gpus as { index?: number; name?: string; totalMiB?: number }[]) : [];
-  let best: { index: number; name: string; totalMiB: number } | null = null;
-  gpus.forEach((g, i) => {
-    const totalMiB = Number(g.totalMiB ?? 0);
-    if (!best || totalMiB > best.totalMiB) best = { index: g.index ?? i, name: g.name ?? 'GPU', totalMiB };
-  });
-  return best;
-}

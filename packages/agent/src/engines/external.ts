@@ -1,5 +1,6 @@
 import { spawn } from 'node:child_process';
 import { freePort } from '@hangar/common/free-port';
+import { sleep } from '@hangar/common/retry';
 import type { Assignment } from '../control-plane.js';
 
 // An engine the agent runs as a child process instead of in its own: llama.cpp's `llama-server` or `vllm serve`.
@@ -163,7 +164,7 @@ export async function startExternalEngine(o: ExternalEngineOptions): Promise<Ext
       } catch (err) {
         last = ((err as Error).cause as Error | undefined)?.message ?? (err as Error).message;
       }
-      await Promise.race([new Promise((r) => setTimeout(r, o.probeMs ?? 250)), exited]);
+      await Promise.race([sleep(o.probeMs ?? 250), exited]);
     }
     throw new EngineStartError(describeExit(program, gone), true);
   } catch (err) {

@@ -2,7 +2,15 @@ import { randomBytes } from 'node:crypto';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from '@hangar/common/log';
-import { ApiError, invalid, modelNotFound, notJson, readBody, sendError } from '@hangar/common/openai-error';
+import {
+  ApiError,
+  invalid,
+  modelNotFound,
+  notJson,
+  readBody,
+  sendError,
+  sendOpenAiJson,
+} from '@hangar/common/openai-error';
 import { hashSecret, sameSecret } from '@hangar/common/secret-hash';
 import { chatBody, completionBody, embeddingBody, parse, samplingOf, streamFields } from './bodies.js';
 import { type ChatMessage, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
@@ -197,15 +205,8 @@ export function createOpenAiServer(options: OpenAiServerOptions): OpenAiServer {
    */
   function refuseEarly(req: IncomingMessage, res: ServerResponse, err: ApiError, headers: Record<string, string> = {}) {
     if (res.headersSent) return req.socket.destroy();
-    const body = JSON.stringify(err.body());
-    res.writeHead(err.status, {
-      'content-type': 'application/json',
-      'content-length': Buffer.byteLength(body),
-      connection: 'close',
-      ...err.headers,
-      ...headers,
-    });
-    res.end(body, () => req.socket.destroy());
+    res.once('finish', () => req.socket.destroy());
+    sendOpenAiJson(res, err.status, err.body(), { connection: 'close', ...err.headers, ...headers });
   }
 
   // --- Routes ---------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 import type { ServerResponse } from 'node:http';
-import { ApiError, invalid, sendError } from '@hangar/common/openai-error';
+import { ApiError, invalid, sendError, sendOpenAiJson } from '@hangar/common/openai-error';
 import { EngineError, type Generated } from './engine.js';
 
 // The OpenAI-compatible endpoint's (http.ts) routing table and reply helpers: JSON answers, engine errors in
@@ -82,9 +82,7 @@ export function serverError() {
 export function send(res: ServerResponse, statusOrError: number | ApiError, payload?: unknown) {
   if (res.destroyed) return; // the client went away: there is nobody to answer
   if (statusOrError instanceof ApiError) return sendError(res, statusOrError);
-  const body = JSON.stringify(payload);
-  res.writeHead(statusOrError, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  res.end(body);
+  sendOpenAiJson(res, statusOrError, payload);
 }
 
 /**

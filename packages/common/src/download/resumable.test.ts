@@ -3,8 +3,8 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
+import { backoffMs, retryAfterMs, sleep } from '../retry.js';
 import { type ResumableOptions, resumableDownload } from './resumable.js';
-import { backoff, retryAfterMs, sleep } from './retry.js';
 
 // The one resumable download, with the options its three callers set (the mirror's are in mirror/transfer.test.ts
 // and test/mirror-outage.test.ts; these are the rest): verification, a partial named by content, an outage that
@@ -148,7 +148,7 @@ describe('resumableDownload', () => {
 
 describe('the waits between tries', () => {
   it('doubles from the first wait up to the cap', () => {
-    const wait = backoff(500, 10_000);
+    const wait = (n: number) => backoffMs(n - 1, { baseMs: 500, maxMs: 10_000 });
     expect([1, 2, 3, 4, 5, 6].map(wait)).toEqual([500, 1000, 2000, 4000, 8000, 10_000]);
   });
 

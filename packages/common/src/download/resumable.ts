@@ -1,9 +1,9 @@
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import type { OutboundGuard } from '../outbound.js';
+import { backoffMs, retryAfterMs, sleep } from '../retry.js';
 import { type GetResponse, type HttpGetError, httpGet } from './http-get.js';
 import { bodyText, receiveInto, watchStall } from './receive.js';
-import { backoff, retryAfterMs, sleep } from './retry.js';
 import { Sha256 } from './sha256.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
@@ -46,7 +46,7 @@ export type AttemptPolicy = {
   maxAttempts: number;
   /** How long the upstream may stay out of reach (no byte arriving) before giving up; unset: outages count. */
   giveUpAfterMs?: number | null;
-  /** The wait before retry n (1, 2, …): backoff(500, 60 s) unless given. A Retry-After may ask for longer. */
+  /** The wait before retry n (1, 2, …): 500 ms doubling up to 60 s unless given. A Retry-After may ask for longer. */
   backoffMs?: (n: number) => number;
 };
 
@@ -207,7 +207,7 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
   let upstreamSha256: string | null = null;
   let lastError = 'no attempt was made';
   const giveUpAfter = o.attempts.giveUpAfterMs ?? null;
-  const wait = o.attempts.backoffMs ?? backoff(500, 60_000);
+  const wait = o.attempts.backoffMs ?? ((n: number) => backoffMs(n - 1, { baseMs: 500, maxMs: 60_000 }));
   // Counted from the last byte that arrived: `tries` numbers the tries since (the backoff and the console's
   // "attempt 3"), `misses` those of them that count against maxAttempts.
   let tries = 0;

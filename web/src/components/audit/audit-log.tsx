@@ -1,14 +1,14 @@
 import { type FormEvent, useState, useSyncExternalStore } from 'react';
-import { useQuery, useSubscription } from 'urql';
+import { useSubscription } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import type { AuditOutcome } from '../../graphql/types';
-import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { Breakable } from '../common/breakable';
+import { DataTable, TableStateRows } from '../common/data-table';
 import { describeError } from '../common/form-error';
-import { LoadMoreRow } from '../common/load-more-row';
 import { PageHeader } from '../common/page';
 import { TimeAgo } from '../common/time-ago';
+import { usePageQuery } from '../common/use-page-query';
 import { type AuditSearch, auditFilterOf, auditOutcomes } from './audit-filter';
 
 export const AuditLog_EventFragment = graphql(`
@@ -108,29 +108,17 @@ function AuditTable({ pageSize, filter }: { pageSize: number; filter: AuditSearc
         {liveText[state]}
         {filter ? ' Only events that match the filter are listed.' : ''}
       </p>
-      <div className="table-wrap">
-        <table className="table dense audit">
-          <thead>
-            <tr>
-              <th scope="col">Time</th>
-              <th scope="col">Actor</th>
-              <th scope="col">Action</th>
-              <th scope="col">Target</th>
-              <th scope="col">Outcome</th>
-              <th scope="col">Message</th>
-            </tr>
-          </thead>
-          {cursors.map((after, i) => (
-            <AuditPage
-              key={after ?? 'first'}
-              first={pageSize}
-              after={after}
-              filter={filter}
-              onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
-            />
-          ))}
-        </table>
-      </div>
+      <DataTable className="dense audit" columns={['Time', 'Actor', 'Action', 'Target', 'Outcome', 'Message']}>
+        {cursors.map((after, i) => (
+          <AuditPage
+            key={after ?? 'first'}
+            first={pageSize}
+            after={after}
+            filter={filter}
+            onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
+          />
+        ))}
+      </DataTable>
     </>
   );
 }
@@ -219,13 +207,7 @@ function AuditPage({
   filter: AuditSearch | null;
   onLoadMore?: (endCursor: string) => void;
 }) {
-  const [{ data, fetching, error }, refetch] = useQuery({
-    query: AuditLog_EventsQuery,
-    variables: { first, after, filter },
-    // The first page is re-read on every visit: events may have happened while the page was closed.
-    requestPolicy: after === null ? 'cache-and-network' : 'cache-first',
-  });
-  useRefetchOnReconnect(refetch, after === null);
+  const { data, fetching, error } = usePageQuery(AuditLog_EventsQuery, { first, after, filter });
 
   const edges = data?.auditEvents.edges ?? [];
   const pageInfo = data?.auditEvents.pageInfo;
@@ -234,33 +216,18 @@ function AuditPage({
       {edges.map(({ node }) => (
         <AuditRow key={node.id} event={node} />
       ))}
-      {error ? (
-        <tr>
-          <td colSpan={6} role="alert" className="form-error">
-            {describeError(error)}
-          </td>
-        </tr>
-      ) : null}
-      {!data && fetching ? (
-        <tr>
-          <td colSpan={6} className="muted">
-            Loading…
-          </td>
-        </tr>
-      ) : null}
-      {data && after === null && edges.length === 0 ? (
-        <tr>
-          <td colSpan={6} className="empty">
-            {filter
-              ? 'No audit event matches this filter.'
-              : 'No audit events yet. Every sign-in, change and refusal will be listed here.'}
-          </td>
-        </tr>
-      ) : null}
-      <LoadMoreRow
+      <TableStateRows
         columns={6}
-        hasNextPage={pageInfo?.hasNextPage}
-        endCursor={pageInfo?.endCursor}
+        problem={describeError(error)}
+        loading={!data && fetching}
+        empty={
+          data && after === null && edges.length === 0
+            ? filter
+              ? 'No audit event matches this filter.'
+              : 'No audit events yet. Every sign-in, change and refusal will be listed here.'
+            : null
+        }
+        pageInfo={pageInfo}
         onLoadMore={onLoadMore}
       />
     </tbody>

@@ -49,3 +49,37 @@ export function ConfirmDialog({
     </div>
   );
 }
+
+/**
+ * The question asked in place, under a row's buttons, where a dialog would hide the row it is about: a group named
+ * for the action, what follows from it, the red button that does it and "Keep it".
+ */
+export function InlineConfirm({
+  label,
+  children,
+  action,
+  busy,
+  onConfirm,
+  onKeep,
+}: {
+  label: string;
+  children: ReactNode;
+  action: ReactNode;
+  busy: boolean;
+  onConfirm: () => void;
+  onKeep: () => void;
+}) {
+  return (
+    <fieldset className="confirm" aria-label={label}>
+      {children}
+      <div className="confirm-actions">
+        <button type="button" className="button small danger" disabled={busy} onClick={onConfirm}>
+          {action}
+        </button>
+        <button type="button" className="button small" onClick={onKeep}>
+          Keep it
+        </button>
+      </div>
+    </fieldset>
+  );
+}

@@ -5,17 +5,20 @@ type FieldProps = InputHTMLAttributes<HTMLInputElement> & {
   error?: string;
   /** A line under the input saying what it accepts; the error, when there is one, comes after it. */
   hint?: ReactNode;
+  /** On the wrapper; `inputClassName` is the input's own (its width, where the page's stylesheet sets one). */
   className?: string;
+  inputClassName?: string;
 };
 
 /** A labelled input with the server's refusal under it, tied to it for screen readers. */
-export function Field({ label, error, hint, className, ...input }: FieldProps) {
+export function Field({ label, error, hint, className, inputClassName, ...input }: FieldProps) {
   const id = useId();
   return (
     <div className={`field${className ? ` ${className}` : ''}`}>
       <label htmlFor={id}>{label}</label>
       <input
         id={id}
+        className={inputClassName}
         autoComplete="off"
         aria-invalid={error ? true : undefined}
         aria-describedby={describedBy(id, hint, error)}

@@ -3,6 +3,7 @@ import { useMutation, useQuery } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { InlineProblem } from '../common/form-parts';
 
 export const BandwidthLimit_Query = graphql(`
   query BandwidthLimit {
@@ -113,11 +114,7 @@ export function BandwidthLimit({ canChange }: { canChange: boolean }) {
           </span>
         </form>
       ) : null}
-      {problem ? (
-        <span role="alert" className="form-error">
-          {problem}
-        </span>
-      ) : null}
+      <InlineProblem problem={problem} inline={false} />
     </div>
   );
 }

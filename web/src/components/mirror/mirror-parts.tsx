@@ -35,3 +35,12 @@ export function BreakableUrl({ url }: { url: string }) {
 
 /** How a catalog model runs, in words: "used by plain-model (always)". */
 export const modeWords: Record<ModelMode, string> = { ALWAYS: 'always', ON_DEMAND: 'on demand', STOPPED: 'stopped' };
+
+/** Whether a present file (or every file of a version) was checked against a published sha256; `title` says how. */
+export function VerifiedBadge({ verified, title }: { verified: boolean; title: string }) {
+  return (
+    <span className={verified ? 'badge ok' : 'badge warn'} title={title}>
+      {verified ? 'verified' : 'unverified'}
+    </span>
+  );
+}

@@ -4,6 +4,7 @@ import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
+import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
 import { COLUMNS, VersionRow, type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
 export const MirrorTable_FamilyFragment = graphql(
@@ -192,45 +193,37 @@ export function MirrorTable({
   const toggleServe = useCallback((open: boolean, name: string) => serveRef.current?.(open ? name : undefined), []);
 
   return (
-    <div className="table-wrap">
-      <table className="table mirror" style={{ height: head + virtualizer.getTotalSize() }}>
-        <thead ref={headRef}>
-          <tr>
-            <th scope="col">Version</th>
-            <th scope="col">State</th>
-            <th scope="col">Progress</th>
-            <th scope="col">Details</th>
-            <th scope="col">
-              <span className="visually-hidden">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        {virtualizer.getVirtualItems().map((row) => {
-          const item = items[row.index];
-          if (!item) return null;
-          return (
-            <tbody
-              key={item.key}
-              data-index={row.index}
-              data-last={row.index === items.length - 1 ? '' : undefined}
-              ref={virtualizer.measureElement}
-              style={{ transform: `translateY(${head + row.start - scrollMargin}px)` }}
-            >
-              {item.kind === 'family' ? (
-                <FamilyHeading family={item.family} onToggle={onToggleFamily} />
-              ) : (
-                <VersionRow
-                  version={item.version}
-                  canChange={canChange}
-                  serving={serve === `${item.version.model}/${item.version.version}`}
-                  onServingChange={onServeChange ? toggleServe : undefined}
-                />
-              )}
-            </tbody>
-          );
-        })}
-      </table>
-    </div>
+    <DataTable
+      className="mirror"
+      style={{ height: head + virtualizer.getTotalSize() }}
+      headRef={headRef}
+      columns={['Version', 'State', 'Progress', 'Details', ACTIONS_COLUMN]}
+    >
+      {virtualizer.getVirtualItems().map((row) => {
+        const item = items[row.index];
+        if (!item) return null;
+        return (
+          <tbody
+            key={item.key}
+            data-index={row.index}
+            data-last={row.index === items.length - 1 ? '' : undefined}
+            ref={virtualizer.measureElement}
+            style={{ transform: `translateY(${head + row.start - scrollMargin}px)` }}
+          >
+            {item.kind === 'family' ? (
+              <FamilyHeading family={item.family} onToggle={onToggleFamily} />
+            ) : (
+              <VersionRow
+                version={item.version}
+                canChange={canChange}
+                serving={serve === `${item.version.model}/${item.version.version}`}
+                onServingChange={onServeChange ? toggleServe : undefined}
+              />
+            )}
+          </tbody>
+        );
+      })}
+    </DataTable>
   );
 }
 

@@ -1,11 +1,9 @@
-import { useState } from 'react';
-import { useMutation } from 'urql';
 import { graphql } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { FormError_RefusalFragment } from '../common/form-error';
+import { DangerButton } from '../common/form-parts';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { modeWords } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
 import type { VersionRow_Version } from './version-row';
@@ -35,17 +33,16 @@ export const RemoveVersion_RemoveMutation = graphql(
  * server with its reason; the operator may then remove it anyway, knowing those replicas will fail to load.
  */
 export function RemoveVersion({ version, onClose }: { version: VersionRow_Version; onClose: () => void }) {
-  const [{ fetching, error }, remove] = useMutation(RemoveVersion_RemoveMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(
+    RemoveVersion_RemoveMutation,
+    (d) => d.removeMirrorVersion,
+  );
   const listing = useMirrorListingUpdates();
   const name = `${version.model}/${version.version}`;
 
   const confirm = async (force: boolean) => {
-    setRefusal(null);
-    const result = await remove({ model: version.model, version: version.version, force });
-    const outcome = result.data?.removeMirrorVersion;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'RemovedMirrorVersion') listing.drop(outcome.id);
+    const outcome = await run({ model: version.model, version: version.version, force });
+    if (outcome?.__typename === 'RemovedMirrorVersion') listing.drop(outcome.id);
   };
 
   const inUse = refusal?.__typename === 'ConflictError';
@@ -56,9 +53,9 @@ export function RemoveVersion({ version, onClose }: { version: VersionRow_Versio
       error={error}
       onClose={onClose}
       actions={
-        <button type="button" className="button danger" disabled={fetching} onClick={() => confirm(inUse)}>
+        <DangerButton busy={fetching} onClick={() => confirm(inUse)}>
           {inUse ? 'Remove anyway' : 'Remove'}
-        </button>
+        </DangerButton>
       }
     >
       Its {version.fileCount === 1 ? 'file is' : `${version.fileCount} files are`} deleted from the mirror's disk

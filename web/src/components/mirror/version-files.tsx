@@ -1,7 +1,8 @@
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes, shortSha } from '../../lib/format';
-import { stateBadge } from './mirror-parts';
+import { DataTable } from '../common/data-table';
+import { stateBadge, VerifiedBadge } from './mirror-parts';
 
 export const VersionFiles_FileFragment = graphql(`
   fragment VersionFiles_File on MirrorFile {
@@ -26,17 +27,12 @@ export type VersionFiles_File = ResultOf<typeof VersionFiles_FileFragment>;
 /** The files of one version, listed when its row is opened. */
 export function VersionFiles({ files, label }: { files: VersionFiles_File[]; label: string }) {
   return (
-    <table className="table dense files" aria-label={label}>
-      <thead>
-        <tr>
-          <th scope="col">File</th>
-          <th scope="col" className="num">
-            Size
-          </th>
-          <th scope="col">State</th>
-          <th scope="col">sha256</th>
-        </tr>
-      </thead>
+    <DataTable
+      wrap={false}
+      className="dense files"
+      label={label}
+      columns={['File', { label: 'Size', className: 'num' }, 'State', 'sha256']}
+    >
       <tbody>
         {files.map((f) => (
           <tr key={f.id}>
@@ -57,7 +53,7 @@ export function VersionFiles({ files, label }: { files: VersionFiles_File[]; lab
           </tr>
         ))}
       </tbody>
-    </table>
+    </DataTable>
   );
 }
 
@@ -84,15 +80,14 @@ function FileDigest({ file }: { file: VersionFiles_File }) {
       )}
       {file.sha256 == null && file.expectedSha256 ? <span className="muted"> expected</span> : null}
       {file.state === 'PRESENT' ? (
-        file.verified ? (
-          <span className="badge ok" title="The bytes hash to the published sha256">
-            verified
-          </span>
-        ) : (
-          <span className="badge warn" title="No sha256 was published for this file: nothing to check it against">
-            unverified
-          </span>
-        )
+        <VerifiedBadge
+          verified={file.verified}
+          title={
+            file.verified
+              ? 'The bytes hash to the published sha256'
+              : 'No sha256 was published for this file: nothing to check it against'
+          }
+        />
       ) : null}
     </span>
   );

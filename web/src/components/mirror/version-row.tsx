@@ -6,9 +6,10 @@ import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatDuration, formatRate } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { ConfirmButton, InlineProblem } from '../common/form-parts';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
-import { BreakableUrl, modeWords, stateBadge } from './mirror-parts';
+import { BreakableUrl, modeWords, stateBadge, VerifiedBadge } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
 import { RemoveVersion } from './remove-version';
 import { ServeForm } from './serve-form';
@@ -342,15 +343,14 @@ export const VersionRow = memo(function VersionRow({
           <div className="states">
             {stateBadge(version.state)}
             {version.state === 'PRESENT' ? (
-              version.verified ? (
-                <span className="badge ok" title="Every file hashes to its published sha256">
-                  verified
-                </span>
-              ) : (
-                <span className="badge warn" title="Some file has no published sha256 to check it against">
-                  unverified
-                </span>
-              )
+              <VerifiedBadge
+                verified={version.verified}
+                title={
+                  version.verified
+                    ? 'Every file hashes to its published sha256'
+                    : 'Some file has no published sha256 to check it against'
+                }
+              />
             ) : null}
           </div>
         </td>
@@ -413,21 +413,10 @@ export const VersionRow = memo(function VersionRow({
                   Retry
                 </button>
               ) : null}
-              <button
-                type="button"
-                className="button small danger"
-                aria-haspopup="dialog"
-                onClick={() => setConfirming(true)}
-              >
-                Remove
-              </button>
+              <ConfirmButton onClick={() => setConfirming(true)}>Remove</ConfirmButton>
             </>
           ) : null}
-          {problem ? (
-            <span role="alert" className="form-error">
-              {problem}
-            </span>
-          ) : null}
+          <InlineProblem problem={problem} inline={false} />
         </td>
       </tr>
       {confirming ? (

@@ -1,14 +1,14 @@
 import { type FormEvent, useId, useState } from 'react';
-import { useMutation } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
-import type { ModelMode, Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
+import type { ModelMode } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { ConfirmButton, DangerButton } from '../common/form-parts';
 import { PageLink } from '../common/page-link';
 import { TimeAgo, useClockTick } from '../common/time-ago';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { modeWords } from '../mirror/mirror-parts';
 import { ModelLive } from './model-live';
 import { ModelOwnerForm, ownerWords } from './model-owner';
@@ -227,15 +227,8 @@ export function ModelCard({
 }) {
   const titleId = useId();
   const [confirming, setConfirming] = useState(false);
-  const [wakeState, wake] = useMutation(ModelCard_WakeMutation);
-  const [wakeRefusal, setWakeRefusal] = useState<Refusal | null>(null);
-
-  const onWake = async () => {
-    setWakeRefusal(null);
-    const result = await wake({ name: model.name });
-    const outcome = result.data?.wakeModel;
-    if (isRefusal(outcome)) setWakeRefusal(outcome);
-  };
+  const wake = useRefusableMutation(ModelCard_WakeMutation, (d) => d.wakeModel);
+  const onWake = () => void wake.run({ name: model.name });
 
   return (
     <article className="panel model-card" aria-labelledby={titleId} data-testid={`model-${model.name}`}>
@@ -340,23 +333,14 @@ export function ModelCard({
       {canChange ? (
         <div className="model-actions">
           {model.mode === 'ON_DEMAND' ? (
-            <button type="button" className="button small" disabled={wakeState.fetching} onClick={onWake}>
+            <button type="button" className="button small" disabled={wake.fetching} onClick={onWake}>
               Wake
             </button>
           ) : null}
-          {!model.declared ? (
-            <button
-              type="button"
-              className="button small danger"
-              aria-haspopup="dialog"
-              onClick={() => setConfirming(true)}
-            >
-              Remove
-            </button>
-          ) : null}
+          {!model.declared ? <ConfirmButton onClick={() => setConfirming(true)}>Remove</ConfirmButton> : null}
         </div>
       ) : null}
-      <FormError refusal={wakeRefusal} error={wakeState.error} />
+      <FormError refusal={wake.refusal} error={wake.error} />
       {confirming ? <RemoveModel name={model.name} onClose={() => setConfirming(false)} /> : null}
     </article>
   );
@@ -367,26 +351,22 @@ function ModeForm({ model }: { model: ModelCard_Model }) {
   const [mode, setMode] = useState<ModelMode>(model.mode);
   const [replicas, setReplicas] = useState(String(Math.max(1, model.wantedReplicas)));
   const [parallel, setParallel] = useState(String(model.parallel));
-  const [{ fetching, error }, setModelMode] = useMutation(ModelCard_SetModeMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(ModelCard_SetModeMutation, (d) => d.setModelMode);
   const modeId = useId();
   const replicasId = useId();
   const parallelId = useId();
 
   const submit = async (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault();
-    setRefusal(null);
     const n = Number(replicas);
     const p = Number(parallel);
-    const result = await setModelMode({
+    await run({
       name: model.name,
       mode,
       replicas: mode === 'ALWAYS' && replicas.trim() !== '' && Number.isFinite(n) ? n : null,
       // Sent as typed, even out of range: the server's refusal says what is accepted.
       parallel: parallel.trim() !== '' && Number.isFinite(p) && p !== model.parallel ? p : null,
     });
-    const outcome = result.data?.setModelMode;
-    if (isRefusal(outcome)) setRefusal(outcome);
   };
 
   return (
@@ -440,15 +420,7 @@ function ModeForm({ model }: { model: ModelCard_Model }) {
 }
 
 function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
-  const [{ fetching, error }, remove] = useMutation(ModelCard_RemoveMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
-
-  const confirm = async () => {
-    setRefusal(null);
-    const result = await remove({ name });
-    const outcome = result.data?.removeModel;
-    if (isRefusal(outcome)) setRefusal(outcome);
-  };
+  const { fetching, error, refusal, run } = useRefusableMutation(ModelCard_RemoveMutation, (d) => d.removeModel);
 
   return (
     <ConfirmDialog
@@ -457,9 +429,9 @@ function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
       error={error}
       onClose={onClose}
       actions={
-        <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
+        <DangerButton busy={fetching} onClick={() => void run({ name })}>
           Remove {name}
-        </button>
+        </DangerButton>
       }
     >
       Its nodes stop its replicas; its files stay in the mirror.

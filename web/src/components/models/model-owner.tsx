@@ -1,9 +1,7 @@
 import { type FormEvent, useId, useState } from 'react';
-import { useMutation } from 'urql';
 import { graphql } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 
 /** The model comes back with its id and new owner: graphcache updates every card showing it. */
 export const ModelOwner_SetMutation = graphql(
@@ -36,17 +34,12 @@ export function ownerWords(owner: string | null): string {
  */
 export function ModelOwnerForm({ model }: { model: { name: string; owner: string | null } }) {
   const [owner, setOwner] = useState('');
-  const [{ fetching, error }, setModelOwner] = useMutation(ModelOwner_SetMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(ModelOwner_SetMutation, (d) => d.setModelOwner);
   const ownerId = useId();
   const hintId = useId();
 
   const send = async (next: string | null) => {
-    setRefusal(null);
-    const result = await setModelOwner({ name: model.name, owner: next });
-    const outcome = result.data?.setModelOwner;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome) setOwner('');
+    if (await run({ name: model.name, owner: next })) setOwner('');
   };
   const submit = (event: FormEvent<HTMLFormElement>) => {
     event.preventDefault();

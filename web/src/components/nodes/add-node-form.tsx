@@ -1,9 +1,8 @@
-import { type FormEvent, useState } from 'react';
-import { useMutation } from 'urql';
+import { useState } from 'react';
 import { type Answer, graphql } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { FormPanel, LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { AgentStartPanel, NodeActions_AgentStartFragment } from './node-actions';
 
 type Created = Answer<typeof AddNodeForm_CreateMutation, 'createNode', 'CreatedNode'>;
@@ -23,41 +22,30 @@ export const AddNodeForm_CreateMutation = graphql(
 );
 
 export function AddNodeForm() {
-  const [{ fetching, error }, create] = useMutation(AddNodeForm_CreateMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(AddNodeForm_CreateMutation, (d) => d.createNode);
   const [created, setCreated] = useState<Created | null>(null);
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const formElement = event.currentTarget;
-    const name = String(new FormData(formElement).get('name') ?? '').trim();
-    setRefusal(null);
+  const submit = onFormSubmit(async (values, form) => {
     setCreated(null);
-    const result = await create({ name });
-    const outcome = result.data?.createNode;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'CreatedNode') {
+    const outcome = await run({ name: String(values.get('name') ?? '').trim() });
+    if (outcome?.__typename === 'CreatedNode') {
       setCreated(outcome);
-      formElement.reset();
+      form.reset();
     }
-  };
+  });
 
   return (
-    <section className="panel" aria-labelledby="add-node-title">
-      <h2 id="add-node-title">Add a node</h2>
+    <FormPanel titleId="add-node-title" title="Add a node">
       {created ? (
         <AgentStartPanel nodeName={created.node.name} start={created} onDone={() => setCreated(null)} />
       ) : null}
       <form className="form-row" onSubmit={submit}>
-        <label className="field">
-          <span>Node name</span>
+        <LabelledControl label="Node name">
           <input name="name" required placeholder="gpu-01" autoComplete="off" />
-        </label>
-        <button type="submit" className="button primary" disabled={fetching}>
-          Add node
-        </button>
+        </LabelledControl>
+        <SubmitButton busy={fetching}>Add node</SubmitButton>
       </form>
       <FormError refusal={refusal} error={error} />
-    </section>
+    </FormPanel>
   );
 }

@@ -3,6 +3,7 @@ import { useMutation } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
+import { InlineConfirm } from '../common/confirm-dialog';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { type NodeTable_Node, NodeTable_NodeFragment } from './node-table';
@@ -151,6 +152,7 @@ export function NodeActions({
   const [revoke, doRevoke] = useMutation(NodeActions_RevokeMutation);
   const [remove, doRemove] = useMutation(NodeActions_RemoveMutation);
   const busy = rotate.fetching || revoke.fetching || remove.fetching;
+  const keep = () => setStep({ kind: 'idle' });
 
   const onRotate = async () => {
     setRefusal(null);
@@ -208,48 +210,42 @@ export function NodeActions({
         </button>
       </div>
       {step.kind === 'confirm-revoke' ? (
-        <fieldset className="confirm" aria-label={`Revoke the token of ${node.name}`}>
+        <InlineConfirm
+          label={`Revoke the token of ${node.name}`}
+          action={`Revoke the token of ${node.name}`}
+          busy={busy}
+          onConfirm={onRevoke}
+          onKeep={keep}
+        >
           <p>
             Its agent is refused from now and the node goes offline; its replicas are placed on other nodes. A new token
             (“New token”) lets it back.
           </p>
-          <div className="confirm-actions">
-            <button type="button" className="button small danger" disabled={busy} onClick={onRevoke}>
-              Revoke the token of {node.name}
-            </button>
-            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
-              Keep it
-            </button>
-          </div>
-        </fieldset>
+        </InlineConfirm>
       ) : null}
       {step.kind === 'confirm-remove' ? (
-        <fieldset className="confirm" aria-label={`Remove ${node.name}`}>
+        <InlineConfirm
+          label={`Remove ${node.name}`}
+          action={`Remove ${node.name}`}
+          busy={busy}
+          onConfirm={() => onRemove(false)}
+          onKeep={keep}
+        >
           <p>The node leaves the fleet and its token is refused. An agent still running there must be stopped.</p>
-          <div className="confirm-actions">
-            <button type="button" className="button small danger" disabled={busy} onClick={() => onRemove(false)}>
-              Remove {node.name}
-            </button>
-            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
-              Keep it
-            </button>
-          </div>
-        </fieldset>
+        </InlineConfirm>
       ) : null}
       {step.kind === 'refused-remove' ? (
-        <fieldset className="confirm" aria-label={`Remove ${node.name} anyway`}>
+        <InlineConfirm
+          label={`Remove ${node.name} anyway`}
+          action="Remove anyway"
+          busy={busy}
+          onConfirm={() => onRemove(true)}
+          onKeep={keep}
+        >
           <p role="alert" className="form-error">
             {step.refusal.message}
           </p>
-          <div className="confirm-actions">
-            <button type="button" className="button small danger" disabled={busy} onClick={() => onRemove(true)}>
-              Remove anyway
-            </button>
-            <button type="button" className="button small" onClick={() => setStep({ kind: 'idle' })}>
-              Keep it
-            </button>
-          </div>
-        </fieldset>
+        </InlineConfirm>
       ) : null}
       <FormError refusal={refusal} error={rotate.error ?? revoke.error ?? remove.error} />
     </div>

@@ -1,6 +1,7 @@
 import type { ReactNode } from 'react';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import { formatBytes, formatMiB } from '../../lib/format';
+import { DataTable } from '../common/data-table';
 import { TimeAgo } from '../common/time-ago';
 import { replicaClass, smokeWords } from '../models/model-card';
 
@@ -61,26 +62,16 @@ export function NodeTable({
 }) {
   const sorted = [...nodes].sort((a, b) => a.name.localeCompare(b.name));
   return (
-    <div className="table-wrap">
-      <table className="table node-table">
-        <thead>
-          <tr>
-            <th scope="col">Node</th>
-            <th scope="col">GPUs</th>
-            <th scope="col">Engines</th>
-            <th scope="col">Replicas</th>
-            <th scope="col" className="num">
-              Disk free
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {sorted.map((n) => (
-            <NodeRow key={n.id} node={n} actions={actions?.(n)} />
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable
+      className="node-table"
+      columns={['Node', 'GPUs', 'Engines', 'Replicas', { label: 'Disk free', className: 'num' }]}
+    >
+      <tbody>
+        {sorted.map((n) => (
+          <NodeRow key={n.id} node={n} actions={actions?.(n)} />
+        ))}
+      </tbody>
+    </DataTable>
   );
 }
 

@@ -4,6 +4,8 @@ import { type Answer, graphql, type ResultOf } from '../../graphql/graphql';
 import type { Refusal } from '../../graphql/types';
 import { arrivingStates, isRefusal } from '../../graphql/types';
 import { formatBytes, formatCount, shortSha } from '../../lib/format';
+import { DataTable } from '../common/data-table';
+import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { FetchForm_StartedFragment } from '../mirror/fetch-form';
 import { stateBadge } from '../mirror/mirror-parts';
@@ -208,8 +210,6 @@ export function FileSetRow({
   const [confirmed, setConfirmed] = useState(false);
   const [started, setStarted] = useState<Started>();
   const filesId = useId();
-  const modelId = useId();
-  const versionId = useId();
   const label = setLabel(set);
 
   const submit = async (event: FormEvent<HTMLFormElement>) => {
@@ -264,48 +264,28 @@ export function FileSetRow({
   // The names the set lands under, the same in the plain form and behind "Fetch anyway…".
   const nameFields = (
     <>
-      <div className="field">
-        <label htmlFor={modelId}>Model</label>
-        <input
-          id={modelId}
-          className="set-input"
-          value={model}
-          autoComplete="off"
-          spellCheck={false}
-          aria-invalid={fieldError('model') ? true : undefined}
-          aria-describedby={fieldError('model') ? `${modelId}-error` : undefined}
-          onChange={(e) => {
-            edited();
-            setModel(e.target.value);
-          }}
-        />
-        {fieldError('model') ? (
-          <p id={`${modelId}-error`} role="alert" className="form-error field-error">
-            {fieldError('model')}
-          </p>
-        ) : null}
-      </div>
-      <div className="field">
-        <label htmlFor={versionId}>Version</label>
-        <input
-          id={versionId}
-          className="set-input"
-          value={version}
-          autoComplete="off"
-          spellCheck={false}
-          aria-invalid={fieldError('version') ? true : undefined}
-          aria-describedby={fieldError('version') ? `${versionId}-error` : undefined}
-          onChange={(e) => {
-            edited();
-            setVersion(e.target.value);
-          }}
-        />
-        {fieldError('version') ? (
-          <p id={`${versionId}-error`} role="alert" className="form-error field-error">
-            {fieldError('version')}
-          </p>
-        ) : null}
-      </div>
+      <Field
+        label="Model"
+        inputClassName="set-input"
+        value={model}
+        spellCheck={false}
+        error={fieldError('model')}
+        onChange={(e) => {
+          edited();
+          setModel(e.target.value);
+        }}
+      />
+      <Field
+        label="Version"
+        inputClassName="set-input"
+        value={version}
+        spellCheck={false}
+        error={fieldError('version')}
+        onChange={(e) => {
+          edited();
+          setVersion(e.target.value);
+        }}
+      />
     </>
   );
   return (
@@ -423,16 +403,12 @@ export function FileSetRow({
 
 function SetFiles({ files, label }: { files: FileSetRow_Set['files']; label: string }) {
   return (
-    <table className="table dense files" aria-label={label}>
-      <thead>
-        <tr>
-          <th scope="col">File</th>
-          <th scope="col" className="num">
-            Size
-          </th>
-          <th scope="col">sha256</th>
-        </tr>
-      </thead>
+    <DataTable
+      wrap={false}
+      className="dense files"
+      label={label}
+      columns={['File', { label: 'Size', className: 'num' }, 'sha256']}
+    >
       <tbody>
         {files.map((f) => (
           <tr key={f.path}>
@@ -452,7 +428,7 @@ function SetFiles({ files, label }: { files: FileSetRow_Set['files']; label: str
           </tr>
         ))}
       </tbody>
-    </table>
+    </DataTable>
   );
 }
 

@@ -3,8 +3,8 @@ import { useQuery } from 'urql';
 import { type Answer, graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
 import { formatCount } from '../../lib/format';
+import { DataTable, TableStateRows } from '../common/data-table';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
-import { LoadMoreRow } from '../common/load-more-row';
 import { TimeAgo } from '../common/time-ago';
 import type { RegistrySort } from './explorer-search';
 import { RepoDetail } from './repo-detail';
@@ -116,41 +116,37 @@ export function RegistryResults({
 
   const open: Open = { repo, context, canFetch, onToggle, onContextChange, job, onJobChange };
   return (
-    <div className="table-wrap">
-      <table className="table dense registry" ref={tableRef} aria-label="Registry repositories">
-        <thead>
-          <tr>
-            <th scope="col">Repository</th>
-            <th scope="col" className="num">
-              Downloads
-            </th>
-            <th scope="col" className="num">
-              Likes
-            </th>
-            <th scope="col">Updated</th>
-          </tr>
-        </thead>
-        {pinned && repo ? (
-          <tbody className="pinned">
-            <ResultRow id={repo} open={open} />
-          </tbody>
-        ) : null}
-        {searched
-          ? cursors.map((after, i) => (
-              <ResultsPage
-                key={after ?? 'first'}
-                query={query}
-                sort={sort}
-                first={pageSize}
-                after={after}
-                open={open}
-                report={report}
-                onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
-              />
-            ))
-          : null}
-      </table>
-    </div>
+    <DataTable
+      className="dense registry"
+      tableRef={tableRef}
+      label="Registry repositories"
+      columns={[
+        'Repository',
+        { label: 'Downloads', className: 'num' },
+        { label: 'Likes', className: 'num' },
+        'Updated',
+      ]}
+    >
+      {pinned && repo ? (
+        <tbody className="pinned">
+          <ResultRow id={repo} open={open} />
+        </tbody>
+      ) : null}
+      {searched
+        ? cursors.map((after, i) => (
+            <ResultsPage
+              key={after ?? 'first'}
+              query={query}
+              sort={sort}
+              first={pageSize}
+              after={after}
+              open={open}
+              report={report}
+              onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
+            />
+          ))
+        : null}
+    </DataTable>
   );
 }
 
@@ -189,31 +185,19 @@ function ResultsPage({
       {page?.nodes.map((model) => (
         <ResultRow key={model.id} id={model.id} model={model} open={open} />
       ))}
-      {refusal || error ? (
-        <tr>
-          <td colSpan={COLUMNS} role="alert" className="form-error">
-            {refusal?.message ?? describeError(error)}
-          </td>
-        </tr>
-      ) : null}
-      {!result && fetching ? (
-        <tr>
-          <td colSpan={COLUMNS} className="muted">
-            Searching the registry…
-          </td>
-        </tr>
-      ) : null}
-      {page && after === null && page.nodes.length === 0 ? (
-        <tr>
-          <td colSpan={COLUMNS} className="empty">
-            {query ? `No repository matches “${query}”.` : 'The registry lists no repository.'}
-          </td>
-        </tr>
-      ) : null}
-      <LoadMoreRow
+      <TableStateRows
         columns={COLUMNS}
-        hasNextPage={page?.hasNextPage}
-        endCursor={page?.endCursor}
+        problem={refusal?.message ?? describeError(error)}
+        loading={!result && fetching}
+        loadingText="Searching the registry…"
+        empty={
+          page && after === null && page.nodes.length === 0
+            ? query
+              ? `No repository matches “${query}”.`
+              : 'The registry lists no repository.'
+            : null
+        }
+        pageInfo={page}
         onLoadMore={onLoadMore}
       />
     </tbody>

@@ -2,6 +2,7 @@ import { type FormEvent, useId, useRef, useState } from 'react';
 import { useQuery } from 'urql';
 import { type Answer, graphql } from '../../graphql/graphql';
 import { isRefusal } from '../../graphql/types';
+import { DataTable } from '../common/data-table';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { FileSetRow, FileSetRow_SetFragment } from './file-set-row';
 import { ServeJob } from './serve-job';
@@ -119,35 +120,32 @@ export function RepoDetail({
             onChange={onContextChange}
           />
           {repo.sets.length ? (
-            <div className="table-wrap">
-              <table className="table dense sets" aria-label={`File sets of ${repo.id}`}>
-                <thead>
-                  <tr>
-                    <th scope="col">Set</th>
-                    <th scope="col" className="num">
-                      Size
-                    </th>
-                    <th scope="col">Verdict</th>
-                    <th scope="col">Memory</th>
-                    <th scope="col">Fits</th>
-                    {canFetch ? <th scope="col">Fetch into the mirror</th> : null}
-                  </tr>
-                </thead>
-                <tbody>
-                  {repo.sets.map((set) => (
-                    <FileSetRow
-                      key={set.id}
-                      repo={repo}
-                      set={set}
-                      canFetch={canFetch}
-                      columns={columns}
-                      noAccessId={noAccessId}
-                      onServe={setJob}
-                    />
-                  ))}
-                </tbody>
-              </table>
-            </div>
+            <DataTable
+              className="dense sets"
+              label={`File sets of ${repo.id}`}
+              columns={[
+                'Set',
+                { label: 'Size', className: 'num' },
+                'Verdict',
+                'Memory',
+                'Fits',
+                canFetch && 'Fetch into the mirror',
+              ]}
+            >
+              <tbody>
+                {repo.sets.map((set) => (
+                  <FileSetRow
+                    key={set.id}
+                    repo={repo}
+                    set={set}
+                    canFetch={canFetch}
+                    columns={columns}
+                    noAccessId={noAccessId}
+                    onServe={setJob}
+                  />
+                ))}
+              </tbody>
+            </DataTable>
           ) : (
             <p className="empty">No weights here: the repository holds no GGUF or safetensors files.</p>
           )}

@@ -1,11 +1,11 @@
-import { type FormEvent, useState } from 'react';
-import { useMutation } from 'urql';
+import { useState } from 'react';
 import { type Answer, graphql } from '../../graphql/graphql';
-import type { Refusal, Role } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
+import type { Role } from '../../graphql/types';
 import { CopyButton } from '../common/copy-button';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
-import { RoleOptions } from '../common/role-options';
+import { FormPanel, LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
+import { RoleField } from '../common/role-options';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { TokenTable_TokenFragment } from './token-table';
 
 type Created = Answer<typeof CreateTokenForm_CreateMutation, 'createApiToken', 'CreatedApiToken'>;
@@ -37,58 +37,44 @@ export function endOfDay(date: string): string | null {
 }
 
 export function CreateTokenForm({ origin = window.location.origin }: { origin?: string }) {
-  const [{ fetching, error }, create] = useMutation(CreateTokenForm_CreateMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(
+    CreateTokenForm_CreateMutation,
+    (d) => d.createApiToken,
+  );
   const [created, setCreated] = useState<Created | null>(null);
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const formElement = event.currentTarget;
-    const form = new FormData(formElement);
-    setRefusal(null);
+  const submit = onFormSubmit(async (values, form) => {
     setCreated(null);
-    const result = await create({
+    const outcome = await run({
       input: {
-        name: String(form.get('name') ?? '').trim(),
-        role: String(form.get('role')) as Role,
-        expiresAt: endOfDay(String(form.get('expiresAt') ?? '')),
-        callerOnly: form.get('callerOnly') === 'on',
+        name: String(values.get('name') ?? '').trim(),
+        role: String(values.get('role')) as Role,
+        expiresAt: endOfDay(String(values.get('expiresAt') ?? '')),
+        callerOnly: values.get('callerOnly') === 'on',
       },
     });
-    const outcome = result.data?.createApiToken;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'CreatedApiToken') {
+    if (outcome?.__typename === 'CreatedApiToken') {
       setCreated(outcome);
-      formElement.reset();
+      form.reset();
     }
-  };
+  });
 
   return (
-    <section className="panel" aria-labelledby="create-token-title">
-      <h2 id="create-token-title">Create a token</h2>
+    <FormPanel titleId="create-token-title" title="Create a token">
       {created ? <SecretOnce created={created} origin={origin} onDone={() => setCreated(null)} /> : null}
       <form className="form-row" onSubmit={submit}>
-        <label className="field">
-          <span>Token name</span>
+        <LabelledControl label="Token name">
           <input name="name" required placeholder="ci-deploy" autoComplete="off" />
-        </label>
-        <label className="field">
-          <span>Role</span>
-          <select name="role" defaultValue="VIEWER">
-            <RoleOptions />
-          </select>
-        </label>
-        <label className="field">
-          <span>Expires</span>
+        </LabelledControl>
+        <RoleField />
+        <LabelledControl label="Expires">
           <input name="expiresAt" type="date" aria-describedby="expires-hint" />
-        </label>
+        </LabelledControl>
         <label className="check">
           <input name="callerOnly" type="checkbox" aria-describedby="caller-hint" />
           caller only (calls models at /v1, nothing else)
         </label>
-        <button type="submit" className="button primary" disabled={fetching}>
-          Create token
-        </button>
+        <SubmitButton busy={fetching}>Create token</SubmitButton>
       </form>
       <p id="expires-hint" className="hint">
         A token can hold at most your own role. Without an expiry date it works until it is revoked; with one, it stops
@@ -99,7 +85,7 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         /v1, and is refused on GraphQL, /mirror and /api.
       </p>
       <FormError refusal={refusal} error={error} />
-    </section>
+    </FormPanel>
   );
 }
 

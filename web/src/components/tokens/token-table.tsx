@@ -4,7 +4,9 @@ import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatCount } from '../../lib/format';
+import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { InlineProblem } from '../common/form-parts';
 import { TimeAgo } from '../common/time-ago';
 import type { TokensPage_UsageQuery } from './tokens-page';
 
@@ -75,30 +77,15 @@ export function TokenTable({
     return <p className="empty">No API tokens yet. Create one below for a script or a CI job.</p>;
   }
   return (
-    <div className="table-wrap">
-      <table className="table">
-        <thead>
-          <tr>
-            <th scope="col">Name</th>
-            <th scope="col">Prefix</th>
-            <th scope="col">Role</th>
-            <th scope="col">Created</th>
-            <th scope="col">Expires</th>
-            <th scope="col">Last used</th>
-            <th scope="col">Last 24 h</th>
-            <th scope="col">State</th>
-            <th scope="col">
-              <span className="visually-hidden">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {tokens.map((t) => (
-            <TokenRow key={t.id} token={t} usage={usage?.get(t.id)} />
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable
+      columns={['Name', 'Prefix', 'Role', 'Created', 'Expires', 'Last used', 'Last 24 h', 'State', ACTIONS_COLUMN]}
+    >
+      <tbody>
+        {tokens.map((t) => (
+          <TokenRow key={t.id} token={t} usage={usage?.get(t.id)} />
+        ))}
+      </tbody>
+    </DataTable>
   );
 }
 
@@ -162,11 +149,7 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
             Revoke
           </button>
         ) : null}
-        {problem ? (
-          <span role="alert" className="form-error inline">
-            {problem}
-          </span>
-        ) : null}
+        <InlineProblem problem={problem} />
       </td>
     </tr>
   );

@@ -5,7 +5,9 @@ import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { ConfirmDialog } from '../common/confirm-dialog';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { ConfirmButton, DangerButton } from '../common/form-parts';
 import { PageLink } from '../common/page-link';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import type { TrainJobPage_Job } from './train-job-page';
 
 /**
@@ -120,16 +122,7 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
             Publish
           </button>
         ) : null}
-        {!active ? (
-          <button
-            type="button"
-            className="button small danger"
-            aria-haspopup="dialog"
-            onClick={() => setConfirming(true)}
-          >
-            Delete
-          </button>
-        ) : null}
+        {!active ? <ConfirmButton onClick={() => setConfirming(true)}>Delete</ConfirmButton> : null}
       </div>
       {/* The answer, with what to do next, once; after a reload the job's adapter says it was published. */}
       {published ? (
@@ -168,15 +161,14 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
 }
 
 function DeleteJob({ job, onClose, onDeleted }: { job: TrainJobPage_Job; onClose: () => void; onDeleted: () => void }) {
-  const [{ fetching, error }, remove] = useMutation(TrainJobActions_DeleteMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(
+    TrainJobActions_DeleteMutation,
+    (d) => d.deleteTrainJob,
+  );
 
   const confirm = async () => {
-    setRefusal(null);
-    const result = await remove({ id: job.id });
-    const outcome = result.data?.deleteTrainJob;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'DeletedTrainJob') onDeleted();
+    const outcome = await run({ id: job.id });
+    if (outcome?.__typename === 'DeletedTrainJob') onDeleted();
   };
 
   return (
@@ -186,9 +178,9 @@ function DeleteJob({ job, onClose, onDeleted }: { job: TrainJobPage_Job; onClose
       error={error}
       onClose={onClose}
       actions={
-        <button type="button" className="button danger" disabled={fetching} onClick={confirm}>
+        <DangerButton busy={fetching} onClick={confirm}>
           Delete {job.name}
-        </button>
+        </DangerButton>
       }
     >
       Its curve, events and artifacts are deleted, and its pairs unless another job uses them.

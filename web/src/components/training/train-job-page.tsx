@@ -5,6 +5,7 @@ import { type LiveState, live } from '../../graphql/live';
 import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { formatBytes, formatMiB, shortSha } from '../../lib/format';
 import { CopyButton } from '../common/copy-button';
+import { DataTable } from '../common/data-table';
 import { FormError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
@@ -229,14 +230,7 @@ function Events({ job }: { job: TrainJobPage_Job }) {
         <p className="muted">Nothing has happened yet.</p>
       ) : (
         <div className="events-scroll">
-          <table className="table dense">
-            <thead>
-              <tr>
-                <th scope="col">Time</th>
-                <th scope="col">Level</th>
-                <th scope="col">Message</th>
-              </tr>
-            </thead>
+          <DataTable wrap={false} className="dense" columns={['Time', 'Level', 'Message']}>
             <tbody>
               {job.events.map((e) => (
                 <tr key={e.id}>
@@ -250,7 +244,7 @@ function Events({ job }: { job: TrainJobPage_Job }) {
                 </tr>
               ))}
             </tbody>
-          </table>
+          </DataTable>
         </div>
       )}
     </section>
@@ -321,48 +315,36 @@ function Artifacts({ job }: { job: TrainJobPage_Job }) {
               : 'The job made nothing.'}
         </p>
       ) : (
-        <div className="table-wrap">
-          <table className="table artifacts">
-            <thead>
-              <tr>
-                <th scope="col">Kind</th>
-                <th scope="col">File</th>
-                <th scope="col" className="num">
-                  Size
+        <DataTable
+          className="artifacts"
+          columns={['Kind', 'File', { label: 'Size', className: 'num' }, 'sha256', { label: 'Download', hidden: true }]}
+        >
+          <tbody>
+            {job.artifacts.map((a) => (
+              <tr key={a.kind}>
+                <td>
+                  <span className="badge muted">{a.kind}</span>
+                </td>
+                <th scope="row" className="mono">
+                  {a.filename}
+                  {a.files.length ? <div className="sub">{a.files.map((f) => f.name).join(', ')}</div> : null}
                 </th>
-                <th scope="col">sha256</th>
-                <th scope="col">
-                  <span className="visually-hidden">Download</span>
-                </th>
+                <td className="num">{formatBytes(a.size)}</td>
+                <td>
+                  <span className="digest">
+                    <code title={a.sha256}>{shortSha(a.sha256)}</code>
+                    <CopyButton text={a.sha256} label="Copy" />
+                  </span>
+                </td>
+                <td className="actions">
+                  <a className="button small" href={a.url} download={a.filename}>
+                    Download
+                  </a>
+                </td>
               </tr>
-            </thead>
-            <tbody>
-              {job.artifacts.map((a) => (
-                <tr key={a.kind}>
-                  <td>
-                    <span className="badge muted">{a.kind}</span>
-                  </td>
-                  <th scope="row" className="mono">
-                    {a.filename}
-                    {a.files.length ? <div className="sub">{a.files.map((f) => f.name).join(', ')}</div> : null}
-                  </th>
-                  <td className="num">{formatBytes(a.size)}</td>
-                  <td>
-                    <span className="digest">
-                      <code title={a.sha256}>{shortSha(a.sha256)}</code>
-                      <CopyButton text={a.sha256} label="Copy" />
-                    </span>
-                  </td>
-                  <td className="actions">
-                    <a className="button small" href={a.url} download={a.filename}>
-                      Download
-                    </a>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </div>
+            ))}
+          </tbody>
+        </DataTable>
       )}
     </section>
   );

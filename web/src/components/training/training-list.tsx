@@ -1,15 +1,15 @@
 import { useId, useState, useSyncExternalStore } from 'react';
-import { useQuery, useSubscription } from 'urql';
+import { useSubscription } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import { type LiveState, live } from '../../graphql/live';
 import { type JobState, jobStates } from '../../graphql/types';
-import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
+import { DataTable, TableStateRows } from '../common/data-table';
 import { describeError } from '../common/form-error';
 import { jobBadge } from '../common/job-badge';
-import { LoadMoreRow } from '../common/load-more-row';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
+import { usePageQuery } from '../common/use-page-query';
 import { ownerText, type TrainJob_Row, TrainJob_RowFragment, TrainProgress } from './train-progress';
 
 export const TrainingList_JobsQuery = graphql(
@@ -114,32 +114,19 @@ export function TrainingList({
           ) : null}
         </div>
       </div>
-      <div className="table-wrap">
-        <table className="table training">
-          <thead>
-            <tr>
-              <th scope="col">Name</th>
-              <th scope="col">Model</th>
-              <th scope="col">Node</th>
-              <th scope="col">Owner</th>
-              <th scope="col">State</th>
-              <th scope="col">Progress</th>
-              <th scope="col">Created</th>
-            </tr>
-          </thead>
-          {cursors.map((after, i) => (
-            <JobsPage
-              key={`${state ?? 'all'}:${after ?? 'first'}`}
-              state={state ?? null}
-              first={pageSize}
-              after={after}
-              canChange={canChange}
-              onShowAll={state ? () => onStateChange(undefined) : undefined}
-              onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
-            />
-          ))}
-        </table>
-      </div>
+      <DataTable className="training" columns={['Name', 'Model', 'Node', 'Owner', 'State', 'Progress', 'Created']}>
+        {cursors.map((after, i) => (
+          <JobsPage
+            key={`${state ?? 'all'}:${after ?? 'first'}`}
+            state={state ?? null}
+            first={pageSize}
+            after={after}
+            canChange={canChange}
+            onShowAll={state ? () => onStateChange(undefined) : undefined}
+            onLoadMore={i === cursors.length - 1 ? (end) => setCursors((c) => [...c, end]) : undefined}
+          />
+        ))}
+      </DataTable>
     </section>
   );
 }
@@ -159,13 +146,7 @@ function JobsPage({
   onShowAll?: () => void;
   onLoadMore?: (endCursor: string) => void;
 }) {
-  const [{ data, fetching, error }, refetch] = useQuery({
-    query: TrainingList_JobsQuery,
-    variables: { state, first, after },
-    // The first page is re-read on every visit: jobs moved on while the page was closed.
-    requestPolicy: after === null ? 'cache-and-network' : 'cache-first',
-  });
-  useRefetchOnReconnect(refetch, after === null);
+  const { data, fetching, error } = usePageQuery(TrainingList_JobsQuery, { state, first, after });
 
   const edges = data?.trainJobs.edges ?? [];
   const pageInfo = data?.trainJobs.pageInfo;
@@ -174,24 +155,13 @@ function JobsPage({
       {edges.map(({ node }) => (
         <JobRow key={node.id} job={node} />
       ))}
-      {error ? (
-        <tr>
-          <td colSpan={COLUMNS} role="alert" className="form-error">
-            {describeError(error)}
-          </td>
-        </tr>
-      ) : null}
-      {!data && fetching ? (
-        <tr>
-          <td colSpan={COLUMNS} className="muted">
-            Loading…
-          </td>
-        </tr>
-      ) : null}
-      {data && after === null && edges.length === 0 ? (
-        <tr>
-          <td colSpan={COLUMNS} className="empty">
-            {state ? (
+      <TableStateRows
+        columns={COLUMNS}
+        problem={describeError(error)}
+        loading={!data && fetching}
+        empty={
+          data && after === null && edges.length === 0 ? (
+            state ? (
               <>
                 No {state.toLowerCase()} jobs.{' '}
                 {onShowAll ? (
@@ -202,14 +172,10 @@ function JobsPage({
               </>
             ) : (
               <EmptyTraining canChange={canChange} />
-            )}
-          </td>
-        </tr>
-      ) : null}
-      <LoadMoreRow
-        columns={COLUMNS}
-        hasNextPage={pageInfo?.hasNextPage}
-        endCursor={pageInfo?.endCursor}
+            )
+          ) : null
+        }
+        pageInfo={pageInfo}
         onLoadMore={onLoadMore}
       />
     </tbody>

@@ -1,10 +1,9 @@
-import { type FormEvent, useState } from 'react';
-import { useMutation } from 'urql';
+import { useState } from 'react';
 import { graphql } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
 import { Field } from '../common/field';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { FormPanel, onFormSubmit, SubmitButton } from '../common/form-parts';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 
 export const ChangePasswordForm_ChangeMutation = graphql(
   `
@@ -22,37 +21,35 @@ export const ChangePasswordForm_ChangeMutation = graphql(
 );
 
 export function ChangePasswordForm() {
-  const [{ fetching, error }, change] = useMutation(ChangePasswordForm_ChangeMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run, clearRefusal } = useRefusableMutation(
+    ChangePasswordForm_ChangeMutation,
+    (d) => d.changePassword,
+  );
   const [mismatch, setMismatch] = useState<string>();
   const [done, setDone] = useState<number>();
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const formElement = event.currentTarget;
-    const form = new FormData(formElement);
-    const newPassword = String(form.get('newPassword') ?? '');
-    setRefusal(null);
+  const submit = onFormSubmit(async (values, form) => {
+    const newPassword = String(values.get('newPassword') ?? '');
+    clearRefusal();
     setDone(undefined);
     // Checked here, not on the server: the server never sees the repeat, only what was typed twice the same.
-    if (newPassword !== String(form.get('repeat') ?? '')) {
+    if (newPassword !== String(values.get('repeat') ?? '')) {
       setMismatch('the two new passwords differ: type the same one twice');
       return;
     }
     setMismatch(undefined);
-    const result = await change({ input: { currentPassword: String(form.get('currentPassword') ?? ''), newPassword } });
-    const outcome = result.data?.changePassword;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'PasswordChanged') {
+    const outcome = await run({
+      input: { currentPassword: String(values.get('currentPassword') ?? ''), newPassword },
+    });
+    if (outcome?.__typename === 'PasswordChanged') {
       setDone(outcome.signedOut);
-      formElement.reset();
+      form.reset();
     }
-  };
+  });
   const fieldError = (field: string) => (refusal?.field === `input.${field}` ? refusal.message : undefined);
 
   return (
-    <section className="panel" aria-labelledby="change-password-title">
-      <h2 id="change-password-title">Change your password</h2>
+    <FormPanel titleId="change-password-title" title="Change your password">
       <form className="form-row" onSubmit={submit}>
         <Field
           label="Current password"
@@ -80,9 +77,7 @@ export function ChangePasswordForm() {
           autoComplete="new-password"
           error={mismatch}
         />
-        <button type="submit" className="button primary" disabled={fetching}>
-          Change password
-        </button>
+        <SubmitButton busy={fetching}>Change password</SubmitButton>
       </form>
       <p className="hint">Your other sessions (other browsers, other machines) are signed out; this one stays.</p>
       <FormError refusal={refusal?.field?.startsWith('input.') ? null : refusal} error={error} />
@@ -94,6 +89,6 @@ export function ChangePasswordForm() {
             : `${done} other session${done === 1 ? ' was' : 's were'} signed out.`}
         </p>
       ) : null}
-    </section>
+    </FormPanel>
   );
 }

@@ -1,10 +1,10 @@
-import { type FormEvent, useState } from 'react';
-import { useMutation } from 'urql';
+import { useState } from 'react';
 import { graphql } from '../../graphql/graphql';
-import type { Refusal, Role } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
+import type { Role } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
-import { RoleOptions } from '../common/role-options';
+import { FormPanel, LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
+import { RoleField } from '../common/role-options';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { UserTable_UserFragment } from './user-table';
 
 /** The user joins the cached `users` list through graphcache's updater (graphql/cache.ts). */
@@ -24,57 +24,39 @@ export const CreateUserForm_CreateMutation = graphql(
 );
 
 export function CreateUserForm() {
-  const [{ fetching, error }, create] = useMutation(CreateUserForm_CreateMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(CreateUserForm_CreateMutation, (d) => d.createUser);
   const [createdEmail, setCreatedEmail] = useState<string>();
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const formElement = event.currentTarget;
-    const form = new FormData(formElement);
-    setRefusal(null);
+  const submit = onFormSubmit(async (values, form) => {
     setCreatedEmail(undefined);
-    const result = await create({
+    const outcome = await run({
       input: {
-        email: String(form.get('email') ?? '').trim(),
-        name: String(form.get('name') ?? '').trim(),
-        role: String(form.get('role')) as Role,
-        password: String(form.get('password') ?? ''),
+        email: String(values.get('email') ?? '').trim(),
+        name: String(values.get('name') ?? '').trim(),
+        role: String(values.get('role')) as Role,
+        password: String(values.get('password') ?? ''),
       },
     });
-    const outcome = result.data?.createUser;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'User') {
+    if (outcome?.__typename === 'User') {
       setCreatedEmail(outcome.email);
-      formElement.reset();
+      form.reset();
     }
-  };
+  });
 
   return (
-    <section className="panel" aria-labelledby="create-user-title">
-      <h2 id="create-user-title">Create a user</h2>
+    <FormPanel titleId="create-user-title" title="Create a user">
       <form className="form-row" onSubmit={submit}>
-        <label className="field">
-          <span>Email</span>
+        <LabelledControl label="Email">
           <input name="email" type="email" required autoComplete="off" />
-        </label>
-        <label className="field">
-          <span>Name</span>
+        </LabelledControl>
+        <LabelledControl label="Name">
           <input name="name" required autoComplete="off" />
-        </label>
-        <label className="field">
-          <span>Role</span>
-          <select name="role" defaultValue="VIEWER">
-            <RoleOptions />
-          </select>
-        </label>
-        <label className="field">
-          <span>Password</span>
+        </LabelledControl>
+        <RoleField />
+        <LabelledControl label="Password">
           <input name="password" type="password" required autoComplete="new-password" aria-describedby="pw-hint" />
-        </label>
-        <button type="submit" className="button primary" disabled={fetching}>
-          Create user
-        </button>
+        </LabelledControl>
+        <SubmitButton busy={fetching}>Create user</SubmitButton>
       </form>
       <p id="pw-hint" className="hint">
         At least 12 characters. Tell the person their password another way; they can sign in at once.
@@ -85,6 +67,6 @@ export function CreateUserForm() {
           Created {createdEmail}.
         </p>
       ) : null}
-    </section>
+    </FormPanel>
   );
 }

@@ -4,7 +4,9 @@ import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { Role } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { Breakable } from '../common/breakable';
+import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
+import { InlineProblem, LabelledControl, SubmitButton } from '../common/form-parts';
 import { RoleOptions } from '../common/role-options';
 import { TimeAgo } from '../common/time-ago';
 
@@ -40,27 +42,13 @@ export const UserRow_UpdateMutation = graphql(
 export function UserTable({ users, viewerId }: { users: UserTable_User[]; viewerId: string }) {
   const sorted = [...users].sort((a, b) => a.email.localeCompare(b.email));
   return (
-    <div className="table-wrap">
-      <table className="table users">
-        <thead>
-          <tr>
-            <th scope="col">Email</th>
-            <th scope="col">Name</th>
-            <th scope="col">Role</th>
-            <th scope="col">State</th>
-            <th scope="col">Created</th>
-            <th scope="col">
-              <span className="visually-hidden">Actions</span>
-            </th>
-          </tr>
-        </thead>
-        <tbody>
-          {sorted.map((u) => (
-            <UserRow key={u.id} user={u} isYou={u.id === viewerId} />
-          ))}
-        </tbody>
-      </table>
-    </div>
+    <DataTable className="users" columns={['Email', 'Name', 'Role', 'State', 'Created', ACTIONS_COLUMN]}>
+      <tbody>
+        {sorted.map((u) => (
+          <UserRow key={u.id} user={u} isYou={u.id === viewerId} />
+        ))}
+      </tbody>
+    </DataTable>
   );
 }
 
@@ -132,11 +120,7 @@ function UserRow({ user, isYou }: { user: UserTable_User; isYou: boolean }) {
           >
             {user.disabled ? 'Enable' : 'Disable'}
           </button>
-          {problem ? (
-            <span role="alert" className="form-error inline">
-              {problem}
-            </span>
-          ) : null}
+          <InlineProblem problem={problem} />
         </td>
       </tr>
       {notice && !resetting ? (
@@ -152,13 +136,10 @@ function UserRow({ user, isYou }: { user: UserTable_User; isYou: boolean }) {
         <tr className="row-detail">
           <td colSpan={6}>
             <form className="form-row" onSubmit={reset} aria-label={`Reset the password of ${user.email}`}>
-              <label className="field">
-                <span>New password for {user.email}</span>
+              <LabelledControl label={`New password for ${user.email}`}>
                 <input name="password" type="password" required minLength={12} autoComplete="new-password" />
-              </label>
-              <button type="submit" className="button primary" disabled={fetching}>
-                Set password
-              </button>
+              </LabelledControl>
+              <SubmitButton busy={fetching}>Set password</SubmitButton>
               <button type="button" className="button" onClick={() => setResetting(false)}>
                 Cancel
               </button>
