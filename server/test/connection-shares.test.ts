@@ -3,6 +3,7 @@ import net from 'node:net';
 import { type Client, createClient } from 'graphql-ws';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import WebSocket from 'ws';
+import { addressOf } from '../src/http/connection-shares.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // One viewer token holding ~1,100 idle WebSockets left another client 1 of 20 connections; anonymous sockets
@@ -168,6 +169,18 @@ afterEach(async () => {
   await sleep(300);
 });
 
+describe('the address a connection counts against', () => {
+  it('is an IPv4 peer itself (dual-stack or not), and an IPv6 peer by its /64, whichever address in it', () => {
+    expect(addressOf({ remoteAddress: '::ffff:203.0.113.7' })).toBe('203.0.113.7');
+    expect(addressOf({ remoteAddress: '203.0.113.7' })).toBe('203.0.113.7');
+    const a = addressOf({ remoteAddress: '2001:db8:1:2::1' });
+    expect(a).toBe('2001:db8:1:2::/64');
+    expect(addressOf({ remoteAddress: '2001:0db8:0001:0002:aaaa:bbbb:cccc:dddd' })).toBe(a);
+    expect(addressOf({ remoteAddress: '2001:db8:1:3::1' })).not.toBe(a);
+    expect(addressOf({ remoteAddress: '2001:db8::1' })).toBe('2001:db8:0:0::/64');
+  });
+});
+
 describe('connection shares', () => {
   it('answers a client from another address while one token holds idle WebSockets and one address trickles headers', async () => {
     const attacker = await t.token('VIEWER', 'hoarder');
@@ -260,7 +273,7 @@ describe('idle WebSockets', () => {
       { query: 'subscription { auditEventAdded { action } }' },
       { next: () => void heard++, error: () => {}, complete: () => {} },
     );
-    await sleep(2500);
+    await until('the idle socket is closed', () => typeof idle.state === 'object');
     expect(idle.state).toEqual({ code: 1000, reason: expect.stringContaining('HANGAR_WS_IDLE_SECONDS') });
     expect(busy.state).toBe('connected');
     await s.token('VIEWER', 'an-event');

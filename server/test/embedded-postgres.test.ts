@@ -157,6 +157,7 @@ describe('the embedded PostgreSQL', () => {
     expect(said).not.toContain('the embedded PostgreSQL exited; restarting it on the same port');
     expect(said).not.toContain('could not put a download back in the queue; it resumes when its lease runs out');
     // Stopped by Hangar, once the server had drained.
+    expect(said).toContain('stopping');
     expect(said.indexOf('stopped the embedded PostgreSQL')).toBeGreaterThan(said.indexOf('stopping'));
     expect(alive(database)).toBe(false);
 

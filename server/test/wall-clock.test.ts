@@ -88,7 +88,9 @@ describe('a jump of the wall clock', () => {
   it('still fails the job of a node that really went silent, on the database clock', async () => {
     const id = await runningJob('clock-jump-silent');
     expect(await report(id, 1)).toEqual({ __typename: 'TrainJob', step: 1 });
-    jumpWallClock(JUMP_MS);
+    // Back, not forward: a sweep judging by this process's wall clock would then never find the lease past, and
+    // the job would stay RUNNING (forward, it would fail at once and this test could not tell).
+    jumpWallClock(-JUMP_MS);
     // Silent from here: the sweeps every 2 s find its lease past the database's now after 5 s.
     const deadline = performance.now() + 30_000;
     while ((await job(id)).state === 'RUNNING') {

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { backoffMs, retryAfterMs, sleep, waitUntil } from './retry.js';
 
 describe('backoffMs', () => {
@@ -49,20 +49,31 @@ describe('backoffMs', () => {
   });
 });
 
+// On vitest's fake timers: each wait is what the timers say, not what a busy machine's clock happened to show.
 describe('sleep', () => {
-  it('waits about the time asked', async () => {
-    const t0 = performance.now();
-    await sleep(30);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(25);
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it('waits the time asked, and not less', async () => {
+    let done = false;
+    const waiting = sleep(30).then(() => {
+      done = true;
+    });
+    await vi.advanceTimersByTimeAsync(29);
+    expect(done).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    await waiting;
+    expect(done).toBe(true);
   });
 
   it('ends at once on an abort, rejecting with its reason', async () => {
     const ac = new AbortController();
-    const t0 = performance.now();
     const waiting = sleep(10_000, ac.signal);
-    setTimeout(() => ac.abort(new Error('stopping')), 10);
-    await expect(waiting).rejects.toThrow('stopping');
-    expect(performance.now() - t0).toBeLessThan(1000);
+    const rejected = expect(waiting).rejects.toThrow('stopping');
+    await vi.advanceTimersByTimeAsync(10);
+    ac.abort(new Error('stopping'));
+    await rejected;
+    expect(vi.getTimerCount()).toBe(0);
   });
 
   it('rejects at once when already aborted', async () => {
@@ -71,17 +82,26 @@ describe('sleep', () => {
 });
 
 describe('waitUntil', () => {
-  it('returns true as soon as the condition holds', async () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it('returns true as soon as the condition holds, one poll after another', async () => {
     let n = 0;
-    const t0 = performance.now();
-    expect(await waitUntil(() => ++n >= 3, { timeoutMs: 5000, pollMs: 5 })).toBe(true);
-    expect(performance.now() - t0).toBeLessThan(1000);
+    const waiting = waitUntil(() => ++n >= 3, { timeoutMs: 5000, pollMs: 5 });
+    await vi.advanceTimersByTimeAsync(10);
+    expect(await waiting).toBe(true);
+    expect(n).toBeGreaterThanOrEqual(3);
   });
 
   it('gives up at the timeout, saying the condition does not hold', async () => {
-    const t0 = performance.now();
-    expect(await waitUntil(() => false, { timeoutMs: 40, pollMs: 10 })).toBe(false);
-    expect(performance.now() - t0).toBeGreaterThanOrEqual(35);
+    let settled = false;
+    const waiting = waitUntil(() => false, { timeoutMs: 40, pollMs: 10 }).finally(() => {
+      settled = true;
+    });
+    await vi.advanceTimersByTimeAsync(30);
+    expect(settled).toBe(false);
+    await vi.advanceTimersByTimeAsync(20);
+    expect(await waiting).toBe(false);
   });
 
   it('does not wait at all when it already holds', async () => {

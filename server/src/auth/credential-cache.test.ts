@@ -82,6 +82,24 @@ describe('CredentialCache', () => {
     await expect(cache.get('k', () => Promise.reject(new Error('a bug')))).rejects.toThrow(/a bug/);
   });
 
+  it('never answers an outage with an acceptance the database has since refused (its event unheard)', async () => {
+    let since: number | undefined = 0;
+    const { cache, load } = setup({ listeningSince: () => since });
+    const down = async (): Promise<Found> => {
+      throw Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:5432'), { code: 'ECONNREFUSED' });
+    };
+    await cache.get('revoked-heard-late', load());
+    await cache.get('revoked-unheard', load());
+    // Revoked while the events were heard but its event missed: the fresh lookup refuses it.
+    expect(await cache.get('revoked-heard-late', load({ ok: false }), true)).toMatchObject({ ok: false });
+    // Revoked while no events were heard: looked up every time, and refused.
+    since = undefined;
+    expect(await cache.get('revoked-unheard', load({ ok: false }))).toMatchObject({ ok: false });
+    // Then the database goes: neither old acceptance comes back.
+    await expect(cache.get('revoked-heard-late', down)).rejects.toThrow(/ECONNREFUSED/);
+    await expect(cache.get('revoked-unheard', down)).rejects.toThrow(/ECONNREFUSED/);
+  });
+
   it('does not keep a lookup that straddled a change, nor a refusal', async () => {
     const { pubsub, cache, load, loads } = setup();
     let release!: () => void;

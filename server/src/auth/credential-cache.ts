@@ -93,7 +93,15 @@ export class CredentialCache<V> {
     const since = this.stopHearing ? this.events?.listeningSince() : undefined;
     // Not heard from lately: looked up every time (the database's events went unheard), and what is kept
     // answers only if the lookup finds no database (orLastKnown).
-    if (since === undefined) return this.orLastKnown(key, load);
+    if (since === undefined) {
+      return this.orLastKnown(key, async () => {
+        const value = await load();
+        // Answered by the database itself: what was kept may be a credential revoked since (its event unheard),
+        // and must not come back in an outage.
+        this.kept.delete(key);
+        return value;
+      });
+    }
     const now = Date.now();
     const hit = this.kept.get(key);
     if (fresh) {
@@ -126,7 +134,11 @@ export class CredentialCache<V> {
     const startedAt = Date.now();
     const value = await load();
     const keep = this.keepable(value);
-    if (!keep) return value;
+    if (!keep) {
+      // Refused now (revoked, demoted, expired): an older acceptance must not answer for it in an outage.
+      this.kept.delete(key);
+      return value;
+    }
     const holder = `user:${keep.userId}`;
     const unsettledAt = this.unsettled.get(holder);
     // A rolled-back change sends no event: its holder is kept again after KEEP_MS.

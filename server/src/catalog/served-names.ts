@@ -1,4 +1,4 @@
-import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { Viewer } from '../auth/viewer.js';
 import type { Db, Tx } from '../db/client.js';
 import { ConflictError, fail, ok, type Result } from '../lib/errors.js';
 import { type OrgService, publicSight, type Sight, sees } from '../org/org.service.js';
@@ -65,7 +65,7 @@ export type NameHolder =
   | { kind: 'MODEL'; name: string; owner: string | null }
   | { kind: 'ADAPTER'; name: string; owner: string | null; model: { name: string; owner: string | null } };
 
-type Owners = Pick<OrgService, 'callerReach' | 'formatOwner'>;
+type Owners = Pick<OrgService, 'sightOf' | 'formatOwner'>;
 
 export class ServedNames {
   private readonly db: Db;
@@ -124,13 +124,8 @@ export class ServedNames {
     }
   }
 
-  private async sightOf(viewer: Viewer): Promise<Sight> {
+  private sightOf(viewer: Viewer): Promise<Sight> {
     // Hangar's own passes (a serve job's steps) write what others read in the job: they are told what anyone is.
-    if (viewer.kind !== 'user' && viewer.kind !== 'token') return publicSight();
-    const reach = await this.owners.callerReach({
-      userId: viewer.user.id,
-      tokenId: viewer.kind === 'token' ? viewer.tokenId : undefined,
-    });
-    return { admin: roleAtLeast(viewer.role, 'ADMIN'), reach };
+    return viewer.kind === 'system' ? Promise.resolve(publicSight()) : this.owners.sightOf(viewer);
   }
 }

@@ -424,9 +424,9 @@ export class Gateway {
               else res.destroy();
             }
           }
-          // What the client got, also when it (or the replica) left before the engine's usage came; a replica's
-          // refusal (4xx, 5xx) read no prompt and is accounted only as the engine says.
-          usage = status < 400 ? tap.accounted(() => estimatePromptTokens(body)) : tap.usage;
+          // What the client got, also when it (or the replica) left before the engine's usage came. (A replica's
+          // refusal, 4xx or 5xx, never reaches here: it was answered above in the gateway's words.)
+          usage = tap.accounted(() => estimatePromptTokens(body));
           firstAt = tap instanceof SseTap ? tap.firstEventAt : tap.firstByteAt;
           return;
         } catch (err) {
@@ -545,7 +545,8 @@ export class Gateway {
     // others: a fixed share, not one computed from who waits now, because a request already waiting cannot be
     // taken back when another caller comes.
     const share = Math.max(1, Math.floor(gatewayWakeQueue / 4));
-    const mine = `${name}\n${caller.tokenId || `user:${caller.userId}`}`;
+    // By user, over all their tokens and sessions (as their connections are counted): a fresh token is no new share.
+    const mine = `${name}\nuser:${caller.userId}`;
     const held = this.waitingBy.get(mine) ?? 0;
     if (held >= share) {
       return unavailable(

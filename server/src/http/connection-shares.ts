@@ -116,7 +116,18 @@ export class ConnectionShares {
   }
 }
 
-// The socket's peer, never X-Forwarded-For: the share is taken before any header has arrived.
-function addressOf(socket: Socket): string {
-  return clientAddress(socket.remoteAddress, undefined, false) ?? 'unknown';
+// The socket's peer, never X-Forwarded-For: the share is taken before any header has arrived. An IPv6 peer counts
+// by its /64: a single host is handed a whole /64 and may pick a fresh address in it for every connection.
+export function addressOf(socket: Pick<Socket, 'remoteAddress'>): string {
+  const address = clientAddress(socket.remoteAddress, undefined, false) ?? 'unknown';
+  return address.includes(':') ? `${ipv6Groups(address).slice(0, 4).join(':')}::/64` : address;
+}
+
+/** The eight groups of an IPv6 address, '::' expanded ("2001:db8::1" → 2001, db8, 0, 0, 0, 0, 0, 1). */
+function ipv6Groups(address: string): string[] {
+  const [head = '', tail] = address.split('::');
+  const left = head ? head.split(':') : [];
+  const right = tail ? tail.split(':') : [];
+  const zeros = tail === undefined ? [] : Array(Math.max(0, 8 - left.length - right.length)).fill('0');
+  return [...left, ...zeros, ...right].map((g) => g.toLowerCase().replace(/^0+(?=.)/, ''));
 }

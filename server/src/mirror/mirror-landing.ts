@@ -67,6 +67,25 @@ export class MirrorLanding {
   }
 
   /**
+   * An owned adapter's version takes no files from those its owner does not admit: what they add (an upload, a
+   * fetch, a registry set) would be served to the team as its adapter. Refused as a name that is taken, never
+   * naming the owner; the refusal is audited here under the owner, so only the one who asked learns that much.
+   */
+  async refuseOwnedVersion(
+    actor: Actor,
+    action: string,
+    model: string,
+    version: string,
+  ): Promise<ConflictError | null> {
+    const owned = await versionOwner(this.db, model, version);
+    if (!owned || (this.mayRead && (await this.mayRead(actor.viewer, owned.owner)))) return null;
+    const error = new ConflictError(`the version ${model}/${version} is taken: choose another version name`);
+    await this.audit.refused(actor, action, `${model}/${version}`, error.message, owned.owner);
+    error.recorded = true;
+    return error;
+  }
+
+  /**
    * Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch: written to a partial,
    * hashed, checked against the digest when one is given, and only then moved into place.
    */
@@ -82,6 +101,8 @@ export class MirrorLanding {
     );
     if (!parsed.ok) return parsed;
     const { model, version, file } = parsed.value;
+    const owned = await this.refuseOwnedVersion(actor, 'uploadToMirror', model, version);
+    if (owned) return fail(owned);
     const existing = await this.db.mirrorFile.findUnique({ where: { model_version_file: { model, version, file } } });
     if (existing && existing.state !== 'FAILED' && existing.state !== 'CANCELLED') {
       return fail(

@@ -78,8 +78,7 @@ builder.mutationFields((t) => ({
           "Fetch without reading the GGUF headers first: for a file the check refused (UnloadableError), an architecture the nodes' llama.cpp does not know yet, say.",
       }),
     },
-    resolve: async (_root, args, ctx, info) =>
-      unwrap((await taken(ctx, info, args)) ?? (await ctx.services.mirror.fetch(ctx.actor, args))),
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.mirror.fetch(ctx.actor, args)),
   }),
   cancelMirrorFetch: t.field({
     type: MirrorVersionRef,
@@ -163,27 +162,6 @@ async function unseen(
 ): Promise<Result<never> | null> {
   if (await seesVersion(ctx, args.model, args.version, await sightOf(ctx, info))) return null;
   return fail(new NotFoundError(`the mirror has no ${args.model}/${args.version}`));
-}
-
-/**
- * An owned adapter's version takes no files from those its owner does not admit: what they add would be served to
- * the team as its adapter. Refused as a name that is taken (which the shared namespace cannot help saying), never
- * naming the owner; the row is filed under the owner, so only the one who asked learns that much.
- */
-async function taken(
-  ctx: Context,
-  info: Parameters<typeof sightOf>[1],
-  args: { model: string; version: string },
-): Promise<Result<never> | null> {
-  const sight = await sightOf(ctx, info);
-  if (sight.admin) return null;
-  const owned = await versionOwner(ctx.prisma, args.model, args.version);
-  if (!owned || sees(sight, owned.owner)) return null;
-  const version = `${args.model}/${args.version}`;
-  const error = new ConflictError(`the version ${version} is taken: choose another version name`);
-  await ctx.services.audit.refused(ctx.actor, 'fetchToMirror', version, error.message, owned.owner);
-  error.recorded = true;
-  return fail(error);
 }
 
 // Events are published as each file's progress is persisted (about once a second per transfer) and on every

@@ -240,11 +240,15 @@ export class MirrorService {
     o: {
       /** Written with the rows, in their transaction: what the caller knows of the fetch (the Hub's ref, say). */
       withRows?: (tx: Tx) => Promise<void>;
+      /** The operation a refusal is audited as (fetchRepoSet's sets come through here too). */
+      action?: string;
     } = {},
   ): Promise<Result<FetchStarted>> {
     const parsed = parseInput(fetchInput, input, '');
     if (!parsed.ok) return parsed;
     const { model, version, sources, force, fetchAnyway } = parsed.value;
+    const owned = await this.landing.refuseOwnedVersion(actor, o.action ?? 'fetchToMirror', model, version);
+    if (owned) return fail(owned);
     const files: { file: string; url: string; sha256: string | null; size: number | null }[] = [];
     const seen = new Set<string>();
     for (const [i, s] of sources.entries()) {

@@ -244,7 +244,13 @@ export function uploadToMirror({
         { model, version, file: rest.join('/'), size: length, sha256: typeof sha === 'string' ? sha : null },
         req,
       );
-      if (!result.ok) return refuse(statusOf(result.error), result.error.message, result.error.code);
+      if (!result.ok) {
+        // Audited already where it was refused (an owned version's refusal is filed under its owner).
+        if (result.error.recorded) {
+          return sendJson(res, statusOf(result.error), { error: result.error.message, code: result.error.code });
+        }
+        return refuse(statusOf(result.error), result.error.message, result.error.code);
+      }
       const stored = result.value.files.find((x) => x.file === rest.join('/'));
       edge.log.info('mirror: upload kept', { file: target, bytes: Number(stored?.bytesDone ?? 0) });
       return sendJson(res, 201, {

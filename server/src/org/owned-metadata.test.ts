@@ -583,4 +583,22 @@ describe('refusals about an owned thing', () => {
     expect(await audit(refusal, 'plainViewer')).toEqual([]);
     expect(await audit(refusal, 'memberViewer')).toHaveLength(1);
   });
+
+  it('an upload into an owned version is refused to an outsider the same way, and adds nothing', async () => {
+    const put = (name: keyof typeof who) =>
+      fetch(`${base}/mirror/secret-lora/${secretVersion}/planted.gguf`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${who[name]}` },
+        body: 'planted bytes',
+      });
+    const res = await put('outsideOperator');
+    expect(res.status).toBe(409);
+    expect(JSON.stringify(await res.json())).toContain(
+      `the version secret-lora/${secretVersion} is taken: choose another version name`,
+    );
+    expect(await t.app.db.prisma.mirrorFile.count({ where: { model: 'secret-lora', file: 'planted.gguf' } })).toBe(0);
+    const refusal = 'action: "uploadToMirror", actor: "sales-operator"';
+    expect(await audit(refusal, 'plainViewer')).toEqual([]);
+    expect(await audit(refusal, 'memberViewer')).toHaveLength(1);
+  });
 });

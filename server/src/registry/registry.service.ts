@@ -378,6 +378,7 @@ export class RegistryService {
         fetchAnyway: Boolean(force),
       },
       {
+        action: 'fetchRepoSet',
         withRows: (tx) =>
           recordHubRef(tx, { repo: id, revision: parsed.value.ref ?? parsed.value.revision, commit: repo.revision }),
       },
