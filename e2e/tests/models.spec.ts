@@ -69,6 +69,8 @@ test('an operator serves a mirrored version after seeing its plan, then changes 
     'always: 1 replica is being placed',
   );
   await expect(page.getByText('Live: cards follow their replicas')).toBeVisible();
+  // How the gateway routes it: by prefix, the default for a chat model (#29).
+  await expect(page.getByTestId('model-e2e-llama').getByTestId('model-routing')).toHaveText('by prefix');
   await snap(page, '18-models-pending');
   await page.setViewportSize({ width: 800, height: 800 });
   await snap(page, '18-models-pending-800');

@@ -101,6 +101,7 @@ test('an admin sees replicas per GPU, adds, rotates and removes nodes, and a sto
   // A rotated token: shown once, with the command again.
   const added = page.getByRole('row', { name: /gpu-added/ });
   await added.getByRole('button', { name: 'Rotate token' }).click();
+  await added.getByRole('button', { name: 'Rotate the token of gpu-added' }).click();
   await expect(page.getByText(/A new token for “gpu-added”/)).toBeVisible();
   await expect(command).toContainText('HANGAR_NODE_TOKEN=hgn_');
   await page.getByRole('button', { name: 'I have copied it' }).click();

@@ -1,5 +1,5 @@
 import { expect, type Locator, test } from '@playwright/test';
-import { signIn, snap } from '../fixtures/hangar.js';
+import { expectNothingClipped, signIn, snap } from '../fixtures/hangar.js';
 import { repoId } from '../fixtures/stand-in-hub.js';
 
 // The registry explorer against the stand-in Hub (fixtures/stand-in-hub.ts, started by global-setup.ts): search,
@@ -79,9 +79,14 @@ test('an operator finds a model in the registry, sees how each set would fit, an
   await expect(anyway).toBeDisabled();
   await expect(mmproj.getByLabel('Fetch it although it cannot be served here')).not.toBeChecked();
   await snap(page, '13-registry-fetch-anyway-offered');
+  // Every control of every set is on screen at both widths: at 800 px the sets become cards.
+  await expectNothingClipped(detail);
   await page.setViewportSize({ width: 800, height: 900 });
   await mmproj.scrollIntoViewIfNeeded();
   await page.screenshot({ path: 'artifacts/screens/13-registry-fetch-anyway-offered-800.png' });
+  await tiny.scrollIntoViewIfNeeded();
+  await page.screenshot({ path: 'artifacts/screens/13-registry-set-card-800.png' });
+  await expectNothingClipped(detail);
   await page.setViewportSize({ width: 1280, height: 800 });
 
   // The small one, under the names shown: the answer stays beside it, and the mirror above lists it live.

@@ -22,7 +22,11 @@ test.afterEach(async () => {
   agent = undefined;
 });
 
-/** 25 pairs, one of them repeated (the report names it): with batch 1 and 4 epochs, 104 steps of 150 ms. */
+/**
+ * 25 pairs, one of them repeated (the report names it). 5 distinct questions are held out to evaluate the adapter
+ * (10 %, at least 5, picked by seed 42: lines 2, 9, 14, 18, 25), so 21 are trained on: with batch 1 and 4 epochs,
+ * 84 steps of 150 ms.
+ */
 function pairsFile(): Buffer {
   const lines = Array.from({ length: 25 }, (_, i) =>
     JSON.stringify({
@@ -34,7 +38,7 @@ function pairsFile(): Buffer {
   return Buffer.from(`${lines.join('\n')}\n`);
 }
 
-/** The step the page shows now ("step 12 of 104"), or 0 before the first. */
+/** The step the page shows now ("step 12 of 84"), or 0 before the first. */
 async function shownStep(page: Page, where = page.getByTestId('train-steps').first()): Promise<number> {
   const text = (await where.textContent({ timeout: 1000 }).catch(() => null)) ?? '';
   return Number(/step ([\d,]+) of/.exec(text)?.[1]?.replace(/,/g, '') ?? 0);
@@ -125,7 +129,7 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   });
 
   // Live: the step count climbs while the page just sits there.
-  await expect(page.getByText(/step \d+ of 104/)).toBeVisible({ timeout: 60_000 });
+  await expect(page.getByText(/step \d+ of 84/)).toBeVisible({ timeout: 60_000 });
   const first = await shownStep(page);
   await expect.poll(() => shownStep(page), { timeout: 15_000 }).toBeGreaterThan(first);
   await expect(page.getByRole('figure', { name: /^Loss/ }).getByRole('img')).toBeVisible();
@@ -147,6 +151,14 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
   const artifacts = page.getByRole('region', { name: 'Artifacts' });
   await expect(artifacts.getByRole('row', { name: /peft/ })).toBeVisible();
   await expect(artifacts.getByRole('row', { name: /gguf/ })).toBeVisible();
+  // The node had the base and the adapter answer the held-out questions (real llama.cpp on the tiny llama): the
+  // evaluation is on the page, the questions side by side.
+  const evaluation = page.getByRole('region', { name: 'Evaluation' });
+  await expect(evaluation.getByText('Its own held-out pairs (5)')).toBeVisible();
+  await expect(evaluation.getByRole('table', { name: 'The questions, side by side' }).getByRole('row')).toHaveCount(
+    1 + 5 + 16,
+  );
+  await expect(page.getByRole('figure', { name: /^Loss/ })).toContainText('held-out loss');
 
   // The loss chart reads out the step and the loss under the pointer.
   const loss = page.getByRole('figure', { name: /^Loss/ });
@@ -158,6 +170,8 @@ test('a LoRA job submitted from the console trains on a node agent, live, and it
     await page.setViewportSize({ width, height: 800 });
     expect(await overflows(page)).toEqual([]);
     await snap(page, `training-job-${width}`);
+    await evaluation.scrollIntoViewIfNeeded();
+    await page.screenshot({ path: `artifacts/screens/training-evaluation-${width}.png`, fullPage: false });
   }
   await page.setViewportSize({ width: 1280, height: 800 });
 

@@ -9,6 +9,7 @@ import vm from 'node:vm';
 import { newEngineKey } from '@hangar/agent/control-plane';
 import { createLogger } from '@hangar/common/log';
 import { createApp } from '../src/app.js';
+import { systemActor } from '../src/auth/actor.js';
 import { hashSecret } from '../src/auth/secrets.js';
 import { loadConfig } from '../src/config.js';
 import { benchToken } from './api-token.js';
@@ -24,6 +25,8 @@ import type { Job, LatencyResult, StreamResult, Target } from './gateway-client.
 //      p50; for reference Bifrost publishes 0.62 ms of overhead, LiteLLM 3.25 ms);
 //   2. chunks per second of 64 concurrent streams, through the gateway against direct (goal ≥ 0.9×);
 //   3. the server's memory with 1000 streams held open through it, against the same server idle.
+//   4. within 1, a second caller with three limits applying to every request (none refusing), against the first:
+//      what checking limits adds (goal ≤ 0.05 ms at p50, #28).
 // Absolute numbers move with the machine, and on a small one the client, the engine and the proxy share its
 // cores: the floor says how much of a gap is the hop itself, and Hangar's CPU time per request and per chunk
 // what the gateway spends whatever the machine.
@@ -39,6 +42,8 @@ const STREAM_TOKENS = 256;
 const ROUND_MS = 2000;
 const OPEN_STREAMS = 1000;
 const LATENCY_GOAL_MS = 0.5;
+/** What three limits applying to every request may add at p50 (#28). */
+const LIMITS_GOAL_MS = 0.05;
 const STREAM_GOAL = 0.9;
 const MiB = 1024 * 1024;
 const PROFILE_DIR = process.env.HANGAR_BENCH_PROFILE;
@@ -88,8 +93,11 @@ const config = loadConfig({
   PORT: '0',
   HANGAR_LOG_LEVEL: 'warn',
   HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
-  // The 1000 open streams, and the client's keep-alive sockets besides.
+  // The 1000 open streams, and the client's keep-alive sockets besides, all from one address (loopback) and one
+  // caller: the shares that keep one client from starving the rest would cut them at 512.
   HANGAR_MAX_CONNECTIONS: '4096',
+  HANGAR_MAX_CONNECTIONS_PER_ADDRESS: '4096',
+  HANGAR_MAX_CONNECTIONS_PER_CALLER: '4096',
 });
 const app = await createApp({ config, log: createLogger('warn'), print: () => {} });
 const hangar = await app.start();
@@ -120,9 +128,26 @@ const replica = await db.replica.create({
 });
 await app.services.gateway.routes.refresh();
 
+// The same kind of caller with three limits that apply to every request and never refuse one: its key's, its
+// key's on this model, and its org's (#28). What checking them costs is this caller's latency less the other's.
+const limitedToken = await benchToken(hangar, { callerOnly: true });
+const limitedId = (await db.apiToken.findFirst({ orderBy: { createdAt: 'desc' }, select: { id: true } }))?.id as string;
+const org = await db.org.create({ data: { name: 'bench-org' } });
+await db.membership.create({ data: { orgId: org.id, apiTokenId: limitedId } });
+const benchActor = systemActor('bench');
+for (const [scope, model, limit] of [
+  [`key:${limitedId}`, null, { requestsPerMinute: 1_000_000_000 }],
+  [`key:${limitedId}`, 'bench', { tokensPerMinute: 1_000_000_000 }],
+  ['org:bench-org', null, { tokensPerDay: 1_000_000_000_000 }],
+] as const) {
+  const set = await app.services.limits.setLimit(benchActor, { scope, model, limit });
+  if (!set.ok) throw new Error(`bench: setLimit ${scope}: ${set.error.message}`);
+}
+
 const direct: Target = { url: endpoint, key: engineKey };
 const bare: Target = { url: floorUrl, key: 'unused: the floor sends the engine key' };
 const gateway: Target = { url: `${hangar}/v1`, key: token };
+const limitedGateway: Target = { url: `${hangar}/v1`, key: limitedToken };
 
 type Usage = { rss: number; heap: number; cpuMs: number };
 /** Hangar's process: memory after a full GC, CPU time so far. */
@@ -189,7 +214,11 @@ async function openStreams(target: Target, usage: () => Promise<Usage> | Usage) 
 
 try {
   // Warm up: JIT, every keep-alive pool, the caller cache, the upstream agents.
-  await ask<LatencyResult>(client.child, { kind: 'latency', targets: [direct, bare, gateway], rounds: 500 });
+  await ask<LatencyResult>(client.child, {
+    kind: 'latency',
+    targets: [direct, bare, gateway, limitedGateway],
+    rounds: 500,
+  });
   for (const target of [direct, bare, gateway]) {
     await ask<StreamResult>(client.child, { kind: 'stream', target, streams: STREAMS, tokens: 64, ms: 300 });
   }
@@ -209,14 +238,19 @@ try {
   const floorCpu = await floorUsage();
   const cpu = hangarUsage();
   const latencyStarted = performance.now();
-  const [latDirect = [], latBare = [], latGateway = []] = await profiled('latency', () =>
-    ask<LatencyResult>(client.child, { kind: 'latency', targets: [direct, bare, gateway], rounds: ROUNDS }),
+  const [latDirect = [], latBare = [], latGateway = [], latLimited = []] = await profiled('latency', () =>
+    ask<LatencyResult>(client.child, {
+      kind: 'latency',
+      targets: [direct, bare, gateway, limitedGateway],
+      rounds: ROUNDS,
+    }),
   );
   const latencyMs = performance.now() - latencyStarted;
   const cpuPerRequest = (hangarUsage().cpuMs - cpu.cpuMs - idleCpuPerMs * latencyMs) / ROUNDS;
   const floorCpuPerRequest = ((await floorUsage()).cpuMs - floorCpu.cpuMs) / ROUNDS;
   const added = latGateway.map((g, i) => g - (latDirect[i] ?? 0));
   const addedFloor = latBare.map((b, i) => b - (latDirect[i] ?? 0));
+  const limitsAdded = latLimited.map((l, i) => l - (latGateway[i] ?? 0));
 
   // 2. Streaming throughput, rounds rotating which way goes first.
   const ways = { direct, bare, gateway };
@@ -254,6 +288,9 @@ try {
     `    added by the gateway (round by round, gateway − direct): p50 ${ms(addedP50)} p99 ${ms(at(added, 0.99))}, ` +
       `${addedP50 <= LATENCY_GOAL_MS ? 'meets' : 'MISSES'} the goal ≤ ${LATENCY_GOAL_MS} ms (Bifrost publishes 0.62 ms, LiteLLM 3.25 ms); ` +
       `by the floor: p50 ${ms(median(addedFloor))} p99 ${ms(at(addedFloor, 0.99))}`,
+    `    three limits on every request (key, key on the model, org), against the same caller with none: p50 ${ms(median(latLimited))} against ${ms(median(latGateway))}, ` +
+      `added p50 ${ms(median(limitsAdded))} (round by round), ratio ${(median(latLimited) / median(latGateway)).toFixed(3)}×, ` +
+      `${median(limitsAdded) <= LIMITS_GOAL_MS ? 'meets' : 'MISSES'} the goal ≤ ${LIMITS_GOAL_MS} ms`,
     `    CPU per request: Hangar ${ms(cpuPerRequest)} (beyond the ${(idleCpuPerMs * 1000).toFixed(0)} ms a second it spends idle), the floor ${ms(floorCpuPerRequest)} (${(cpuPerRequest / floorCpuPerRequest).toFixed(1)}×)`,
     `  ${STREAMS} concurrent streams of ${STREAM_TOKENS} tokens (${STREAM_ROUNDS} rounds of ${ROUND_MS / 1000} s, medians): direct ${directRate.toFixed(0)} chunks/s; ` +
       `floor ${bareRate.toFixed(0)} chunks/s (${(bareRate / directRate).toFixed(2)}×); gateway ${gatewayRate.toFixed(0)} chunks/s, ` +

@@ -8,7 +8,9 @@ import type { Config } from './config.js';
 import type { Services } from './context.js';
 import type { Db } from './db/client.js';
 import { FleetService } from './fleet/fleet.service.js';
+import { CostService } from './governance/cost.service.js';
 import { UsageService } from './gateway/usage.service.js';
+import { buildLimits } from './governance/limits-build.js';
 import { MirrorService } from './mirror/mirror.service.js';
 import { OrgService } from './org/org.service.js';
 import { RegistryService } from './registry/registry.service.js';
@@ -87,6 +89,27 @@ export function buildServices({
     owners: services.org,
     log,
     ledger: trainLedger,
+  });
+  // Prices and cost (governance/cost.service.ts): after usage, the org and the catalog it reads through; before the
+  // limits, whose spend budgets price tokens with services.cost.pricing (governance/pricing.ts).
+  services.cost = new CostService({
+    db: prisma,
+    audit,
+    config,
+    log,
+    usage: services.usage,
+    catalog: services.catalog,
+    org: services.org,
+  });
+  // After the org (scopes) and the catalog (model names); the gateway is given its enforcer in app.ts.
+  services.limits = buildLimits({
+    db: prisma,
+    audit,
+    config,
+    log,
+    org: services.org,
+    catalog: services.catalog,
+    pricing: () => services.cost.pricing,
   });
   services.trainArtifacts = new TrainArtifacts({
     db: prisma,

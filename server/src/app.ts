@@ -11,11 +11,13 @@ import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
 import { isOwnOrigin } from './auth/origin.js';
 import { installModelEvents } from './catalog/model-events.js';
+import { installGpuTime } from './fleet/gpu-time.js';
 import { installServedNames } from './catalog/served-names.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
 import { pendingMigrations } from './db/migrate.js';
+import { installServingWorkEvents } from './fleet/serving-work.js';
 import { Gateway } from './gateway/gateway.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
@@ -37,6 +39,8 @@ import { edgeFor, type Route } from './http/routes.js';
 import { serveConsole } from './http/static.js';
 import { listenForMetrics, metricsRoute } from './metrics/metrics.http.js';
 import { Metrics } from './metrics/metrics.js';
+import { registerCostMetrics } from './governance/cost-metrics.js';
+import { registerLimitMetrics } from './governance/limits-metrics.js';
 import { mirrorCredentials, serveMirror, uploadToMirror } from './mirror/serve.js';
 import { listen, makePubSub } from './pubsub.js';
 import { trainDataRoute, trainRoutes } from './train/train.http.js';
@@ -99,10 +103,17 @@ export async function createApp({
     await services.mirror.openStorage();
     phase('storage');
     await installModelEvents(prisma);
+    await installServingWorkEvents(prisma);
+    // Before anything changes a replica: the database records each replica's GPU time (fleet/gpu-time.ts).
+    await installGpuTime(prisma);
     phase('modelEvents');
     // Before hangar.yaml's models are written: each model and adapter claims its name (served-names.ts).
     await installServedNames(prisma);
     await services.catalog.loadDeclared();
+    // After the models, whose names a declared limit may name.
+    await services.limits.loadDeclared(config.configFile);
+    // hangar.yaml's prices, and the price table spend budgets read (governance/pricing.ts).
+    await services.cost.start(pubsub);
     phase('catalog');
   } catch (err) {
     // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
@@ -130,7 +141,12 @@ export async function createApp({
     isOnline: (node) => services.fleet.isOnline(node),
     gatewayInFlight: () => services.gateway.inFlightTotal(),
   });
+  // Limits read before the gateway takes a request, and again on every change (governance/limits.service.ts).
+  await services.limits.start(pubsub);
+  registerLimitMetrics(metrics.registry, services.limits.enforcer);
+  registerCostMetrics(metrics.registry, services.cost.pricing);
   services.gateway = new Gateway({
+    limits: services.limits.gate,
     db: prisma,
     config,
     log,
@@ -221,8 +237,8 @@ export async function createApp({
       answersRequestId: false,
       guardsOwnBody: true,
       handle: (req, res, edge) => {
-        const handle = () => services.gateway.handle(req, res, edge.path, edge.requestId);
-        return tracing ? tracing.gatewayCall(req, res, edge.path, handle) : handle();
+        const handle = () => services.gateway.handle(req, res, edge.path, edge.requestId, edge.log);
+        return tracing ? tracing.gatewayCall(req, res, edge.path, edge.requestId, handle) : handle();
       },
     },
     {
@@ -430,6 +446,8 @@ export async function createApp({
         await services.mirror.stop();
         await services.fleet.stopPlacement();
         await services.gateway.stop();
+        // After the gateway's last request: what it spent is settled, and its unused slices go back.
+        await services.limits.stop();
         await wsServer.dispose();
         for (const ws of wss.clients) ws.terminate();
         server.closeAllConnections();
@@ -438,6 +456,7 @@ export async function createApp({
         // After every request has ended, so their spans are in what it sends.
         await tracing?.stop();
         live.stop();
+        services.cost.stop();
         services.auth.stopKeepingCredentials();
         await listener.stop();
         await loginLimits.close();

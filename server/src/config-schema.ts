@@ -243,6 +243,8 @@ export const schema = z.object({
     .default(32_768),
   HANGAR_GATEWAY_WAKE_SECONDS: z.coerce.number().int().min(0, 'at least 0').max(3600, 'at most 3600').default(120),
   HANGAR_GATEWAY_WAKE_QUEUE: z.coerce.number().int().min(0, 'at least 0').max(100_000, 'at most 100000').default(64),
+  // A test's short "minute", so a client's retry after a per-minute limit's reset can be watched; sites keep 60.
+  HANGAR_LIMIT_MINUTE_SECONDS: z.coerce.number().int().min(1, 'at least 1').max(60, 'at most 60').default(60),
   // host:port of a second listener that serves only /metrics, without credentials (a network the site controls);
   // unset, /metrics is on the main port and needs an API token.
   HANGAR_METRICS_LISTEN: z
@@ -268,6 +270,14 @@ export const schema = z.object({
     .min(1, 'at least 1')
     .max(86_400, 'at most 86400')
     .default(1800),
+  // How far above the mean in-flight count the replica a prefix or session names may go before the next one on the
+  // ring takes the request (consistent hashing with bounded loads): lower spreads sooner, higher keeps caches warmer.
+  HANGAR_GATEWAY_LOAD_FACTOR: z.coerce.number().min(1, 'at least 1').max(10, 'at most 10').default(1.25),
+  // The currency prices and costs are in (governance/cost.service.ts): a code people read, not converted to anything.
+  HANGAR_CURRENCY: z
+    .string()
+    .regex(/^[A-Z]{3}$/, 'a three-letter currency code in capitals, as ISO 4217 writes it (USD, EUR, CHF)')
+    .default('USD'),
   // OpenTelemetry's own variables, read as its SDKs read them, so a site's collector settings carry over. Off
   // unless an OTLP endpoint or exporter is named: a server must not start sending spans to a default address.
   OTEL_SDK_DISABLED: bool.default(false),

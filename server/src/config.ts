@@ -107,6 +107,8 @@ export type Config = {
   gatewayWakeSeconds: number;
   /** Requests that may wait at once for one model to wake, in one server process; more are answered 503. */
   gatewayWakeQueue: number;
+  /** How long the "minute" of a per-minute limit lasts, in seconds (governance/limits-windows.ts): 60 but in tests. */
+  limitMinuteSeconds: number;
   /**
    * How long the gateway waits for a replica's first byte (headers) before it counts the replica as failing and
    * tries another. Generous: a long prompt on a busy replica is slow to start, and retrying it doubles the load.
@@ -119,6 +121,10 @@ export type Config = {
   gatewayIdleMs: number;
   /** The longest a replica's answer may go on, from its first byte: a stream that never ends is cut. */
   gatewayDeadlineSeconds: number;
+  /** HANGAR_GATEWAY_LOAD_FACTOR: a replica named by a prefix or session takes requests up to this times the mean. */
+  gatewayLoadFactor: number;
+  /** HANGAR_CURRENCY: the currency prices are set and costs reported in ("USD"). */
+  currency: string;
   /**
    * Where /metrics is served without credentials ({host, port}); undefined: on the main port, for an API token.
    */
@@ -221,9 +227,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     trainLostSeconds: c.HANGAR_TRAIN_LOST_SECONDS,
     gatewayWakeSeconds: c.HANGAR_GATEWAY_WAKE_SECONDS,
     gatewayWakeQueue: c.HANGAR_GATEWAY_WAKE_QUEUE,
+    limitMinuteSeconds: c.HANGAR_LIMIT_MINUTE_SECONDS,
     gatewayFirstByteMs: c.HANGAR_GATEWAY_FIRST_BYTE_MS,
     gatewayIdleMs: c.HANGAR_GATEWAY_IDLE_MS,
     gatewayDeadlineSeconds: c.HANGAR_GATEWAY_DEADLINE_SECONDS,
+    gatewayLoadFactor: c.HANGAR_GATEWAY_LOAD_FACTOR,
+    currency: c.HANGAR_CURRENCY,
     metricsListen: c.HANGAR_METRICS_LISTEN ? hostPort(c.HANGAR_METRICS_LISTEN) : undefined,
     tracing: tracingOf(c),
   };

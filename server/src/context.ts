@@ -12,6 +12,8 @@ import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
 import type { Gateway } from './gateway/gateway.js';
 import type { UsageService } from './gateway/usage.service.js';
+import type { CostService } from './governance/cost.service.js';
+import type { LimitsService } from './governance/limits.service.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { OrgService } from './org/org.service.js';
 import type { PubSub } from './pubsub.js';
@@ -34,6 +36,8 @@ export type Services = {
   train: TrainService;
   trainArtifacts: TrainArtifacts;
   usage: UsageService;
+  limits: LimitsService;
+  cost: CostService;
 };
 
 /** What every request carries: built once per HTTP request or WebSocket operation, by the same code. */

@@ -56,7 +56,11 @@ try {
   };
   process.on('SIGINT', () => shutdown('SIGINT'));
   process.on('SIGTERM', () => shutdown('SIGTERM'));
-  await app.start();
+  const url = await app.start();
+  // A plain line on stdout, right after the first admin's password when one was made: the address to open, which
+  // otherwise is only in a JSON log line on stderr. Behind a proxy, the address people use (HANGAR_PUBLIC_URL).
+  const open = config.publicUrl ? `${config.publicUrl}/` : `${url}/`;
+  process.stdout.write(`\n  Hangar is ready: open ${open} in a browser to use the console.\n\n`);
 } catch (err) {
   if (err instanceof MigrationError || err instanceof ConfigError || err instanceof MirrorStorageError) {
     process.stderr.write(`Hangar cannot start: ${err.message}\n`);

@@ -17,6 +17,8 @@ export type Topics = {
    * credentials again and ends if they no longer stand.
    */
   credentials: [holder: string];
+  /** A limit's scope: it was set, changed or removed (governance/limits.service.ts); every process reads them again. */
+  limits: [scope: string];
   /** "model/version": a version's files changed (state, bytes, removal). */
   mirrorVersion: [key: string];
   /**
@@ -24,12 +26,19 @@ export type Topics = {
    * database itself (the triggers catalog/model-events.ts installs at start), not by the services.
    */
   model: [id: string];
+  /** A price was set or removed (governance/cost-prices.ts): every process reads its prices again. */
+  pricing: [key: string];
   /** A serve job's id: its state or a step changed. */
   serveJob: [id: string];
   /** A training job's id: its state, progress, events or artifacts changed. */
   trainJob: [id: string];
   /** A node's id: its training work may have changed (a job queued, cancelled or ended; the node reported). */
   trainWork: [nodeId: string];
+  /**
+   * A node's id: its serving work may have changed (a replica placed on it, told to stop, ended or moved). Sent by
+   * the database itself (the trigger fleet/serving-work.ts installs at start).
+   */
+  servingWork: [nodeId: string];
 };
 export type Topic = keyof Topics;
 

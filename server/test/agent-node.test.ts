@@ -242,7 +242,7 @@ describe('the agent and the real server', () => {
     await new Promise<void>((r) => closed.listen(0, '127.0.0.1', r));
     const { port } = closed.address() as AddressInfo;
     await new Promise((r) => closed.close(r));
-    const down = await new GraphqlControlPlane(`http://127.0.0.1:${port}`, nodeToken, 2000)
+    const down = await new GraphqlControlPlane(`http://127.0.0.1:${port}`, nodeToken, { timeoutMs: 2000 })
       .assignments()
       .catch((e: unknown) => e);
     expect(down).toBeInstanceOf(ControlPlaneError);

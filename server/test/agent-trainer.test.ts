@@ -849,6 +849,9 @@ console.log('{"event":"done"}');
       HANGAR_AGENT_DIR: agentDir,
       HANGAR_AGENT_GPUS: '[{"name":"H100","totalMiB":81559,"freeMiB":20000}]',
       HANGAR_TRAINER: `${process.execPath} ${real}`,
+      // After the upload the agent evaluates the adapter with llama.cpp on the CPU (train-evaluate.ts): one thread,
+      // as llama.cpp's spinning threads crawl when they outnumber this machine's two cores.
+      HANGAR_AGENT_THREADS: '1',
     });
     const agent = createAgent(config, {
       log: createLogger('silent'),
@@ -882,7 +885,8 @@ console.log('{"event":"done"}');
             .data?.trainJob;
           return ['DONE', 'FAILED', 'CANCELLED'].includes(j?.state) && j;
         },
-        20_000,
+        // Training and then the evaluation against the base (base and adapter answer 21 questions each).
+        90_000,
       );
       expect(job).toMatchObject({ state: 'DONE', step: 20, steps: 20 });
       expect(job.metrics.map((m: { step: number }) => m.step)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
@@ -898,7 +902,7 @@ console.log('{"event":"done"}');
     } finally {
       await agent.stop();
     }
-  });
+  }, 120_000);
 });
 
 describe('agent config: the trainer', () => {

@@ -1,10 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { PARAMS_EXAMPLE } from '../src/cli/train.js';
+import { parseParams } from '../src/train/params.js';
 import { type FakeHub, startFakeHub } from './fixtures/fake-hub.js';
-import { BASE_REPO, PAIRS, type TrainingWorld, trainingWorld } from './fixtures/training.js';
+import { BASE_REPO, PAIRS, type TrainingWorld, tarOf, trainingWorld, writeAdapterDir } from './fixtures/training.js';
 import { startTestApp, type TestApp } from './harness.js';
 
 // `hangar train` as a user runs it (bin/hangar.mjs, a process of its own) against a real server, with the node's
@@ -124,6 +127,97 @@ describe('hangar train', () => {
       expect.objectContaining({ id, name: 'cli-adapter', state: 'FAILED', step: 3, steps: 3 }),
     ]);
   }, 120_000);
+
+  it("the help's --params example is one the server accepts (it once named a setting the trainer has not)", () => {
+    expect(parseParams(JSON.parse(PARAMS_EXAMPLE))).toMatchObject({ ok: true });
+  });
+
+  it('--no-gguf queues a job that makes only the PEFT adapter; without it the server decides', async () => {
+    const args = (name: string) => [
+      '--json',
+      'train',
+      'create',
+      '--name',
+      name,
+      '--model',
+      'tiny',
+      '--base-repo',
+      BASE_REPO,
+      '--node',
+      'gpu-1',
+      '--gpu-mib',
+      '8000',
+      '--data',
+      path.join(dir, 'pairs.ndjson'),
+      '--public',
+      '--no-wait',
+    ];
+    const off = await start([...args('peft-only'), '--no-gguf']).done;
+    const on = await start(args('both-kinds')).done;
+    expect(off.code, off.stderr).toBe(0);
+    expect(on.code, on.stderr).toBe(0);
+    const gguf = async (name: string) => (await t.app.db.prisma.trainJob.findFirstOrThrow({ where: { name } })).gguf;
+    expect(await gguf('peft-only')).toBe(false);
+    // tiny is served by llama.cpp, so the server's default makes the GGUF adapter too.
+    expect(await gguf('both-kinds')).toBe(true);
+    for (const name of ['peft-only', 'both-kinds']) {
+      const job = await t.app.db.prisma.trainJob.findFirstOrThrow({ where: { name } });
+      await t.gql(
+        'mutation($id: ID!) { cancelTrainJob(id: $id) { __typename } }',
+        { id: job.id },
+        { token: w.operator },
+      );
+    }
+  }, 60_000);
+
+  it('downloads what a finished job made, verified by its sha256, and refuses an unknown kind', async () => {
+    const created = await t.gql(
+      `mutation($i: CreateTrainJobInput!) { createTrainJob(input: $i) { __typename ... on TrainJob { id } ... on Error { message } } }`,
+      {
+        i: {
+          name: 'to-download',
+          model: 'tiny',
+          baseRepo: BASE_REPO,
+          node: 'gpu-1',
+          gpuMiB: 8000,
+          public: true,
+          data: PAIRS,
+        },
+      },
+      { token: w.operator },
+    );
+    const id = created.data?.createTrainJob.id as string;
+    expect(id, JSON.stringify(created)).toBeTruthy();
+    await node('mutation($id: ID!) { claimTrainJob(id: $id) { __typename } }', { id });
+    const tar = new Uint8Array(await tarOf(await writeAdapterDir()));
+    const up = await fetch(`${base}/api/train/jobs/${id}/artifacts/peft`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${w.nodeToken}`, 'content-type': 'application/gzip' },
+      body: tar,
+    });
+    expect(up.status).toBe(200);
+    await node('mutation($id: ID!) { finishTrainJob(id: $id, state: DONE) { __typename } }', { id });
+
+    const out = await fs.mkdtemp(path.join(dir, 'dl-'));
+    const peft = await start(['--json', 'train', 'download', id, '--kind', 'peft', '--out', out]).done;
+    expect(peft.code, peft.stderr).toBe(0);
+    const got = JSON.parse(peft.stdout) as { file: string; sha256: string; bytes: number };
+    const bytes = await fs.readFile(got.file);
+    expect(path.dirname(got.file)).toBe(out);
+    expect(got.sha256).toBe(createHash('sha256').update(bytes).digest('hex'));
+    expect(Buffer.compare(bytes, Buffer.from(tar))).toBe(0);
+
+    const gguf = await start(['train', 'download', id, '--out', path.join(out, 'adapter.gguf')]).done;
+    expect(gguf.code, gguf.stderr).toBe(0);
+    const head = (await fs.readFile(path.join(out, 'adapter.gguf'))).subarray(0, 4).toString('latin1');
+    expect(head).toBe('GGUF');
+    // Nothing half-written is left beside them.
+    expect((await fs.readdir(out)).filter((f) => f.endsWith('.part'))).toEqual([]);
+
+    const bad = await start(['train', 'download', id, '--kind', 'onnx']).done;
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toBe('hangar: --kind is peft or gguf: "onnx" is not\n');
+  }, 60_000);
 
   it('refuses a job for a node that does not exist, naming it, with exit 2', async () => {
     const r = await start([

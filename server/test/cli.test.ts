@@ -1,7 +1,10 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
+import { freePort } from '@hangar/common/free-port';
 import { bytes, startUpstream, type Upstream } from '@hangar/common/test/fixtures/fault-upstream';
 import { modelHeader } from '@hangar/common/test/fixtures/gguf-writer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -84,6 +87,13 @@ beforeAll(async () => {
     sha: 'feedbeef11111111111111111111111111111111',
     tags: ['gguf'],
     files: [{ path: 'Tiny-Q4_K_M.gguf', head: tiny.header, size: tiny.size, lfs: true }],
+  });
+  // A repository whose only set is unquantised: `hangar serve` with no --quant must take it, not ask for Q4_K_M.
+  hub.repos.set('acme/Wide-GGUF', {
+    id: 'acme/Wide-GGUF',
+    sha: 'f32f32f3222222222222222222222222222222222',
+    tags: ['gguf'],
+    files: [{ path: 'Wide-F32.gguf', head: tiny.header, size: tiny.size, lfs: true }],
   });
   t = await startTestApp({ HANGAR_HUB_URL: hub.url, HOST: '127.0.0.1' });
   base = await t.app.start();
@@ -179,6 +189,28 @@ describe('hangar login', () => {
     expect(r.code).toBe(3);
     expect(r.stderr).toBe('hangar: not signed in: run `hangar login URL` (or set HANGAR_URL and HANGAR_TOKEN)\n');
   }, 60_000);
+
+  it('says the server did not answer, or was not Hangar, with exit 6 (the client the agent uses too)', async () => {
+    const url = `http://127.0.0.1:${await freePort()}`;
+    const none = await hangar(['mirror', 'ls'], { HANGAR_URL: url, HANGAR_TOKEN: 'hgr_nothing-listens' });
+    expect(none.code).toBe(6);
+    expect(none.stderr).toBe(
+      `hangar: ${url} did not answer (ECONNREFUSED): is the server running, and is the address right?\n`,
+    );
+    // A proxy in front of a server that is down: its error page, not GraphQL.
+    const proxy = http.createServer((_req, res) =>
+      res.writeHead(502, { 'content-type': 'text/html' }).end('<h1>502</h1>'),
+    );
+    await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+    try {
+      const at = `http://127.0.0.1:${(proxy.address() as AddressInfo).port}`;
+      const page = await hangar(['mirror', 'ls'], { HANGAR_URL: at, HANGAR_TOKEN: 'hgr_behind-a-proxy' });
+      expect(page.code).toBe(6);
+      expect(page.stderr).toBe(`hangar: ${at} answered 502 <h1>502</h1>: is this a Hangar server?\n`);
+    } finally {
+      await new Promise((r) => proxy.close(r));
+    }
+  }, 60_000);
 });
 
 describe('hangar mirror', () => {
@@ -263,6 +295,41 @@ describe('hangar mirror', () => {
   }, 120_000);
 });
 
+describe('hangar mirror import', () => {
+  it('puts a local file into the mirror, verified by its sha256, and serves it back byte for byte', async () => {
+    const file = path.join(home, 'my-model.gguf');
+    const content = Buffer.from(Array.from({ length: 300_000 }, (_, i) => (i * 7) % 251));
+    await fs.writeFile(file, content);
+    const r = await hangar(
+      ['--json', 'mirror', 'import', file, '--model', 'imported', '--version', 'v1'],
+      asOperator(),
+    );
+    expect(r.code, r.stderr).toBe(0);
+    const kept = JSON.parse(r.stdout) as { url: string; sha256: string; size: number };
+    expect(kept.size).toBe(content.length);
+    const served = Buffer.from(
+      await (
+        await fetch(`${base}/mirror/imported/v1/my-model.gguf`, {
+          headers: { authorization: `Bearer ${operator}` },
+        })
+      ).arrayBuffer(),
+    );
+    expect(Buffer.compare(served, content)).toBe(0);
+    expect(kept.url).toContain('/mirror/imported/v1/my-model.gguf');
+  }, 60_000);
+
+  it('refuses a file that is not there with exit 2, sending nothing', async () => {
+    const r = await hangar(
+      ['mirror', 'import', path.join(home, 'absent.gguf'), '--model', 'imported', '--version', 'v2'],
+      asOperator(),
+    );
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(/^hangar: .*absent\.gguf cannot be imported: ENOENT/);
+    const v = await t.gql(VERSION, { m: 'imported', v: 'v2' }, { token: operator });
+    expect(v.data?.mirrorVersion).toBeNull();
+  }, 60_000);
+});
+
 describe('hangar mirror rm', () => {
   it('removes a version, and says not found (exit 4) the second time', async () => {
     const r = await hangar(['mirror', 'rm', 'slow', 'v1'], asOperator());
@@ -282,7 +349,9 @@ describe('hangar serve', () => {
     const lines = r.stdout.trim().split('\n');
     // Each step's last line says done, in the job's order; earlier lines are the same step as it moved.
     const lastOf = (step: string) => lines.filter((l) => l.startsWith(`${step.padEnd(8)} `)).at(-1);
-    expect(lastOf('registry')).toMatch(/^registry done: model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
+    expect(lastOf('registry')).toMatch(
+      /^registry done: model:Tiny-Q4_K_M: 1 file\(s\), [\d.]+ (bytes|KiB|MiB) at feedbee$/,
+    );
     expect(lastOf('mirror')).toBe('mirror   done: tiny/feedbee-q4_k_m present and verified');
     expect(lastOf('replica')).toBe('replica  done: ready on gpu-1');
     expect(lastOf('smoke')).toMatch(/^smoke +done/);
@@ -299,6 +368,59 @@ describe('hangar serve', () => {
     const r = await hangar(['serve', 'acme/Tiny-GGUF', '--quant', 'Q8_0'], asOperator());
     expect(r.code).toBe(1);
     expect(r.stderr).toContain('serve job failed: registry: acme/Tiny-GGUF has no Q8_0 set; it has Q4_K_M');
+  }, 60_000);
+
+  it('with no --quant takes the best set the repository has (its only one, F32 here) and says which', async () => {
+    const r = await hangar(['serve', 'acme/Wide-GGUF', '--no-wait'], asOperator());
+    expect(r.code, r.stderr).toBe(0);
+    const id = r.stdout.trim();
+    const step = await until('the registry step to end', async () => {
+      const job = (
+        await t.gql(
+          'query($id: ID!) { serveJob(id: $id) { steps { name state message } } }',
+          { id },
+          { token: operator },
+        )
+      ).data?.serveJob;
+      const registry = job?.steps.find((s: { name: string }) => s.name === 'registry');
+      return registry && registry.state !== 'QUEUED' && registry.state !== 'RUNNING' ? registry : undefined;
+    });
+    expect(step).toMatchObject({ state: 'DONE' });
+    expect(step.message).toMatch(
+      /^no quantisation asked: took F32, the first by preference that fits on a node now: model:Wide-F32/,
+    );
+  }, 60_000);
+
+  it('answers every line piped to `hangar chat`, keeping the conversation', async () => {
+    const r = await hangar(['chat', 'tiny'], asOperator(), 'first question\nsecond question\nthird question\n');
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toBe(' Hello there!\n Hello there!\n Hello there!\n');
+    expect(endpoint.requests.at(-1)?.body.messages).toEqual([
+      { role: 'user', content: 'first question' },
+      { role: 'assistant', content: ' Hello there!' },
+      { role: 'user', content: 'second question' },
+      { role: 'assistant', content: ' Hello there!' },
+      { role: 'user', content: 'third question' },
+    ]);
+  }, 60_000);
+
+  it('drops the oldest exchange when the conversation outgrows the context, says so, and goes on', async () => {
+    // 60 characters hold one question and its answer, not two questions: the third line must drop the first.
+    endpoint.contextChars = 60;
+    try {
+      const line = (c: string) => c.repeat(25);
+      const r = await hangar(['chat', 'tiny'], asOperator(), `${line('a')}\n${line('b')}\n`);
+      expect(r.code, r.stderr).toBe(0);
+      expect(r.stdout).toBe(' Hello there!\n Hello there!\n');
+      expect(r.stderr).toContain("the conversation no longer fits tiny's context: dropped the oldest exchange");
+      expect(endpoint.requests.at(-1)?.body.messages).toEqual([{ role: 'user', content: line('b') }]);
+      // One question alone over the context cannot be helped by dropping: it is refused, exit 1, said as is.
+      const alone = await hangar(['chat', 'tiny'], asOperator(), `${'c'.repeat(61)}\n`);
+      expect(alone.code).toBe(1);
+      expect(alone.stderr).toContain('maximum context length is 60');
+    } finally {
+      endpoint.contextChars = undefined;
+    }
   }, 60_000);
 
   it('chats with the served model through the gateway, streaming', async () => {

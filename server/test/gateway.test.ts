@@ -205,6 +205,9 @@ beforeAll(async () => {
       memoryBytes: 2n ** 30n,
       minReplicas: 2,
       maxReplicas: 2,
+      // The load-sharing tests below are of least-loaded routing; prefix routing is tested in prefix-routing.test.ts
+      // (and here, where an overloaded replica sheds).
+      routing: 'LEAST_LOADED',
     },
   });
   for (const [name, stand, key, slot] of [
@@ -633,6 +636,38 @@ describe('two replicas of one model (stand-ins)', () => {
     const per = (id: string) => rows.filter((r) => r.replicaId === id).reduce((s, r) => s + r.requests, 0);
     expect({ a: per(pair.a), b: per(pair.b) }).toEqual({ a: 2, b: 2 });
     expect(new Set(rows.map((r) => r.node))).toEqual(new Set(['stand-a', 'stand-b']));
+  });
+
+  it('names the replica that answered in x-hangar-replica, and sheds a conversation from an overloaded replica (PREFIX)', async () => {
+    const routed = await gql(
+      'mutation { setModelRouting(name: "pair", policy: PREFIX) { __typename ... on Model { routing } } }',
+    );
+    expect(routed.setModelRouting).toEqual({ __typename: 'Model', routing: 'PREFIX' });
+    await t.app.services.gateway.routes.refresh();
+    const release = [standA.hold(), standB.hold()];
+    const streams = [];
+    const served: string[] = [];
+    try {
+      // One conversation, four requests in flight at once (an agent's parallel calls with the same history).
+      for (let i = 0; i < 4; i++) {
+        const { data, response } = await client(tokens.usage.secret)
+          .chat.completions.create({ model: 'pair', messages: [{ role: 'user', content: 'hi' }], stream: true })
+          .withResponse();
+        served.push(String(response.headers.get('x-hangar-replica')));
+        const it = data[Symbol.asyncIterator]();
+        await it.next();
+        streams.push(it);
+      }
+    } finally {
+      for (const r of release) r();
+      await gql('mutation { setModelRouting(name: "pair", policy: LEAST_LOADED) { __typename } }');
+      await t.app.services.gateway.routes.refresh();
+    }
+    for (const it of streams) for (let n = await it.next(); !n.done; n = await it.next());
+    // Its replica takes it while at most HANGAR_GATEWAY_LOAD_FACTOR (1.25) times the mean; the third sheds.
+    const home = served[0] as string;
+    const other = home === pair.a ? pair.b : pair.a;
+    expect(served).toEqual([home, home, other, home]);
   });
 
   it('ends the stream with an error when its replica dies mid-answer, and sends the next request to the other', async () => {

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { TABLE_OWNERS } from '../src/db/owners.js';
 import type { Crossing } from './table-owners-scan.js';
-import { compare, crossings, key, scanSource } from './table-owners-scan.js';
+import { compare, crossings, key, relationsOf, scanSource } from './table-owners-scan.js';
 
 // Each table has one owning domain (src/db/owners.ts). A domain that reads or writes another's table through a
 // Prisma delegate or raw SQL couples the two schemas: this finds every such crossing. The ones that exist today
@@ -19,114 +19,75 @@ const doc = path.join(here, '../../docs/architecture.md');
 
 /** The crossings that exist today: file (under server/src), table, read|write, and why it is still there. */
 const ALLOWED: (Crossing & { why: string })[] = [
+  // GraphQL edges (the scanner sees Pothos's t.relation and field-level select): reads only, batched by Pothos.
   {
-    file: 'access/access.service.ts',
-    table: 'Session',
-    kind: 'write',
-    why: 'a disabled user or changed password ends their sessions in the same transaction; next step: auth.endSessions(tx, userId)',
-  },
-  {
-    file: 'audit/owned-target.ts',
-    table: 'Adapter',
+    file: 'access/access.schema.ts',
+    table: 'Membership',
     kind: 'read',
-    why: "an audit event's target is tagged with its owner; next step: catalog answers ownerOf(name)",
+    why: "an API token's memberOf names where it is a member (Pothos select through memberships to org, team, project); next step: org answers memberships of a key, batched",
   },
   {
-    file: 'audit/owned-target.ts',
+    file: 'access/access.schema.ts',
+    table: 'Org',
+    kind: 'read',
+    why: 'as above',
+  },
+  {
+    file: 'access/access.schema.ts',
+    table: 'Team',
+    kind: 'read',
+    why: 'as above',
+  },
+  {
+    file: 'access/access.schema.ts',
+    table: 'Project',
+    kind: 'read',
+    why: 'as above',
+  },
+  {
+    file: 'fleet/fleet.schema.ts',
     table: 'CatalogModel',
     kind: 'read',
-    why: "as above, for a model's owner; next step: catalog answers ownerOf(name)",
+    why: "Replica.model, a GraphQL edge between two domains' types: Pothos loads the related row when a query asks for it, batched per request (a resolver calling the owner row by row would be N+1); next step: each owner publishes a loader for its type",
   },
   {
-    file: 'audit/owned-target.ts',
-    table: 'TrainJob',
-    kind: 'read',
-    why: "as above, for a job's owner; next step: train answers ownerOf(id)",
-  },
-  {
-    file: 'auth/auth.schema.ts',
+    file: 'org/org.schema.ts',
     table: 'User',
     kind: 'read',
-    why: 'the viewer resolver loads its user row; next step: access.user(id)',
+    why: "Membership.user and memberLabel's email, a GraphQL edge between two domains' types: Pothos loads the related row when a query asks for it, batched per request (a resolver calling the owner row by row would be N+1); next step: each owner publishes a loader for its type",
   },
   {
-    file: 'auth/auth.service.ts',
+    file: 'org/org.schema.ts',
     table: 'ApiToken',
     kind: 'read',
-    why: 'a bearer secret is looked up by hash; next step: access.tokenByHash',
+    why: 'Membership.apiToken, as above',
   },
   {
-    file: 'auth/auth.service.ts',
-    table: 'ApiToken',
-    kind: 'write',
-    why: 'lastUsedAt is stamped on use; next step: access.touchToken',
-  },
-  {
-    file: 'auth/auth.service.ts',
+    file: 'train/train.types.ts',
     table: 'Node',
     kind: 'read',
-    why: "a node's secret signs in its agent; next step: fleet.nodeByTokenHash",
+    why: "TrainJob.node, a GraphQL edge between two domains' types: Pothos loads the related row when a query asks for it, batched per request (a resolver calling the owner row by row would be N+1); next step: each owner publishes a loader for its type",
   },
+  // Reads joined to an owned row in one query.
   {
     file: 'auth/auth.service.ts',
     table: 'User',
     kind: 'read',
-    why: 'sign-in finds the user by email; next step: access.userByEmail',
-  },
-  {
-    file: 'auth/auth.service.ts',
-    table: 'User',
-    kind: 'write',
-    why: 'a password change and the first admin are written here; next step: access.setPassword / createFirstAdmin',
-  },
-  {
-    file: 'catalog/catalog.service.ts',
-    table: 'Replica',
-    kind: 'read',
-    why: 'switching a model to ON_DEMAND counts its running replicas; next step: fleet.runningReplicas(modelId)',
-  },
-  {
-    file: 'fleet/fleet-placement.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: "placement reads every model's wanted replicas under its lock; next step: a catalog snapshot",
+    why: 'a console session is identified with its user in one read (include), on every request its cache misses: a second round-trip to access would double the cost of identifying a caller',
   },
   {
     file: 'fleet/fleet-replicas.ts',
     table: 'CatalogModel',
-    kind: 'write',
-    why: 'a measured model size is written back on the model; next step: catalog.recordMeasuredSize',
-  },
-  {
-    file: 'fleet/fleet.service.ts',
-    table: 'TrainJob',
     kind: 'read',
-    why: 'placement keeps GPUs that running training jobs hold; next step: train.gpusHeld()',
+    why: "a replica is an instance of its model: a node's assignments and a replica's report read the model row (and its adapters) with the replica, in one read; next step: a catalog snapshot the fleet keeps in memory, as the gateway's route table does",
   },
   {
-    file: 'gateway/routes.ts',
+    file: 'fleet/smoke-tests.ts',
     table: 'CatalogModel',
     kind: 'read',
-    why: 'seam left: the route table reads catalog rows (with replicas, nodes, keys); next step: a snapshot from catalog',
+    why: 'a smoke test asks the replica for its model by name, read with the replica (include); next step: the catalog snapshot above',
   },
-  {
-    file: 'gateway/usage.service.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: "usage rows of another owner's adapters are hidden in SQL; next step: an owner filter from catalog",
-  },
-  {
-    file: 'gateway/usage.service.ts',
-    table: 'ApiToken',
-    kind: 'read',
-    why: "usage is filtered to the viewer's tokens in SQL; next step: token ids from access",
-  },
-  {
-    file: 'gateway/usage.service.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: "usage rows of another owner's models are hidden in SQL; next step: an owner filter from catalog",
-  },
+  // Not in the lead's brief for this step (hf/ and metrics/ were left to their owners' next pass).
   {
     file: 'hf/hf.service.ts',
     table: 'MirrorFile',
@@ -149,136 +110,6 @@ const ALLOWED: (Crossing & { why: string })[] = [
   { file: 'metrics/metrics.ts', table: 'Replica', kind: 'read', why: 'metrics gauges (as above)' },
   { file: 'metrics/metrics.ts', table: 'TrainJob', kind: 'read', why: 'metrics gauges (as above)' },
   { file: 'metrics/metrics.ts', table: 'TrainMetric', kind: 'read', why: 'metrics gauges (as above)' },
-  {
-    file: 'mirror/mirror-reads.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: "which models and adapters use a mirrored version, in one SQL join; next step: catalog.sourcesUnder('/mirror/')",
-  },
-  { file: 'mirror/mirror-reads.ts', table: 'CatalogModel', kind: 'read', why: 'as above' },
-  {
-    file: 'mirror/owned.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: "a mirrored version's owner is its adapter's; next step: catalog.ownerOfSource",
-  },
-  {
-    file: 'mirror/owned.ts',
-    table: 'TrainJob',
-    kind: 'read',
-    why: "a training output's owner is its job's; next step: train.ownerOf",
-  },
-  {
-    file: 'mirror/serve.ts',
-    table: 'Replica',
-    kind: 'read',
-    why: 'a node may read a version only if it runs a replica of its model; next step: fleet.runsModel(node, model)',
-  },
-  {
-    file: 'org/org-lookup.ts',
-    table: 'ApiToken',
-    kind: 'read',
-    why: 'a member named by token id; next step: access.token(id)',
-  },
-  {
-    file: 'org/org-lookup.ts',
-    table: 'User',
-    kind: 'read',
-    why: 'a member named by email or id; next step: access.user',
-  },
-  {
-    file: 'org/org-owners.ts',
-    table: 'ApiToken',
-    kind: 'read',
-    why: 'owner keys are resolved to names; next step: access names tokens',
-  },
-  {
-    file: 'org/org-owners.ts',
-    table: 'User',
-    kind: 'read',
-    why: 'owner keys are resolved to names; next step: access names users',
-  },
-  {
-    file: 'org/org.service.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: 'deleting an owner lists what it still holds; next step: catalog.heldBy(keys)',
-  },
-  { file: 'org/org.service.ts', table: 'CatalogModel', kind: 'read', why: 'as above' },
-  { file: 'org/org.service.ts', table: 'TrainJob', kind: 'read', why: 'as above; next step: train.heldBy(keys)' },
-  {
-    file: 'serve/serve-job-steps.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: "a serve job polls the model's replicas until ready; next step: catalog/fleet events",
-  },
-  {
-    file: 'train/artifacts.ts',
-    table: 'Adapter',
-    kind: 'write',
-    why: 'a finished job registers its adapter; next step: catalog.addAdapter',
-  },
-  {
-    file: 'train/artifacts.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: 'the base model and its adapters, for registering; next step: catalog.model(name)',
-  },
-  {
-    file: 'train/artifacts.ts',
-    table: 'MirrorFile',
-    kind: 'read',
-    why: "the base model's mirrored file; next step: mirror.file",
-  },
-  {
-    file: 'train/base-files.ts',
-    table: 'MirrorFile',
-    kind: 'read',
-    why: "a job's base weights listed from the mirror; next step: mirror.filesOf",
-  },
-  {
-    file: 'train/model-file.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: "a job's base model resolved by name; next step: catalog.model(name)",
-  },
-  { file: 'train/model-file.ts', table: 'MirrorFile', kind: 'read', why: 'its mirrored file; next step: mirror.file' },
-  {
-    file: 'train/train-node.ts',
-    table: 'Node',
-    kind: 'read',
-    why: "a node's free GPUs decide its work; next step: fleet.node(id)",
-  },
-  {
-    file: 'train/train.service.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: "a new job's adapter name must be free; next step: catalog.nameTaken",
-  },
-  {
-    file: 'train/train.service.ts',
-    table: 'CatalogModel',
-    kind: 'read',
-    why: "a new job's base model and name clash; next step: catalog.model / nameTaken",
-  },
-  {
-    file: 'train/train.service.ts',
-    table: 'Node',
-    kind: 'read',
-    why: "a new job's node by name; next step: fleet.nodeByName",
-  },
-  {
-    file: 'train/train.types.ts',
-    table: 'Adapter',
-    kind: 'read',
-    why: "a job's adapter name in GraphQL; next step: a catalog loader",
-  },
-  {
-    file: 'train/train.types.ts',
-    table: 'User',
-    kind: 'read',
-    why: "a job's creator's email in GraphQL; next step: an access loader",
-  },
 ];
 
 function schemaModels(): string[] {
@@ -303,7 +134,8 @@ describe('table owners', () => {
   });
 
   it('finds no crossing beyond the allowed ones, and no allowed one that is gone', () => {
-    expect(compare(crossings(src, TABLE_OWNERS), ALLOWED)).toEqual({ new: [], stale: [] });
+    const relations = relationsOf(fs.readFileSync(schema, 'utf8'));
+    expect(compare(crossings(src, TABLE_OWNERS, relations), ALLOWED)).toEqual({ new: [], stale: [] });
     expect(ALLOWED.length).toBe(new Set(ALLOWED.map(key)).size);
   });
 });
@@ -323,6 +155,66 @@ describe('scanSource', () => {
       ['MirrorFile', 'read', 1],
       ['CatalogModel', 'write', 2],
       ['TrainJob', 'read', 4],
+    ]);
+  });
+
+  it('finds the tables a call reads through include and select, at any depth, and in _count', () => {
+    const relations = relationsOf(
+      [
+        'model TrainJob {',
+        '  id      String  @id',
+        '  model   CatalogModel? @relation(fields: [modelId], references: [id])',
+        '  metrics UsageMinute[]',
+        '}',
+        'model CatalogModel {',
+        '  id    String @id',
+        '  files MirrorFile[]',
+        '  jobs  TrainJob[]',
+        '}',
+        'model MirrorFile {',
+        '  id String @id',
+        '}',
+        'model UsageMinute {',
+        '  id String @id',
+        '}',
+      ].join('\n'),
+    );
+    expect(relations.TrainJob).toEqual({ model: 'CatalogModel', metrics: 'UsageMinute' });
+    const src = [
+      'await db.trainJob.findMany({',
+      "  where: { name: 'x, y: { include: { model: true } }' }, // a string and a comment: model: true",
+      '  include: {',
+      '    model: { select: { name: true, files: { where: { a: 1 } } } },',
+      '    _count: { select: { metrics: true } },',
+      '  },',
+      '});',
+      'await db.catalogModel.findUnique({ where: { id }, select: { id: true, jobs: true } });',
+      'await db.trainJob.findMany(args); // built elsewhere: not seen',
+      'await db.trainJob.findMany({ ...query, where: { id } }); // a spread: not seen',
+    ].join('\n');
+    const nested = scanSource(src, models, relations).filter((a) => a.via === 'nested');
+    expect(nested.map((a) => [a.table, a.kind, a.line])).toEqual([
+      ['CatalogModel', 'read', 4],
+      ['MirrorFile', 'read', 4],
+      ['UsageMinute', 'read', 5],
+      ['TrainJob', 'read', 8],
+    ]);
+  });
+
+  it("finds a Pothos type's relation fields and field-level selects as reads of the related table", () => {
+    const relations = { TrainJob: { node: 'Node', model: 'CatalogModel' }, CatalogModel: { jobs: 'TrainJob' } };
+    const src = [
+      "builder.prismaObject('TrainJob', {",
+      '  fields: (t) => ({',
+      "    node: t.relation('node', { nullable: true }),",
+      '    modelName: t.string({ select: { model: { select: { name: true } } }, resolve: (j) => j.model.name }),',
+      '  }),',
+      '});',
+      "builder.prismaObject('CatalogModel', { fields: (t) => ({ id: t.exposeID('id') }) });",
+    ].join('\n');
+    expect(scanSource(src, ['TrainJob', 'Node', 'CatalogModel'], relations).map((a) => [a.table, a.line])).toEqual([
+      ['Node', 3],
+      ['CatalogModel', 4],
     ]);
   });
 

@@ -67,6 +67,9 @@ async function agentEnv(stepMs: number) {
     HANGAR_TRAINER: `${process.execPath} ${TRAINER}`,
     HANGAR_TRAINER_GRACE_MS: '2000',
     HANGAR_STAND_IN_STEP_MS: String(stepMs),
+    // A job that ends DONE is then evaluated against its base with llama.cpp on the CPU (train-evaluate.ts): one
+    // thread, as llama.cpp's spinning threads crawl when they outnumber this machine's two cores.
+    HANGAR_AGENT_THREADS: '1',
     HANGAR_LOG_LEVEL: 'silent',
   };
 }
@@ -96,18 +99,21 @@ async function submit(n = 12, params: Record<string, number> = { batch: 1, epoch
         gpuMiB: 4000,
         public: true,
         data: pairs(n),
+        // None held out: these tests count steps against the pairs given (train-eval.test.ts holds some out).
+        evalShare: 0,
         params,
       },
     },
     { token: w.operator },
   );
-  expect(r.data?.createTrainJob.__typename).toBe('TrainJob');
+  expect(r.data?.createTrainJob.__typename, JSON.stringify(r)).toBe('TrainJob');
   return r.data?.createTrainJob.id as string;
 }
 
 const job = (id: string) => t.app.db.prisma.trainJob.findUniqueOrThrow({ where: { id } });
 
-async function until<T>(check: () => Promise<T | undefined | false>, ms = 20_000): Promise<T> {
+// Long enough for a job that ends DONE to be evaluated after training (base and adapter answer the general questions).
+async function until<T>(check: () => Promise<T | undefined | false>, ms = 60_000): Promise<T> {
   const end = Date.now() + ms;
   for (;;) {
     const v = await check();
@@ -149,7 +155,7 @@ describe('a job through a real agent and the stand-in trainer', () => {
       unsubscribe();
       await client.dispose();
     }
-  });
+  }, 90_000);
 
   it('stops the trainer when the job is cancelled mid-run, and says so once it has exited', async () => {
     const agent = await startAgent(100);

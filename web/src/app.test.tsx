@@ -94,7 +94,18 @@ describe('the console', () => {
       within(nav)
         .getAllByRole('link')
         .map((a) => a.textContent),
-    ).toEqual(['Mirror', 'Registry', 'Models', 'Nodes', 'Training', 'Audit', 'Tokens']);
+    ).toEqual([
+      'Mirror',
+      'Registry',
+      'Models',
+      'Nodes',
+      'Training',
+      'Audit',
+      'Tokens',
+      'Limits',
+      'Cost',
+      'Organisations',
+    ]);
     expect(within(nav).getByRole('link', { name: 'Mirror' })).toHaveAttribute('aria-current', 'page');
     expect(screen.getByText('operator@example.com')).toBeInTheDocument();
     expect(screen.getByText('OPERATOR')).toBeInTheDocument();

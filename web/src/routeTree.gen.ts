@@ -14,9 +14,12 @@ import { Route as AppRouteImport } from './routes/_app';
 import { Route as LoginRouteImport } from './routes/login';
 import { Route as AppAccountRouteImport } from './routes/_app/account';
 import { Route as AppAuditRouteImport } from './routes/_app/audit';
+import { Route as AppCostRouteImport } from './routes/_app/cost';
+import { Route as AppLimitsRouteImport } from './routes/_app/limits';
 import { Route as AppMirrorRouteImport } from './routes/_app/mirror';
 import { Route as AppModelsRouteImport } from './routes/_app/models';
 import { Route as AppNodesRouteImport } from './routes/_app/nodes';
+import { Route as AppOrgsRouteImport } from './routes/_app/orgs';
 import { Route as AppRegistryRouteImport } from './routes/_app/registry';
 import { Route as AppTokensRouteImport } from './routes/_app/tokens';
 import { Route as AppUsersRouteImport } from './routes/_app/users';
@@ -49,6 +52,16 @@ const AppAuditRoute = AppAuditRouteImport.update({
   path: '/audit',
   getParentRoute: () => AppRoute,
 } as any);
+const AppCostRoute = AppCostRouteImport.update({
+  id: '/cost',
+  path: '/cost',
+  getParentRoute: () => AppRoute,
+} as any);
+const AppLimitsRoute = AppLimitsRouteImport.update({
+  id: '/limits',
+  path: '/limits',
+  getParentRoute: () => AppRoute,
+} as any);
 const AppMirrorRoute = AppMirrorRouteImport.update({
   id: '/mirror',
   path: '/mirror',
@@ -62,6 +75,11 @@ const AppModelsRoute = AppModelsRouteImport.update({
 const AppNodesRoute = AppNodesRouteImport.update({
   id: '/nodes',
   path: '/nodes',
+  getParentRoute: () => AppRoute,
+} as any);
+const AppOrgsRoute = AppOrgsRouteImport.update({
+  id: '/orgs',
+  path: '/orgs',
   getParentRoute: () => AppRoute,
 } as any);
 const AppRegistryRoute = AppRegistryRouteImport.update({
@@ -105,9 +123,12 @@ export interface FileRoutesByFullPath {
   '/login': typeof LoginRoute;
   '/account': typeof AppAccountRoute;
   '/audit': typeof AppAuditRoute;
+  '/cost': typeof AppCostRoute;
+  '/limits': typeof AppLimitsRoute;
   '/mirror': typeof AppMirrorRoute;
   '/models': typeof AppModelsRoute;
   '/nodes': typeof AppNodesRoute;
+  '/orgs': typeof AppOrgsRoute;
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
   '/users': typeof AppUsersRoute;
@@ -121,9 +142,12 @@ export interface FileRoutesByTo {
   '/login': typeof LoginRoute;
   '/account': typeof AppAccountRoute;
   '/audit': typeof AppAuditRoute;
+  '/cost': typeof AppCostRoute;
+  '/limits': typeof AppLimitsRoute;
   '/mirror': typeof AppMirrorRoute;
   '/models': typeof AppModelsRoute;
   '/nodes': typeof AppNodesRoute;
+  '/orgs': typeof AppOrgsRoute;
   '/registry': typeof AppRegistryRoute;
   '/tokens': typeof AppTokensRoute;
   '/users': typeof AppUsersRoute;
@@ -139,9 +163,12 @@ export interface FileRoutesById {
   '/login': typeof LoginRoute;
   '/_app/account': typeof AppAccountRoute;
   '/_app/audit': typeof AppAuditRoute;
+  '/_app/cost': typeof AppCostRoute;
+  '/_app/limits': typeof AppLimitsRoute;
   '/_app/mirror': typeof AppMirrorRoute;
   '/_app/models': typeof AppModelsRoute;
   '/_app/nodes': typeof AppNodesRoute;
+  '/_app/orgs': typeof AppOrgsRoute;
   '/_app/registry': typeof AppRegistryRoute;
   '/_app/tokens': typeof AppTokensRoute;
   '/_app/users': typeof AppUsersRoute;
@@ -157,9 +184,12 @@ export interface FileRouteTypes {
     | '/login'
     | '/account'
     | '/audit'
+    | '/cost'
+    | '/limits'
     | '/mirror'
     | '/models'
     | '/nodes'
+    | '/orgs'
     | '/registry'
     | '/tokens'
     | '/users'
@@ -173,9 +203,12 @@ export interface FileRouteTypes {
     | '/login'
     | '/account'
     | '/audit'
+    | '/cost'
+    | '/limits'
     | '/mirror'
     | '/models'
     | '/nodes'
+    | '/orgs'
     | '/registry'
     | '/tokens'
     | '/users'
@@ -190,9 +223,12 @@ export interface FileRouteTypes {
     | '/login'
     | '/_app/account'
     | '/_app/audit'
+    | '/_app/cost'
+    | '/_app/limits'
     | '/_app/mirror'
     | '/_app/models'
     | '/_app/nodes'
+    | '/_app/orgs'
     | '/_app/registry'
     | '/_app/tokens'
     | '/_app/users'
@@ -245,6 +281,20 @@ declare module '@tanstack/react-router' {
       preLoaderRoute: typeof AppAuditRouteImport;
       parentRoute: typeof AppRoute;
     };
+    '/_app/cost': {
+      id: '/_app/cost';
+      path: '/cost';
+      fullPath: '/cost';
+      preLoaderRoute: typeof AppCostRouteImport;
+      parentRoute: typeof AppRoute;
+    };
+    '/_app/limits': {
+      id: '/_app/limits';
+      path: '/limits';
+      fullPath: '/limits';
+      preLoaderRoute: typeof AppLimitsRouteImport;
+      parentRoute: typeof AppRoute;
+    };
     '/_app/mirror': {
       id: '/_app/mirror';
       path: '/mirror';
@@ -264,6 +314,13 @@ declare module '@tanstack/react-router' {
       path: '/nodes';
       fullPath: '/nodes';
       preLoaderRoute: typeof AppNodesRouteImport;
+      parentRoute: typeof AppRoute;
+    };
+    '/_app/orgs': {
+      id: '/_app/orgs';
+      path: '/orgs';
+      fullPath: '/orgs';
+      preLoaderRoute: typeof AppOrgsRouteImport;
       parentRoute: typeof AppRoute;
     };
     '/_app/registry': {
@@ -321,9 +378,12 @@ declare module '@tanstack/react-router' {
 interface AppRouteChildren {
   AppAccountRoute: typeof AppAccountRoute;
   AppAuditRoute: typeof AppAuditRoute;
+  AppCostRoute: typeof AppCostRoute;
+  AppLimitsRoute: typeof AppLimitsRoute;
   AppMirrorRoute: typeof AppMirrorRoute;
   AppModelsRoute: typeof AppModelsRoute;
   AppNodesRoute: typeof AppNodesRoute;
+  AppOrgsRoute: typeof AppOrgsRoute;
   AppRegistryRoute: typeof AppRegistryRoute;
   AppTokensRoute: typeof AppTokensRoute;
   AppUsersRoute: typeof AppUsersRoute;
@@ -336,9 +396,12 @@ interface AppRouteChildren {
 const AppRouteChildren: AppRouteChildren = {
   AppAccountRoute: AppAccountRoute,
   AppAuditRoute: AppAuditRoute,
+  AppCostRoute: AppCostRoute,
+  AppLimitsRoute: AppLimitsRoute,
   AppMirrorRoute: AppMirrorRoute,
   AppModelsRoute: AppModelsRoute,
   AppNodesRoute: AppNodesRoute,
+  AppOrgsRoute: AppOrgsRoute,
   AppRegistryRoute: AppRegistryRoute,
   AppTokensRoute: AppTokensRoute,
   AppUsersRoute: AppUsersRoute,

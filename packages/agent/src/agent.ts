@@ -7,9 +7,11 @@ import { type ControlPlane, GraphqlControlPlane, type NodeReport } from './contr
 import { diskFree, type EngineReport, llamaCppEngine, readGpus, vllmCommand, vllmEngine } from './inventory.js';
 import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
+import { NodeChannel } from './node-channel.js';
 import { createOpenAiServer } from './openai/http.js';
 import { Runner } from './runner.js';
 import { GraphqlTrainControl, type TrainControl } from './train-control.js';
+import { LlamaEvaluator } from './train-evaluate.js';
 import { TrainWorker } from './trainer.js';
 
 // `hangar agent`: the heartbeat (this node's inventory, every few seconds), the runner (its replicas) and the
@@ -40,7 +42,10 @@ export function createAgent(
   o: { log: Logger; controlPlane?: ControlPlane; trainControl?: TrainControl; runtime?: () => Promise<LlamaRuntime> },
 ): Agent {
   const { log } = o;
-  const controlPlane = o.controlPlane ?? new GraphqlControlPlane(config.url, config.nodeToken);
+  // One WebSocket to the control plane, opened by the first subscription: the replicas' and the training jobs'
+  // work are both pushed on it.
+  const channel = new NodeChannel({ url: config.url, token: config.nodeToken, log });
+  const controlPlane = o.controlPlane ?? new GraphqlControlPlane(config.url, config.nodeToken, { channel, log });
 
   // llama.cpp starts once, on first need (the inventory asks at start-up). If it cannot run here, the node
   // still reports and runs vLLM, and each llama.cpp replica fails with the reason.
@@ -77,12 +82,13 @@ export function createAgent(
   });
 
   const trainer = new TrainWorker({
-    control: o.trainControl ?? new GraphqlTrainControl(config.url, config.nodeToken, { log }),
+    control: o.trainControl ?? new GraphqlTrainControl(config.url, config.nodeToken, { log, channel }),
     workDir: path.join(config.dir, 'train'),
     trainer: config.trainer,
     graceMs: config.trainerGraceMs,
     log,
     gpus: async () => (await readGpus(config.gpus, { warn: log.warn })).gpus,
+    evaluator: new LlamaEvaluator({ gpu: config.gpu, threads: config.threads, log }),
   });
 
   let llamaEngine: EngineReport | null = null;
@@ -116,8 +122,9 @@ export function createAgent(
       if (msg !== lastError) log.warn('the heartbeat did not get through; trying again', { error: msg });
       lastError = msg;
     }
-    // Assignments right after a heartbeat: the placement may have changed with what this node just reported.
-    if (!stopped) await runner.poll();
+    // Assignments right after a heartbeat, unless they are pushed: the placement may have changed with what this
+    // node just reported.
+    if (!stopped) await runner.afterHeartbeat();
   };
 
   return {
@@ -165,6 +172,7 @@ export function createAgent(
         });
       }
       await Promise.all([runner.stopAll(), trainer.stop()]);
+      channel.close();
       await http.close();
       if (runtime) await (await runtime.catch(() => undefined))?.dispose();
     },

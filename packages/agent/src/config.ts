@@ -144,6 +144,7 @@ export type AgentConfig = {
   /** GPUs to report when nvidia-smi is not there (a node without NVIDIA tools, or a test). */
   gpus: AgentGpu[];
   heartbeatMs: number;
+  /** How often the assignments are read while they are not pushed (the agent's WebSocket is down). */
   pollMs: number;
   /** The program (and arguments) that serves a vLLM replica; unset: vLLM replicas fail with a reason. */
   vllmCommand: string[] | undefined;

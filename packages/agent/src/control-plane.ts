@@ -1,13 +1,17 @@
 import { randomBytes } from 'node:crypto';
 import { graphql } from '@hangar/common/client/graphql';
+import { type GraphqlAnswer, GraphqlHttp, GraphqlUnanswered } from '@hangar/common/client/http';
+import type { Logger } from '@hangar/common/log';
 import type { TadaDocumentNode } from 'gql.tada';
 import { print } from 'graphql';
 import { z } from 'zod';
 import type { AgentGpu } from './config.js';
 import type { EngineReport } from './inventory.js';
+import { NodeChannel } from './node-channel.js';
 
-// How the agent talks to the control plane: GraphQL over HTTP POST to /graphql with the node token. Behind a
-// small interface, so the runner can be tested with an in-memory stand-in and no server.
+// How the agent talks to the control plane: GraphQL over HTTP POST to /graphql with the node token, and the
+// node's assignments pushed over the agent's one WebSocket (node-channel.ts). Behind a small interface, so the
+// runner can be tested with an in-memory stand-in and no server.
 
 export type NodeReport = {
   gpus: AgentGpu[];
@@ -60,9 +64,22 @@ export type ReplicaReport = {
   adapters?: string[] | null;
 };
 
+/** What the runner is told of the pushed assignments (ControlPlane.pushed). */
+export type PushedAssignments = {
+  /** The whole list: when the subscription starts, on every reconnect, and after each change. */
+  onList: (list: Assignment[]) => void;
+  /** The channel dropped: nothing is pushed until a list comes again, so the runner polls meanwhile. */
+  onLost: () => void;
+};
+
 export interface ControlPlane {
   reportNode(report: NodeReport): Promise<void>;
   assignments(): Promise<Assignment[]>;
+  /**
+   * Pushes the node's assignments as they change; returns the unsubscribe. Without it (a stand-in, an agent
+   * given no channel) the runner polls.
+   */
+  pushed?(to: PushedAssignments): () => void;
   reportReplica(report: ReplicaReport): Promise<void>;
   /** Says this agent is stopping, so the node shows offline and its replicas are placed elsewhere now. */
   leave?(): Promise<void>;
@@ -112,6 +129,14 @@ const Agent_AssignmentsQuery = graphql(`
   }
 `);
 
+const Agent_ServingWorkSubscription = graphql(`
+  subscription Agent_ServingWork {
+    nodeServingWork {
+      assignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
+    }
+  }
+`);
+
 const Agent_LeaveNodeMutation = graphql(
   `mutation Agent_LeaveNode { leaveNode { __typename ... on Error { message } } }`,
 );
@@ -152,16 +177,27 @@ export function newEngineKey(): string {
   return `hgk_${randomBytes(32).toString('base64url')}`;
 }
 
-/** The control plane over HTTP. */
+export type GraphqlControlPlaneOptions = {
+  /** Per HTTP request. */
+  timeoutMs?: number;
+  /** The agent's one channel, for the pushed assignments; without it `pushed` opens one of its own. */
+  channel?: NodeChannel;
+  log?: Logger;
+};
+
+/** The control plane over HTTP, and its pushed assignments over the node's channel. */
 export class GraphqlControlPlane implements ControlPlane {
   /** Set once the control plane refused `adapters` as a field it does not have: an older server. */
   private withoutAdapters = false;
+  private readonly timeoutMs: number;
 
   constructor(
     private readonly url: string,
     private readonly token: string,
-    private readonly timeoutMs = 15_000,
-  ) {}
+    private readonly o: GraphqlControlPlaneOptions = {},
+  ) {
+    this.timeoutMs = o.timeoutMs ?? 15_000;
+  }
 
   async reportNode(report: NodeReport) {
     const data = await this.request(Agent_ReportNodeMutation, { input: report });
@@ -170,13 +206,29 @@ export class GraphqlControlPlane implements ControlPlane {
 
   async assignments() {
     const data = await this.request(Agent_AssignmentsQuery, {});
-    const parsed = z.array(assignment).safeParse(data.nodeAssignments);
-    if (!parsed.success)
-      throw new ControlPlaneError(
-        `nodeAssignments answered in a shape this agent does not read: ${parsed.error.issues[0]?.message}`,
-        'refused',
-      );
-    return parsed.data.map((a) => ({ ...a, contextSize: a.contextSize ?? null, gpuIndex: a.gpuIndex ?? null }));
+    return readAssignments(data.nodeAssignments, 'nodeAssignments');
+  }
+
+  pushed(to: PushedAssignments) {
+    const channel = this.o.channel ?? new NodeChannel({ url: this.url, token: this.token, log: this.o.log });
+    const unlisten = channel.onConnection({ down: () => to.onLost() });
+    const unsubscribe = channel.subscribe(Agent_ServingWorkSubscription, {
+      what: 'serving work',
+      next: (data) => {
+        if (!data) return;
+        try {
+          to.onList(readAssignments(data.nodeServingWork?.assignments, 'nodeServingWork'));
+        } catch (err) {
+          // Left to the polls, which read the same list and say the same in their log.
+          this.o.log?.warn((err as Error).message);
+        }
+      },
+    });
+    return () => {
+      unlisten();
+      unsubscribe();
+      if (channel !== this.o.channel) channel.close();
+    };
   }
 
   async leave() {
@@ -220,8 +272,9 @@ export class GraphqlControlPlane implements ControlPlane {
 }
 
 /**
- * One GraphQL operation over HTTP POST with the node token, shared by the runner's and the trainer's clients so
- * both tell "not there" (retry) from "answered no" (final) the same way. Returns the operation's data.
+ * One GraphQL operation over HTTP POST with the node token (the client the CLI uses too,
+ * @hangar/common/client/http), shared by the runner's and the trainer's clients so both tell "not there" (retry)
+ * from "answered no" (final) the same way. Returns the operation's data.
  */
 export async function graphqlRequest<R, V>(
   url: string,
@@ -237,44 +290,34 @@ export async function graphqlRequest(
   variables: unknown,
   timeoutMs = 15_000,
 ): Promise<unknown> {
-  const query = print(doc);
-  let res: Response;
+  let answer: GraphqlAnswer;
   try {
-    res = await fetch(`${url}/graphql`, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/graphql-response+json, application/json',
-        authorization: `Bearer ${token}`,
-      },
-      body: JSON.stringify({ query, variables }),
-      signal: AbortSignal.timeout(timeoutMs),
-    });
+    answer = await new GraphqlHttp({ url, token, print }).post(doc, variables, { timeoutMs });
   } catch (err) {
-    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-    throw new ControlPlaneError(
-      `${url} did not answer: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
-      'unreachable',
-    );
+    if (!(err instanceof GraphqlUnanswered)) throw err;
+    throw new ControlPlaneError(`${url} did not answer: ${err.detail}`, 'unreachable');
   }
-  const text = await res.text().catch(() => '');
-  let body:
-    | { data?: Record<string, unknown> | null; errors?: { message: string; extensions?: { code?: string } }[] }
-    | undefined;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    body = undefined;
-  }
-  if (res.status >= 500 || (!body && res.status !== 401 && res.status !== 403))
-    throw new ControlPlaneError(`${url} answered ${res.status}: ${text.slice(0, 200)}`, 'unreachable');
+  const { status, text, body } = answer;
+  if (status >= 500 || (!body && status !== 401 && status !== 403))
+    throw new ControlPlaneError(`${url} answered ${status}: ${text.slice(0, 200)}`, 'unreachable');
   if (body?.errors?.length) {
     // A masked unexpected error (a database blip, a bug) is the server failing, not a no: worth trying again.
     const internal = body.errors.every((e) => e.extensions?.code === 'INTERNAL');
     throw new ControlPlaneError(body.errors.map((e) => e.message).join('; '), internal ? 'unreachable' : 'refused');
   }
-  if (!body?.data) throw new ControlPlaneError(`${url} answered ${res.status} without data`, 'refused');
+  if (!body?.data) throw new ControlPlaneError(`${url} answered ${status} without data`, 'refused');
   return body.data;
+}
+
+/** The assignments as this agent reads them; a shape it does not read is a refusal, naming the operation. */
+function readAssignments(raw: unknown, op: string): Assignment[] {
+  const parsed = z.array(assignment).safeParse(raw);
+  if (!parsed.success)
+    throw new ControlPlaneError(
+      `${op} answered in a shape this agent does not read: ${parsed.error.issues[0]?.message}`,
+      'refused',
+    );
+  return parsed.data.map((a) => ({ ...a, contextSize: a.contextSize ?? null, gpuIndex: a.gpuIndex ?? null }));
 }
 
 /** graphql-js's refusal of an input field the server's schema does not have, for `adapters`. */

@@ -1,6 +1,13 @@
 import type { Logger } from '@hangar/common/log';
 import { sleep } from '@hangar/common/retry';
-import type { Llama, LlamaContext, LlamaContextSequence, LlamaEmbeddingContext, LlamaModel } from 'node-llama-cpp';
+import type {
+  Llama,
+  LlamaContext,
+  LlamaContextSequence,
+  LlamaEmbeddingContext,
+  LlamaModel,
+  Token,
+} from 'node-llama-cpp';
 
 // llama.cpp in the agent's own process, through node-llama-cpp's prebuilt binaries. The CPU prebuilt is the one
 // installed (pnpm-workspace.yaml leaves out the CUDA, Vulkan and other builds), and it loads in well under a
@@ -34,6 +41,8 @@ export type LoadOptions = {
    */
   gpuIndex?: number | null;
   signal?: AbortSignal;
+  /** Whether sequences keep their KV state for the next request (default true); off only to measure what it saves. */
+  promptReuse?: boolean;
 };
 
 /** What a loaded replica really holds, measured after loading, for the control plane to set beside its estimate. */
@@ -149,6 +158,7 @@ export class LlamaRuntime {
       const after = await this.llama.getVramState();
       return new LoadedModel(model, context, {
         parallel,
+        promptReuse: o.promptReuse,
         threads: this.threads,
         memory: {
           gpu: this.llama.gpu,
@@ -191,12 +201,18 @@ export type LoadedModelOptions = {
   /** The runtime's one-at-a-time lane, so an adapter's memory is measured alone and its failure explained. */
   exclusive?: <T>(run: () => Promise<T>) => Promise<T>;
   freeVram?: () => Promise<number>;
+  /** Whether a sequence keeps its KV state for the next request to reuse (default true; off only to measure it). */
+  promptReuse?: boolean;
 };
 
 /**
- * The sequences of one context, each kept and reused across requests: one given back is cleared, not disposed,
- * because a disposed sequence returns to llama.cpp only later (under the context's lock), and the next request
- * waiting for it would find "No sequences left" in between.
+ * The sequences of one context, each kept and reused across requests (a disposed sequence returns to llama.cpp only
+ * later, under the context's lock, and the next request waiting for it would find "No sequences left" in between).
+ * As llama-server's slots do, a sequence given back keeps its KV state, and a request takes the free one whose state
+ * shares the longest start with its own prompt: turn 2 of a conversation, or a request with a known system prompt,
+ * computes only the tokens after what is shared. Nothing of another request is read: node-llama-cpp keeps the
+ * matching tokens and erases the rest before evaluating (LlamaContextSequence.adaptStateToTokens); what another
+ * caller could learn is timing, which the gateway's routing keeps within one caller's scope (gateway/affinity.ts).
  */
 export class SequencePool {
   private readonly idle: LlamaContextSequence[] = [];
@@ -206,6 +222,8 @@ export class SequencePool {
   constructor(
     readonly context: LlamaContext,
     readonly size: number,
+    /** Whether state is kept between requests (LoadedModelOptions.promptReuse). */
+    readonly reuse = true,
   ) {}
 
   /** Sequences generating now. */
@@ -213,11 +231,25 @@ export class SequencePool {
     return this.made - this.idle.length;
   }
 
-  /** A free sequence, if fewer than `limit` (at most `size`) are busy; never waits. */
-  take(limit = this.size): LlamaContextSequence | undefined {
+  /**
+   * A free sequence, if fewer than `limit` (at most `size`) are busy; never waits. With the prompt's `tokens`: the
+   * free one holding the longest start of them; else a new one while the context has room (the others' states
+   * stay); else the one used longest ago.
+   */
+  take(limit = this.size, tokens?: readonly Token[]): LlamaContextSequence | undefined {
     if (this.busy >= Math.min(limit, this.size)) return undefined;
-    const reused = this.idle.pop();
-    if (reused) return reused;
+    let best = -1;
+    let longest = 0;
+    if (tokens)
+      for (const [i, sequence] of this.idle.entries()) {
+        const shared = sequence.compareContextTokens(tokens as Token[]).firstDifferentIndex;
+        if (shared > longest) {
+          longest = shared;
+          best = i;
+        }
+      }
+    if (best >= 0) return this.idle.splice(best, 1)[0];
+    if (this.made >= this.size) return this.idle.shift();
     this.made++;
     try {
       return this.context.getSequence();
@@ -227,10 +259,10 @@ export class SequencePool {
     }
   }
 
-  /** Clears what the sequence holds and makes it free again (or drops it, when its context has gone). */
+  /** Makes the sequence free again, its state kept for reuse (or drops it, when its context has gone). */
   async give(sequence: LlamaContextSequence) {
     try {
-      await sequence.clearHistory();
+      if (!this.reuse || sequence.disposed) await sequence.clearHistory();
       this.idle.push(sequence);
     } catch {
       // Its context is being disposed (the replica is stopping): the sequence goes with it.
@@ -277,7 +309,7 @@ export class LoadedModel {
     if (!context) return undefined;
     let pool = this.pools.get(context);
     if (!pool) {
-      pool = new SequencePool(context, this.parallel);
+      pool = new SequencePool(context, this.parallel, this.o.promptReuse ?? true);
       this.pools.set(context, pool);
     }
     return pool;
@@ -298,7 +330,7 @@ export class LoadedModel {
         lora: { adapters: [{ filePath: file, scale: 1 }] },
       });
       try {
-        const pool = new SequencePool(context, this.parallel);
+        const pool = new SequencePool(context, this.parallel, this.o.promptReuse ?? true);
         this.pools.set(context, pool);
         const smoke = await smokeOn(pool);
         const after = await this.o.freeVram?.();

@@ -1,6 +1,7 @@
 import { createLogger } from '@hangar/common/log';
 import { createAgent } from './agent.js';
 import { AgentConfigError, loadAgentConfig } from './config.js';
+import { watchParent } from './parent-watch.js';
 
 // `hangar-agent` (`pnpm agent`, or the server's `hangar agent`): start the node agent and nothing else.
 
@@ -16,7 +17,7 @@ const log = createLogger(config.logLevel);
 const agent = createAgent(config, { log });
 
 let stopping = false;
-const shutdown = (signal: NodeJS.Signals) => {
+const shutdown = (signal: NodeJS.Signals | 'its parent process exited') => {
   // A second signal means "now": the operator has waited long enough.
   if (stopping) process.exit(1);
   stopping = true;
@@ -33,6 +34,8 @@ const shutdown = (signal: NodeJS.Signals) => {
 };
 process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);
+// A wrapper (pnpm) that dies without passing SIGTERM on must not leave the agent running: see parent-watch.ts.
+watchParent(() => shutdown('its parent process exited'));
 
 log.info('the Hangar agent is starting', { url: config.url, dir: config.dir });
 try {

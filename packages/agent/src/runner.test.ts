@@ -8,6 +8,7 @@ import { bytes, startUpstream, type Upstream } from '@hangar/common/test/fixture
 import { tinyLlama, tinyLlamaShards } from '@hangar/common/test/fixtures/tiny-llama';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { FakeControlPlane } from '../test/fixtures/fake-control-plane.js';
+import type { ControlPlane, PushedAssignments } from './control-plane.js';
 import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
 import { Runner } from './runner.js';
@@ -153,6 +154,53 @@ describe('Runner', () => {
     await until('r3', 'READY');
     await runner.stopAll();
     expect(cp.last('r3')).toMatchObject({ state: 'STOPPED', message: 'stopped: the node agent was shut down' });
+  });
+
+  it('acts on a pushed list at once, and a poll answered after it does not undo it', async () => {
+    // The control plane pushes (as GraphqlControlPlane does over the agent's channel). The runner's first poll
+    // is held until after a push that places r4: it then answers the list from before the placement.
+    const cp = new FakeControlPlane();
+    let to: PushedAssignments | undefined;
+    let answer: (() => void) | undefined;
+    const held = new Promise<void>((r) => {
+      answer = r;
+    });
+    let polls = 0;
+    const pushing: ControlPlane = {
+      reportNode: (r) => cp.reportNode(r),
+      reportReplica: (r) => cp.reportReplica(r),
+      assignments: async () => {
+        const before = await cp.assignments();
+        if (polls++ === 0) await held;
+        return before;
+      },
+      pushed: (t) => {
+        to = t;
+        return () => {};
+      },
+    };
+    const runner = new Runner({
+      controlPlane: pushing,
+      cache: new ModelCache(path.join(dir, `cache-${++caches}`), { backoffMs: 10 }),
+      runtime: async () => runtime,
+      vllmCommand: async () => null,
+      baseUrl: 'http://hangar.invalid',
+      log: createLogger('silent'),
+      pollMs: 60_000,
+    });
+    runners.push(runner);
+    runner.start();
+    cp.assign({ replicaId: 'r4', source: up.url('tiny.gguf') });
+    to?.onList(await cp.assignments());
+    answer?.();
+    const deadline = Date.now() + 20_000;
+    while (cp.last('r4')?.state !== 'READY') {
+      if (Date.now() > deadline) throw new Error(`r4 is ${JSON.stringify(cp.states('r4'))}, not READY, after 20 s`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(cp.states('r4')).not.toContain('STOPPED');
+    // Pushed, it is not polled again within the interval: one poll, the one held.
+    expect(polls).toBe(1);
   });
 
   it('reports vLLM missing', async () => {

@@ -15,10 +15,12 @@ import type { OpenAiServer } from './openai/http.js';
 import { LlamaServedModel } from './openai/llama-model.js';
 import { type ExternalHost, refuseForNow, runExternal } from './runner-external.js';
 
-// Makes this node run what the control plane assigns to it. It asks for the node's assignments every couple of
-// seconds, starts each replica it should run (fetch, load, smoke test), stops each it should not, and reports
-// every state change. A report that does not get through is sent again at the next poll, and only the latest
-// state counts: a control plane that restarts misses nothing it needs.
+// Makes this node run what the control plane assigns to it. The assignments are pushed over the agent's channel
+// (ControlPlane.pushed) the moment they change, and read every couple of seconds only while that channel is down
+// (or the control plane does not push them); each list is the whole list, so a reconnect catches up on whatever
+// changed meanwhile. It starts each replica it should run (fetch, load, smoke test), stops each it should not,
+// and reports every state change. A report that does not get through is sent again at the next tick, and only
+// the latest state counts: a control plane that restarts misses nothing it needs.
 // A replica in a child process (vLLM, llama-server) runs in runner-external.ts. What is left is over 400 lines
 // for a reason: the in-process llama.cpp replica, its adapters (loaded, refused, retried) and the reports are one
 // replica's state, changed by the poll, the load and a stop alike; apart, each would reach into the others' fields.
@@ -33,6 +35,7 @@ export type RunnerOptions = {
   /** The control plane's URL, against which a relative source is resolved. */
   baseUrl: string;
   log: Logger;
+  /** How often the assignments are read while they are not pushed, and unsent reports are sent again. */
   pollMs?: number;
   /**
    * Engines run as child processes (engines/external.ts): bound to `host` (the agent's listen host) on a port
@@ -127,6 +130,11 @@ export class Runner {
   private timer: NodeJS.Timeout | undefined;
   private closed = false;
   private lastPollError: string | undefined;
+  /** A pushed list has come since the channel was last lost: polling would only read the same again. */
+  private live = false;
+  /** Lists pushed so far: a poll answered after a push read an older list, and is not acted on. */
+  private pushes = 0;
+  private unpush: (() => void) | undefined;
 
   /** What a replica run by an engine in a child process (runner-external.ts) is given of this runner. */
   private readonly externalHost: ExternalHost;
@@ -139,15 +147,55 @@ export class Runner {
     };
   }
 
-  /** Polls every pollMs until stopAll(). */
+  /**
+   * Takes the pushed assignments, and every pollMs until stopAll() polls (while nothing is pushed) or sends
+   * the reports that did not get through (while lists are pushed).
+   */
   start() {
     const tick = () => {
       if (this.closed) return;
-      void this.poll().finally(() => {
-        if (!this.closed) this.timer = setTimeout(tick, this.o.pollMs ?? 2000);
+      void this.refresh().finally(() => {
+        if (!this.closed) {
+          clearTimeout(this.timer);
+          this.timer = setTimeout(tick, this.o.pollMs ?? 2000);
+        }
       });
     };
+    this.unpush = this.o.controlPlane.pushed?.({
+      onList: (list) => {
+        this.pushes++;
+        if (!this.live) this.o.log.info('the control plane pushes this node’s assignments; polling stops');
+        this.live = true;
+        if (this.closed) return;
+        this.reconcile(list);
+        void this.flush();
+      },
+      onLost: () => {
+        if (!this.live) return;
+        this.live = false;
+        this.o.log.info('the assignments are not pushed while the channel is down: they are read every pollMs', {
+          pollMs: this.o.pollMs ?? 2000,
+        });
+        // At once: a change made while the channel is down must not wait a whole interval more than it has to.
+        clearTimeout(this.timer);
+        tick();
+      },
+    });
     tick();
+  }
+
+  /** Polls unless the assignments are pushed; then sends only what was not reported yet. */
+  refresh(): Promise<void> {
+    return this.live ? this.flush() : this.poll();
+  }
+
+  /**
+   * After a heartbeat: the placement may have changed with what the node reported. Where the assignments are
+   * pushed (start() subscribed), the change comes that way, or by the pollMs polls while the channel is down;
+   * otherwise they are read now.
+   */
+  afterHeartbeat(): Promise<void> {
+    return this.unpush ? this.flush() : this.poll();
   }
 
   /** What the runner holds, for tests and logs. */
@@ -164,10 +212,12 @@ export class Runner {
   poll(): Promise<void> {
     this.polling ??= (async () => {
       try {
+        const pushes = this.pushes;
         const list = await this.o.controlPlane.assignments();
         if (this.lastPollError) this.o.log.info('the control plane answers assignments again');
         this.lastPollError = undefined;
-        if (!this.closed) this.reconcile(list);
+        // A list pushed while this one was on its way is newer: this one could stop a replica just placed.
+        if (!this.closed && pushes === this.pushes) this.reconcile(list);
       } catch (err) {
         const msg = (err as Error).message;
         // Once per distinct reason: a control plane that is down for an hour should not write 1800 lines.
@@ -544,6 +594,7 @@ export class Runner {
   async stopAll(reportMs = 5000) {
     this.closed = true;
     clearTimeout(this.timer);
+    this.unpush?.();
     await this.polling?.catch(() => {});
     // A failed replica keeps its FAILED and its reason: that is what the operator needs to see.
     const active = [...this.replicas.values()].filter((r) => r.state === 'LOADING' || r.state === 'READY');

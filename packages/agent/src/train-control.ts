@@ -1,20 +1,19 @@
 import type { Readable } from 'node:stream';
 import { graphql } from '@hangar/common/client/graphql';
 import type { Logger } from '@hangar/common/log';
-import { backoffMs, sleep } from '@hangar/common/retry';
-import type { ResultOf, TadaDocumentNode } from 'gql.tada';
-import { print } from 'graphql';
-import { type Client, createClient } from 'graphql-ws';
-import WebSocket from 'ws';
+import type { TadaDocumentNode } from 'gql.tada';
 import { z } from 'zod';
 import { ControlPlaneError, clip, graphqlRequest, refusedIfError } from './control-plane.js';
 import { anySignal } from './io.js';
+import { describe, NodeChannel } from './node-channel.js';
 import { type DownloadOptions, downloadFile } from './train-download.js';
+import type { EvalAnswer } from './train-evaluate.js';
 import { parseTrainSpec, type TrainSpec } from './train-spec.js';
 
 // The training side of the control plane, as the node agent sees it (docs/training.md): the node's work list
-// over a graphql-ws subscription, the claim/report/finish mutations over HTTP, and the files (the pairs, the base
-// weights, the adapter) over plain HTTP. Behind a small interface, so the worker is tested without a server.
+// over a graphql-ws subscription on the agent's one channel (node-channel.ts), the claim/report/finish mutations
+// over HTTP, and the files (the pairs, the base weights, the adapter) over plain HTTP. Behind a small interface,
+// so the worker is tested without a server.
 // The claim's spec is read in train-spec.ts, files are fetched in train-download.ts.
 
 // Where they lived before the split, so importers of this file keep working.
@@ -39,6 +38,7 @@ export type TrainPoint = {
   lr?: number | null;
   peakMiB?: number | null;
   tokensPerSecond?: number | null;
+  evalLoss?: number | null;
 };
 export type TrainEvent = { level: 'info' | 'warn' | 'error'; message: string };
 export type TrainProgressInput = {
@@ -63,6 +63,8 @@ export interface TrainControl {
   claim(id: string): Promise<{ spec: TrainSpec }>;
   report(id: string, input: TrainProgressInput): Promise<void>;
   finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string): Promise<void>;
+  /** The base's and the adapter's answers to the held-out questions (train-evaluate.ts); absent: not evaluated. */
+  reportEvaluation?(id: string, answers: EvalAnswer[]): Promise<void>;
   /** Fetches a file to `dest` (atomically: <dest>.part, then a rename), with the node token only on Hangar's own URLs. */
   download(url: string, dest: string, opts?: DownloadOptions): Promise<{ bytes: number; sha256: string }>;
   /** PUTs the adapter (a gzipped tar); throws ControlPlaneError for anything but 200 and 422. */
@@ -85,6 +87,11 @@ const Agent_ClaimTrainJobMutation = graphql(`
 const Agent_ReportTrainProgressMutation = graphql(`
   mutation Agent_ReportTrainProgress($id: ID!, $input: TrainProgressInput!) {
     reportTrainProgress(id: $id, input: $input) { __typename ... on Error { message } }
+  }
+`);
+const Agent_ReportTrainEvaluationMutation = graphql(`
+  mutation Agent_ReportTrainEvaluation($id: ID!, $input: TrainEvaluationInput!) {
+    reportTrainEvaluation(id: $id, input: $input) { __typename ... on Error { message } }
   }
 `);
 const Agent_FinishTrainJobMutation = graphql(`
@@ -111,6 +118,8 @@ const workList = z.object({
 
 export type GraphqlTrainControlOptions = {
   log?: Logger;
+  /** The agent's one channel to the control plane (node-channel.ts); the options below apply to one made here. */
+  channel?: NodeChannel;
   /** Per HTTP request (not the upload). */
   timeoutMs?: number;
   /** After the subscription ended with an error (the server refused it), it is asked for again after this. */
@@ -122,7 +131,7 @@ export type GraphqlTrainControlOptions = {
   uploadTimeoutMs?: number;
 };
 
-/** The control plane over graphql-ws (the work list) and HTTP (everything else), with the node token. */
+/** The control plane over the node's channel (the work list) and HTTP (everything else), with the node token. */
 export class GraphqlTrainControl implements TrainControl {
   private readonly origin: string;
 
@@ -136,104 +145,36 @@ export class GraphqlTrainControl implements TrainControl {
 
   work(onWork: (jobs: TrainAssignment[]) => void, onReconnected?: () => void): () => void {
     const log = this.o.log;
-    const keepAlive = this.o.keepAliveMs ?? 10_000;
-    const maxWait = this.o.reconnectMaxMs ?? 10_000;
-    let closed = false;
-    let lost: string | undefined;
-    let lastError: string | undefined;
-    let pongTimer: NodeJS.Timeout | undefined;
-    let resubscribe: NodeJS.Timeout | undefined;
-    let dispose: (() => void) | undefined;
-    const client: Client = createClient({
-      url: `${this.url.replace(/^http/, 'ws')}/graphql`,
-      webSocketImpl: WebSocket,
-      connectionParams: { authorization: `Bearer ${this.token}` },
-      // Connected from the start and for good: the work list is pushed, and a reconnect is how a restarted
-      // control plane's list reaches the node (the server sends the whole list on every subscription).
-      lazy: false,
-      retryAttempts: Number.POSITIVE_INFINITY,
-      // The default retries only on close events; a refused TCP connection (the server restarting) arrives as an
-      // error event, and giving up on it would leave the node deaf to its work until the agent restarts.
-      shouldRetry: () => true,
-      retryWait: (retries) => sleep(backoffMs(retries, { baseMs: maxWait / 10, maxMs: maxWait, jitter: 0.5 })),
-      onNonLazyError: (err) => log?.warn('the training work connection gave up', { error: describe(err) }),
-      keepAlive,
-      on: {
-        // graphql-ws pings but does not notice a missing pong: a half-open socket (a node whose network dropped
-        // without a FIN) would wait forever. Terminating it makes the client reconnect.
-        ping: (received) => {
-          if (!received) pongTimer = setTimeout(() => client.terminate(), keepAlive / 2);
-        },
-        pong: (received) => {
-          if (received) clearTimeout(pongTimer);
-        },
-        connected: () => {
-          const back = lost !== undefined;
-          lost = undefined;
-          if (!back) return;
-          log?.info('the training work subscription is connected again');
-          onReconnected?.();
-        },
-        // A refused connection is an error event and then a close: the error says why, the close says it ended.
-        error: (err) => {
-          lastError = describe(err);
-        },
-        closed: (event) => {
-          clearTimeout(pongTimer);
-          if (closed) return;
-          const why = lastError ?? describe(event);
-          lastError = undefined;
-          // Once per outage: a control plane down for an hour should not write a line per retry.
-          if (lost === undefined)
-            log?.warn('the training work subscription is not connected; reconnecting', { error: why });
-          lost = why;
-        },
+    // The agent's one channel when it gave one (its replicas' work comes on it too); otherwise one of its own.
+    const channel =
+      this.o.channel ??
+      new NodeChannel({
+        url: this.url,
+        token: this.token,
+        log,
+        reconnectMaxMs: this.o.reconnectMaxMs,
+        keepAliveMs: this.o.keepAliveMs,
+        resubscribeMs: this.o.resubscribeMs,
+      });
+    const unlisten = channel.onConnection({ up: (back) => back && onReconnected?.() });
+    const unsubscribe = channel.subscribe(Agent_TrainWorkSubscription, {
+      what: 'training work',
+      next: (data) => {
+        const parsed = workList.safeParse(data?.nodeTrainWork);
+        if (!parsed.success) {
+          if (data)
+            log?.warn('nodeTrainWork answered in a shape this agent does not read', {
+              error: parsed.error.issues[0]?.message,
+            });
+          return;
+        }
+        onWork(parsed.data.jobs.filter((j): j is TrainAssignment => JOB_STATES.includes(j.state)));
       },
     });
-    const subscribe = () => {
-      dispose = client.subscribe<ResultOf<typeof Agent_TrainWorkSubscription>>(
-        { query: print(Agent_TrainWorkSubscription) },
-        {
-          next: (result) => {
-            if (result.errors?.length) {
-              log?.warn('the training work list came with errors', {
-                error: result.errors.map((e) => e.message).join('; '),
-              });
-            }
-            const parsed = workList.safeParse(result.data?.nodeTrainWork);
-            if (!parsed.success) {
-              if (result.data)
-                log?.warn('nodeTrainWork answered in a shape this agent does not read', {
-                  error: parsed.error.issues[0]?.message,
-                });
-              return;
-            }
-            onWork(parsed.data.jobs.filter((j): j is TrainAssignment => JOB_STATES.includes(j.state)));
-          },
-          // The server refused the subscription (an older control plane without it, a revoked token): ask again
-          // later rather than never, since the operator can fix either without touching the node.
-          error: (err) => {
-            if (closed) return;
-            log?.warn('the control plane refused the training work subscription; asking again later', {
-              error: describe(err),
-            });
-            resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
-          },
-          complete: () => {
-            if (!closed) resubscribe = setTimeout(subscribe, this.o.resubscribeMs ?? 30_000);
-          },
-        },
-      );
-    };
-    subscribe();
     return () => {
-      closed = true;
-      clearTimeout(resubscribe);
-      clearTimeout(pongTimer);
-      dispose?.();
-      // Disposing while a reconnect is under way rejects with that connection's error (the control plane down,
-      // say): the agent is stopping, so there is nothing to tell, and unhandled it would crash the process.
-      Promise.resolve(client.dispose()).catch(() => {});
+      unlisten();
+      unsubscribe();
+      if (channel !== this.o.channel) channel.close();
     };
   }
 
@@ -264,6 +205,11 @@ export class GraphqlTrainControl implements TrainControl {
   async finish(id: string, state: 'DONE' | 'FAILED' | 'CANCELLED', message?: string) {
     const data = await this.request(Agent_FinishTrainJobMutation, { id, state, message: clip(message) });
     refusedIfError(data.finishTrainJob, 'finishTrainJob');
+  }
+
+  async reportEvaluation(id: string, answers: EvalAnswer[]) {
+    const data = await this.request(Agent_ReportTrainEvaluationMutation, { id, input: { answers } });
+    refusedIfError(data.reportTrainEvaluation, 'reportTrainEvaluation');
   }
 
   download(url: string, dest: string, opts: DownloadOptions = {}) {
@@ -319,19 +265,4 @@ export class GraphqlTrainControl implements TrainControl {
   private request<R, V>(doc: TadaDocumentNode<R, V>, variables: V) {
     return graphqlRequest(this.url, this.token, doc, variables, this.o.timeoutMs);
   }
-}
-
-function describe(err: unknown): string {
-  if (Array.isArray(err)) return err.map((e) => describe(e)).join('; ');
-  const e = err as {
-    message?: string;
-    code?: number | string;
-    reason?: string;
-    cause?: { code?: string; message?: string };
-  };
-  if (e && typeof e === 'object' && 'code' in e && 'reason' in e)
-    return `closed ${e.code}${e.reason ? `: ${e.reason}` : ''}`;
-  const cause = e?.cause?.code ?? e?.cause?.message;
-  const msg = e?.message ?? String(err);
-  return cause ? `${msg} (${cause})` : msg;
 }

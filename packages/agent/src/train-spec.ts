@@ -53,6 +53,19 @@ const trainSpec = z.looseObject({
       .min(1, 'at least one file (config.json and the weights)'),
   }),
   gguf: z.boolean(),
+  // What the node evaluates the adapter with after training (docs/training.md); absent from older control planes.
+  eval: z
+    .object({
+      seed: z.number().int(),
+      held_out_lines: z.array(z.number().int().min(1)),
+      pairs: z.array(z.object({ q: z.string(), a: z.string() })),
+      general: z.array(z.object({ q: z.string(), a: z.string() })),
+      model: z.object({ url: z.string().min(1), size: z.number().int().min(0) }).nullable(),
+      model_note: z.string().nullable(),
+      max_tokens: z.number().int().min(1).max(4096),
+      min_questions: z.number().int().min(0),
+    })
+    .optional(),
 });
 
 export type TrainSpec = z.infer<typeof trainSpec>;
@@ -91,5 +104,8 @@ export function parseTrainSpec(value: unknown, baseUrl: string): TrainSpec {
     ...spec,
     data: { ...spec.data, url: resolve(spec.data.url) },
     base: { ...spec.base, files: spec.base.files.map((f) => ({ ...f, url: resolve(f.url) })) },
+    ...(spec.eval
+      ? { eval: { ...spec.eval, model: spec.eval.model && { ...spec.eval.model, url: resolve(spec.eval.model.url) } } }
+      : {}),
   };
 }

@@ -199,6 +199,8 @@ function toPoint(m: Record<string, unknown>): TrainPoint | undefined {
     lr: finite(m.lr) ? m.lr : null,
     peakMiB: finite(m.peak_mib) && m.peak_mib >= 0 ? Math.round(m.peak_mib) : null,
     tokensPerSecond: finite(m.tokens_per_s) && m.tokens_per_s >= 0 ? m.tokens_per_s : null,
+    // The loss on the held-out pairs, on the lines of the steps the trainer evaluated at.
+    ...(finite(m.eval_loss) ? { evalLoss: m.eval_loss } : {}),
   };
 }
 

@@ -11,6 +11,8 @@ import {
   type TrainSpec,
   TrainSpecError,
 } from './train-control.js';
+import { evaluateAfterTraining, splitHeldOut } from './train-eval-run.js';
+import type { AdapterEvaluator } from './train-evaluate.js';
 import { fetchBase, safeName } from './trainer-base.js';
 import { messageOf, runTrainer, trainerFailure } from './trainer-process.js';
 import { Progress } from './trainer-progress.js';
@@ -50,6 +52,8 @@ export type TrainWorkerOptions = {
    * otherwise all land on GPU 0.
    */
   gpus?: () => Promise<Gpu[]>;
+  /** Answers the held-out questions with the base and the adapter after the upload (train-evaluate.ts). */
+  evaluator?: AdapterEvaluator;
 };
 
 export type Gpu = { index: number; name: string; totalMiB: number; freeMiB: number };
@@ -57,7 +61,7 @@ export type Gpu = { index: number; name: string; totalMiB: number; freeMiB: numb
 /** How long to wait before asking the GPUs again when none has room for the next job. */
 const NO_ROOM_RETRY_MS = 5000;
 
-type Phase = 'claiming' | 'fetching' | 'training' | 'uploading' | 'finishing';
+type Phase = 'claiming' | 'fetching' | 'training' | 'uploading' | 'evaluating' | 'finishing';
 
 type Job = {
   id: string;
@@ -339,10 +343,14 @@ export class TrainWorker {
     const baseDir = await fetchBase(this.o, spec, progress, signal);
     signal.throwIfAborted();
 
+    // The held-out pairs are never trained on: the trainer's data is the rest, and it gets them apart (eval_path)
+    // only to report the loss on them. The spec's copy of them stays with the agent.
+    const { eval: _held, ...forTrainer } = spec;
+    const split = await splitHeldOut(dataPath, spec.eval, dir);
     const jobFile = path.join(dir, 'job.json');
     await fs.writeFile(
       jobFile,
-      `${JSON.stringify({ ...spec, data_path: dataPath, base_dir: baseDir, out_dir: out }, null, 2)}\n`,
+      `${JSON.stringify({ ...forTrainer, data_path: split.trainPath, eval_path: split.evalPath, base_dir: baseDir, out_dir: out }, null, 2)}\n`,
     );
     job.phase = 'training';
     if (job.gpu)
@@ -372,7 +380,22 @@ export class TrainWorker {
     job.phase = 'uploading';
     progress.setMessage('uploading the adapter');
     await this.flushReports(progress);
-    return await this.upload(job, out, progress);
+    const uploaded = await this.upload(job, out, progress);
+    if (uploaded.state === 'DONE' && this.o.evaluator) {
+      job.phase = 'evaluating';
+      await evaluateAfterTraining(
+        {
+          control: this.o.control,
+          evaluator: this.o.evaluator,
+          log: this.o.log,
+          cacheDir: path.join(this.o.workDir, 'eval-models'),
+        },
+        { id: job.id, dir, signal: job.abort.signal },
+        spec,
+        progress,
+      );
+    }
+    return uploaded;
   }
 
   private async upload(job: Job, out: string, progress: Progress): Promise<Outcome> {
@@ -503,6 +526,8 @@ function howItStopped(job: Job) {
       return 'the trainer had already exited';
     case 'uploading':
       return 'the trainer had finished; the adapter was not uploaded';
+    case 'evaluating':
+      return 'the adapter was uploaded; its evaluation against the base was stopped';
     default:
       return 'the trainer had not started';
   }

@@ -39,7 +39,29 @@ export const ApiTokenRef = builder.prismaObject('ApiToken', {
       description:
         'Calls models at /v1 and nothing else: refused on GraphQL, /mirror and /api, so a key handed to an application cannot read or change the control plane.',
     }),
+    batch: t.exposeBoolean('batch', {
+      description: 'Its requests wait behind interactive ones for a replica and are the first refused under pressure.',
+    }),
     owner: t.relation('user'),
+    ownerName: t.string({
+      description: 'Whose it is, as owners are written everywhere: "user:alice@example.com".',
+      select: { user: { select: { email: true } } },
+      resolve: (tk) => `user:${tk.user.email}`,
+    }),
+    memberOf: t.stringList({
+      description: 'Where in the organisation tree it is a member (org, org/team, org/team/project): what it may call.',
+      select: {
+        memberships: {
+          select: {
+            org: { select: { name: true } },
+            team: { select: { name: true } },
+            project: { select: { name: true } },
+          },
+          orderBy: { createdAt: 'asc' },
+        },
+      },
+      resolve: (tk) => tk.memberships.map((m) => [m.org.name, m.team?.name, m.project?.name].filter(Boolean).join('/')),
+    }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     expiresAt: t.expose('expiresAt', { type: 'DateTime', nullable: true }),
     lastUsedAt: t.expose('lastUsedAt', { type: 'DateTime', nullable: true }),
@@ -70,6 +92,12 @@ const CreateApiTokenInput = builder.inputType('CreateApiTokenInput', {
       defaultValue: false,
       description:
         'A caller token: calls the models its user may call at /v1, and is refused everywhere else (GraphQL, /mirror, /api).',
+    }),
+    batch: t.boolean({
+      required: false,
+      defaultValue: false,
+      description:
+        'A batch token (a nightly job): its requests wait behind interactive ones for a replica, and are the first refused when a budget runs low.',
     }),
   }),
 });

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
 import { hashPassword, hashSecret, newSecret } from '../auth/secrets.js';
+import { endSessions } from '../auth/sessions.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
 import type { ApiToken, User } from '../generated/prisma/client.js';
@@ -23,6 +24,7 @@ const createTokenInput = z.object({
   role: roles,
   expiresAt: z.date().nullish(),
   callerOnly: z.boolean().nullish(),
+  batch: z.boolean().nullish(),
 });
 
 const createUserInput = z.object({
@@ -92,6 +94,7 @@ export class AccessService {
           role,
           expiresAt: expiresAt ?? null,
           callerOnly,
+          batch: parsed.value.batch ?? false,
           userId,
           tokenHash: hashSecret(secret),
           prefix: secret.slice(0, 10),
@@ -100,7 +103,7 @@ export class AccessService {
       await this.audit.done(tx, actor, {
         action: 'createApiToken',
         target: name,
-        message: `${callerOnly ? 'caller-only (calls models at /v1, nothing else), ' : ''}role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
+        message: `${callerOnly ? 'caller-only (calls models at /v1, nothing else), ' : ''}${parsed.value.batch ? 'batch (behind interactive requests), ' : ''}role ${role}${expiresAt ? `, expires ${expiresAt.toISOString()}` : ', no expiry'}`,
       });
       return t;
     });
@@ -180,7 +183,7 @@ export class AccessService {
           },
         });
         // A disabled user or a changed password ends every open console session of that user.
-        if (disabled || passwordHash) await tx.session.deleteMany({ where: { userId: id } });
+        if (disabled || passwordHash) await endSessions(tx, id);
         // Live subscriptions were authorized with the old role or credentials: each is checked again on commit.
         // A new name too, since identified callers are kept for a few seconds (auth/credential-cache.ts) and
         // `viewer { user { name } }` is answered from them.

@@ -3,6 +3,7 @@ import type { Context } from '../context.js';
 import type { AuditEvent } from '../generated/prisma/client.js';
 import { AuditOutcome } from '../generated/prisma/enums.js';
 import { unwrap } from '../lib/errors.js';
+import { ownerName } from '../org/org.schema.js';
 import { seenOwners } from '../org/org-owners.js';
 import { sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
@@ -20,6 +21,11 @@ const AuditEventRef = builder.prismaObject('AuditEvent', {
     outcome: t.expose('outcome', { type: AuditOutcomeEnum }),
     message: t.exposeString('message', { nullable: true }),
     requestId: t.exposeString('requestId', { nullable: true }),
+    ownerName: t.string({
+      nullable: true,
+      description: 'The owner of the thing the row is about, as people read it: "team:acme/support".',
+      resolve: (e, _args, ctx) => ownerName(ctx, e.owner),
+    }),
   }),
 });
 

@@ -1,5 +1,5 @@
 import type { Logger } from '@hangar/common/log';
-import { type Actor, describeActor } from '../auth/actor.js';
+import { type Actor, describeActor, logFor } from '../auth/actor.js';
 import type { Db, Tx } from '../db/client.js';
 import type { AuditEvent } from '../generated/prisma/client.js';
 import type { AuditOutcome } from '../generated/prisma/enums.js';
@@ -46,24 +46,25 @@ export class AuditService {
   /**
    * A refusal that an anonymous caller can repeat at will (a sign-in guess): all those with the same key share
    * one row, whose `repeats` counts them and whose message is `message` with {n} replaced by that count. The
-   * log shows the attack, one row per key, instead of growing by a row per request.
+   * log shows the attack, one row per key, instead of growing by a row per request. `count`: that many at once
+   * (the limits' refusals, counted in memory and written every few seconds).
    */
-  async refusedRepeated(actor: Actor, entry: AuditEntry & { message: string }, key: string) {
+  async refusedRepeated(actor: Actor, entry: AuditEntry & { message: string }, key: string, count = 1) {
     const named = describeActor(actor);
     try {
       const rows = await this.db.$queryRaw<{ id: bigint }[]>`
         INSERT INTO "AuditEvent" (actor, action, target, outcome, message, "requestId", "coalesceKey", repeats)
         VALUES (${named}, ${entry.action}, ${entry.target ?? null}, 'REFUSED'::"AuditOutcome",
-                replace(${entry.message}, '{n}', '1'), ${actor.requestId}, ${key}, 1)
+                replace(${entry.message}, '{n}', ${count}::int::text), ${actor.requestId}, ${key}, ${count}::int)
         ON CONFLICT ("coalesceKey") DO UPDATE SET
-          repeats = "AuditEvent".repeats + 1,
-          message = replace(${entry.message}, '{n}', ("AuditEvent".repeats + 1)::text),
+          repeats = "AuditEvent".repeats + ${count}::int,
+          message = replace(${entry.message}, '{n}', ("AuditEvent".repeats + ${count}::int)::text),
           "requestId" = excluded."requestId"
         RETURNING id`;
       const id = rows[0]?.id;
       if (id !== undefined) await notify(this.db, 'auditEvent', id.toString());
     } catch (err) {
-      this.log.error('could not write audit event', { actor: named, ...entry, key, error: err });
+      logFor(this.log, actor).error('could not write audit event', { actor: named, ...entry, key, error: err });
     }
   }
 
@@ -87,7 +88,7 @@ export class AuditService {
     } catch (err) {
       // A refusal must still reach the caller even when the audit write fails; the log keeps the record.
       if (outcome === 'DONE') throw err;
-      this.log.error('could not write audit event', { ...row, error: err });
+      logFor(this.log, actor).error('could not write audit event', { ...row, error: err });
     }
   }
 

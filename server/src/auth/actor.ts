@@ -1,3 +1,4 @@
+import { type Logger, withFields } from '@hangar/common/log';
 import type { Viewer } from './viewer.js';
 
 /**
@@ -10,6 +11,8 @@ export type Actor = {
   viewer: Viewer;
   /** Ties the audit rows and log lines of one request together. */
   requestId: string;
+  /** The caller's own x-request-id (http/routes.ts clientRequestIdOf), for log lines only: never on audit rows. */
+  clientRequestId?: string;
   /**
    * The client's address, as the edge worked it out (auth/client-address.ts): what sign-in attempts are counted
    * against. Undefined for requests made in-process and for the system.
@@ -25,9 +28,10 @@ const USER_AGENT_MAX = 300;
 /** The actor of a request the edge identified: the viewer, the edge's request id, and what the client sent. */
 export function actorOf(
   viewer: Viewer,
-  request: { requestId: string; clientAddress?: string; userAgent?: string | null },
+  request: { requestId: string; clientRequestId?: string; clientAddress?: string; userAgent?: string | null },
 ): Actor {
   const actor: Actor = { viewer, requestId: request.requestId };
+  if (request.clientRequestId) actor.clientRequestId = request.clientRequestId;
   if (request.clientAddress) actor.clientAddress = request.clientAddress;
   if (request.userAgent) actor.userAgent = request.userAgent.slice(0, USER_AGENT_MAX);
   return actor;
@@ -39,6 +43,20 @@ export function actorOf(
  */
 export function systemActor(name: string, requestId?: string): Actor {
   return { viewer: { kind: 'system', name }, requestId: requestId ?? `${name}-${Date.now().toString(36)}` };
+}
+
+/**
+ * The logger a service writes with when it acts for `actor`: every line carries the actor's request id (the one
+ * answered as x-request-id and on its audit rows) and the caller's own id beside it, so an operator finds a
+ * request's service lines by the id the caller was given. Made where a line is written, not per request.
+ */
+export function logFor(log: Logger, actor: Pick<Actor, 'requestId' | 'clientRequestId'>): Logger {
+  return withFields(
+    log,
+    actor.clientRequestId
+      ? { requestId: actor.requestId, clientRequestId: actor.clientRequestId }
+      : { requestId: actor.requestId },
+  );
 }
 
 /** The actor as the audit log names it: the one description, used by the audit log and the gateway alike. */

@@ -1,5 +1,6 @@
 import { type GraphQLResolveInfo, Kind } from 'graphql';
 import { RoleEnum, UserRef } from '../access/access.schema.js';
+import { userByIdOrThrow } from '../access/access-store.js';
 import type { User } from '../generated/prisma/client.js';
 import { TooManyAttemptsError, UnauthenticatedError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
@@ -22,9 +23,7 @@ const Viewer = builder
         resolve: (v, _args, ctx, info) =>
           // The caller was identified with these fields a moment ago; asking the database again for them
           // would double the cost of the console's most frequent query.
-          onlyAsks(info, IDENTIFIED_FIELDS)
-            ? (v.user as User)
-            : ctx.prisma.user.findUniqueOrThrow({ where: { id: v.user.id } }),
+          onlyAsks(info, IDENTIFIED_FIELDS) ? (v.user as User) : userByIdOrThrow(ctx.prisma, v.user.id),
       }),
       role: t.field({ type: RoleEnum, resolve: (v) => v.role }),
       via: t.string({ description: '"session" for the console, "token" for an API token.', resolve: (v) => v.via }),
@@ -49,7 +48,7 @@ const LoginPayload = builder.objectRef<{ user: ViewerUser; csrfToken: string }>(
   fields: (t) => ({
     user: t.prismaField({
       type: 'User',
-      resolve: (query, p, _args, ctx) => ctx.prisma.user.findUniqueOrThrow({ ...query, where: { id: p.user.id } }),
+      resolve: (query, p, _args, ctx) => userByIdOrThrow(ctx.prisma, p.user.id, query),
     }),
     csrfToken: t.exposeString('csrfToken', {
       description: 'Send as the X-Hangar-CSRF header with every request that uses the session cookie.',

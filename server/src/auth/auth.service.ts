@@ -1,7 +1,9 @@
 import type { Logger } from '@hangar/common/log';
+import * as accessStore from '../access/access-store.js';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
+import { nodeByTokenHash } from '../fleet/fleet-store.js';
 import {
   ForbiddenError,
   fail,
@@ -28,6 +30,7 @@ import {
 } from './credentials.js';
 import type { LoginLimits } from './login-limits.js';
 import { hashPassword, hashSecret, newSecret, sameSecret, secretKind, verifyPassword } from './secrets.js';
+import { endSessions } from './sessions.js';
 import { lowerRole, type Viewer, type ViewerUser } from './viewer.js';
 
 // Compared against when the email is unknown, so a wrong email takes as long as a wrong password and the
@@ -92,7 +95,7 @@ export class AuthService {
     const kind = secretKind(secret);
     const tokenHash = hashSecret(secret);
     if (kind === 'node') {
-      const node = await this.db.node.findUnique({ where: { tokenHash }, select: { id: true, name: true } });
+      const node = await nodeByTokenHash(this.db, tokenHash);
       return node
         ? { kind: 'node', node }
         : { kind: 'anonymous', reason: 'this node token is not known (the node was removed?)' };
@@ -122,11 +125,12 @@ export class AuthService {
       tokenId: token.id,
       tokenName: token.name,
       callerOnly: token.callerOnly,
+      batch: token.batch,
     };
   }
 
   private async findToken(tokenHash: string): Promise<TokenFound> {
-    const token = await this.db.apiToken.findUnique({ where: { tokenHash }, include: { user: true } });
+    const token = await accessStore.tokenByHash(this.db, tokenHash);
     if (!token) return { ok: false, viewer: { kind: 'anonymous', reason: 'this API token is not known' } };
     const refused = (reason: string): TokenFound => ({ ok: false, viewer: { kind: 'anonymous', reason } });
     if (token.revokedAt) {
@@ -139,10 +143,10 @@ export class AuthService {
     // Written only when the token is looked up, not on a kept answer: the time is coarse anyway.
     const now = Date.now();
     if (!token.lastUsedAt || now - token.lastUsedAt.getTime() > LAST_USED_RESOLUTION_MS) {
-      await this.db.apiToken.update({ where: { id: token.id }, data: { lastUsedAt: new Date(now) } });
+      await accessStore.touchToken(this.db, token.id, new Date(now));
     }
-    const { id, name, role, callerOnly, expiresAt } = token;
-    return { ok: true, user: toViewerUser(token.user), token: { id, name, role, callerOnly, expiresAt } };
+    const { id, name, role, callerOnly, batch, expiresAt } = token;
+    return { ok: true, user: toViewerUser(token.user), token: { id, name, role, callerOnly, batch, expiresAt } };
   }
 
   private async identifySession(secret: string, c: Credentials): Promise<Viewer> {
@@ -225,7 +229,7 @@ export class AuthService {
         verdict.which === 'account' ? 'many addresses' : from,
       );
     }
-    const user = await this.db.user.findUnique({ where: { email } });
+    const user = await accessStore.userByEmail(this.db, email);
     const good = await verifyPassword(user?.passwordHash ?? (await decoyHash), password);
     if (!user || !good) {
       return this.refuseLogin(actor, new UnauthenticatedError('wrong email or password'), guessKey, email, from);
@@ -335,7 +339,7 @@ export class AuthService {
         ),
       );
     }
-    const user = await this.db.user.findUnique({ where: { id: viewer.user.id } });
+    const user = await accessStore.userById(this.db, viewer.user.id);
     if (!user || !(await verifyPassword(user.passwordHash, currentPassword))) {
       return fail(
         new ValidationError('input.currentPassword', 'input.currentPassword: this is not your current password'),
@@ -350,16 +354,16 @@ export class AuthService {
     const passwordHash = await hashPassword(newPassword);
     const keep = viewer.kind === 'user' ? viewer.sessionId : undefined;
     const signedOut = await this.db.$transaction(async (tx) => {
-      await tx.user.update({ where: { id: user.id }, data: { passwordHash } });
-      const ended = await tx.session.deleteMany({ where: { userId: user.id, ...(keep ? { id: { not: keep } } : {}) } });
+      await accessStore.setPassword(tx, user.id, passwordHash);
+      const ended = await endSessions(tx, user.id, keep);
       // Live subscriptions of the ended sessions are checked again on commit, and end; this session's go on.
       await notify(tx, 'credentials', `user:${user.id}`);
       await this.audit.done(tx, actor, {
         action: 'changePassword',
         target: user.email,
-        message: `changed their own password; ${ended.count} other session${ended.count === 1 ? '' : 's'} signed out`,
+        message: `changed their own password; ${ended} other session${ended === 1 ? '' : 's'} signed out`,
       });
-      return ended.count;
+      return ended;
     });
     return ok({ signedOut });
   }
@@ -369,7 +373,7 @@ export class AuthService {
    * generated password printed once: a fresh install must be usable without editing a database by hand.
    */
   async ensureFirstAdmin(print: (text: string) => void): Promise<void> {
-    if ((await this.db.user.count()) > 0) return;
+    if ((await accessStore.userCount(this.db)) > 0) return;
     const email = (this.config.adminEmail ?? 'admin@hangar.local').toLowerCase();
     const generated = !this.config.adminPassword;
     const password = this.config.adminPassword ?? newSecret('session').slice(0, 20);
@@ -377,8 +381,8 @@ export class AuthService {
     const created = await this.db.$transaction(async (tx) => {
       // Two replicas starting on an empty database: the lock lets one create the admin; the other finds it.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${FIRST_ADMIN_LOCK})`;
-      if ((await tx.user.count()) > 0) return false;
-      await tx.user.create({ data: { email, name: 'Administrator', role: 'ADMIN', passwordHash } });
+      if ((await accessStore.userCount(tx)) > 0) return false;
+      await accessStore.createFirstAdmin(tx, email, passwordHash);
       const how = generated
         ? 'created with a generated password'
         : 'created from HANGAR_ADMIN_EMAIL / HANGAR_ADMIN_PASSWORD';

@@ -5,7 +5,16 @@ export type ViewerUser = { id: string; email: string; name: string; role: Role }
 /** Who is calling, as every resolver and the audit log see it. */
 export type Viewer =
   | { kind: 'user'; user: ViewerUser; role: Role; sessionId: string }
-  | { kind: 'token'; user: ViewerUser; role: Role; tokenId: string; tokenName: string; callerOnly?: boolean }
+  | {
+      kind: 'token';
+      user: ViewerUser;
+      role: Role;
+      tokenId: string;
+      tokenName: string;
+      callerOnly?: boolean;
+      /** Its requests go behind interactive ones (governance/limits-priority.ts). */
+      batch?: boolean;
+    }
   | { kind: 'node'; node: { id: string; name: string } }
   // Hangar acting on its own, for someone: a serve job's steps, say.
   | { kind: 'system'; name: string }

@@ -5,14 +5,27 @@ import { ReplicaRef } from '../fleet/fleet.schema.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, NotFoundError, UpstreamError, unwrap, ValidationError } from '../lib/errors.js';
 import { ModelMode } from '../mirror/mirror.schema.js';
-import { ownerLabel } from '../org/org.schema.js';
-import { parseOwnerKey } from '../org/org.service.js';
+import { ownerName } from '../org/org.schema.js';
 import { ownerFilter, seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { memoryEstimateError, modeMessage, modeOf, type ServePlan } from './catalog.service.js';
 
 // ALWAYS keeps N replicas; ON_DEMAND starts one when asked and stops it when idle; STOPPED runs none.
 const ModelModeRef = ModelMode;
+
+const RoutingPolicyRef = builder.enumType('RoutingPolicy', {
+  description: 'How the gateway picks a replica of a model for a request.',
+  values: {
+    LEAST_LOADED: { description: 'The replica with the fewest requests in flight.' },
+    PREFIX: {
+      description:
+        "A session key (prompt_cache_key, x-session-id, user) or else the prompt's start names the replica that holds it cached, while it has room (HANGAR_GATEWAY_LOAD_FACTOR). The default.",
+    },
+    SESSION: {
+      description: 'A session key names the replica while it has room; requests without one go to the least loaded.',
+    },
+  } as const,
+});
 const EngineRef = builder.enumType('Engine', { values: ['llamacpp', 'vllm'] as const });
 
 const AdapterRef = builder.prismaObject('Adapter', {
@@ -21,6 +34,11 @@ const AdapterRef = builder.prismaObject('Adapter', {
     name: t.exposeString('name'),
     source: t.exposeString('source'),
     owner: t.exposeString('owner', { nullable: true, description: 'scope:id; null is every caller the model allows.' }),
+    ownerName: t.string({
+      nullable: true,
+      description: 'The owner as people read it: "team:acme/support"; null is every caller the model allows.',
+      resolve: (a, _args, ctx) => ownerName(ctx, a.owner),
+    }),
     trainJobId: t.exposeID('trainJobId', { nullable: true, description: 'The training job that made it, if one did.' }),
     artifactSha256: t.exposeString('artifactSha256', {
       nullable: true,
@@ -69,6 +87,15 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
       description: 'Requests one replica answers at once (1–64); more wait in its queue.',
     }),
     mode: t.field({ type: ModelModeRef, resolve: (m) => modeOf(m) }),
+    routing: t.field({
+      type: RoutingPolicyRef,
+      description: 'How the gateway picks a replica for its requests (setModelRouting).',
+      resolve: (m) => m.routing,
+    }),
+    fallbacks: t.exposeStringList('fallbacks', {
+      description:
+        'Models that answer in its place when it cannot, in order (setModelFallbacks); a caller is sent only to those they may call.',
+    }),
     wantedReplicas: t.int({
       description: 'Replicas kept (ALWAYS) or at most (ON_DEMAND); 0 when stopped.',
       resolve: (m) => m.maxReplicas,
@@ -96,11 +123,12 @@ export const CatalogModelRef = builder.prismaObject('CatalogModel', {
       nullable: true,
       description:
         'Who may call it at /v1, as "team:acme/research" or "user:alice@example.com"; null is every caller. Its adapters are narrowed by their own owners.',
-      resolve: (m, _args, ctx) => {
-        if (m.owner === null) return null;
-        const parsed = parseOwnerKey(m.owner);
-        return parsed ? ownerLabel(ctx, parsed) : m.owner;
-      },
+      resolve: (m, _args, ctx) => ownerName(ctx, m.owner),
+    }),
+    ownerName: t.string({
+      nullable: true,
+      description: 'The owner as people read it, as on every other page: "team:acme/support"; null is every caller.',
+      resolve: (m, _args, ctx) => ownerName(ctx, m.owner),
     }),
     adapters: t.field({
       type: [AdapterRef],
@@ -264,6 +292,24 @@ builder.mutationFields((t) => ({
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { name: t.arg.string({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.wake(ctx.actor, args)),
+  }),
+  setModelRouting: t.field({
+    type: CatalogModelRef,
+    description:
+      "How the gateway picks a replica for the model's requests: PREFIX keeps a conversation where its prompt is cached, SESSION only pins a session key, LEAST_LOADED spreads.",
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError] },
+    args: { name: t.arg.string({ required: true }), policy: t.arg({ type: RoutingPolicyRef, required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setRouting(ctx.actor, args)),
+  }),
+  setModelFallbacks: t.field({
+    type: CatalogModelRef,
+    description:
+      'The models, in order, that answer in its place when it has no ready replica in time or every replica failed before answering; each only for callers who may call it. [] removes them.',
+    authScopes: { operator: true },
+    errors: { types: [ValidationError, NotFoundError] },
+    args: { name: t.arg.string({ required: true }), fallbacks: t.arg.stringList({ required: true }) },
+    resolve: async (_root, args, ctx) => unwrap(await ctx.services.catalog.setFallbacks(ctx.actor, args)),
   }),
   removeModel: t.field({
     type: RemovedModel,

@@ -14,7 +14,8 @@ import type { Config } from '../config.js';
 import { ConfigError } from '../config.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import { freeMiB } from '../fleet/node-inventory.js';
+import { runningReplicas } from '../fleet/fleet-store.js';
+import { freeMiB, nodeGpus, noGpuReason } from '../fleet/node-inventory.js';
 import type { CatalogModel } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, UpstreamError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
@@ -34,6 +35,7 @@ import {
 } from './catalog-input.js';
 import { type LastRequestDb, recordLastRequest } from './last-request.js';
 import { modeOf, scaling } from './mode.js';
+import { type ModelRoutingDeps, setFallbacks, setRouting } from './model-routing.js';
 import { isNameClash, ServedNames } from './served-names.js';
 
 // The catalog's rules: what a model may be served from, its mode, owner and hangar.yaml entries. Kept as one class
@@ -180,7 +182,12 @@ export class CatalogService {
       return {
         node: n.name,
         fits: free >= neededMiB,
-        reason: free >= neededMiB ? `${free} MiB free` : `needs ${neededMiB} MiB, ${free} MiB free`,
+        reason:
+          free >= neededMiB
+            ? `${free} MiB free`
+            : nodeGpus(n).length === 0
+              ? noGpuReason(n.name, neededMiB)
+              : `needs ${neededMiB} MiB, ${free} MiB free`,
       };
     });
     return ok({
@@ -301,9 +308,7 @@ export class CatalogService {
         // on demand while a replica serves stays awake its idle time from now, as if woken, rather than having a
         // warm replica stopped under its callers the moment the mode changes.
         const running =
-          parsed.value.mode === 'ON_DEMAND' && modeOf(m) !== 'ON_DEMAND'
-            ? await tx.replica.count({ where: { modelId: m.id, desired: 'RUN', state: { in: ['LOADING', 'READY'] } } })
-            : 0;
+          parsed.value.mode === 'ON_DEMAND' && modeOf(m) !== 'ON_DEMAND' ? await runningReplicas(tx, m.id) : 0;
         // On PostgreSQL's now(), as a wake writes it (wakeIfAsleep): two clocks would let a wake just after this
         // land before it.
         const now = running ? (await tx.$queryRaw<{ now: Date }[]>`SELECT now() AS now`)[0]?.now : undefined;
@@ -373,6 +378,29 @@ export class CatalogService {
       });
       return ok(updated);
     });
+  }
+
+  /** setModelRouting: how the gateway picks a replica for the model's requests (model-routing.ts). */
+  async setRouting(actor: Actor, input: { name: string; policy: string }): Promise<Result<CatalogModel>> {
+    const m = await this.routedModel(actor, input.name);
+    return m.ok ? setRouting(this.routingDeps(), actor, m.value, input.policy) : m;
+  }
+
+  /** setModelFallbacks: the models that answer in its place when it cannot (model-routing.ts). */
+  async setFallbacks(actor: Actor, input: { name: string; fallbacks: string[] }): Promise<Result<CatalogModel>> {
+    const m = await this.routedModel(actor, input.name);
+    return m.ok ? setFallbacks(this.routingDeps(), actor, m.value, input.fallbacks) : m;
+  }
+
+  private async routedModel(actor: Actor, name: string): Promise<Result<CatalogModel>> {
+    const parsed = parseInput(z.object({ name: catalogName }), { name }, '');
+    if (!parsed.ok) return parsed;
+    const m = await this.visibleModel(actor, parsed.value.name);
+    return m ? ok(m) : fail(new NotFoundError(`the catalog has no model ${parsed.value.name}`));
+  }
+
+  private routingDeps(): ModelRoutingDeps {
+    return { db: this.deps.db, audit: this.deps.audit, visibleModel: (a, n) => this.visibleModel(a, n) };
   }
 
   async wake(actor: Actor, input: { name: string }): Promise<Result<CatalogModel>> {

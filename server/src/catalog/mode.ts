@@ -47,10 +47,16 @@ export function modeMessage(
         : `on demand: starts when a request asks for it, stops after ${idle} unused`;
     }
     default: {
-      const ready = replicas.filter((r) => r.state === 'READY' && r.desired === 'RUN').length;
-      return ready >= m.minReplicas
-        ? `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'runs' : 'run'}`
-        : `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'is' : 'are'} being placed${ready ? ` (${ready} ready)` : ''}`;
+      const wanted = replicas.filter((r) => r.desired === 'RUN');
+      const ready = wanted.filter((r) => r.state === 'READY').length;
+      const arriving = wanted.filter((r) => r.state === 'PENDING' || r.state === 'LOADING').length;
+      const failed = wanted.filter((r) => r.state === 'FAILED').length;
+      if (ready >= m.minReplicas)
+        return `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'runs' : 'run'}`;
+      // "being placed" over a replica that failed would promise what is not happening: say it failed.
+      if (failed && !arriving)
+        return `always: ${replicaWord(m.minReplicas)} wanted, ${ready} ready; ${failed} failed (each replica says why)`;
+      return `always: ${replicaWord(m.minReplicas)} ${m.minReplicas === 1 ? 'is' : 'are'} being placed${ready ? ` (${ready} ready)` : ''}`;
     }
   }
 }

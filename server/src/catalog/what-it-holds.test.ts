@@ -257,4 +257,18 @@ describe('modeMessage', () => {
       modeMessage({ minReplicas: 2, maxReplicas: 2, idleSeconds: 600 }, [{ state: 'READY', desired: 'RUN' }]),
     ).toBe('always: 2 replicas are being placed (1 ready)');
   });
+
+  it('says a replica failed rather than "being placed" when nothing else is on its way', () => {
+    const always = { minReplicas: 1, maxReplicas: 1, idleSeconds: 600 };
+    expect(modeMessage(always, [{ state: 'FAILED', desired: 'RUN' }])).toBe(
+      'always: 1 replica wanted, 0 ready; 1 failed (each replica says why)',
+    );
+    // A replacement on its way is being placed, whatever failed before it.
+    expect(
+      modeMessage(always, [
+        { state: 'FAILED', desired: 'RUN' },
+        { state: 'PENDING', desired: 'RUN' },
+      ]),
+    ).toBe('always: 1 replica is being placed');
+  });
 });

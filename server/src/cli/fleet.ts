@@ -150,38 +150,68 @@ export function fleetCommands(program: Command, ctx: Ctx) {
       const out = ctx.out(cmd);
       const c = await ctx.client();
       const openai = new OpenAI({ baseURL: `${c.url}/v1`, apiKey: c.token, maxRetries: 0 });
-      const history: { role: 'user' | 'assistant'; content: string }[] = [];
+      const history: Turn[] = [];
       const ask = async (content: string) => {
         history.push({ role: 'user', content });
         let answer = '';
-        try {
-          const stream = await openai.chat.completions.create({ model, messages: history, stream: true });
-          for await (const chunk of stream) {
-            const piece = chunk.choices[0]?.delta?.content ?? '';
-            answer += piece;
-            if (!out.json) process.stdout.write(piece);
+        for (;;) {
+          try {
+            const stream = await openai.chat.completions.create({ model, messages: history, stream: true });
+            for await (const chunk of stream) {
+              const piece = chunk.choices[0]?.delta?.content ?? '';
+              answer += piece;
+              if (!out.json) process.stdout.write(piece);
+            }
+            break;
+          } catch (err) {
+            // The conversation outgrew the model's context: forget the oldest exchange and ask again, as a
+            // person would expect of a chat, rather than ending it. Only the question just asked is never dropped.
+            if (!outgrewContext(err) || answer !== '' || history.length < 3) throw chatError(err, model);
+            history.splice(0, 2);
+            out.note(`the conversation no longer fits ${model}'s context: dropped the oldest exchange`);
           }
-        } catch (err) {
-          throw chatError(err, model);
         }
         history.push({ role: 'assistant', content: answer });
         if (out.json) out.result('', { model, answer });
         else process.stdout.write('\n');
       };
       if (words.length > 0) return ask(words.join(' '));
-      const readline = await import('node:readline/promises');
-      const rl = readline.createInterface({ input: process.stdin, output: process.stderr });
-      out.note(`chatting with ${model}; an empty line or Ctrl-D ends it`);
+      // Every line is a question, piped or typed: a readline's async iterator keeps the lines that arrive while an
+      // answer streams (rl.question would lose all but the first of a pipe's lines). The prompt only on a terminal.
+      const readline = await import('node:readline');
+      const tty = Boolean(process.stdin.isTTY);
+      const rl = readline.createInterface({ input: process.stdin, output: process.stderr, terminal: tty });
+      rl.setPrompt('> ');
+      if (tty) {
+        out.note(`chatting with ${model}; an empty line or Ctrl-D ends it`);
+        rl.prompt();
+      }
       try {
-        for (;;) {
-          const line = await rl.question('> ').catch(() => '');
-          if (!line.trim()) break;
+        for await (const line of rl) {
+          if (!line.trim()) {
+            // An empty line typed at a terminal ends the chat; in a pipe it is only a blank line.
+            if (tty) break;
+            continue;
+          }
           await ask(line);
+          if (tty) rl.prompt();
         }
       } finally {
         rl.close();
       }
     });
+}
+
+type Turn = { role: 'user' | 'assistant'; content: string };
+
+/** OpenAI's `context_length_exceeded` (Hangar's llama.cpp replicas and OpenAI), or vLLM's and llama-server's words. */
+function outgrewContext(err: unknown) {
+  if (!(err instanceof OpenAI.APIError) || err.status !== 400) return false;
+  return (
+    err.code === 'context_length_exceeded' ||
+    err.type === 'exceed_context_size_error' ||
+    /maximum context length|exceeds the available context size/i.test(err.message)
+  );
 }
 
 function chatError(err: unknown, model: string) {

@@ -2,12 +2,15 @@ import { Command, CommanderError } from 'commander';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, type ExitCode } from './exit-codes.js';
 import { fleetCommands } from './fleet.js';
+import { limitsCommands } from './limits.js';
 import { loginCommand } from './login.js';
 import { mirrorCommands } from './mirror.js';
+import { orgCommands } from './org.js';
 import { output } from './output.js';
 import { serveCommands } from './serve.js';
 import { connect } from './session.js';
 import { trainCommands } from './train.js';
+import { usageCommand } from './usage.js';
 
 // `hangar <command>`: the CLI for scripts and terminals (docs/cli.md). Every failure ends as one line on stderr
 // and an exit code from exit-codes.ts, never a stack trace; --json makes stdout what a script parses.
@@ -37,6 +40,9 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
   fleetCommands(program, ctx);
   serveCommands(program, ctx);
   trainCommands(program, ctx);
+  limitsCommands(program, ctx);
+  usageCommand(program, ctx);
+  orgCommands(program, ctx);
   // Commander's own "unknown option" and friends: a usage error, like ours.
   for (const c of allCommands(program)) c.exitOverride();
 

@@ -1,7 +1,9 @@
+import path from 'node:path';
 import { graphql, type ResultOf } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
+import { uploadToMirror } from './files.js';
 import { bytes, table } from './format.js';
 import type { Out } from './output.js';
 import { ProgressBar } from './progress.js';
@@ -152,6 +154,24 @@ export function mirrorCommands(program: Command, ctx: Ctx) {
       );
       if (r.__typename !== 'RemovedMirrorVersion') throw new CliError(`unexpected answer ${r.__typename}`, EXIT.failed);
       out.result(`removed ${r.model}/${r.version}: ${r.files} files, ${bytes(r.bytes)}`, r);
+    });
+
+  mirror
+    .command('import')
+    .description('put a local file into the mirror (a GGUF you built, an adapter), verified by its sha256')
+    .argument('<file>')
+    .requiredOption('--model <model>', 'the model it is filed under')
+    .requiredOption('--version <version>', 'the version it is filed under')
+    .option('--name <name>', 'its name in the version (default: the file name)')
+    .action(async (file: string, o, cmd: Command) => {
+      const out = ctx.out(cmd);
+      const c = await ctx.client();
+      const name = o.name ?? path.basename(file);
+      const kept = await uploadToMirror(c, file, { model: o.model, version: o.version, name });
+      out.result(
+        `${o.model}/${o.version}/${name}: ${bytes(kept.size)}, sha256 ${kept.sha256}${kept.url ? `; nodes fetch it at ${kept.url}` : ''}`,
+        kept,
+      );
     });
 }
 

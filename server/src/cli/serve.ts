@@ -38,7 +38,10 @@ export function serveCommands(program: Command, ctx: Ctx) {
     .command('serve')
     .description('serve a Hub repository: registry → mirror → check → catalog → replica → smoke test')
     .argument('[repo]', 'OWNER/REPO on the Hub')
-    .option('--quant <quant>', 'the file set to serve, by quantisation', 'Q4_K_M')
+    .option(
+      '--quant <quant>',
+      'the file set to serve, by quantisation (default: the first of Q4_K_M, Q5_K_M, Q6_K, Q8_0, … that fits on a node)',
+    )
     .option('--file <file>', 'or the set holding this file')
     .option('--on-demand', 'add it on demand: no replica starts until a request asks for it')
     .option('--watch <job>', 'follow a serve job already started, by its id')

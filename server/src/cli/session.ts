@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { type GraphqlAnswer, GraphqlHttp, GraphqlUnanswered } from '@hangar/common/client/http';
 import type { TadaDocumentNode } from 'gql.tada';
 import { print } from 'graphql';
 import { createClient } from 'graphql-ws';
@@ -120,12 +121,19 @@ export function normalizeUrl(raw: string) {
 
 type Vars<V> = V extends Record<string, never> ? Record<string, never> | undefined : V;
 
-/** GraphQL over HTTP for queries and mutations, graphql-ws for subscriptions, with the bearer token. */
+/**
+ * GraphQL over HTTP for queries and mutations (@hangar/common/client/http, as the node agent sends it), graphql-ws
+ * for subscriptions, with the bearer token.
+ */
 export class HangarClient {
+  private readonly http: GraphqlHttp;
+
   constructor(
     readonly url: string,
     readonly token: string,
-  ) {}
+  ) {
+    this.http = new GraphqlHttp({ url, token, print, timeoutMs: 30_000 });
+  }
 
   async request<R, V>(doc: TadaDocumentNode<R, V>, variables?: Vars<V>, headers: Record<string, string> = {}) {
     const { data } = await this.send(doc, variables, headers);
@@ -134,42 +142,26 @@ export class HangarClient {
 
   /** As request, with the response's headers (login reads its cookies). */
   async send<R, V>(doc: TadaDocumentNode<R, V>, variables?: Vars<V>, headers: Record<string, string> = {}) {
-    let res: Response;
+    let answer: GraphqlAnswer;
     try {
-      res = await fetch(`${this.url}/graphql`, {
-        method: 'POST',
-        headers: {
-          'content-type': 'application/json',
-          accept: 'application/graphql-response+json, application/json',
-          ...(this.token ? { authorization: `Bearer ${this.token}` } : {}),
-          ...headers,
-        },
-        body: JSON.stringify({ query: print(doc), variables: variables ?? {} }),
-        signal: AbortSignal.timeout(30_000),
-      });
+      answer = await this.http.post(doc, variables as V | undefined, { headers });
     } catch (err) {
-      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      if (!(err instanceof GraphqlUnanswered)) throw err;
       throw new CliError(
-        `${this.url} did not answer (${cause?.code ?? cause?.message ?? (err as Error).message}): is the server running, and is the address right?`,
+        `${this.url} did not answer (${err.detail}): is the server running, and is the address right?`,
         EXIT.unreachable,
       );
     }
-    const text = await res.text();
-    let body: { data?: unknown; errors?: { message: string; extensions?: { code?: string } }[] } | undefined;
-    try {
-      body = JSON.parse(text);
-    } catch {
-      body = undefined;
-    }
-    if (res.status === 401 || res.status === 403)
+    const { status, text, body } = answer;
+    if (status === 401 || status === 403)
       throw new CliError(
-        `${this.url} refused the token (${body?.errors?.[0]?.message ?? res.status}): run \`hangar login\` again`,
+        `${this.url} refused the token (${body?.errors?.[0]?.message ?? status}): run \`hangar login\` again`,
         EXIT.auth,
         'UNAUTHENTICATED',
       );
-    if (!body || res.status >= 500)
+    if (!body || status >= 500)
       throw new CliError(
-        `${this.url} answered ${res.status} ${text.slice(0, 120)}: is this a Hangar server?`,
+        `${this.url} answered ${status} ${text.slice(0, 120)}: is this a Hangar server?`,
         EXIT.unreachable,
       );
     if (body.errors?.length) {
@@ -180,7 +172,7 @@ export class HangarClient {
         code,
       );
     }
-    return { data: body.data as R, headers: res.headers };
+    return { data: body.data as R, headers: answer.headers };
   }
 
   /**

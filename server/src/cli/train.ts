@@ -3,8 +3,10 @@ import { graphql, type ResultOf } from '@hangar/common/client/graphql';
 import type { Command } from 'commander';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, orFail } from './exit-codes.js';
-import { table } from './format.js';
+import { downloadVerified } from './files.js';
+import { bytes, table } from './format.js';
 import type { Out } from './output.js';
+import { trainShowCommand } from './train-show.js';
 import { ProgressBar } from './progress.js';
 import type { HangarClient } from './session.js';
 import { follow } from './watch.js';
@@ -30,8 +32,8 @@ const Cli_TrainCreateMutation = graphql(
   [JobFields],
 );
 const Cli_TrainPublishMutation = graphql(`
-  mutation Cli_TrainPublish($id: ID!) {
-    publishTrainJob(id: $id) {
+  mutation Cli_TrainPublish($id: ID!, $force: Boolean, $reason: String) {
+    publishTrainJob(id: $id, force: $force, reason: $reason) {
       __typename
       ... on Error { code message }
       ... on TrainJobPublished { adapter model note liveWithoutRestart }
@@ -47,11 +49,14 @@ type Job = ResultOf<typeof JobFields>;
 const ENDED = new Set(['DONE', 'FAILED', 'CANCELLED']);
 const JOB_STATES = ['QUEUED', 'RUNNING', 'DONE', 'FAILED', 'CANCELLED'] as const;
 const isJobState = (s: string): s is (typeof JOB_STATES)[number] => (JOB_STATES as readonly string[]).includes(s);
+/** The example the help shows: settings the trainer takes (a test keeps it accepted by the server's rules). */
+export const PARAMS_EXAMPLE = '{"epochs": 3, "lr": 0.0002}';
 // createTrainJob takes pairs inline up to 1 MiB; a larger set goes through POST /api/train/data (the console).
 const INLINE_DATA_LIMIT = 1 << 20;
 
 export function trainCommands(program: Command, ctx: Ctx) {
   const train = program.command('train').description('LoRA training jobs on the fleet');
+  trainShowCommand(train, ctx);
 
   train
     .command('create')
@@ -64,7 +69,14 @@ export function trainCommands(program: Command, ctx: Ctx) {
     .requiredOption('--data <file>', 'the pairs, NDJSON of {"q","a"}')
     .option('--owner <owner>', 'who may call the adapter: org:, team:, project:, user: or key: (or --public)')
     .option('--public', 'every caller of the model may call the adapter')
-    .option('--params <json>', 'training parameters as JSON ({"steps": 200, "lr": 0.0002})')
+    .option(
+      '--params <json>',
+      `training parameters as JSON, such as ${PARAMS_EXAMPLE} (a refusal lists every one the trainer takes)`,
+    )
+    .option(
+      '--no-gguf',
+      'make only the PEFT adapter, not the llama.cpp GGUF adapter beside it (made by default when llama.cpp serves the model)',
+    )
     .option('--no-wait', 'queue the job and return at once with its id')
     .action(async (o, cmd: Command) => {
       const out = ctx.out(cmd);
@@ -84,7 +96,7 @@ export function trainCommands(program: Command, ctx: Ctx) {
         try {
           params = JSON.parse(o.params);
         } catch {
-          throw new CliError(`--params is JSON, such as '{"steps": 200}': ${o.params} is not`, EXIT.usage);
+          throw new CliError(`--params is JSON, such as '${PARAMS_EXAMPLE}': ${o.params} is not`, EXIT.usage);
         }
       }
       const c = await ctx.client();
@@ -99,6 +111,8 @@ export function trainCommands(program: Command, ctx: Ctx) {
               gpuMiB: o.gpuMib,
               data,
               params,
+              // Unset: the server's default (a GGUF adapter when llama.cpp serves the model).
+              gguf: o.gguf === false ? false : null,
               owner: o.owner ?? null,
               public: o.public ?? null,
             },
@@ -152,13 +166,36 @@ export function trainCommands(program: Command, ctx: Ctx) {
     });
 
   train
+    .command('download')
+    .description('download what a job made: the PEFT adapter (a .tar.gz) or the llama.cpp GGUF adapter')
+    .argument('<id>')
+    .option('--kind <kind>', 'peft or gguf', 'gguf')
+    .option('--out <path>', 'a file, or a directory to put it in under the name the server gives', '.')
+    .action(async (id: string, o, cmd: Command) => {
+      const out = ctx.out(cmd);
+      const kind = String(o.kind).toLowerCase();
+      if (kind !== 'peft' && kind !== 'gguf')
+        throw new CliError(`--kind is peft or gguf: "${o.kind}" is not`, EXIT.usage);
+      if (!/^[0-9a-f-]{36}$/.test(id))
+        throw new CliError(`${id} is not a job id: \`hangar train ls\` lists them`, EXIT.usage);
+      const c = await ctx.client();
+      const got = await downloadVerified(c, `/api/train/jobs/${id}/artifacts/${kind}`, o.out, `job ${id}'s ${kind}`);
+      out.result(`${got.file}: ${bytes(got.bytes)}, sha256 ${got.sha256} (verified)`, got);
+    });
+
+  train
     .command('publish')
     .description("put a finished job's adapter in the mirror and the catalog")
     .argument('<id>')
-    .action(async (id: string, _o, cmd: Command) => {
+    .option('--force', 'publish even though its evaluation is WORSE than its base (needs --reason)')
+    .option('--reason <text>', 'why, kept in the audit log with the evaluation')
+    .action(async (id: string, o: { force?: boolean; reason?: string }, cmd: Command) => {
       const out = ctx.out(cmd);
       const c = await ctx.client();
-      const r = orFail((await c.request(Cli_TrainPublishMutation, { id })).publishTrainJob);
+      const r = orFail(
+        (await c.request(Cli_TrainPublishMutation, { id, force: o.force ?? null, reason: o.reason ?? null }))
+          .publishTrainJob,
+      );
       if (r.__typename !== 'TrainJobPublished') throw new CliError(`unexpected answer ${r.__typename}`, EXIT.failed);
       out.result(`published ${r.adapter} for ${r.model}: ${r.note}`, r);
     });

@@ -8,6 +8,7 @@ export type OwningDomain =
   | 'catalog'
   | 'fleet'
   | 'gateway'
+  | 'governance'
   | 'hf'
   | 'mirror'
   | 'org'
@@ -31,8 +32,12 @@ export const TABLE_OWNERS: Record<Prisma.ModelName, OwningDomain> = {
   Node: 'fleet',
   Replica: 'fleet',
   EngineKey: 'fleet',
+  GpuTime: 'fleet',
   UsageMinute: 'gateway',
   UsageSpool: 'gateway',
+  Limit: 'governance',
+  LimitWindow: 'governance',
+  Price: 'governance',
   HubRef: 'hf',
   MirrorFile: 'mirror',
   Org: 'org',
@@ -46,4 +51,5 @@ export const TABLE_OWNERS: Record<Prisma.ModelName, OwningDomain> = {
   TrainMetric: 'train',
   TrainEvent: 'train',
   TrainArtifact: 'train',
+  TrainEvaluation: 'train',
 };

@@ -1,4 +1,5 @@
-import type { Logger } from '@hangar/common/log';
+import { type Logger, withFields } from '@hangar/common/log';
+import { modelsForPlacement } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { LoopHealth } from '../db/outage.js';
 import type { Node } from '../generated/prisma/client.js';
@@ -38,7 +39,8 @@ export class FleetPlacement {
   constructor({ db, health, log }: FleetPlacementDeps) {
     this.db = db;
     this.health = health;
-    this.log = log;
+    // Its lines are the placement loop's, also when a request asked for a pass: the pass serves every request since.
+    this.log = log && withFields(log, { loop: 'placement' });
   }
 
   /**
@@ -79,7 +81,7 @@ export class FleetPlacement {
       // With several server replicas, one places at a time; the others find the work done.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       const [models, nodes, replicas] = await Promise.all([
-        tx.catalogModel.findMany(),
+        modelsForPlacement(tx),
         tx.node.findMany(),
         tx.replica.findMany(),
       ]);

@@ -2,6 +2,7 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import { withState } from '../audit/message.js';
 import type { Actor } from '../auth/actor.js';
+import { recordMeasuredSize } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { CatalogModel, Replica } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result } from '../lib/errors.js';
@@ -209,11 +210,7 @@ export class FleetReplicas {
         update: { key: r.engineKey as string },
       });
       // Fully offloaded, what the card holds is the model's real need, to set against the plan's estimate.
-      if (measured !== null)
-        await tx.catalogModel.update({
-          where: { id: replica.modelId },
-          data: { measuredMemoryBytes: measured, measuredAt: new Date() },
-        });
+      if (measured !== null) await recordMeasuredSize(tx, replica.modelId, measured);
       if (!sameServing)
         await this.audit.done(tx, actor, {
           action: 'reportReplica',

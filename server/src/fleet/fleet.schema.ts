@@ -5,6 +5,7 @@ import { seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { currentOnNode } from './current.js';
 import { type NodeEngine, type NodeGpu, nodeEngines, nodeGpus } from './node-inventory.js';
+import { servingWorkOf } from './serving-work.js';
 
 const Gpu = builder.objectRef<NodeGpu>('Gpu').implement({
   fields: (t) => ({
@@ -204,6 +205,21 @@ builder.queryField('nodeAssignments', (t) =>
     authScopes: { node: true },
     resolve: (_root, _args, ctx) =>
       ctx.viewer.kind === 'node' ? ctx.services.fleet.assignments(ctx.viewer.node.id) : [],
+  }),
+);
+
+const NodeServingWork = builder.objectRef<{ assignments: AssignmentRow[] }>('NodeServingWork').implement({
+  fields: (t) => ({ assignments: t.field({ type: [Assignment], resolve: (w) => w.assignments }) }),
+});
+
+builder.subscriptionField('nodeServingWork', (t) =>
+  t.field({
+    type: NodeServingWork,
+    description:
+      "The calling node's assignments, as nodeAssignments gives them: sent when subscribed, then whenever they change (node token).",
+    authScopes: { node: true },
+    subscribe: (_root, _args, ctx) => servingWorkOf(ctx),
+    resolve: (w: { assignments: AssignmentRow[] }) => w,
   }),
 );
 

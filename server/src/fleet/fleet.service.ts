@@ -1,8 +1,9 @@
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
-import type { Actor } from '../auth/actor.js';
+import { type Actor, logFor } from '../auth/actor.js';
 import { hashSecret, newSecret } from '../auth/secrets.js';
+import { modelNamesByIds } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
 import type { Node } from '../generated/prisma/client.js';
@@ -54,13 +55,13 @@ export type FleetDeps = {
   audit: AuditService;
   log?: Logger;
   /** Training's ledger: a node removed with force fails its jobs the way training fails any job (train-ledger.ts). */
-  train: Pick<TrainLedger, 'failNodeJobs'>;
+  train: Pick<TrainLedger, 'failNodeJobs' | 'jobsOnNode'>;
 };
 
 export class FleetService {
   private readonly db: Db;
   private readonly audit: AuditService;
-  private readonly train: Pick<TrainLedger, 'failNodeJobs'>;
+  private readonly train: Pick<TrainLedger, 'failNodeJobs' | 'jobsOnNode'>;
   /** The fleet loops' view of the database (placement, smoke tests): they pause while it is out of reach. */
   // Shared by both parts, and read by /readyz.
   readonly health: LoopHealth;
@@ -69,9 +70,11 @@ export class FleetService {
   private readonly replicas: FleetReplicas;
   private timer: NodeJS.Timeout | undefined;
   private agentUrlOf: () => string = () => 'http://localhost:4000';
+  private readonly log?: Logger;
 
   constructor({ db, audit, log, train }: FleetDeps) {
     this.db = db;
+    this.log = log;
     this.audit = audit;
     this.train = train;
     this.health = new LoopHealth('placement', log);
@@ -221,19 +224,17 @@ export class FleetService {
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       const node = await tx.node.findUnique({ where: { name } });
       if (!node) return fail(new NotFoundError(`no node ${name}: see Nodes for the names`));
-      const replicas = await tx.replica.findMany({
+      const held = await tx.replica.findMany({
         where: { nodeId: node.id, state: { in: ['PENDING', 'LOADING', 'READY'] } },
-        include: { model: { select: { name: true } } },
         orderBy: { createdAt: 'asc' },
       });
-      const running = await tx.trainJob.findMany({
-        where: { state: 'RUNNING', OR: [{ leaseOwner: node.id }, { nodeId: node.id }] },
-        select: { id: true, name: true },
-      });
-      const queued = await tx.trainJob.findMany({
-        where: { state: 'QUEUED', nodeId: node.id },
-        select: { id: true, name: true },
-      });
+      // The models' names from the catalog, which owns them.
+      const names = await modelNamesByIds(
+        tx,
+        held.map((r) => r.modelId),
+      );
+      const replicas = held.map((r) => ({ ...r, model: { name: names.get(r.modelId) ?? r.modelId } }));
+      const { running, queued } = await this.train.jobsOnNode(tx, node.id);
       const models = [...new Set(replicas.map((r) => r.model.name))];
       const holds = [
         replicas.length ? `${count(replicas.length, 'replica')} (${models.join(', ')})` : null,
@@ -264,7 +265,11 @@ export class FleetService {
       await this.audit.done(tx, actor, { action: 'removeNode', target: name, message });
       return ok({ name, message });
     });
-    if (result.ok) void this.place();
+    // In the log too, under the request's id: the refusals its agent meets from now on read as the sequel.
+    if (result.ok) {
+      if (this.log) logFor(this.log, actor).info('removed a node', { node: name, message: result.value.message });
+      void this.place();
+    }
     return result;
   }
 

@@ -60,3 +60,12 @@ export function largestFreeMiB(node: Pick<Node, 'gpus'>): number {
 export function largestCard(node: Pick<Node, 'gpus'>): NodeGpu | null {
   return nodeGpus(node).reduce<NodeGpu | null>((best, g) => (!best || g.totalMiB > best.totalMiB ? g : best), null);
 }
+
+/**
+ * Why a node with no GPU in its report holds no model, and what to do: "needs 514 MiB, 0 MiB free" alone reads as a
+ * full GPU. The agent reports what nvidia-smi finds, else HANGAR_AGENT_GPUS; a machine without one serves on its
+ * CPU once the memory it may use is declared there (with HANGAR_AGENT_GPU=false llama.cpp keeps to the CPU).
+ */
+export function noGpuReason(nodeName: string, neededMiB: number): string {
+  return `needs ${neededMiB} MiB, and ${nodeName} reported no GPU (nvidia-smi found none and HANGAR_AGENT_GPUS is unset on its agent): declare its GPU with HANGAR_AGENT_GPUS='[{"name":"RTX 4090","totalMiB":24564}]', or serve on the CPU by declaring the memory the model may use there the same way and setting HANGAR_AGENT_GPU=false`;
+}

@@ -1,4 +1,4 @@
-import type { Logger } from '@hangar/common/log';
+import { type Logger, withFields } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import { systemActor } from '../auth/actor.js';
 import type { Db } from '../db/client.js';
@@ -51,7 +51,8 @@ export class SmokeTests {
     this.audit = audit;
     this.health = health;
     this.placement = placement;
-    this.log = log;
+    // Its lines are the smoke tests' loop's (each with its replica's id), also when a replica's report woke it.
+    this.log = log && withFields(log, { loop: 'smoke-tests' });
   }
 
   start() {

@@ -1,7 +1,9 @@
 import type { IncomingMessage } from 'node:http';
+import type { Logger } from '@hangar/common/log';
 import type { AuthService } from '../auth/auth.service.js';
 import { CredentialCache, type CredentialEvents } from '../auth/credential-cache.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import type { LimitHold } from '../governance/limits-gate.js';
 import type { OrgService, Reach, Sight } from '../org/org.service.js';
 import { sees } from '../org/org.service.js';
 
@@ -22,6 +24,10 @@ export type Caller = {
   reach: Reach;
   /** The HTTP edge's id for the request (http/routes.ts): what its audit rows (a wake) are filed under. */
   requestId?: string;
+  /** What the request reserved under its limits (governance/limits-gate.ts): charged with what it delivered. */
+  limit?: LimitHold;
+  /** The edge's logger for the request (edge.log): the gateway's lines of it carry its id. */
+  log?: Logger;
 };
 
 export type Identified = { ok: true; caller: Caller } | { ok: false; reason: string };

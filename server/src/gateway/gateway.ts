@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
 import { pipeline } from 'node:stream/promises';
 import type { Logger } from '@hangar/common/log';
@@ -18,12 +18,16 @@ import type { CatalogService } from '../catalog/catalog.service.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import { isDatabaseUnreachable } from '../db/outage.js';
+import type { LimitGate } from '../governance/limits-gate.js';
 import type { OrgService } from '../org/org.service.js';
 import type { PubSub } from '../pubsub.js';
+import { affinityKey } from './affinity.js';
 import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
 import { refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
+import { fallbackTargets, withModel } from './fallbacks.js';
 import { estimatePromptTokens, JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
+import { HashRing, loadBound } from './ring.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
 import { type Outcome, type UsageEvent, UsageRecorder } from './usage.js';
 
@@ -50,6 +54,8 @@ export type GatewayDeps = {
   listeningSince: () => number | undefined;
   /** Told of every request the gateway accounts (Prometheus' counters). */
   onUsage?: (e: UsageEvent) => void;
+  /** Limits and budgets (governance/limits-gate.ts): checked before a replica is picked, charged as usage is. */
+  limits?: LimitGate;
 };
 
 /** A request body larger than this is refused, as a node's endpoint refuses it (agent/openai/http.ts). */
@@ -74,6 +80,8 @@ export class Gateway {
   private readonly waitingFor = new Map<string, number>();
   /** The same, by model and caller: each caller's share of HANGAR_GATEWAY_WAKE_QUEUE (waitFor). */
   private readonly waitingBy = new Map<string, number>();
+  /** Each model's hash ring, built once per snapshot of its replicas (routes.ts makes a new list per refresh). */
+  private readonly rings = new WeakMap<readonly RouteReplica[], HashRing>();
   private turn = 0;
 
   constructor(private readonly deps: GatewayDeps) {
@@ -127,19 +135,28 @@ export class Gateway {
     return this.waitingFor.get(model) ?? 0;
   }
 
-  /** Answers a request under /v1; `requestId` is the HTTP edge's, so a wake it causes is audited under it. */
-  async handle(req: IncomingMessage, res: ServerResponse, path: string, requestId?: string): Promise<void> {
+  /**
+   * Answers a request under /v1; `requestId` is the HTTP edge's, so a wake it causes is audited under it, and
+   * `log` the edge's logger for the request (edge.log), which writes that id on the gateway's lines of it.
+   */
+  async handle(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    requestId?: string,
+    log: Logger = this.deps.log,
+  ): Promise<void> {
     // A replica's answer is relayed on the console's origin: no browser may read one as anything but its type.
     res.setHeader('x-content-type-options', 'nosniff');
     try {
-      await this.answer(req, res, path, requestId);
+      await this.answer(req, res, path, requestId, log);
     } catch (err) {
       // Whatever went wrong is still said in OpenAI's words, which the caller's client reads; one that needs
       // the database while it is away (a caller not seen lately, a wake) is told to come back, with when.
       const outage = isDatabaseUnreachable(err);
       // An outage is logged once by the loops that meet it (db/outage.ts), not once per request here.
-      if (outage) this.deps.log.debug('gateway: a request needed the database while it is away', { requestId, path });
-      else this.deps.log.error('gateway: a request failed', { requestId, path, error: err });
+      if (outage) log.debug('gateway: a request needed the database while it is away', { requestId, path });
+      else log.error('gateway: a request failed', { requestId, path, error: err });
       if (res.headersSent) return void res.destroy();
       sendError(
         res,
@@ -157,7 +174,13 @@ export class Gateway {
     }
   }
 
-  private async answer(req: IncomingMessage, res: ServerResponse, path: string, requestId?: string): Promise<void> {
+  private async answer(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    requestId: string | undefined,
+    log: Logger,
+  ): Promise<void> {
     const route = path.slice('/v1'.length);
     const isModels = route === '/models' || route.startsWith('/models/');
     if (!(req.method === 'GET' && isModels) && !(req.method === 'POST' && POST_ROUTES.has(route))) {
@@ -171,6 +194,7 @@ export class Gateway {
     if (!who.ok) {
       return refuseEarly(req, res, new ApiError(401, who.reason, 'invalid_request_error', null, 'invalid_api_key'));
     }
+    if (isModels) this.deps.limits?.peek(res, who.caller);
     if (isModels) return this.listModels(res, who.caller, route === '/models' ? null : route.slice('/models/'.length));
 
     const raw = await readBody(req, {
@@ -193,7 +217,28 @@ export class Gateway {
     }
     const target = this.visible(who.caller, body.model);
     if (!target) return sendError(res, modelNotFound(body.model));
-    await this.forward(res, route, body, raw, target, { ...who.caller, requestId });
+    // Every limit that applies, checked before a replica is picked; a refusal is answered there (governance/).
+    const limit = this.deps.limits ? await this.deps.limits.admit(res, who.caller, target, body, route) : undefined;
+    if (this.deps.limits && !limit) return;
+    const caller = { ...who.caller, requestId, limit, log };
+    try {
+      let refused = await this.forward(res, route, body, raw, target, caller, req.headers);
+      // The model could not answer before a byte was sent: its fallbacks are tried in order, each only if this caller
+      // may call it (one they may not is passed over as if not listed), and the answer says which model it is.
+      for (const next of refused ? fallbackTargets(target.model, (name) => this.visible(caller, name)) : []) {
+        const name = next.adapter?.name ?? next.model.name;
+        const nextBody = withModel(body, name);
+        res.setHeader('x-hangar-fallback', name);
+        refused = await this.forward(res, route, nextBody.body, nextBody.raw, next, caller, req.headers);
+        if (!refused) return;
+      }
+      if (!refused) return;
+      res.removeHeader('x-hangar-fallback');
+      sendError(res, refused);
+    } finally {
+      // What was reserved and not delivered goes back (each forward charged what it delivered).
+      limit?.settle();
+    }
   }
 
   /** The name as this caller may call it; undefined for one they may not see, exactly as for one nobody has. */
@@ -246,7 +291,8 @@ export class Gateway {
     raw: Buffer,
     target: Target,
     caller: Caller,
-  ) {
+    headers: IncomingHttpHeaders,
+  ): Promise<ApiError | undefined> {
     const started = performance.now();
     // On the database's clock: the model's awake-until is worked out from it, and placement judges that there.
     const at = this.deps.db.clock.now();
@@ -283,6 +329,15 @@ export class Gateway {
       }
     };
     this.usage.touch(target.model.name);
+    // Which replica holds this conversation's prompt, by the model's policy (affinity.ts); undefined: least loaded.
+    const key = affinityKey({
+      policy: target.model.routing,
+      route,
+      body,
+      headers,
+      scope: caller.userId,
+      adapter: target.adapter?.name ?? '',
+    });
 
     let replica: RouteReplica | undefined;
     let outcome: Outcome = 'error';
@@ -294,7 +349,8 @@ export class Gateway {
       const tried = new Set<string>();
       for (let attempt = 0; attempt < 2; attempt++) {
         const picked =
-          this.pick(target, tried) ?? (attempt === 0 ? await this.waitFor(target, caller, abort.signal) : undefined);
+          this.pick(target, tried, key) ??
+          (attempt === 0 ? await this.waitFor(target, caller, abort.signal, key) : undefined);
         if (abort.signal.aborted) {
           outcome = 'aborted';
           return;
@@ -303,7 +359,8 @@ export class Gateway {
           if (!tried.size) return; // waitFor answered (503 with the fleet's reason) or the request was refused
           break;
         }
-        if (picked instanceof ApiError) return void sendError(res, picked);
+        // No replica and none in time: a fallback may answer (the caller's answer() says it, or sends this).
+        if (picked instanceof ApiError) return picked;
         replica = picked;
         tried.add(replica.id);
         this.inFlight.set(replica.id, (this.inFlight.get(replica.id) ?? 0) + 1);
@@ -326,7 +383,7 @@ export class Gateway {
           if (status >= 500 && attempt === 0) {
             // Nothing reached the client yet: the replica is set aside and another one gets the request.
             upstream.resume();
-            this.markFailing(replica, `answered ${status}`);
+            this.markFailing(replica, `answered ${status}`, caller.log);
             continue;
           }
           if (status === 401 || status === 403) {
@@ -334,7 +391,7 @@ export class Gateway {
             // That refusal is of the gateway, not of the caller, whose client would tell them their key is wrong.
             upstream.resume();
             refusedBy = `its replica on ${replica.nodeName ?? 'a node'} refused the gateway's key (${status}), as a replica being stopped or restarted does`;
-            this.markFailing(replica, `refused the gateway's engine key (${status})`);
+            this.markFailing(replica, `refused the gateway's engine key (${status})`, caller.log);
             await this.routes.refresh();
             continue;
           }
@@ -343,7 +400,7 @@ export class Gateway {
             // A body cut off midway is not OpenAI's JSON either: answered in the gateway's words below.
             const whole = await readCapped(upstream, ERROR_MAX_BYTES).catch(() => Buffer.alloc(0));
             if (status < 400) {
-              this.markFailing(replica, `answered ${String(upstream.headers['content-type'])}, not JSON`);
+              this.markFailing(replica, `answered ${String(upstream.headers['content-type'])}, not JSON`, caller.log);
               if (attempt === 0) continue;
               return void sendError(
                 res,
@@ -355,6 +412,7 @@ export class Gateway {
               );
             }
             const retryAfter = upstream.headers['retry-after'];
+            res.setHeader('x-hangar-replica', replica.id);
             return void sendError(
               res,
               relayedError(status, whole, {
@@ -366,6 +424,9 @@ export class Gateway {
           }
           const headers: Record<string, string> = {
             'content-type': String(upstream.headers['content-type'] ?? 'application/json'),
+            // Which replica answered (its id, as usage and the Models page name it): for scripts that follow
+            // where conversations went.
+            'x-hangar-replica': replica.id,
           };
           for (const h of ['retry-after', 'x-request-id', 'cache-control']) {
             const v = upstream.headers[h];
@@ -388,7 +449,7 @@ export class Gateway {
                 return;
               }
               // Nothing reached the client yet, so this counts as failing before the first byte.
-              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
+              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`, caller.log);
               // An answer cut by the gateway's own limits is not sent again: it would only run into them again.
               if (attempt === 0 && !(err instanceof AnswerCut)) continue;
               sendError(res, midAnswer(target.model.name, err));
@@ -419,7 +480,7 @@ export class Gateway {
             } else {
               // The replica went away mid-answer: the client hears it as an error, and nobody retries it (bytes
               // already reached the client).
-              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`);
+              this.markFailing(replica, `stopped mid-answer: ${(err as Error).message}`, caller.log);
               if (sse && !res.writableEnded) sendError(res, midAnswer(target.model.name, err));
               else res.destroy();
             }
@@ -435,7 +496,7 @@ export class Gateway {
             return;
           }
           if (err instanceof UpstreamUnreached) {
-            this.markFailing(replica, err.message);
+            this.markFailing(replica, err.message, caller.log);
             continue;
           }
           if (err instanceof ApiError) return void sendError(res, err);
@@ -447,26 +508,21 @@ export class Gateway {
       }
       if (refusedBy) {
         const stopped = this.routes.lookup(target.model.name)?.model.mode === 'STOPPED';
-        return void sendError(
-          res,
-          stopped
-            ? unavailable(
-                `${target.model.name} was stopped by an operator: it serves no requests until it is started again`,
-                60,
-              )
-            : unavailable(`${target.model.name} is not serving just now: ${refusedBy}; try again shortly`, 5),
-        );
+        return stopped
+          ? unavailable(
+              `${target.model.name} was stopped by an operator: it serves no requests until it is started again`,
+              60,
+            )
+          : unavailable(`${target.model.name} is not serving just now: ${refusedBy}; try again shortly`, 5);
       }
-      sendError(
-        res,
-        new ApiError(
-          502,
-          `No replica of ${target.model.name} answered (the last ${replica ? this.failing.get(replica.id)?.why : 'could not be reached'}); try again shortly.`,
-          'server_error',
-          null,
-          null,
-          { 'retry-after': '5' },
-        ),
+      // Every replica failed before the first byte: a fallback may answer in its place.
+      return new ApiError(
+        502,
+        `No replica of ${target.model.name} answered (the last ${replica ? this.failing.get(replica.id)?.why : 'could not be reached'}); try again shortly.`,
+        'server_error',
+        null,
+        null,
+        { 'retry-after': '5' },
       );
     } finally {
       res.off('close', gone);
@@ -485,12 +541,18 @@ export class Gateway {
         completionTokens: usage?.completionTokens ?? 0,
         ttftMs: firstAt === null ? null : firstAt - started,
         durationMs: performance.now() - started,
+        requestId: caller.requestId,
       });
+      caller.limit?.charge(usage);
     }
   }
 
-  /** A READY replica holding the name, the least busy (ties taken in turn); undefined when none is. */
-  private pick(target: Target, skip: ReadonlySet<string> = new Set()): RouteReplica | undefined {
+  /**
+   * A READY replica holding the name; undefined when none is. With a `key` (affinity.ts), the one the model's hash
+   * ring names for it unless that one carries more than HANGAR_GATEWAY_LOAD_FACTOR times the mean (then the next on
+   * the ring); without, the least busy (ties taken in turn).
+   */
+  private pick(target: Target, skip: ReadonlySet<string> = new Set(), key?: number): RouteReplica | undefined {
     const model = this.routes.lookup(target.model.name)?.model ?? target.model;
     const now = Date.now();
     const ready = model.replicas.filter(
@@ -505,15 +567,33 @@ export class Gateway {
     const healthy = ready.filter((r) => (this.failing.get(r.id)?.until ?? 0) <= now);
     const pool = healthy.length ? healthy : ready;
     if (!pool.length) return undefined;
+    if (key !== undefined && pool.length > 1) {
+      const all = model.replicas;
+      let ring = this.rings.get(all);
+      if (!ring) {
+        // Every replica the catalog runs, ready or not: the ring changes only when one joins or leaves.
+        ring = new HashRing(all.map((r) => r.id));
+        this.rings.set(all, ring);
+      }
+      let total = 0;
+      for (const r of pool) total += this.inFlight.get(r.id) ?? 0;
+      const i = ring.pick(
+        key,
+        loadBound(total, pool.length, this.deps.config.gatewayLoadFactor),
+        (i) => pool.includes(all[i]!),
+        (i) => this.inFlight.get(all[i]!.id) ?? 0,
+      );
+      if (i >= 0) return all[i];
+    }
     let least = Number.POSITIVE_INFINITY;
     for (const r of pool) least = Math.min(least, this.inFlight.get(r.id) ?? 0);
     const tied = pool.filter((r) => (this.inFlight.get(r.id) ?? 0) === least);
     return tied[this.turn++ % tied.length];
   }
 
-  private markFailing(replica: RouteReplica, why: string) {
+  private markFailing(replica: RouteReplica, why: string, log: Logger = this.deps.log) {
     this.failing.set(replica.id, { until: Date.now() + FAILING_MS, why });
-    this.deps.log.warn('gateway: a replica failed a request; others get the next ones', {
+    log.warn('gateway: a replica failed a request; others get the next ones', {
       replicaId: replica.id,
       node: replica.nodeName,
       why,
@@ -528,6 +608,7 @@ export class Gateway {
     target: Target,
     caller: Caller,
     signal: AbortSignal,
+    key?: number,
   ): Promise<RouteReplica | ApiError | undefined> {
     const { name } = target.model;
     const { gatewayWakeSeconds, gatewayWakeQueue } = this.deps.config;
@@ -562,7 +643,7 @@ export class Gateway {
       for (;;) {
         const current = this.routes.lookup(target.adapter?.name ?? name);
         if (!current) return modelNotFound(target.adapter?.name ?? name);
-        const picked = this.pick(current);
+        const picked = this.pick(current, undefined, key);
         if (picked) return picked;
         const why = whyNotReady(current);
         if (why.final) return unavailable(`${name} cannot start: ${why.text}`, 30);
@@ -604,7 +685,7 @@ export class Gateway {
       model,
       { why: 'woken by a request' },
     );
-    if (woken) this.deps.log.info('gateway: woke an on-demand model for a request', { model: model.name });
+    if (woken) (caller.log ?? this.deps.log).info('gateway: woke an on-demand model for a request', { model: model.name });
     await this.routes.refresh();
   }
 }

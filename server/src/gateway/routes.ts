@@ -1,6 +1,9 @@
 import type { Logger } from '@hangar/common/log';
 import { type Mode, modeOf } from '../catalog/catalog.service.js';
+import { routingModels } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
+import { routingReplicas } from '../fleet/fleet-store.js';
+import type { RoutingPolicy } from '../generated/prisma/enums.js';
 
 // What the gateway routes by: every catalog model with its adapters and its running replicas, read from
 // PostgreSQL as one snapshot and refreshed every second. A request looks its name up here, in memory, so the
@@ -34,6 +37,12 @@ export type RouteModel = {
   replicas: RouteReplica[];
   /** The last thing the fleet said of a replica of it that failed lately: why nothing serves it, if nothing does. */
   failed: string | null;
+  /** Its context in tokens, when set: what a request without max_tokens may use at most (governance/limits). */
+  contextSize?: number | null;
+  /** How a replica is picked for it (affinity.ts). */
+  routing: RoutingPolicy;
+  /** Models that answer in its place when it cannot, in order (fallbacks.ts). */
+  fallbacks: readonly string[];
 };
 
 /** A name as a caller sends it: a model, or an adapter and the model it runs on. */
@@ -107,21 +116,11 @@ export class RouteTable {
 
   private async load() {
     const since = new Date(Date.now() - 10 * 60_000);
-    const rows = await this.db.loops.catalogModel.findMany({
-      include: {
-        adapters: { select: { name: true, owner: true } },
-        replicas: {
-          where: {
-            OR: [
-              { desired: 'RUN', state: { in: ['PENDING', 'LOADING', 'READY'] } },
-              { state: 'FAILED', updatedAt: { gt: since } },
-            ],
-          },
-          include: { node: { select: { name: true } }, engineKey: { select: { key: true } } },
-          orderBy: { updatedAt: 'desc' },
-        },
-      },
-    });
+    // From their owners: the catalog's models and adapters, the fleet's replicas with their nodes and keys.
+    const [models, replicas] = await Promise.all([routingModels(this.db.loops), routingReplicas(this.db.loops, since)]);
+    const replicasOf = new Map<string, typeof replicas>();
+    for (const r of replicas) replicasOf.set(r.modelId, [...(replicasOf.get(r.modelId) ?? []), r]);
+    const rows = models.map((m) => ({ ...m, replicas: replicasOf.get(m.id) ?? [] }));
     const byName = new Map<string, Target>();
     const list: RouteModel[] = [];
     for (const m of rows) {
@@ -147,6 +146,9 @@ export class RouteTable {
             message: r.message,
           })),
         failed: m.replicas.find((r) => r.state === 'FAILED')?.message ?? null,
+        contextSize: m.contextSize,
+        routing: m.routing,
+        fallbacks: m.fallbacks ?? [],
       };
       list.push(model);
       byName.set(model.name, { model });

@@ -32,7 +32,7 @@ UsagePointRef.implement({
 withUsageFields(UsageTotalsRef);
 withUsageFields(UsagePointRef);
 
-const UsageRef = builder.objectRef<Usage>('Usage').implement({
+export const UsageRef = builder.objectRef<Usage>('Usage').implement({
   description: 'Usage per step from `from` (its minute) to `to`, every step present, and the totals over all of it.',
   fields: (t) => ({
     from: t.expose('from', { type: 'DateTime', description: "The first step's start: `from` down to its minute." }),
@@ -100,6 +100,11 @@ builder.queryField('usage', (t) =>
         description: 'An adapter name; "" is requests to the base model alone. Absent: all of them.',
       }),
       token: t.arg.id({ required: false, description: 'An API token id; "" is console sessions (the playground).' }),
+      replica: t.arg.id({
+        required: false,
+        description:
+          "A replica's id, as the x-hangar-replica header of each /v1 answer names it: the usage it served alone.",
+      }),
       from: t.arg({ type: 'DateTime', required: true }),
       to: t.arg({
         type: 'DateTime',
@@ -112,21 +117,20 @@ builder.queryField('usage', (t) =>
         description: `Minutes per point, 1 to ${USAGE_MAX_STEP_MINUTES}; at most ${USAGE_MAX_POINTS} points in all.`,
       }),
     },
-    resolve: async (_root, args, ctx, info) =>
-      unwrap(
-        await ctx.services.usage.usage(
-          ctx.viewer,
-          {
-            model: args.model,
-            adapter: args.adapter,
-            token: args.token == null ? null : String(args.token),
-            from: args.from,
-            to: args.to,
-            step: args.step,
-          },
-          seenOwners(await sightOf(ctx, info)),
-        ),
-      ),
+    resolve: async (_root, args, ctx, info) => {
+      const filter = {
+        model: args.model,
+        adapter: args.adapter,
+        token: args.token == null ? null : String(args.token),
+        replica: args.replica == null ? null : String(args.replica),
+        from: args.from,
+        to: args.to,
+        step: args.step,
+      };
+      const owners = seenOwners(await sightOf(ctx, info));
+      // What was asked travels with the answer: Usage.cost (governance/cost.schema.ts) prices the same rows.
+      return { ...unwrap(await ctx.services.usage.usage(ctx.viewer, filter, owners)), asked: { filter, owners } };
+    },
   }),
 );
 

@@ -1,4 +1,6 @@
+import { tokenIdsOfUserSql } from '../access/access-store.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
+import { seenByOwnersSql } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -29,12 +31,22 @@ export type UsageTotals = {
 
 export type UsagePoint = UsageTotals & { at: Date };
 
-export type Usage = { from: Date; to: Date; stepMinutes: number; points: UsagePoint[]; totals: UsageTotals };
+export type Usage = {
+  from: Date;
+  to: Date;
+  stepMinutes: number;
+  points: UsagePoint[];
+  totals: UsageTotals;
+  /** The filter and owners it was read with, for fields that read the same rows again (Usage.cost). */
+  asked?: { filter: UsageFilter; owners?: string[] };
+};
 
 export type UsageFilter = {
   model?: string | null;
   /** '' is the base model alone (requests that named no adapter); absent is every adapter and the base. */
   adapter?: string | null;
+  /** A replica's id (the x-hangar-replica header of its answers): where a model's conversations went. */
+  replica?: string | null;
   /** An API token's id; '' is the console's sessions (the playground). */
   token?: string | null;
   from: Date;
@@ -132,6 +144,32 @@ export class UsageService {
     );
   }
 
+  /**
+   * What the cost report prices (governance/cost.service.ts), as SQL its one query selects from: the rows `viewer`
+   * may read of [from, to) (minute-aligned), by caller, model, node, replica and minute. Columns "tokenId",
+   * "userId", model, node, "replicaId", m (the minute, epoch ms), r, p, c (requests, prompt and completion
+   * tokens, numeric). The gateway owns the table; this is its read, composed there rather than copied.
+   */
+  rowsForCost(
+    viewer: Viewer,
+    filter: Pick<UsageFilter, 'model' | 'adapter' | 'replica' | 'token'> & { from: Date; to: Date },
+    owners?: string[],
+  ) {
+    // Hangar's own reads (the prices a spend budget uses, pricing.ts) read every caller's rows.
+    const who = viewer.kind === 'system' ? Prisma.sql`TRUE` : this.restriction(viewer);
+    const where = [this.window(filter.from, filter.to), who];
+    if (owners) where.push(seenOnly(owners));
+    if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
+    if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
+    if (filter.replica != null) where.push(Prisma.sql`"replicaId" = ${filter.replica}`);
+    if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
+    return Prisma.sql`
+      SELECT "tokenId", "userId", model, node, "replicaId", (extract(epoch FROM minute) * 1000)::numeric AS m,
+        sum(requests)::numeric AS r, sum("promptTokens")::numeric AS p, sum("completionTokens")::numeric AS c
+      FROM "UsageMinute" WHERE ${Prisma.join(where, ' AND ')}
+      GROUP BY "tokenId", "userId", model, node, "replicaId", minute`;
+  }
+
   /** One aggregate over the range, grouped by step: never a row per minute sent back to be added up here. */
   private sums(
     viewer: Viewer,
@@ -145,6 +183,7 @@ export class UsageService {
     if (owners) where.push(seenOnly(owners));
     if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
     if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
+    if (filter.replica != null) where.push(Prisma.sql`"replicaId" = ${filter.replica}`);
     if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
     // Steps are counted from `from` (its minute), so the first point starts where the range does.
     const bin = Prisma.sql`floor((extract(epoch FROM "minute") * 1000 - ${from.getTime()}) / ${stepMs})::int`;
@@ -183,8 +222,7 @@ export class UsageService {
     if (viewer.kind !== 'user' && viewer.kind !== 'token') return Prisma.sql`FALSE`;
     const me = viewer.user.id;
     // Rows carry the token's user; the token list is asked too, so the restriction holds whoever wrote the row.
-    return Prisma.sql`("userId" = ${me} OR ("tokenId" <> '' AND "tokenId" IN (
-      SELECT "id"::text FROM "ApiToken" WHERE "userId" = ${me}::uuid)))`;
+    return Prisma.sql`("userId" = ${me} OR ("tokenId" <> '' AND "tokenId" IN (${tokenIdsOfUserSql(me)})))`;
   }
 }
 
@@ -309,14 +347,9 @@ export function percentileMs(buckets: readonly number[], q: number): number | nu
 }
 
 /**
- * Rows of models and adapters these owners admit, or nobody owns: two anti-joins on the names' unique indexes, in
- * the same statement (no query per row). A row of a name no longer in the catalog stays: nothing owns it now.
+ * Rows of models and adapters these owners admit, or nobody owns: the catalog's owner filter (catalog-store.ts),
+ * in the same statement (no query per row).
  */
 function seenOnly(owners: string[]) {
-  const foreign = (column: Prisma.Sql) =>
-    owners.length ? Prisma.sql`AND NOT (${column} IN (${Prisma.join(owners)}))` : Prisma.empty;
-  return Prisma.sql`NOT EXISTS (SELECT 1 FROM "CatalogModel" m
-      WHERE m.name = "UsageMinute".model AND m.owner IS NOT NULL ${foreign(Prisma.sql`m.owner`)})
-    AND NOT EXISTS (SELECT 1 FROM "Adapter" a
-      WHERE a.name = "UsageMinute".adapter AND a.owner IS NOT NULL ${foreign(Prisma.sql`a.owner`)})`;
+  return seenByOwnersSql(Prisma.sql`"UsageMinute"`, owners);
 }

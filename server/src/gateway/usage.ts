@@ -31,6 +31,8 @@ export type UsageEvent = {
   completionTokens: number;
   ttftMs: number | null;
   durationMs: number;
+  /** The edge's id for the call (absent for one made in-process): what tracing finds the call's span by. */
+  requestId?: string;
 };
 
 type Row = {

@@ -15,7 +15,7 @@ import type { Config } from '../config.js';
 import type { Context, Services } from '../context.js';
 import type { Db } from '../db/client.js';
 import { compressAnswers } from '../http/compress.js';
-import { requestIdFromEdge } from '../http/routes.js';
+import { clientRequestIdOf, requestIdFromEdge } from '../http/routes.js';
 import { GRAPHIQL_HEADERS } from '../http/static.js';
 import { isHangarError } from '../lib/errors.js';
 import { graphqlMetrics } from '../metrics/graphql-metrics.js';
@@ -259,8 +259,11 @@ export function buildYoga(deps: YogaDeps) {
       } as Context;
       // What the services get: who, under which request, from where; never the context itself.
       const { viewer, requestId, clientAddress: address } = built;
+      const req = (initial as { req?: IncomingMessage }).req;
       built.actor = actorOf(viewer, {
         requestId,
+        // The caller's own x-request-id, beside ours on the lines services write for it (auth/actor.ts logFor).
+        clientRequestId: req ? clientRequestIdOf(req) : undefined,
         clientAddress: address,
         userAgent: initial.request.headers.get('user-agent'),
       });

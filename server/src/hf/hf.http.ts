@@ -172,7 +172,9 @@ export function hfAuthorization(req: IncomingMessage): string | null {
 }
 
 export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pull }: Deps) {
-  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer'>) => {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer' | 'log'>) => {
+    // The edge's logger, when there is one: its lines carry the request's id.
+    const requestLog = edge?.log ?? log;
     const route = hfRoute(pathname);
     if (route.kind === 'unknown') {
       return sendJson(
@@ -224,7 +226,7 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pu
       const up = branch ?? (await puller.upstream(repo, local.ok ? local.value.commit : revision));
       if (!up.ok) {
         if (!local.ok) return up;
-        log.warn('pull-through: the Hub did not list a mirrored repository; serving what the mirror holds', {
+        requestLog.warn('pull-through: the Hub did not list a mirrored repository; serving what the mirror holds', {
           repo,
           error: up.error.message,
         });
@@ -294,7 +296,7 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pu
         hubError(req, res, 404, `${file.path} is listed in the mirror but missing on its disk`, {
           code: 'EntryNotFound',
         }),
-      log,
+      log: requestLog,
     });
   };
 }

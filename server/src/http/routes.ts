@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Logger } from '@hangar/common/log';
+import { type Logger, withFields } from '@hangar/common/log';
 import { type Actor, actorOf } from '../auth/actor.js';
 import type { Credentials } from '../auth/auth.service.js';
 import { clientAddress } from '../auth/client-address.js';
@@ -17,6 +17,7 @@ import { sendJson } from './reply.js';
 export type Edge = {
   requestId: string;
   path: string;
+  /** Writes the request's id on every line, and the caller's own x-request-id beside it when it sent one. */
   log: Logger;
   /** Identified once per request, from the credentials the route reads; later calls get the same answer. */
   viewer(): Promise<Viewer>;
@@ -114,16 +115,6 @@ export function clientRequestIdOf(req: IncomingMessage): string | undefined {
   return sent.slice(0, CLIENT_REQUEST_ID_MAX).replace(/[^\x21-\x7e]/g, '?');
 }
 
-/** A logger whose every line carries `fields` (the request id), in front of what the line itself says. */
-export function withFields(log: Logger, fields: Record<string, unknown>): Logger {
-  return {
-    debug: (msg, f) => log.debug(msg, { ...fields, ...f }),
-    info: (msg, f) => log.info(msg, { ...fields, ...f }),
-    warn: (msg, f) => log.warn(msg, { ...fields, ...f }),
-    error: (msg, f) => log.error(msg, { ...fields, ...f }),
-  };
-}
-
 /** A rule: a user's session or API token with at least `role`; the words say what the caller was trying. */
 export function needRole(
   role: Role,
@@ -160,6 +151,7 @@ export function edgeFor(routes: Route[], deps: EdgeDeps) {
         actor: async () =>
           actorOf(await identify(), {
             requestId,
+            clientRequestId,
             clientAddress: clientAddress(req.socket.remoteAddress, req.headers['x-forwarded-for'], deps.trustProxy),
             userAgent: req.headers['user-agent'] ?? null,
           }),

@@ -269,7 +269,13 @@ export class MirrorLanding {
           },
         }),
       );
-      this.log.warn('mirror file failed', { file: `${row.model}/${row.version}/${row.file}`, reason: result.reason });
+      // Only a download fails (the mirror loop's work): its line names the loop and the file, never a request.
+      this.log.warn('mirror file failed', {
+        loop: 'mirror',
+        fileId: row.id,
+        file: `${row.model}/${row.version}/${row.file}`,
+        reason: result.reason,
+      });
       await tell();
       return;
     }

@@ -1,3 +1,4 @@
+import { mirrorSourceUses } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
 import { readFileKind } from './kind.js';
@@ -128,17 +129,8 @@ export class MirrorReads {
    * row. One statement rather than two findMany: most of their cost at this size is Prisma's own, per call.
    */
   async usesByVersion(): Promise<Map<string, VersionUse[]>> {
-    // An adapter runs on its model's replicas: they are what fail to load it without this version.
-    const rows = await this.db.$queryRaw<(VersionUse & { source: string })[]>`
-      SELECT * FROM (
-        SELECT name, source, "minReplicas", "maxReplicas", declared, NULL::text AS "adapterOf",
-               array_remove(ARRAY[owner], NULL) AS owners
-          FROM "CatalogModel" WHERE source LIKE '%/mirror/%'
-        UNION ALL
-        SELECT a.name, a.source, m."minReplicas", m."maxReplicas", false, m.name,
-               array_remove(ARRAY[a.owner, m.owner], NULL)
-          FROM "Adapter" a JOIN "CatalogModel" m ON m.id = a."modelId" WHERE a.source LIKE '%/mirror/%'
-      ) uses ORDER BY "adapterOf" IS NOT NULL, name`;
+    // The catalog answers, in one statement (catalog-store.ts).
+    const rows = await mirrorSourceUses(this.db);
     const uses = new Map<string, VersionUse[]>();
     for (const { source, ...use } of rows) {
       for (const key of mirrorVersionsIn(source)) {

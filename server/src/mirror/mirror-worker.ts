@@ -1,5 +1,5 @@
 import fs from 'node:fs/promises';
-import type { Logger } from '@hangar/common/log';
+import { type Logger, withFields } from '@hangar/common/log';
 import { hubAuthorization, type OutboundPolicy } from '@hangar/common/outbound';
 import { waitUntil } from '@hangar/common/retry';
 import type { Config } from '../config.js';
@@ -58,7 +58,8 @@ export class MirrorWorkers {
   ) {
     this.db = o.db;
     this.config = o.config;
-    this.log = o.log;
+    // Its lines are the mirror loop's, each transfer's with its file's id, not the request's whose fetch woke it.
+    this.log = withFields(o.log, { loop: 'mirror' });
     this.paths = o.paths;
     this.storage = o.storage;
     this.owner = o.owner;

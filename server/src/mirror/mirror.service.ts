@@ -5,7 +5,7 @@ import type { Logger } from '@hangar/common/log';
 import { OutboundPolicy } from '@hangar/common/outbound';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
-import { type Actor, describeActor } from '../auth/actor.js';
+import { type Actor, describeActor, logFor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import type { Db, Tx } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
@@ -403,7 +403,10 @@ export class MirrorService {
       await this.landing
         .finish(row, { ok: true, held: true, size: copy.size, sha256: sha, upstreamSha256: null, etag: null }, copy)
         .catch((err) =>
-          this.log.warn('could not link a held copy; the file is fetched instead', { id: row.id, error: err }),
+          logFor(this.log, actor).warn('could not link a held copy; the file is fetched instead', {
+            id: row.id,
+            error: err,
+          }),
         );
     }
     this.workers.kick();

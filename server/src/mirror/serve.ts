@@ -4,6 +4,7 @@ import type { AuditService } from '../audit/audit.service.js';
 import type { AuthService } from '../auth/auth.service.js';
 import type { Viewer } from '../auth/viewer.js';
 import type { Db } from '../db/client.js';
+import { runsModel } from '../fleet/fleet-store.js';
 import { sendJson, statusOf } from '../http/reply.js';
 import { credentialsOf, type Edge, needRole, type Route } from '../http/routes.js';
 import type { MirrorService } from './mirror.service.js';
@@ -77,7 +78,7 @@ export function mirrorCredentials(req: IncomingMessage, authorization = req.head
  * (a test mounting the handler on its own socket) the caller is identified here, by the same credentials.
  */
 export function serveMirror({ db, paths, auth, owners, requireToken, internalToken, log }: Deps) {
-  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer'>) => {
+  return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer' | 'log'>) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
       return;
@@ -130,7 +131,8 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
       // An owned adapter must not sit in a shared cache for the next caller, whoever they are.
       cacheControl: owned ? 'private, max-age=300' : 'public, max-age=300',
       missing: () => notFound(`${model}/${version}/${file} is listed but missing on disk`),
-      log,
+      // The edge's logger, when there is one: its lines carry the request's id.
+      log: edge?.log ?? log,
     });
   };
 }
@@ -186,11 +188,7 @@ async function mayFetchOwned(
   owned: { owner: string; modelId: string | null },
 ): Promise<boolean> {
   if (viewer.kind === 'system') return true;
-  if (viewer.kind === 'node')
-    return (
-      owned.modelId !== null &&
-      (await db.replica.count({ where: { nodeId: viewer.node.id, modelId: owned.modelId } })) > 0
-    );
+  if (viewer.kind === 'node') return owned.modelId !== null && (await runsModel(db, viewer.node.id, owned.modelId));
   return owners.mayRead(viewer, owned.owner);
 }
 

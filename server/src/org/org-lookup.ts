@@ -1,3 +1,4 @@
+import { tokenById, userByEmail, userById } from '../access/access-store.js';
 import type { Tx } from '../db/client.js';
 import type { ApiToken, Membership, Org, Project, Team, User } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
@@ -167,7 +168,7 @@ export async function findUser(db: Tx, value: string, field: string): Promise<Re
   if (!isId(value) && !value.includes('@')) {
     return fail(new ValidationError(field, `${field}: a user is named by their email or id; "${value}" is neither`));
   }
-  const user = await db.user.findUnique({ where: isId(value) ? { id: value } : { email: value.toLowerCase() } });
+  const user = isId(value) ? await userById(db, value) : await userByEmail(db, value.toLowerCase());
   if (!user) return fail(new ValidationError(field, `${field}: no user ${value}`));
   if (user.disabledAt) {
     return fail(new ValidationError(field, `${field}: ${user.email} is disabled; enable them first (updateUser)`));
@@ -182,7 +183,7 @@ export async function findKey(db: Tx, value: string, field: string): Promise<Res
       new ValidationError(field, `${field}: an API token is named by its id (apiTokens lists them), not "${value}"`),
     );
   }
-  const key = await db.apiToken.findUnique({ where: { id: value }, include: { user: true } });
+  const key = await tokenById(db, value);
   if (!key) return fail(new ValidationError(field, `${field}: no API token with id ${value}`));
   if (key.revokedAt) return fail(new ValidationError(field, `${field}: API token ${keyLabel(key)} is revoked`));
   if (key.expiresAt && key.expiresAt <= new Date()) {

@@ -1,3 +1,4 @@
+import { tokensByIds, usersByIds } from '../access/access-store.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import type { Db, Tx } from '../db/client.js';
 import type { Collection, Org, User } from '../generated/prisma/client.js';
@@ -239,8 +240,8 @@ export class OrgReads {
       ids('project').length
         ? db.project.findMany({ where: { id: { in: ids('project') } }, include: { team: { include: { org: true } } } })
         : none,
-      ids('user').length ? db.user.findMany({ where: { id: { in: ids('user') } } }) : none,
-      ids('key').length ? db.apiToken.findMany({ where: { id: { in: ids('key') } }, include: { user: true } }) : none,
+      usersByIds(db, ids('user')),
+      tokensByIds(db, ids('key')),
     ]);
     const labels = new Map<string, string>();
     for (const o of orgs as Org[]) labels.set(`org:${o.id}`, `org:${o.name}`);

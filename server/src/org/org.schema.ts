@@ -1,7 +1,7 @@
 import type { Context } from '../context.js';
 import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
-import { type OwnerRef, ownerKey } from './org.service.js';
+import { type OwnerRef, ownerKey, parseOwnerKey, type Removal } from './org.service.js';
 
 const OwnerScopeEnum = builder.enumType('OwnerScope', {
   description: 'What kind of principal owns a collection or an adapter.',
@@ -84,6 +84,13 @@ export const MembershipRef = builder.prismaObject('Membership', {
       select: { userId: true, apiTokenId: true, user: { select: { email: true } } },
       resolve: (m) => (m.user ? `user:${m.user.email}` : `key:${m.apiTokenId}`),
     }),
+    memberName: t.string({
+      description:
+        'Who, as people read it, as owners are shown: "user:alice@example.com", "key:ci-deploy (alice@example.com)".',
+      select: { userId: true, apiTokenId: true },
+      resolve: (m, _args, ctx) =>
+        ownerLabel(ctx, m.userId ? { scope: 'user', id: m.userId } : { scope: 'key', id: m.apiTokenId as string }),
+    }),
     user: t.relation('user', { nullable: true }),
     apiToken: t.relation('apiToken', {
       nullable: true,
@@ -138,6 +145,17 @@ export function ownerLabel(ctx: Context, owner: OwnerRef): Promise<string> {
     labelBatches.set(ctx, load);
   }
   return load(owner);
+}
+
+/**
+ * The one name for a stored owner ("team:<uuid>") everywhere a page shows it: "team:acme/support". Every list that
+ * shows owners (models, adapters, jobs, tokens, audit) answers its `ownerName` with this, so a renamed team reads
+ * the same on every page at once. Null stays null (public); a key that is not an owner key is shown as it is.
+ */
+export function ownerName(ctx: Context, stored: string | null | undefined): Promise<string> | null {
+  if (!stored) return null;
+  const parsed = parseOwnerKey(stored);
+  return parsed ? ownerLabel(ctx, parsed) : Promise.resolve(stored);
 }
 
 const RemovedOrg = builder.objectRef<{ id: string; name: string }>('RemovedOrg').implement({
@@ -285,5 +303,93 @@ builder.mutationFields((t) => ({
     errors: { types: [NotFoundError] },
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, args, ctx) => unwrap(await ctx.services.org.deleteCollection(ctx.actor, String(args.id))),
+  }),
+}));
+
+// ─── the Organisations page: renames, and what a removal would do before it is confirmed ───────────────────────
+
+const RemovalRef = builder.objectRef<Removal>('OrgRemoval').implement({
+  description:
+    'What removing an org, team or project would do, shown before it is confirmed. While it owns collections, models, adapters or training jobs the removal is refused: delete those or give them another owner first.',
+  fields: (t) => ({
+    what: t.exposeString('what', { description: '"team acme/support".' }),
+    blocked: t.boolean({
+      description: 'Whether the removal would be refused now, for what it still owns.',
+      resolve: (r) => r.collections.length + r.models.length + r.adapters.length + r.trainJobs.length > 0,
+    }),
+    collections: t.exposeStringList('collections'),
+    models: t.exposeStringList('models'),
+    adapters: t.exposeStringList('adapters'),
+    trainJobs: t.exposeStringList('trainJobs'),
+    teams: t.exposeStringList('teams', { description: 'The teams removed with it (org/team).' }),
+    projects: t.exposeStringList('projects', { description: 'The projects removed with it (org/team/project).' }),
+    members: t.exposeStringList('members', {
+      description: 'The memberships that end, as "user:alice@example.com at acme/support".',
+    }),
+    apiTokens: t.exposeStringList('apiTokens', {
+      description: 'The API tokens among those members: what their scripts may call narrows at once.',
+    }),
+  }),
+});
+
+for (const [type, kind] of [
+  ['Org', 'org'],
+  ['Team', 'team'],
+  ['Project', 'project'],
+] as const) {
+  builder.prismaObjectField(type, 'removal', (t) =>
+    t.field({
+      type: RemovalRef,
+      description: 'What removing it would do, and whether it would be refused now.',
+      authScopes: { admin: true },
+      select: { id: true },
+      resolve: async (row, _args, ctx) => {
+        const r = await ctx.services.org.removal(kind, row.id);
+        if (!r) throw new Error(`${kind} ${row.id} is gone`);
+        return r;
+      },
+    }),
+  );
+}
+
+const renameDescription = (what: string) =>
+  `Renames ${what}: what it owns stays its own (owners are kept by id) and every page shows the new name at once.`;
+
+builder.mutationFields((t) => ({
+  renameOrg: t.field({
+    type: OrgRef,
+    description: renameDescription('an org'),
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), name: t.arg.string({ required: true }) },
+    resolve: async (_root, a, ctx) =>
+      unwrap(await ctx.services.org.renameOrg(ctx.actor, { id: String(a.id), name: a.name })),
+  }),
+  renameTeam: t.field({
+    type: TeamRef,
+    description: renameDescription('a team'),
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), name: t.arg.string({ required: true }) },
+    resolve: async (_root, a, ctx) =>
+      unwrap(await ctx.services.org.renameTeam(ctx.actor, { id: String(a.id), name: a.name })),
+  }),
+  renameProject: t.field({
+    type: ProjectRef,
+    description: renameDescription('a project'),
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), name: t.arg.string({ required: true }) },
+    resolve: async (_root, a, ctx) =>
+      unwrap(await ctx.services.org.renameProject(ctx.actor, { id: String(a.id), name: a.name })),
+  }),
+  renameCollection: t.field({
+    type: CollectionRef,
+    description: renameDescription('a knowledge-base collection'),
+    authScopes: { admin: true },
+    errors: { types: [ValidationError, NotFoundError, ConflictError] },
+    args: { id: t.arg.id({ required: true }), name: t.arg.string({ required: true }) },
+    resolve: async (_root, a, ctx) =>
+      unwrap(await ctx.services.org.renameCollection(ctx.actor, { id: String(a.id), name: a.name })),
   }),
 }));

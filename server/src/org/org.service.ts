@@ -1,12 +1,15 @@
 import { z } from 'zod';
+import { tokensByIds } from '../access/access-store.js';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Actor } from '../auth/actor.js';
+import { heldBy } from '../catalog/catalog-store.js';
 import type { Db, Tx } from '../db/client.js';
 import type { Collection, Membership, Org, Prisma, Project, Team } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { resourceName } from '../lib/names.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
+import { jobsHeldBy } from '../train/train-store.js';
 import {
   findKey,
   findOrg,
@@ -63,6 +66,28 @@ const createCollectionInput = z.object({
   name: entityName('a collection name'),
   owner: ref(`the owner: ${OWNER_FORMS}`),
 });
+
+const renameInput = z.object({ id: ref('the id'), name: entityName('the new name') });
+
+/**
+ * What removing a part of the tree would do, shown before an operator confirms: what it still owns (the removal is
+ * refused until those are gone or given another owner), and the teams, projects and members that go with it.
+ */
+export type Removal = {
+  what: string;
+  collections: string[];
+  models: string[];
+  adapters: string[];
+  trainJobs: string[];
+  teams: string[];
+  projects: string[];
+  /** Memberships that end, as "user:alice@example.com at acme/support". */
+  members: string[];
+  /** The API tokens among those members: what their scripts may call narrows at once. */
+  apiTokens: string[];
+};
+
+type Parts = { orgId?: string; teamIds?: string[]; projectIds?: string[] };
 
 const memberInclude = {
   org: true,
@@ -246,6 +271,136 @@ export class OrgService {
     });
   }
 
+  // Renames: owners are stored by id, so what a team owns stays its own and every page shows the new name at once.
+
+  async renameOrg(actor: Actor, input: z.input<typeof renameInput>): Promise<Result<Org>> {
+    return this.rename(actor, input, 'renameOrg', async (tx, id, name) => {
+      const org = isId(id) ? await tx.org.findUnique({ where: { id } }) : null;
+      if (!org) return fail(new NotFoundError(`no org with id ${id}`));
+      if (org.name !== name && (await tx.org.findUnique({ where: { name } }))) {
+        return fail(new ConflictError(`an org named ${name} already exists`));
+      }
+      return ok({ before: org.name, after: name, row: await tx.org.update({ where: { id }, data: { name } }) });
+    });
+  }
+
+  async renameTeam(actor: Actor, input: z.input<typeof renameInput>): Promise<Result<Team>> {
+    return this.rename(actor, input, 'renameTeam', async (tx, id, name) => {
+      const team = isId(id) ? await tx.team.findUnique({ where: { id }, include: { org: true } }) : null;
+      if (!team) return fail(new NotFoundError(`no team with id ${id}`));
+      if (team.name !== name && (await tx.team.findUnique({ where: { orgId_name: { orgId: team.orgId, name } } }))) {
+        return fail(new ConflictError(`org ${team.org.name} already has a team ${name}`));
+      }
+      const row = await tx.team.update({ where: { id }, data: { name } });
+      return ok({ before: teamPath(team), after: `${team.org.name}/${name}`, row });
+    });
+  }
+
+  async renameProject(actor: Actor, input: z.input<typeof renameInput>): Promise<Result<Project>> {
+    return this.rename(actor, input, 'renameProject', async (tx, id, name) => {
+      const p = isId(id)
+        ? await tx.project.findUnique({ where: { id }, include: { team: { include: { org: true } } } })
+        : null;
+      if (!p) return fail(new NotFoundError(`no project with id ${id}`));
+      if (p.name !== name && (await tx.project.findUnique({ where: { teamId_name: { teamId: p.teamId, name } } }))) {
+        return fail(new ConflictError(`team ${teamPath(p.team)} already has a project ${name}`));
+      }
+      const row = await tx.project.update({ where: { id }, data: { name } });
+      return ok({ before: projectPath(p), after: `${teamPath(p.team)}/${name}`, row });
+    });
+  }
+
+  async renameCollection(actor: Actor, input: z.input<typeof renameInput>): Promise<Result<Collection>> {
+    return this.rename(actor, input, 'renameCollection', async (tx, id, name) => {
+      const c = isId(id) ? await tx.collection.findUnique({ where: { id }, include: { org: true } }) : null;
+      if (!c) return fail(new NotFoundError(`no collection with id ${id}`));
+      if (c.name !== name && (await tx.collection.findUnique({ where: { orgId_name: { orgId: c.orgId, name } } }))) {
+        return fail(new ConflictError(`org ${c.org.name} already has a collection ${name}`));
+      }
+      const row = await tx.collection.update({ where: { id }, data: { name } });
+      return ok({ before: `${c.org.name}/${c.name}`, after: `${c.org.name}/${name}`, row });
+    });
+  }
+
+  private async rename<T>(
+    actor: Actor,
+    input: z.input<typeof renameInput>,
+    action: string,
+    work: (tx: Tx, id: string, name: string) => Promise<Result<{ before: string; after: string; row: T }>>,
+  ): Promise<Result<T>> {
+    const parsed = parseInput(renameInput, input, '');
+    if (!parsed.ok) return parsed;
+    return this.change(async (tx) => {
+      const done = await work(tx, parsed.value.id, parsed.value.name);
+      if (!done.ok) return done;
+      await this.audit.done(tx, actor, {
+        action,
+        target: done.value.before,
+        message: `renamed to ${done.value.after}`,
+      });
+      return ok(done.value.row);
+    });
+  }
+
+  /** What removing an org, a team or a project would do (Removal); null when there is no such thing. */
+  async removal(kind: 'org' | 'team' | 'project', id: string): Promise<Removal | null> {
+    if (!isId(id)) return null;
+    const db = this.db;
+    if (kind === 'org') {
+      const org = await db.org.findUnique({ where: { id }, include: { teams: { include: { projects: true } } } });
+      if (!org) return null;
+      return this.removalOf(db, `org ${org.name}`, {
+        orgId: org.id,
+        teamIds: org.teams.map((t) => t.id),
+        projectIds: org.teams.flatMap((t) => t.projects.map((p) => p.id)),
+      });
+    }
+    if (kind === 'team') {
+      const team = await db.team.findUnique({ where: { id }, include: { org: true, projects: true } });
+      if (!team) return null;
+      return this.removalOf(db, `team ${teamPath(team)}`, {
+        teamIds: [team.id],
+        projectIds: team.projects.map((p) => p.id),
+      });
+    }
+    const p = await db.project.findUnique({ where: { id }, include: { team: { include: { org: true } } } });
+    if (!p) return null;
+    return this.removalOf(db, `project ${projectPath(p)}`, { projectIds: [p.id] });
+  }
+
+  private async removalOf(tx: Tx, what: string, parts: Parts): Promise<Removal> {
+    const teamIds = parts.teamIds ?? [];
+    const projectIds = parts.projectIds ?? [];
+    const owned = await this.ownedBy(tx, parts);
+    const [teams, projects, memberships] = await Promise.all([
+      parts.orgId
+        ? tx.team.findMany({ where: { id: { in: teamIds } }, include: { org: true }, orderBy: { name: 'asc' } })
+        : Promise.resolve([]),
+      tx.project.findMany({
+        where: { id: { in: projectIds } },
+        include: { team: { include: { org: true } } },
+        orderBy: { name: 'asc' },
+      }),
+      tx.membership.findMany({
+        where: parts.orgId
+          ? { orgId: parts.orgId }
+          : teamIds.length
+            ? { teamId: { in: teamIds } }
+            : { projectId: { in: projectIds } },
+        include: memberInclude,
+        orderBy: { createdAt: 'asc' },
+      }),
+    ]);
+    return {
+      what,
+      ...owned,
+      teams: teams.map(teamPath),
+      projects: projects.map(projectPath),
+      members: memberships.map((m) => `${memberKey(m)} at ${placeOf(m)}`),
+      apiTokens: [...new Set(memberships.flatMap((m) => (m.apiToken ? [keyLabel(m.apiToken)] : [])))],
+    };
+  }
+
   /** A knowledge base in an org, owned by the org, one of its teams or projects, or one of its members. */
   async createCollection(actor: Actor, input: z.input<typeof createCollectionInput>): Promise<Result<Collection>> {
     const parsed = parseInput(createCollectionInput, input);
@@ -384,11 +539,29 @@ export class OrgService {
    * and its adapters or training jobs would name an owner that is gone. The operator deletes those first, on
    * purpose, rather than losing a knowledge base along with a team.
    */
-  private async holdings(
+  private async holdings(tx: Tx, what: string, parts: Parts): Promise<Result<void>> {
+    const { collections, models, adapters, trainJobs: jobs } = await this.ownedBy(tx, parts);
+    const stillOwned = [
+      ...collections.map((c) => `collection ${c}`),
+      ...models.map((m) => `model ${m}`),
+      ...adapters.map((a) => `adapter ${a}`),
+      ...jobs.map((j) => `training job ${j}`),
+    ];
+    if (!stillOwned.length) return ok(undefined);
+    const shown =
+      stillOwned.slice(0, 5).join(', ') + (stillOwned.length > 5 ? ` and ${stillOwned.length - 5} more` : '');
+    return fail(
+      new ConflictError(
+        `${what} still holds ${shown}: delete ${stillOwned.length > 1 ? 'them' : 'it'} first${models.length ? ' (a model may instead be given another owner with setModelOwner)' : ''}, so nothing is left owned by a part of the tree that is gone`,
+      ),
+    );
+  }
+
+  /** The collections, models, adapters and training jobs a part of the tree owns, by name. */
+  private async ownedBy(
     tx: Tx,
-    what: string,
-    parts: { orgId?: string; teamIds?: string[]; projectIds?: string[] },
-  ): Promise<Result<void>> {
+    parts: Parts,
+  ): Promise<{ collections: string[]; models: string[]; adapters: string[]; trainJobs: string[] }> {
     const teamIds = parts.teamIds ?? [];
     const projectIds = parts.projectIds ?? [];
     const keys = [
@@ -396,7 +569,7 @@ export class OrgService {
       ...teamIds.map((id) => `team:${id}`),
       ...projectIds.map((id) => `project:${id}`),
     ];
-    const [collections, models, adapters, jobs] = await Promise.all([
+    const [collections, catalog, jobs] = await Promise.all([
       tx.collection.findMany({
         where: {
           OR: [
@@ -408,24 +581,15 @@ export class OrgService {
         select: { name: true },
         orderBy: { name: 'asc' },
       }),
-      tx.catalogModel.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
-      tx.adapter.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
-      tx.trainJob.findMany({ where: { owner: { in: keys } }, select: { name: true }, orderBy: { name: 'asc' } }),
+      heldBy(tx, keys),
+      jobsHeldBy(tx, keys),
     ]);
-    const stillOwned = [
-      ...collections.map((c) => `collection ${c.name}`),
-      ...models.map((m) => `model ${m.name}`),
-      ...adapters.map((a) => `adapter ${a.name}`),
-      ...jobs.map((j) => `training job ${j.name}`),
-    ];
-    if (!stillOwned.length) return ok(undefined);
-    const shown =
-      stillOwned.slice(0, 5).join(', ') + (stillOwned.length > 5 ? ` and ${stillOwned.length - 5} more` : '');
-    return fail(
-      new ConflictError(
-        `${what} still holds ${shown}: delete ${stillOwned.length > 1 ? 'them' : 'it'} first${models.length ? ' (a model may instead be given another owner with setModelOwner)' : ''}, so nothing is left owned by a part of the tree that is gone`,
-      ),
-    );
+    return {
+      collections: collections.map((c) => c.name),
+      models: catalog.models,
+      adapters: catalog.adapters,
+      trainJobs: jobs,
+    };
   }
 }
 
@@ -436,17 +600,31 @@ export class OrgService {
  * before deleting the rows. Answers how many memberships there were.
  */
 async function membersChanged(tx: Tx, where: Prisma.MembershipWhereInput): Promise<number> {
-  const rows = await tx.membership.findMany({
-    where,
-    select: { userId: true, apiToken: { select: { userId: true } } },
-  });
-  const users = new Set(rows.map((r) => r.userId ?? r.apiToken?.userId).filter((u): u is string => Boolean(u)));
+  const rows = await tx.membership.findMany({ where, select: { userId: true, apiTokenId: true } });
+  // A member key's user, from access (which owns the tokens).
+  const keys = new Map(
+    (
+      await tokensByIds(
+        tx,
+        rows.flatMap((r) => (r.apiTokenId ? [r.apiTokenId] : [])),
+      )
+    ).map((k) => [k.id, k.userId]),
+  );
+  const users = new Set(
+    rows.map((r) => r.userId ?? (r.apiTokenId ? keys.get(r.apiTokenId) : null)).filter((u): u is string => Boolean(u)),
+  );
   for (const user of users) await notify(tx, 'credentials', `user:${user}`);
   return rows.length;
 }
 
 function placeOf(m: MemberRow): string {
   return [m.org.name, m.team?.name, m.project?.name].filter(Boolean).join('/');
+}
+
+/** A member as owners are written: "user:alice@example.com", "key:ci-deploy (alice@example.com)". */
+function memberKey(m: MemberRow): string {
+  if (m.user) return `user:${m.user.email}`;
+  return m.apiToken ? `key:${keyLabel(m.apiToken)}` : 'nobody';
 }
 
 function memberLabel(m: MemberRow): string {

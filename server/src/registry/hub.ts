@@ -49,7 +49,7 @@ export class Hub {
   }
 
   async search(query: string, sort: 'downloads' | 'likes' | 'lastModified', limit: number): Promise<HubModel[]> {
-    return wrap(async () => {
+    return wrap(this.o.hubUrl, async () => {
       const { listModels } = await hubLibrary();
       const out: HubModel[] = [];
       for await (const m of listModels({
@@ -75,7 +75,7 @@ export class Hub {
   }
 
   async repo(id: string, revision?: string): Promise<HubRepo> {
-    return wrap(async () => {
+    return wrap(this.o.hubUrl, async () => {
       const { modelInfo } = await hubLibrary();
       const info = await modelInfo({ ...this.common, name: id, revision, additionalFields: ['sha', 'tags', 'config'] });
       const config = (info as { config?: { architectures?: string[]; model_type?: string } }).config;
@@ -90,7 +90,7 @@ export class Hub {
   }
 
   async files(id: string, revision: string): Promise<RepoFile[]> {
-    return wrap(async () => {
+    return wrap(this.o.hubUrl, async () => {
       const { listFiles } = await hubLibrary();
       const out: RepoFile[] = [];
       for await (const f of listFiles({
@@ -129,6 +129,25 @@ export class Hub {
     return text.length > 512 * 1024 ? text.slice(0, 512 * 1024) : text;
   }
 
+  /** The repository's config.json (what vLLM reads), or null when it has none or it is not JSON. */
+  async config(id: string, revision: string): Promise<Record<string, unknown> | null> {
+    const res = await this.fetchWithTimeout(this.resolveUrl(id, revision, 'config.json'), {
+      headers: this.authHeaders(),
+    }).catch(() => null);
+    if (!res?.ok) return null;
+    const text = await res.text();
+    // A config is a few KiB; one far larger is not a config to trust.
+    if (text.length > 1024 * 1024) return null;
+    try {
+      const parsed: unknown = JSON.parse(text);
+      return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)
+        ? (parsed as Record<string, unknown>)
+        : null;
+    } catch {
+      return null;
+    }
+  }
+
   /** Whether this caller may download the repository's files: gated repositories need a token with access. */
   async canDownload(id: string, revision: string, path: string): Promise<{ ok: boolean; reason: string | null }> {
     const res = await this.fetchWithTimeout(this.resolveUrl(id, revision, path), {
@@ -149,7 +168,7 @@ export class Hub {
   }
 }
 
-async function wrap<T>(fn: () => Promise<T>): Promise<T> {
+async function wrap<T>(hubUrl: string, fn: () => Promise<T>): Promise<T> {
   try {
     return await fn();
   } catch (err) {
@@ -167,7 +186,20 @@ async function wrap<T>(fn: () => Promise<T>): Promise<T> {
         .slice(0, 200);
       throw new HubError(`the registry answered HTTP ${e.statusCode}${said ? `: ${said}` : ''}`, e.statusCode);
     }
-    const cause = (e as { cause?: { code?: string } }).cause?.code;
-    throw new HubError(`the registry could not be reached: ${cause ?? e.message}`);
+    // fetch's own message is only "fetch failed": the reason is its cause's (ENOTFOUND, ECONNREFUSED, "bad port").
+    const cause = (e as { cause?: { code?: string; message?: string } }).cause;
+    throw new HubError(unreachable(hubUrl, cause?.code ?? cause?.message ?? e.message));
   }
+}
+
+/**
+ * Offline, "could not be reached: ENOTFOUND" alone leaves an operator guessing which server and which setting: the
+ * message names the host and HANGAR_HUB_URL, and the two ways on for a site without the internet.
+ */
+export function unreachable(hubUrl: string, why: string): string {
+  let host = hubUrl;
+  try {
+    host = new URL(hubUrl).host;
+  } catch {}
+  return `the registry at ${host} (HANGAR_HUB_URL=${hubUrl}) could not be reached: ${why}. Without the internet, point HANGAR_HUB_URL at a mirror of the Hub this server can reach, or set HANGAR_HUB_URL=off to turn the registry explorer off (the mirror, serving and training work without it)`;
 }

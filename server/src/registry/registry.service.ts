@@ -3,11 +3,12 @@ import type { ModelFacts } from '@hangar/common/gguf/facts';
 import { estimateMemory } from '@hangar/common/gguf/memory';
 import { GgufError } from '@hangar/common/gguf/reader';
 import { SourceError } from '@hangar/common/gguf/source';
+import { estimateVllmMemory, type HfConfig, vllmVerdict } from '@hangar/common/vllm/verdict';
 import { z } from 'zod';
 import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import type { FleetService } from '../fleet/fleet.service.js';
-import { freeMiB, nodeGpus } from '../fleet/node-inventory.js';
+import { freeMiB, largestFreeMiB, nodeGpus, noGpuReason, runsEngine } from '../fleet/node-inventory.js';
 import { isCommit } from '../hf/hf.service.js';
 import { recordHubRef } from '../hf/hub-refs.js';
 import {
@@ -28,7 +29,14 @@ import { AnswerCache } from './answer-cache.js';
 import { renderCard } from './card.js';
 import { Hub, HubError, type HubModel } from './hub.js';
 import { headerKind, servingVerdict } from './look.js';
-import { type FileSet, groupSets, type RepoFile, suggestedModelName, suggestedVersions } from './sets.js';
+import {
+  type FileSet,
+  groupSets,
+  type RepoFile,
+  suggestedModelName,
+  suggestedVersions,
+  vllmSideFiles,
+} from './sets.js';
 import { mapLimit, type SourceLook } from './source-look.js';
 import type { JudgedSet, NodeFit, RegistryRepo } from './types.js';
 
@@ -170,8 +178,18 @@ export class RegistryService {
       const nodes = await this.deps.fleet.online();
       const build = await this.deps.fleet.llamaCppBuild(this.deps.config.llamaCppBuild ?? newestBuild, nodes);
       const freeBytes = await this.deps.mirror.freeBytes();
+      // config.json is read only where a vLLM node could serve a safetensors set: it is what vLLM judges by.
+      const vllmNodes = nodes.filter((n) => runsEngine(n, 'vllm'));
+      const hfConfig =
+        vllmNodes.length && sets.some((s) => s.format === 'SAFETENSORS') && access.ok
+          ? await this.cache.get(`config:${id}:${rev}`, () => hub.config(id, rev))
+          : null;
       const judged = await mapLimit(sets, 4, (s) =>
-        this.judge(hub, id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
+        s.format === 'SAFETENSORS'
+          ? Promise.resolve(
+              this.judgeForVllm(s, id, rev, { access: access.ok, nodes: vllmNodes, freeBytes, context, hfConfig }),
+            )
+          : this.judge(hub, id, rev, s, access.ok, build, nodes, freeBytes, context ?? null),
       );
       // What the headers say a set is can differ from what its name suggested: the order follows the headers.
       const rank: Record<JudgedSet['kind'], number> = { MODEL: 0, ADAPTER: 1, MMPROJ: 2, IMATRIX: 3 };
@@ -200,6 +218,72 @@ export class RegistryService {
         new UpstreamError(err instanceof HubError ? err.message : `the registry failed: ${(err as Error).message}`),
       );
     }
+  }
+
+  /**
+   * A safetensors set, judged as vLLM would take it: the architecture config.json names against vLLM's model
+   * registry, the memory its weights and one context of KV cache need, and which vLLM node has a card with that
+   * free (vLLM runs a replica on one card here: no tensor parallelism yet).
+   */
+  private judgeForVllm(
+    set: FileSet,
+    id: string,
+    rev: string,
+    o: {
+      access: boolean;
+      nodes: Awaited<ReturnType<FleetService['online']>>;
+      freeBytes: number;
+      context: number | null | undefined;
+      hfConfig: HfConfig | null;
+    },
+  ): JudgedSet {
+    const base = { ...set, model: suggestedModelName(id), version: rev.slice(0, 7) };
+    const disk = { fits: set.totalBytes <= o.freeBytes, freeBytes: o.freeBytes, neededBytes: set.totalBytes };
+    const none = (reason: string, summary: string): JudgedSet => ({
+      ...base,
+      facts: null,
+      headerError: null,
+      headerBytesRead: 0,
+      verdict: { servable: false, reason, neededBuild: null },
+      memory: null,
+      fits: { disk, nodes: [], summary },
+    });
+    if (!o.nodes.length)
+      return none(
+        'safetensors weights are served by vLLM, and no online node reports vLLM (install vllm on a node, or set HANGAR_AGENT_VLLM_COMMAND)',
+        'no vLLM node online',
+      );
+    if (!set.complete)
+      return none(`only ${set.files.length} of its ${set.shardCount} shards are in the repository`, 'incomplete');
+    if (!o.access) return none('gated: config.json cannot be read without access', 'no access');
+    const verdict = vllmVerdict(o.hfConfig);
+    if (!verdict.servable || !o.hfConfig) return { ...none(verdict.reason, 'not servable by vLLM'), verdict };
+    const memory = estimateVllmMemory(o.hfConfig, set.totalBytes, o.context ?? this.deps.config.maxContext);
+    const neededMiB = Math.ceil(memory.totalBytes / 2 ** 20);
+    const nodeFits: NodeFit[] = o.nodes.map((n) => {
+      const free = largestFreeMiB(n);
+      const fits = free >= neededMiB;
+      const reason =
+        nodeGpus(n).length === 0
+          ? `${n.name} reports no GPU (vLLM needs one)`
+          : fits
+            ? `${free} MiB free on one card`
+            : `needs ${neededMiB} MiB on one card, ${free} MiB free`;
+      return { node: n.name, fits, freeMiB: free, neededMiB, reason };
+    });
+    const fitting = nodeFits.filter((f) => f.fits).length;
+    const summary = fitting
+      ? `fits on ${fitting} of ${o.nodes.length} vLLM node${o.nodes.length === 1 ? '' : 's'}`
+      : `fits on no vLLM node: needs ${neededMiB} MiB on one card, the most free is ${Math.max(...nodeFits.map((f) => f.freeMiB))} MiB`;
+    return {
+      ...base,
+      facts: null,
+      headerError: null,
+      headerBytesRead: 0,
+      verdict,
+      memory,
+      fits: { disk, nodes: nodeFits, summary },
+    };
   }
 
   private async judge(
@@ -231,12 +315,6 @@ export class RegistryService {
       memory: null,
       fits: { disk, nodes: [], summary },
     });
-    if (set.format === 'SAFETENSORS') {
-      return unjudged(
-        'safetensors weights are served by vLLM, not llama.cpp; the nodes report no vLLM to judge against',
-        'no llama.cpp estimate for safetensors',
-      );
-    }
     if (!set.complete) {
       return unjudged(`only ${set.files.length} of its ${set.shardCount} shards are in the repository`, 'incomplete');
     }
@@ -284,7 +362,7 @@ export class RegistryService {
       const fits = free >= neededMiB;
       const reason =
         gpus.length === 0
-          ? `${n.name} reports no GPU`
+          ? noGpuReason(n.name, neededMiB)
           : fits
             ? `${free} MiB free of GPU memory`
             : `needs ${neededMiB} MiB, ${free} MiB free`;
@@ -362,12 +440,19 @@ export class RegistryService {
     if (!set.verdict.servable && !force) {
       return fail(new ConflictError(`not fetched: ${set.verdict.reason}. Fetch it anyway with force: true`));
     }
+    const side =
+      set.format === 'SAFETENSORS'
+        ? vllmSideFiles(
+            await this.cache.get(`sidefiles:${id}:${repo.revision}`, () => hub.files(id, repo.revision)),
+            set,
+          )
+        : [];
     return this.deps.mirror.fetch(
       actor,
       {
         model: parsed.value.model ?? set.model,
         version: parsed.value.version ?? set.version,
-        sources: set.files.map((f) => ({
+        sources: [...set.files, ...side].map((f) => ({
           url: hub.resolveUrl(id, repo.revision, f.path),
           file: f.path.split('/').at(-1),
           sha256: f.sha256,

@@ -405,8 +405,14 @@ describe('with no registry', () => {
     );
     expect(r.data?.registrySearch).toMatchObject({
       __typename: 'UpstreamError',
-      message: expect.stringMatching(/^the registry could not be reached/),
+      message: expect.stringMatching(
+        /^the registry at 127\.0\.0\.1:9 \(HANGAR_HUB_URL=http:\/\/127\.0\.0\.1:9\) could not be reached: bad port\. /,
+      ),
     });
+    // What to do about it, for a site without the internet.
+    expect(r.data?.registrySearch.message).toContain(
+      'point HANGAR_HUB_URL at a mirror of the Hub this server can reach, or set HANGAR_HUB_URL=off to turn the registry explorer off',
+    );
     expect(r.data?.mirror).toEqual({ present: 0 });
     await off.close();
   });

@@ -160,3 +160,19 @@ export function suggestedVersions(
     return n === 1 ? v : `${v}-${n}`;
   });
 }
+
+// What vLLM reads beside the weights of a safetensors model: without config.json and the tokenizer a mirrored
+// set is bytes no engine can start from, so a fetch of such a set takes these from the same folder.
+const VLLM_SIDE_FILE =
+  /^(config\.json|generation_config\.json|tokenizer(_config)?\.json|tokenizer\.model|special_tokens_map\.json|added_tokens\.json|vocab\.json|merges\.txt|chat_template\.(jinja|json)|preprocessor_config\.json|.*\.safetensors\.index\.json)$/;
+
+/** The files vLLM needs beside a safetensors set's weights, from the folder its first file is in. */
+export function vllmSideFiles(files: RepoFile[], set: Pick<FileSet, 'files'>): RepoFile[] {
+  const first = set.files[0]?.path ?? '';
+  const folder = first.includes('/') ? first.slice(0, first.lastIndexOf('/') + 1) : '';
+  return files.filter((f) => {
+    if (!f.path.startsWith(folder)) return false;
+    const rest = f.path.slice(folder.length);
+    return !rest.includes('/') && VLLM_SIDE_FILE.test(rest);
+  });
+}

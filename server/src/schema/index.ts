@@ -13,6 +13,8 @@ import '../serve/serve-job.schema.js';
 import '../org/org.schema.js';
 import '../train/train.schema.js';
 import '../gateway/usage.schema.js';
+import '../governance/cost.schema.js';
+import '../governance/limits.schema.js';
 
 export const schema = builder.toSchema({ sortSchema: false });
 export const sortedSchema = () => lexicographicSortSchema(schema);

@@ -1,10 +1,14 @@
 import type { Actor } from '../auth/actor.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
+import { modelByName } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
+import { replicasOfModel } from '../fleet/fleet-store.js';
 import type { ServeJob } from '../generated/prisma/client.js';
+import { formatBytes } from '../lib/units.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import type { RegistryService } from '../registry/registry.service.js';
+import type { JudgedSet } from '../registry/types.js';
 
 // The serve job's steps as data: each step's handler in one table, run in the order of STEPS (the order of its
 // rows, by position). A step is written so that running it again after a restart does no harm: the runner
@@ -55,9 +59,12 @@ async function registryStep({ job, ...run }: StepRun): Promise<StepDone> {
   const repo = opened.value;
   if (repo.noAccess) throw new StepFailed(repo.noAccess);
   const models = repo.sets.filter((offered) => offered.kind === 'MODEL' && offered.format === 'GGUF');
+  const picked = !job.file && !job.quant ? bestSet(models) : undefined;
   const set = job.file
     ? repo.sets.find((offered) => offered.files.some((file) => file.path === job.file))
-    : models.find((offered) => offered.quant === job.quant);
+    : job.quant
+      ? models.find((offered) => offered.quant === job.quant)
+      : picked?.set;
   if (!set) {
     const has = models
       .map((offered) =>
@@ -66,13 +73,66 @@ async function registryStep({ job, ...run }: StepRun): Promise<StepDone> {
           : (offered.quant ?? offered.id),
       )
       .join(', ');
-    throw new StepFailed(`${job.repo} has no ${job.file ?? `${job.quant} set`}; it has ${has || 'no GGUF model sets'}`);
+    const asked = job.file ?? (job.quant ? `${job.quant} set` : 'GGUF model set llama.cpp can serve');
+    throw new StepFailed(`${job.repo} has no ${asked}; it has ${has || 'no GGUF model sets'}`);
   }
   if (!set.verdict.servable) throw new StepFailed(`${set.id}: ${set.verdict.reason}`);
   return {
-    message: `${set.id}: ${set.files.length} file(s), ${set.totalBytes} bytes at ${repo.shortRevision}`,
+    message: `${picked ? `${picked.why}: ` : ''}${set.id}: ${set.files.length} file(s), ${formatBytes(set.totalBytes)} at ${repo.shortRevision}`,
     more: { set: set.id, revision: repo.revision, model: set.model, version: set.version, name: set.model },
   };
+}
+
+// The order people pick quantisations in when nothing is asked: Q4_K_M first (the usual balance of size and
+// quality, and what Hub model cards recommend), then better ones by size, then smaller ones, the unquantised
+// last. A set not named here comes after these, smallest first.
+const PREFERRED_QUANTS = [
+  'Q4_K_M',
+  'Q5_K_M',
+  'Q6_K',
+  'Q8_0',
+  'Q5_K_S',
+  'Q4_K_S',
+  'IQ4_XS',
+  'IQ4_NL',
+  'Q4_0',
+  'Q5_0',
+  'Q3_K_L',
+  'Q3_K_M',
+  'IQ3_M',
+  'Q3_K_S',
+  'Q2_K',
+  'F16',
+  'BF16',
+  'F32',
+];
+
+type OfferedSet = JudgedSet;
+
+/**
+ * The set `hangar serve REPO` takes when no quantisation or file is named: the first servable one in the order
+ * above that fits on an online node now (memory) and on the mirror's disk; failing that, the first servable one
+ * (the check step then says where it would fit). Says why, so the job's log names what was chosen.
+ */
+export function bestSet(sets: OfferedSet[]): { set: OfferedSet; why: string } | undefined {
+  const rank = (s: OfferedSet) => {
+    const i = PREFERRED_QUANTS.indexOf((s.quant ?? '').toUpperCase());
+    return i === -1 ? PREFERRED_QUANTS.length + s.totalBytes / 2 ** 50 : i;
+  };
+  const servable = sets.filter((s) => s.verdict.servable).sort((a, b) => rank(a) - rank(b));
+  const fitting = servable.find((s) => s.fits.disk.fits && s.fits.nodes.some((n) => n.fits));
+  if (fitting)
+    return {
+      set: fitting,
+      why: `no quantisation asked: took ${fitting.quant ?? fitting.id}, the first by preference that fits on a node now`,
+    };
+  const first = servable[0];
+  if (first)
+    return {
+      set: first,
+      why: `no quantisation asked and none fits on a node now: took ${first.quant ?? first.id}, the first by preference`,
+    };
+  return undefined;
 }
 
 /** Mirrors the set (or takes the copy already mirrored) and waits until every file is present and verified. */
@@ -100,7 +160,9 @@ async function mirrorStep({ job, detail, ...run }: StepRun): Promise<StepDone> {
       throw new StepFailed(
         mirrored.files.find((file) => file.error)?.error ?? `the fetch ended ${mirrored.state.toLowerCase()}`,
       );
-    await run.progress(`${mirrored.progress.bytesDone} of ${mirrored.progress.bytesTotal ?? '?'} bytes`);
+    await run.progress(
+      `${formatBytes(mirrored.progress.bytesDone)} of ${mirrored.progress.bytesTotal == null ? '?' : formatBytes(mirrored.progress.bytesTotal)}`,
+    );
     await run.pause();
   }
 }
@@ -146,10 +208,7 @@ async function replicaStep({ job, detail, ...run }: StepRun): Promise<StepDone> 
   const deadline = performance.now() + REPLICA_PATIENCE_MS;
   let unplacedSince: number | null = null;
   for (;;) {
-    const model = await run.db.catalogModel.findUnique({
-      where: { name: detail.name ?? '' },
-      include: { replicas: { include: { node: true } } },
-    });
+    const model = await modelWithReplicas(run.db, detail.name ?? '');
     if (!model) throw new StepFailed(`${detail.name} left the catalog`);
     if (model.maxReplicas === 0) throw new StopEarly(`${detail.name} was stopped (parked): no replica will start`);
     const ready = model.replicas.find((replica) => replica.state === 'READY');
@@ -178,10 +237,7 @@ async function replicaStep({ job, detail, ...run }: StepRun): Promise<StepDone> 
 
 /** One request through the ready replica's endpoint: the job is DONE only when the model it made answers. */
 async function smokeStep({ detail, ...run }: StepRun): Promise<StepDone> {
-  const model = await run.db.catalogModel.findUnique({
-    where: { name: detail.name ?? '' },
-    include: { replicas: true },
-  });
+  const model = await modelWithReplicas(run.db, detail.name ?? '');
   const ready = model?.replicas.find((replica) => replica.state === 'READY');
   if (!ready) throw new StepFailed(`${detail.name} has no ready replica any more`);
   if (!run.fleet) throw new StepFailed('this server cannot reach replicas');
@@ -193,6 +249,12 @@ async function smokeStep({ detail, ...run }: StepRun): Promise<StepDone> {
     message: `answered ${JSON.stringify(smoke.text)} at ${smoke.tokensPerSecond.toFixed(1)} tokens/s, first token in ${Math.round(smoke.timeToFirstTokenMs)} ms`,
     more: {},
   };
+}
+
+/** The model by name with its replicas (and their nodes), from their owners: the catalog and the fleet. */
+async function modelWithReplicas(db: Db, name: string) {
+  const model = await modelByName(db, name);
+  return model ? { ...model, replicas: await replicasOfModel(db, model.id) } : null;
 }
 
 /** Each step's handler; the next step is the one after it in STEPS. */

@@ -56,7 +56,11 @@ builder.mutationField('serveFromRegistry', (t) =>
     errors: { types: [ValidationError, NotFoundError] },
     args: {
       repo: t.arg.string({ required: true }),
-      quant: t.arg.string({ required: false, description: 'The set to serve, by quantisation (default Q4_K_M).' }),
+      quant: t.arg.string({
+        required: false,
+        description:
+          'The set to serve, by quantisation (default: the first of Q4_K_M, Q5_K_M, Q6_K, Q8_0, … that fits on a node now).',
+      }),
       file: t.arg.string({ required: false, description: 'Or the set holding this file.' }),
       onDemand: t.arg.boolean({ required: false, description: 'Add it on demand: no replica starts until asked.' }),
     },

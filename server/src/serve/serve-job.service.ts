@@ -87,7 +87,8 @@ export class ServeJobService {
     const parsed = parseInput(input, raw, '');
     if (!parsed.ok) return parsed;
     const { repo, file, onDemand } = parsed.value;
-    const quant = file ? null : (parsed.value.quant ?? 'Q4_K_M').toUpperCase();
+    // No quantisation and no file: the registry step takes the best set that fits (serve-job-steps.ts bestSet).
+    const quant = file ? null : (parsed.value.quant?.toUpperCase() ?? null);
     const job = await this.deps.db.$transaction(async (tx) => {
       const created = await tx.serveJob.create({
         data: {
@@ -103,7 +104,7 @@ export class ServeJobService {
       await this.deps.audit.done(tx, actor, {
         action: 'serveFromRegistry',
         target: repo,
-        message: `${file ?? quant}${onDemand ? ', on demand' : ''}: job ${created.id}`,
+        message: `${file ?? quant ?? 'the best set that fits'}${onDemand ? ', on demand' : ''}: job ${created.id}`,
       });
       return created;
     });
@@ -127,7 +128,8 @@ export class ServeJobService {
     if (!this.running || !this.health.due()) return;
     // The claim and the job it starts (its lease renewals, its steps' own rows, and the reads and writes the steps
     // make themselves) are on the loops' connections (db.loops). What a step asks of the registry, the mirror and
-    // the catalog goes through those services, as an operator's mutation would.
+    // the catalog goes through those services, as an operator's mutation would. Its log lines name the job
+    // (`job`), never the request that created it and woke the loop: that id is on the job's audit rows.
     void this.claim()
       .then((job) => {
         this.health.ok();

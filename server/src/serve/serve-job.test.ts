@@ -110,7 +110,10 @@ describe('serveFromRegistry', () => {
     const done = await waitForJob(job.id);
     expect(done.state).toBe('DONE');
     expect(done.steps.map((s: { state: string }) => s.state)).toEqual(['DONE', 'DONE', 'DONE', 'DONE', 'DONE', 'DONE']);
-    expect(done.steps[0].message).toMatch(/^model:Tiny-Q4_K_M: 1 file\(s\), \d+ bytes at feedbee$/);
+    // No quantisation asked: the first by preference that fits, named in the step.
+    expect(done.steps[0].message).toMatch(
+      /^no quantisation asked: took Q4_K_M, the first by preference that fits on a node now: model:Tiny-Q4_K_M: 1 file\(s\), [\d.]+ (bytes|KiB|MiB) at feedbee$/,
+    );
     expect(done.steps[1].message).toBe('tiny/feedbee-q4_k_m present and verified');
     // What the registry step resolved the default branch to is kept as what the Hub named for main (/hf reads it).
     expect(await t.app.db.prisma.hubRef.findMany({ select: { repo: true, ref: true, commit: true } })).toEqual([

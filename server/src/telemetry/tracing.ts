@@ -1,4 +1,3 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { useOpenTelemetry } from '@envelop/opentelemetry';
 import type { Logger } from '@hangar/common/log';
@@ -18,9 +17,18 @@ import type { UsageEvent } from '../gateway/usage.js';
 export type Tracing = {
   /** The GraphQL plugin: one span per operation, named by it; resolvers are not traced (one span per field). */
   graphqlPlugin(): Plugin;
-  /** Runs a /v1 call inside its span; the span ends when the call's answer has been sent. */
-  gatewayCall(req: IncomingMessage, res: ServerResponse, path: string, handle: () => Promise<void>): Promise<void>;
-  /** What the gateway accounted for the call now running (usage.ts calls it as the call ends): on its span. */
+  /**
+   * Runs a /v1 call inside its span; the span ends when the call's answer has been sent. `requestId` is the
+   * edge's id for the call: the usage the gateway records for it names the same (UsageEvent.requestId).
+   */
+  gatewayCall(
+    req: IncomingMessage,
+    res: ServerResponse,
+    path: string,
+    requestId: string,
+    handle: () => Promise<void>,
+  ): Promise<void>;
+  /** What the gateway accounted for a call still running (usage.ts calls it as the call ends): on its span. */
   describeGatewayCall(e: UsageEvent): void;
   /** Sends what is still queued, then stops: spans of the last requests reach the collector on SIGTERM. */
   stop(): Promise<void>;
@@ -33,9 +41,10 @@ export function startTracing(config: NonNullable<Config['tracing']>, log: Logger
     spanProcessors: [new BatchSpanProcessor({ exporter })],
   });
   const tracer = provider.getTracer('hangar');
-  // The gateway's span, found again by describeGatewayCall: usage is recorded deep in the call, inside its
-  // async context, and the gateway need not know tracing exists.
-  const current = new AsyncLocalStorage<Span>();
+  // The gateway's span of each call still running, by its request id, found again by describeGatewayCall: usage
+  // is recorded deep in the call and names its request, and the gateway need not know tracing exists. A map, not
+  // an AsyncLocalStorage: on Node 20 that puts a promise hook on every promise of the process (db/client.ts).
+  const open = new Map<string, Span>();
   log.info('tracing: sending spans', config.exporter === 'otlp' ? { to: config.url } : { to: 'stdout' });
 
   return {
@@ -48,26 +57,27 @@ export function startTracing(config: NonNullable<Config['tracing']>, log: Logger
         {},
         config.serviceName,
       ) as Plugin,
-    gatewayCall: (req, res, path, handle) =>
+    gatewayCall: (req, res, path, requestId, handle) =>
       tracer.startActiveSpan(
         `${req.method} /v1${path.slice('/v1'.length)}`,
         { kind: SpanKind.SERVER, attributes: { 'http.request.method': req.method ?? '', 'url.path': path } },
-        (span) =>
-          current.run(span, async () => {
-            try {
-              await handle();
-            } catch (err) {
-              span.recordException(err as Error);
-              throw err;
-            } finally {
-              span.setAttribute('http.response.status_code', res.statusCode);
-              if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
-              span.end();
-            }
-          }),
+        async (span) => {
+          open.set(requestId, span);
+          try {
+            await handle();
+          } catch (err) {
+            span.recordException(err as Error);
+            throw err;
+          } finally {
+            open.delete(requestId);
+            span.setAttribute('http.response.status_code', res.statusCode);
+            if (res.statusCode >= 500) span.setStatus({ code: SpanStatusCode.ERROR });
+            span.end();
+          }
+        },
       ),
     describeGatewayCall: (e) => {
-      const span = current.getStore();
+      const span = e.requestId === undefined ? undefined : open.get(e.requestId);
       if (!span) return;
       span.setAttributes({
         'gen_ai.request.model': e.model,

@@ -15,7 +15,8 @@ import { PeftTarError, readPeftTar } from '@hangar/common/peft/peft-tar';
 import { readSafetensors } from '@hangar/common/peft/safetensors';
 import tar from 'tar-stream';
 import type { AuditService } from '../audit/audit.service.js';
-import type { Actor } from '../auth/actor.js';
+import { type Actor, logFor } from '../auth/actor.js';
+import { addAdapter, modelByName } from '../catalog/catalog-store.js';
 import type { ServedNames } from '../catalog/served-names.js';
 import type { Db } from '../db/client.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
@@ -31,6 +32,7 @@ import {
   ValidationError,
 } from '../lib/errors.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { mirrorFileRow } from '../mirror/mirror-store.js';
 import { notify } from '../pubsub.js';
 import { checkAdapterFile, peftMisfit } from './adapter-fit.js';
 import { catalogGguf } from './model-file.js';
@@ -144,7 +146,7 @@ export class TrainArtifacts {
     } catch (err) {
       await fs.rm(part, { force: true });
       const reason = err instanceof PeftTarError ? err.message : `the tar could not be read: ${(err as Error).message}`;
-      this.log.warn('refused an adapter upload', { job: id, node: actor.viewer.node.name, reason });
+      logFor(this.log, actor).warn('refused an adapter upload', { job: id, node: actor.viewer.node.name, reason });
       await this.train.failRunning(id, `the adapter was refused: ${reason}`);
       return fail(new UnprocessableError(reason));
     }
@@ -248,12 +250,19 @@ export class TrainArtifacts {
    * Puts what a DONE job made into the mirror and makes it the model's adapter: the GGUF for a model llama.cpp
    * serves, the PEFT files for one vLLM serves. The lineage is kept on the adapter: job and artifact sha256.
    */
-  async publish(actor: Actor, id: string): Promise<Result<PublishAnswer>> {
+  async publish(
+    actor: Actor,
+    id: string,
+    o: { force?: boolean | null; reason?: string | null } = {},
+  ): Promise<Result<PublishAnswer>> {
     const job = await this.train.visible(actor, id);
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (job.state !== 'DONE')
       return fail(new ConflictError(`the job has not finished: it is ${job.state.toLowerCase()}`));
-    const model = await this.db.catalogModel.findUnique({ where: { name: job.model }, include: { adapters: true } });
+    // Before anything is written: an adapter clearly worse than its base is not published unless forced (eval-store.ts).
+    const gate = await this.train.evaluations.gate(job, o);
+    if (!gate.ok) return gate;
+    const model = await modelByName(this.db, job.model);
     if (!model)
       return fail(
         new ConflictError(`the model ${job.model} is no longer in the catalog: serve it again, then publish`),
@@ -307,23 +316,22 @@ export class TrainArtifacts {
 
     const created = await this.names.claim(actor.viewer, job.name, TRAIN_ANEW, () =>
       this.db.$transaction(async (tx) => {
-        await tx.adapter.create({
-          data: {
-            name: job.name,
-            source,
-            owner: job.owner,
-            modelId: model.id,
-            trainJobId: job.id,
-            artifactSha256: art.sha256,
-          },
+        await addAdapter(tx, {
+          name: job.name,
+          source,
+          owner: job.owner,
+          modelId: model.id,
+          trainJobId: job.id,
+          artifactSha256: art.sha256,
         });
         await this.train.event(tx, id, 'info', `published as ${model.name}'s adapter ${job.name}: ${source}`);
         await this.audit.done(tx, actor, {
           action: 'publishTrainJob',
           target: job.name,
-          message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}`,
+          message: `${model.name} adapter from job ${id}, ${kind} sha256 ${art.sha256}, data sha256 ${job.dataSha256}; ${gate.value.audit}`,
           owner: job.owner,
         });
+        await this.train.evaluations.published(tx, id);
         await notify(tx, 'trainJob', id);
       }),
     );
@@ -346,9 +354,7 @@ export class TrainArtifacts {
     const at = /\/mirror\/([^/]+)\/([^/]+)\//.exec(model.source);
     if (!at) return null;
     const [name, version] = [decodeURIComponent(at[1] ?? ''), decodeURIComponent(at[2] ?? '')];
-    const row = await this.db.mirrorFile.findUnique({
-      where: { model_version_file: { model: name, version, file: 'config.json' } },
-    });
+    const row = await mirrorFileRow(this.db, name, version, 'config.json');
     if (row?.state !== 'PRESENT') return null;
     let config: Record<string, unknown>;
     try {

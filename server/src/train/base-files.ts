@@ -1,5 +1,6 @@
 import type { Db } from '../db/client.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { presentFilesOfRepo } from '../mirror/mirror-store.js';
 import type { RegistryService } from '../registry/registry.service.js';
 
 // The base weights a trainer needs from a Hugging Face repository: the config, the safetensors shards and the
@@ -23,12 +24,7 @@ export function selectBaseFiles<T extends { path: string }>(files: T[]): T[] {
  * files fetched from the Hub's origin: another server's answer to a path shaped like the repository's is not it.
  */
 export async function baseFilesFromMirror(db: Db, mirror: MirrorService, repo: string): Promise<BaseFile[]> {
-  const rows = (
-    await db.mirrorFile.findMany({
-      where: { state: 'PRESENT', sourceUrl: { contains: `/${repo}/resolve/` } },
-      orderBy: { finishedAt: 'desc' },
-    })
-  ).filter((r) => mirror.isHubUrl(r.sourceUrl));
+  const rows = (await presentFilesOfRepo(db, repo)).filter((r) => mirror.isHubUrl(r.sourceUrl));
   const byVersion = new Map<string, typeof rows>();
   for (const r of rows) {
     const key = `${r.model}\0${r.version}`;

@@ -1,5 +1,7 @@
+import { modelByName } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
+import { mirrorFileRow } from '../mirror/mirror-store.js';
 import { type Sight, sees } from '../org/org-owners.js';
 
 /**
@@ -12,7 +14,7 @@ export async function catalogGguf(
   modelName: string,
   sight?: Sight,
 ): Promise<{ ok: true; file: string; source: string } | { ok: false; reason: string }> {
-  const model = await db.catalogModel.findUnique({ where: { name: modelName } });
+  const model = await modelByName(db, modelName);
   // `sight`: asked for a caller, a model it may not call reads as none, in the same words (org-owners.ts `sees`).
   if (!model || (sight && !sees(sight, model.owner)))
     return { ok: false, reason: `the model ${modelName} is not in the catalog` };
@@ -24,9 +26,7 @@ export async function catalogGguf(
     .slice(marker + '/mirror/'.length)
     .split('/')
     .map(decodeURIComponent);
-  const row = await db.mirrorFile.findUnique({
-    where: { model_version_file: { model: name, version, file: rest.join('/') } },
-  });
+  const row = await mirrorFileRow(db, name, version, rest.join('/'));
   if (row?.state !== 'PRESENT') return { ok: false, reason: `${url} is not present in the mirror` };
   return { ok: true, file: mirror.paths.file(name, version, row.file), source: url };
 }

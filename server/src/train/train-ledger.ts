@@ -67,6 +67,24 @@ export class TrainLedger {
   }
 
   /**
+   * The jobs a node runs (leased to it or placed on it) and has queued, in the caller's transaction: fleet's
+   * removeNode names them before it fails them (failNodeJobs) or refuses to.
+   */
+  async jobsOnNode(
+    tx: Tx,
+    nodeId: string,
+  ): Promise<{ running: { id: string; name: string }[]; queued: { id: string; name: string }[] }> {
+    const [running, queued] = [
+      await tx.trainJob.findMany({
+        where: { state: 'RUNNING', OR: [{ leaseOwner: nodeId }, { nodeId }] },
+        select: { id: true, name: true },
+      }),
+      await tx.trainJob.findMany({ where: { state: 'QUEUED', nodeId }, select: { id: true, name: true } }),
+    ];
+    return { running, queued };
+  }
+
+  /**
    * Fails every job a node runs or has queued, in the caller's transaction (fleet's removeNode, before the node's
    * row goes): each says why in its message and its events, and its watchers and the node's agent are told.
    * Returns the jobs it failed; the caller audits the removal, which names them.

@@ -3,6 +3,7 @@ import type { Actor } from '../auth/actor.js';
 import type { Config } from '../config.js';
 import type { Db, Tx } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
+import { nodeById } from '../fleet/fleet-store.js';
 import { largestFreeMiB } from '../fleet/node-inventory.js';
 import type { Node, TrainJob } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -11,6 +12,7 @@ import type { MirrorService } from '../mirror/mirror.service.js';
 import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
+import { evalSpec } from './eval-job.js';
 import type { TrainParams } from './params.js';
 import type { TrainLedger } from './train-ledger.js';
 import type { TrainReads, TrainSpec, TrainWorkItem } from './train-reads.js';
@@ -51,7 +53,7 @@ export class TrainNodeSide {
 
   /** The work a node's agent should see (docs/training.md): its queued jobs that fit now, and its running ones. */
   async work(nodeId: string): Promise<TrainWorkItem[]> {
-    const node = await this.db.node.findUnique({ where: { id: nodeId } });
+    const node = await nodeById(this.db, nodeId);
     if (!node) return [];
     const jobs = await this.db.trainJob.findMany({
       where: {
@@ -140,6 +142,7 @@ export class TrainNodeSide {
       data: { url: this.reads.dataUrl(id), sha256: claimed.dataSha256, bytes: claimed.dataBytes, pairs: claimed.pairs },
       base: { files },
       gguf: claimed.gguf,
+      eval: await evalSpec({ db: this.db, mirror: this.mirror, reads: this.reads }, claimed),
     };
     return ok({ job: claimed, spec });
   }
@@ -195,6 +198,7 @@ export class TrainNodeSide {
             lr: p.lr ?? null,
             peakMiB: p.peakMiB ?? null,
             tokensPerS: p.tokensPerSecond ?? null,
+            evalLoss: p.evalLoss ?? null,
           })),
           skipDuplicates: true,
         });
@@ -259,6 +263,7 @@ const progressInput = z.object({
         lr: z.number().nullish(),
         peakMiB: z.number().int().min(0).nullish(),
         tokensPerSecond: z.number().min(0).nullish(),
+        evalLoss: z.number().refine(Number.isFinite, 'a finite number').nullish(),
       }),
     )
     .max(10_000, 'at most 10000 points in one report')

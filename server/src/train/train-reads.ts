@@ -20,6 +20,7 @@ import {
   type TrainDataLine,
   type TrainDataReport,
 } from './data.js';
+import type { EvalSpec } from './eval-job.js';
 import { catalogGguf } from './model-file.js';
 import type { OwnerRules } from './owner.js';
 import { TRAIN_PARAMS, type TrainParams } from './params.js';
@@ -42,6 +43,8 @@ export type TrainSpec = {
   data: { url: string; sha256: string; bytes: number; pairs: number };
   base: { files: BaseFile[] };
   gguf: boolean;
+  /** The held-out pairs and what the node evaluates the adapter with (eval-job.ts). */
+  eval?: EvalSpec;
 };
 
 export type TrainWorkItem = {

@@ -2,6 +2,8 @@ import type { Logger } from '@hangar/common/log';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import { isDatabaseUnreachable, LoopHealth } from '../db/outage.js';
+import { nodesByIds } from '../fleet/fleet-store.js';
+import type { TrainJob } from '../generated/prisma/client.js';
 import type { TrainLedger } from './train-ledger.js';
 import type { TrainNodeSide } from './train-node.js';
 
@@ -74,10 +76,10 @@ export class TrainSweep {
   /** On the loops' connections (db.loops), also when a request asks for a sweep. */
   private async sweepOnce(now: Date) {
     try {
-      const expired = await this.db.loops.trainJob.findMany({
-        where: { state: 'RUNNING', leaseUntil: { lt: now } },
-        include: { node: true },
-      });
+      const expired = await withNodes(
+        this.db.loops,
+        await this.db.loops.trainJob.findMany({ where: { state: 'RUNNING', leaseUntil: { lt: now } } }),
+      );
       if (this.deaf) {
         this.deaf = false;
         this.hearingSince = this.db.clock.nowMs();
@@ -109,7 +111,10 @@ export class TrainSweep {
             this.db.loops,
           );
       }
-      const queued = await this.db.loops.trainJob.findMany({ where: { state: 'QUEUED' }, include: { node: true } });
+      const queued = await withNodes(
+        this.db.loops,
+        await this.db.loops.trainJob.findMany({ where: { state: 'QUEUED' } }),
+      );
       for (const j of queued) {
         const reason = j.node
           ? await this.node.waitReason(this.db.loops, j.node, j.gpuMiB, j.id)
@@ -129,4 +134,13 @@ export class TrainSweep {
       if (!this.health.failed(err)) this.log.warn('the training sweep failed; trying again', { error: err });
     }
   }
+}
+
+/** Jobs with the node each names, from the fleet (which owns the nodes): null for none, or one removed since. */
+async function withNodes(db: Db, jobs: TrainJob[]) {
+  const nodes = await nodesByIds(
+    db,
+    jobs.flatMap((j) => (j.nodeId ? [j.nodeId] : [])),
+  );
+  return jobs.map((j) => ({ ...j, node: j.nodeId ? (nodes.get(j.nodeId) ?? null) : null }));
 }

@@ -13,6 +13,9 @@ import { TrainDataReportRef, TrainJobConnection, TrainJobRef, TrainParamRef } fr
 // Types live in train.types.ts; re-exported so importers keep importing them from here.
 export { TrainDataReportRef, TrainJobRef } from './train.types.js';
 
+// The evaluation's types and fields (on TrainJob, TrainMetric, Adapter) and the node's report of it.
+import './eval.schema.js';
+
 // LoRA training jobs (docs/training.md): what operators and scripts see and do, and the node agent's side
 // (claim, report, finish, its work list) behind the node token.
 
@@ -82,6 +85,16 @@ const CreateTrainJobInput = builder.inputType('CreateTrainJobInput', {
       required: false,
       description: 'Make the llama.cpp GGUF adapter (default: when llama.cpp serves the model).',
     }),
+    evalShare: t.float({
+      required: false,
+      description:
+        'The share of pairs held out to evaluate the adapter against its base, never trained on: 0 to 0.5 (default 0.1; at least 5 questions, at most 200).',
+    }),
+    evalSeed: t.int({ required: false, description: 'The seed that picks them (default the training seed); recorded.' }),
+    evalData: t.string({
+      required: false,
+      description: 'Or an evaluation file: NDJSON of {"q","a"}, at most 200; then every pair is trained on.',
+    }),
   }),
 });
 
@@ -121,6 +134,7 @@ const TrainPointInput = builder.inputType('TrainPointInput', {
     lr: t.float({ required: false }),
     peakMiB: t.int({ required: false }),
     tokensPerSecond: t.float({ required: false }),
+    evalLoss: t.float({ required: false, description: 'The loss on the held-out pairs, at an evaluation step.' }),
   }),
 });
 const TrainEventInput = builder.inputType('TrainEventInput', {
@@ -165,11 +179,22 @@ builder.mutationFields((t) => ({
   }),
   publishTrainJob: t.field({
     type: PublishedRef,
-    description: "Puts a DONE job's adapter in the mirror and the catalog, owned as the job says.",
+    description:
+      "Puts a DONE job's adapter in the mirror and the catalog, owned as the job says. Refused when its evaluation is WORSE than its base (on its pairs, or on the general questions), unless `force` with a `reason` (audited).",
     authScopes: { operator: true },
-    errors: { types: [NotFoundError, ConflictError, UpstreamError] },
-    args: { id: t.arg.id({ required: true }) },
-    resolve: async (_root, args, ctx) => unwrap(await ctx.services.trainArtifacts.publish(ctx.actor, String(args.id))),
+    errors: { types: [NotFoundError, ConflictError, UpstreamError, ValidationError] },
+    args: {
+      id: t.arg.id({ required: true }),
+      force: t.arg.boolean({ required: false, description: 'Publish past a WORSE evaluation; needs a reason.' }),
+      reason: t.arg.string({ required: false, description: 'Why, kept in the audit log with the evaluation.' }),
+    },
+    resolve: async (_root, args, ctx) =>
+      unwrap(
+        await ctx.services.trainArtifacts.publish(ctx.actor, String(args.id), {
+          force: args.force,
+          reason: args.reason,
+        }),
+      ),
   }),
   claimTrainJob: t.field({
     type: TrainClaimRef,

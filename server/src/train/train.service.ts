@@ -4,9 +4,11 @@ import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, describeActor } from '../auth/actor.js';
 import type { Viewer } from '../auth/viewer.js';
+import { modelByName, nameTaken } from '../catalog/catalog-store.js';
 import type { Config } from '../config.js';
 import type { Db } from '../db/client.js';
 import type { FleetService } from '../fleet/fleet.service.js';
+import { nodeByName } from '../fleet/fleet-store.js';
 import { largestCard } from '../fleet/node-inventory.js';
 import type { TrainJob } from '../generated/prisma/client.js';
 import type { OwnerScope } from '../generated/prisma/enums.js';
@@ -18,6 +20,8 @@ import { notify } from '../pubsub.js';
 import type { RegistryService } from '../registry/registry.service.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import { checkTrainData, TRAIN_MAX_DATA_BYTES } from './data.js';
+import { chooseHeldOut, evalInputFields } from './eval-job.js';
+import { TrainEvaluations } from './eval-store.js';
 import type { OwnerRules } from './owner.js';
 import { parseParams } from './params.js';
 import type { TrainLedger } from './train-ledger.js';
@@ -61,6 +65,7 @@ const createInput = z.object({
     .nullish(),
   params: z.unknown().optional(),
   gguf: z.boolean().nullish(),
+  ...evalInputFields,
 });
 
 export type TrainServiceDeps = {
@@ -86,6 +91,8 @@ export class TrainService {
   private readonly reads: TrainReads;
   private readonly node: TrainNodeSide;
   private readonly sweeper: TrainSweep;
+  /** Each job's evaluation against its base, and the gate it puts on publishing (eval-store.ts). */
+  readonly evaluations: TrainEvaluations;
 
   constructor(deps: TrainServiceDeps) {
     this.db = deps.db;
@@ -97,6 +104,7 @@ export class TrainService {
     this.reads = new TrainReads(deps);
     this.node = new TrainNodeSide({ ...deps, reads: this.reads });
     this.sweeper = new TrainSweep({ ...deps, node: this.node });
+    this.evaluations = new TrainEvaluations({ ...deps, reads: this.reads });
   }
 
   // ─── what other domains, the routes and the schema call, answered by the parts ──
@@ -144,17 +152,14 @@ export class TrainService {
         'name',
         `an adapter's name is letters, digits, ".", "_" and "-", up to 100, starting with a letter or digit: ${JSON.stringify(input.name)} is not`,
       );
-    const model = await this.db.catalogModel.findUnique({ where: { name: input.model } });
+    const model = await modelByName(this.db, input.model);
     // A model the actor may not call reads as none, in the same words (org-owners.ts `sees`).
     if (!model || !sees(await this.owners.sightOf(actor.viewer), model.owner))
       return refuse(
         'model',
         `no model ${input.model} in the catalog: an adapter is trained for a model the fleet serves`,
       );
-    const clash =
-      (await this.db.catalogModel.findUnique({ where: { name: input.name }, select: { id: true } })) ??
-      (await this.db.adapter.findUnique({ where: { name: input.name }, select: { id: true } }));
-    if (clash)
+    if (await nameTaken(this.db, input.name))
       return refuse(
         'name',
         `${input.name} is already a model's or an adapter's name: requests ask for an adapter by its name, so it must be unique`,
@@ -169,7 +174,7 @@ export class TrainService {
         'baseRepo',
         `${input.baseRepo} looks like a GGUF repository: training needs the model's safetensors weights (the repository the GGUF was converted from)`,
       );
-    const node = await this.db.node.findUnique({ where: { name: input.node } });
+    const node = await nodeByName(this.db, input.node);
     if (!node) return refuse('node', `no node ${input.node}: name a node that reports to Hangar (see Nodes)`);
     // A job trains on one GPU (the agent gives the trainer one card): more than the node's largest card would
     // wait in the queue forever. A node that has not reported its GPUs yet cannot be judged, and is trusted.
@@ -229,6 +234,9 @@ export class TrainService {
     const base = await this.checkBaseRepo(input.baseRepo, input.baseRevision ?? null);
     if (!base.ok) return base;
 
+    const held = await chooseHeldOut(this.reads, input, text, params.value.seed);
+    if (!held.ok) return held;
+
     const gguf = input.gguf ?? model.engine === 'llamacpp';
     await this.reads.keepData(text, report.sha256);
     const createdById = actor.viewer.kind === 'user' || actor.viewer.kind === 'token' ? actor.viewer.user.id : null;
@@ -255,6 +263,7 @@ export class TrainService {
             dataSha256: report.sha256,
             dataBytes: report.bytes,
             pairs: report.pairs,
+            ...held.value,
             createdById,
             message: await this.node.waitReason(tx, node, input.gpuMiB),
           },
@@ -265,6 +274,7 @@ export class TrainService {
           'info',
           `queued for node ${node.name}: ${report.pairs} pairs, data sha256 ${report.sha256}`,
         );
+        await this.ledger.event(tx, j.id, 'info', heldOutNote(held.value, report.pairs));
         if (base.value) await this.ledger.event(tx, j.id, 'warn', base.value);
         await this.audit.done(tx, actor, {
           action: 'createTrainJob',
@@ -412,6 +422,7 @@ export class TrainService {
     await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.deleteMany({ where: { id, state: { in: [...ENDED] } } });
       if (n.count !== 1) throw new ConflictError('the job changed while it was being deleted');
+      await this.evaluations.forget(tx, id);
       await this.audit.done(tx, actor, {
         action: 'deleteTrainJob',
         target: job.name,
@@ -426,6 +437,14 @@ export class TrainService {
     if (!stillUsed) await fs.rm(job.dataPath, { force: true });
     return ok({ id, name: job.name });
   }
+}
+
+/** The data report's line on the held-out pairs, so the operator sees what the adapter is not trained on. */
+function heldOutNote(h: { heldOutLines: number[]; evalDataSha256: string | null; evalSeed: number }, pairs: number) {
+  if (h.evalDataSha256)
+    return `evaluated on the evaluation file (sha256 ${h.evalDataSha256}); all ${pairs} pairs are trained on`;
+  if (!h.heldOutLines.length) return 'no pairs held out: the adapter will not be evaluated against its base';
+  return `${h.heldOutLines.length} of ${pairs} pairs held out to evaluate the adapter (never trained on; picked by seed ${h.evalSeed}); ${pairs - h.heldOutLines.length} trained on`;
 }
 
 /** The owner was deleted between the check and the insert (the insert waits on the organisation's lock). */

@@ -1,7 +1,8 @@
+import { userById } from '../access/access-store.js';
 import { PageInfo } from '../audit/audit.schema.js';
+import { adapterOfJob } from '../catalog/catalog-store.js';
 import type { TrainArtifact, TrainJob } from '../generated/prisma/client.js';
-import { ownerLabel } from '../org/org.schema.js';
-import { parseOwnerKey } from '../org/org.service.js';
+import { ownerName } from '../org/org.schema.js';
 import { sharedField } from '../pubsub.js';
 import { builder } from '../schema/builder.js';
 import { JobStateEnum } from '../serve/serve-job.schema.js';
@@ -76,10 +77,12 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
     ownerLabel: t.string({
       nullable: true,
       description: 'The owner as a person reads it: team:acme/research.',
-      resolve: (j, _args, ctx) => {
-        const owner = j.owner ? parseOwnerKey(j.owner) : undefined;
-        return owner ? ownerLabel(ctx, owner) : null;
-      },
+      resolve: (j, _args, ctx) => ownerName(ctx, j.owner),
+    }),
+    ownerName: t.string({
+      nullable: true,
+      description: 'The owner as people read it, as on every other page: "team:acme/support"; null when public.',
+      resolve: (j, _args, ctx) => ownerName(ctx, j.owner),
     }),
     gpuMiB: t.exposeInt('gpuMiB'),
     params: t.expose('params', { type: 'JSON' }),
@@ -106,9 +109,7 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
       resolve: async (j, _args, ctx, info) => {
         const by = j.createdById;
         if (!by) return null;
-        const user = await sharedField(j, info, 'createdBy', () =>
-          ctx.prisma.user.findUnique({ where: { id: by }, select: { email: true } }),
-        );
+        const user = await sharedField(j, info, 'createdBy', () => userById(ctx.prisma, by));
         return user?.email ?? null;
       },
     }),
@@ -137,11 +138,7 @@ export const TrainJobRef = builder.prismaObject('TrainJob', {
       nullable: true,
       description: 'The catalog adapter it was published as, if it was.',
       resolve: async (j, _args, ctx, info) =>
-        (
-          await sharedField(j, info, 'adapter', () =>
-            ctx.prisma.adapter.findFirst({ where: { trainJobId: j.id }, select: { name: true } }),
-          )
-        )?.name ?? null,
+        (await sharedField(j, info, 'adapter', () => adapterOfJob(ctx.prisma, j.id)))?.name ?? null,
     }),
   }),
 });

@@ -32,3 +32,18 @@ it('shortens a registry count, as the registry shows it', () => {
   expect(formatCount(12_345)).toBe('12.3K');
   expect(formatCount(4_060_000)).toBe('4.1M');
 });
+
+describe('refusals as people read them', () => {
+  it('names a GraphQL path by its label, not as the path a script sees', async () => {
+    const { fieldLabel, readableRefusal, atFieldRefusal } = await import('./format');
+    expect(fieldLabel('input.newPassword')).toBe('New password');
+    expect(fieldLabel('sources.0.url')).toBe('Source 1 URL');
+    expect(fieldLabel('input.gpuMiB')).toBe('GPU MiB');
+    expect(fieldLabel('params.rank')).toBe('Params rank');
+    expect(readableRefusal('input.password: at least 12 characters')).toBe('Password: at least 12 characters');
+    expect(readableRefusal('sources.0.url: an absolute URL')).toBe('Source 1 URL: an absolute URL');
+    // Prose with a colon is left alone: only a dotted path at the start is a field.
+    expect(readableRefusal('not fetched: the header says clip')).toBe('not fetched: the header says clip');
+    expect(atFieldRefusal('input.password: at least 12 characters')).toBe('at least 12 characters');
+  });
+});

@@ -79,3 +79,42 @@ const absolute = new Intl.DateTimeFormat('en-GB', {
 export function formatAbsolute(date: Date): string {
   return `${absolute.format(date)} (${absolute.resolvedOptions().timeZone})`;
 }
+
+// The server's refusals name the field they are about as a GraphQL path ("input.newPassword: at least 12
+// characters", "sources.0.url: an absolute URL"): exact for scripts, but not words for a person at a form.
+
+const PATH_PREFIX = /^([A-Za-z_]\w*(?:\.\w+)+): /;
+
+/** "input.newPassword" → "New password", "sources.0.url" → "Source 1 URL", "params.rank" → "Rank". */
+export function fieldLabel(path: string): string {
+  const parts = path.split('.').filter((p) => p !== 'input');
+  const words = parts.map((p, i) => {
+    if (/^\d+$/.test(p)) return String(Number(p) + 1);
+    const spaced = p
+      .replace(/MiB/g, ' mib ')
+      .replace(/([a-z0-9])([A-Z])/g, '$1 $2')
+      .replace(/_/g, ' ')
+      .trim()
+      .toLowerCase()
+      .split(/\s+/)
+      .map((w) => ACRONYMS[w] ?? w)
+      .join(' ');
+    // A list's name before its index reads in the singular: "sources 1" is "Source 1".
+    return /^\d+$/.test(parts[i + 1] ?? '') && spaced.endsWith('s') ? spaced.slice(0, -1) : spaced;
+  });
+  const text = words.join(' ');
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+const ACRONYMS: Record<string, string> = { url: 'URL', id: 'ID', gpu: 'GPU', mib: 'MiB', gguf: 'GGUF' };
+
+/** A refusal as a person reads it under the form: a leading GraphQL path named by its label. */
+export function readableRefusal(message: string): string {
+  const m = message.match(PATH_PREFIX);
+  return m?.[1] ? `${fieldLabel(m[1])}: ${message.slice(m[0].length)}` : message;
+}
+
+/** A refusal shown at its own field, where the label is already beside it: the leading path goes. */
+export function atFieldRefusal(message: string): string {
+  return message.replace(PATH_PREFIX, '');
+}

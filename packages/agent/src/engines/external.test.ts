@@ -301,7 +301,8 @@ describe('external engines', () => {
     expect(started.adapters).toEqual(['wide']);
     const pid = Number(started.message?.match(/pid (\d+)/)?.[1]);
     expect((await fs.readFile(`/proc/${pid}/cmdline`, 'utf8')).split('\0')).toEqual(
-      expect.arrayContaining(['--enable-lora', '--max-lora-rank', '64']),
+      // Prefix caching on: a conversation kept on this replica by the gateway is not computed again.
+      expect.arrayContaining(['--enable-lora', '--max-lora-rank', '64', '--enable-prefix-caching']),
     );
 
     const none = setup({ vllm: engine('serve', '--stand-in-no-lora') });

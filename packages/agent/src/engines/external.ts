@@ -181,7 +181,9 @@ export function urlHost(host: string) {
 /**
  * llama-server's arguments for an assignment: the cached GGUF, its context, its slots, and each adapter loaded
  * at start but applied to no request unless it asks (--lora-init-without-apply; a request names it in its
- * `lora: [{id, scale}]` field, the id being its place in this list).
+ * `lora: [{id, scale}]` field, the id being its place in this list). Prompt caching needs no flag: each request's
+ * `cache_prompt` defaults to true, so a slot keeps its KV state and a request reuses the longest matching start of
+ * the slot it lands in; the gateway's prefix routing sends a conversation to the replica that holds it.
  */
 export function llamaServerArgs(o: { file: string; contextSize: number; parallel: number; adapters: string[] }) {
   const args = ['-m', o.file, '-c', String(o.contextSize * o.parallel), '-np', String(o.parallel)];
@@ -206,7 +208,9 @@ export function vllmArgs(
   adapters: string[] | null,
   rank = 0,
 ) {
-  const args = [weights, '--served-model-name', a.model];
+  // Prefix caching named even where it is vLLM's default (V1): a conversation's earlier turns are not computed again
+  // on the replica the gateway's prefix routing keeps it on.
+  const args = [weights, '--served-model-name', a.model, '--enable-prefix-caching'];
   if (a.contextSize) args.push('--max-model-len', String(a.contextSize));
   if (adapters) {
     args.push('--enable-lora');

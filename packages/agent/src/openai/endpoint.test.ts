@@ -96,6 +96,38 @@ describe("the agent's endpoint, on real llama.cpp", () => {
     });
   });
 
+  it("reuses a conversation's earlier turns: turn 2 reports the prompt tokens it did not compute as cached_tokens", async () => {
+    const system = {
+      role: 'system' as const,
+      content: `You answer questions about ${'foxes and dogs, '.repeat(12)}briefly.`,
+    };
+    const first = [system, { role: 'user' as const, content: 'What does the fox do?' }];
+    const turn1 = await client().chat.completions.create({
+      model: 'tiny',
+      messages: first,
+      max_tokens: 4,
+      temperature: 0,
+    });
+    const reply = turn1.choices[0]?.message.content ?? '';
+    const second = [
+      ...first,
+      { role: 'assistant' as const, content: reply },
+      { role: 'user' as const, content: 'And the dog?' },
+    ];
+    const turn2 = await client().chat.completions.create({
+      model: 'tiny',
+      messages: second,
+      max_tokens: 4,
+      temperature: 0,
+    });
+    const cached = turn2.usage?.prompt_tokens_details?.cached_tokens ?? 0;
+    // At least the system prompt and the first question came from the sequence turn 1 left; the new turn did not.
+    expect(cached).toBeGreaterThanOrEqual(loaded.model.tokenize(system.content).length);
+    expect(cached).toBeLessThan(turn2.usage?.prompt_tokens ?? 0);
+    // Counted as OpenAI counts it: cached tokens are part of prompt_tokens, not added to them.
+    expect(turn2.usage?.total_tokens).toBe((turn2.usage?.prompt_tokens ?? 0) + (turn2.usage?.completion_tokens ?? 0));
+  });
+
   it("completes a prompt, counting usage in the model's own tokens", async () => {
     const done = await client().completions.create({ model: 'tiny', prompt: PROMPT, max_tokens: 5, temperature: 0 });
     expect(done.object).toBe('text_completion');

@@ -30,6 +30,8 @@ export type Generated = {
   finishReason: 'stop' | 'length';
   /** Counted in the model's own tokens. */
   promptTokens: number;
+  /** Of promptTokens, those whose KV state an earlier request left and this one reused (OpenAI's cached_tokens). */
+  cachedTokens?: number;
   completionTokens: number;
 };
 
@@ -40,8 +42,10 @@ export class EngineError extends Error {
   override name = 'EngineError';
   constructor(
     /** busy: every sequence is taken and the queue is full (429); unknown_adapter (404); bad_request (400);
-     * unsupported: e.g. embeddings from a model that does not make them (400). */
-    readonly kind: 'busy' | 'unknown_adapter' | 'bad_request' | 'unsupported',
+     * too_long: the prompt leaves no room in the context (400, OpenAI's `context_length_exceeded`, which clients
+     * such as `hangar chat` read to drop old turns); unsupported: e.g. embeddings from a model that does not make
+     * them (400). */
+    readonly kind: 'busy' | 'unknown_adapter' | 'bad_request' | 'too_long' | 'unsupported',
     message: string,
     /** The request field it is about, when there is one (OpenAI's `param`). */
     readonly param?: string,

@@ -1,13 +1,14 @@
-import type { ChatHistoryItem, ChatWrapper, LlamaContextSequence, LlamaModel } from 'node-llama-cpp';
+import type { ChatHistoryItem, ChatWrapper, LlamaContextSequence, LlamaModel, Token } from 'node-llama-cpp';
 import type { LoadedModel, SequencePool, SmokeResult } from '../llama-runtime.js';
 import { type Embedded, EngineError, type Generated, type GenerateInput, type ServedModel } from './engine.js';
 import { beginningToken, chatHistory } from './llama-prompt.js';
 
 // A llama.cpp replica as its node serves it (the ServedModel of engine.ts): `parallel` sequences of one context
 // generate at once, for the base model and for each adapter's context alike, and further requests wait in one
-// bounded first-come queue. A request is stateless: it takes a sequence, fills it with its own prompt, and gives
-// it back cleared, so nothing of one caller's conversation reaches the next. How a request's messages become
-// node-llama-cpp's chat history is in llama-prompt.ts.
+// bounded first-come queue. A request takes the free sequence whose KV state shares the longest start with its own
+// prompt (llama-runtime.ts SequencePool) and computes only the tokens after it, which it reports as OpenAI's
+// `cached_tokens`; nothing else of an earlier request is read. How a request's messages become node-llama-cpp's
+// chat history is in llama-prompt.ts.
 
 export type LlamaServedModelOptions = {
   /** Requests generated at once per context; at most the `parallel` the model was loaded with. */
@@ -23,6 +24,8 @@ export type ServedSmoke = SmokeResult & { firstTokenMs: number };
 
 type Waiter = {
   pool: SequencePool;
+  /** The prompt's tokens: the sequence handed over is the free one sharing most of them. */
+  tokens: readonly Token[];
   signal: AbortSignal;
   resolve: (sequence: LlamaContextSequence) => void;
   reject: (err: unknown) => void;
@@ -151,11 +154,15 @@ export class LlamaServedModel implements ServedModel {
         'model',
       );
     const pool = this.poolFor(input.adapter);
+    // Requests resume from this await in the order they came (one module promise), so the queue's order holds.
+    if (input.kind === 'chat')
+      this.chatWrapper ??= (await import('node-llama-cpp')).resolveChatWrapper(this.loaded.model);
+    const prompt = this.promptOf(input);
     // Taken before the first await: requests are served in the order they arrived.
-    const free = this.take(pool, input.signal);
+    const free = this.take(pool, input.signal, prompt.tokens);
     const sequence = free instanceof Promise ? await free : free;
     try {
-      return await this.run(sequence, input);
+      return await this.run(sequence, input, prompt);
     } finally {
       // Given back before the answer: the next request finds the sequence free the moment this one is done.
       await pool.give(sequence);
@@ -224,11 +231,15 @@ export class LlamaServedModel implements ServedModel {
   }
 
   /** A free sequence now, or a promise of one in arrival order; refused as busy past the queue's bound. */
-  private take(pool: SequencePool, signal: AbortSignal): LlamaContextSequence | Promise<LlamaContextSequence> {
+  private take(
+    pool: SequencePool,
+    signal: AbortSignal,
+    tokens: readonly Token[],
+  ): LlamaContextSequence | Promise<LlamaContextSequence> {
     signal.throwIfAborted();
     // Someone already waiting for this context goes first.
     if (!this.waiting.some((w) => w.pool === pool)) {
-      const sequence = pool.take(this.parallel);
+      const sequence = pool.take(this.parallel, tokens);
       if (sequence) return sequence;
     }
     if (this.waiting.length >= this.o.queueLimit)
@@ -239,6 +250,7 @@ export class LlamaServedModel implements ServedModel {
     return new Promise((resolve, reject) => {
       const waiter: Waiter = {
         pool,
+        tokens,
         signal,
         resolve,
         reject,
@@ -259,7 +271,7 @@ export class LlamaServedModel implements ServedModel {
       const w = this.waiting[i]!;
       let sequence: LlamaContextSequence | undefined;
       try {
-        sequence = w.pool.take(this.parallel);
+        sequence = w.pool.take(this.parallel, w.tokens);
       } catch (err) {
         this.waiting.splice(i, 1);
         w.signal.removeEventListener('abort', w.onAbort);
@@ -276,35 +288,48 @@ export class LlamaServedModel implements ServedModel {
     }
   }
 
-  private async run(sequence: LlamaContextSequence, input: GenerateInput): Promise<Generated> {
-    const { LlamaChat, LlamaCompletion, resolveChatWrapper } = await import('node-llama-cpp');
+  /** The request's chat history and the tokens it evaluates, worked out before a sequence is taken for it. */
+  private promptOf(input: GenerateInput): Prompt {
     const model = this.loaded.model;
+    if (input.kind === 'chat') {
+      const history = chatHistory(input.messages);
+      const wrapper = this.chatWrapper;
+      if (!wrapper) throw new Error('the chat wrapper is resolved before a chat prompt is tokenized (generate)');
+      // What LlamaChat evaluates: the rendered template with the model's turn opened.
+      const tokens = wrapper
+        .generateContextState({ chatHistory: [...history, { type: 'model', response: [] }] })
+        .contextText.tokenize(model.tokenizer);
+      return { history, tokens };
+    }
+    const bos = beginningToken(model);
+    const tokens = model.tokenize(input.prompt, false, bos ? 'trimLeadingSpace' : undefined);
+    if (bos) tokens.unshift(bos);
+    if (tokens.length === 0)
+      throw new EngineError(
+        'bad_request',
+        'the prompt is empty and this model has no BOS token to start from',
+        'prompt',
+      );
+    return { history: [], tokens };
+  }
+
+  private async run(sequence: LlamaContextSequence, input: GenerateInput, prompt: Prompt): Promise<Generated> {
+    const { LlamaChat, LlamaCompletion } = await import('node-llama-cpp');
     const contextSize = sequence.context.contextSize;
     const meter = sequence.tokenMeter.getState();
-    let promptTokens: number;
-    let history: ChatHistoryItem[] = [];
-    if (input.kind === 'chat') {
-      history = chatHistory(input.messages);
-      this.chatWrapper ??= resolveChatWrapper(model);
-      // What LlamaChat evaluates: the rendered template with the model's turn opened.
-      promptTokens = this.chatWrapper
-        .generateContextState({ chatHistory: [...history, { type: 'model', response: [] }] })
-        .contextText.tokenize(model.tokenizer).length;
-    } else {
-      const bos = beginningToken(model);
-      promptTokens = (bos ? 1 : 0) + model.tokenize(input.prompt, false, bos ? 'trimLeadingSpace' : undefined).length;
-      if (promptTokens === 0)
-        throw new EngineError(
-          'bad_request',
-          'the prompt is empty and this model has no BOS token to start from',
-          'prompt',
-        );
-    }
+    const { history } = prompt;
+    const promptTokens = prompt.tokens.length;
+    // What the sequence already holds of this prompt is not evaluated again (at least the last token is: it gives
+    // the first answer token's logits), as llama-server counts its cached tokens.
+    const cachedTokens = Math.max(
+      0,
+      Math.min(sequence.compareContextTokens(prompt.tokens as Token[]).firstDifferentIndex, promptTokens - 1),
+    );
     // One token of room is kept: LlamaChat would otherwise shift the context, silently dropping earlier turns.
     const room = contextSize - promptTokens - 1;
     if (room < 1)
       throw new EngineError(
-        'bad_request',
+        'too_long',
         `the prompt is ${promptTokens} tokens and ${this.name} holds ${contextSize} per request, the answer included: shorten it`,
         input.kind === 'chat' ? 'messages' : 'prompt',
       );
@@ -350,12 +375,15 @@ export class LlamaServedModel implements ServedModel {
       text,
       finishReason: stopReason === 'maxTokens' ? 'length' : 'stop',
       promptTokens,
+      cachedTokens,
       // Every token sampled, those of a stop string and the end-of-turn token included: node-llama-cpp's meter
       // counts one output per evaluation that asked for logits, which is one per sampled token.
       completionTokens: sequence.tokenMeter.getState().usedOutputTokens - meter.usedOutputTokens,
     };
   }
 }
+
+type Prompt = { history: ChatHistoryItem[]; tokens: Token[] };
 
 function unknownAdapter(model: string, adapter: string, loaded: string[]) {
   return new EngineError(

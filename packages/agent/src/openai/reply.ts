@@ -43,6 +43,9 @@ export function usageOf(out: Generated) {
     prompt_tokens: out.promptTokens,
     completion_tokens: out.completionTokens,
     total_tokens: out.promptTokens + out.completionTokens,
+    // As OpenAI reports prompt caching: the prompt tokens that were not computed again. An engine that keeps no
+    // state (the stand-ins in tests) says nothing rather than a zero it did not measure.
+    ...(out.cachedTokens === undefined ? {} : { prompt_tokens_details: { cached_tokens: out.cachedTokens } }),
   };
 }
 
@@ -66,6 +69,8 @@ export function engineRefusal(err: unknown): ApiError | undefined {
       return new ApiError(404, err.message, 'invalid_request_error', err.param ?? 'model', 'model_not_found');
     case 'bad_request':
       return invalid(err.message, err.param ?? null);
+    case 'too_long':
+      return invalid(err.message, err.param ?? null, 'context_length_exceeded');
     case 'unsupported':
       return invalid(err.message, err.param ?? null, 'unsupported_value');
   }

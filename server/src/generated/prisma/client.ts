@@ -117,6 +117,11 @@ export type TrainJob = Prisma.TrainJobModel
  */
 export type TrainMetric = Prisma.TrainMetricModel
 /**
+ * Model TrainEvaluation
+ * 
+ */
+export type TrainEvaluation = Prisma.TrainEvaluationModel
+/**
  * Model TrainEvent
  * 
  */
@@ -171,3 +176,23 @@ export type UsageMinute = Prisma.UsageMinuteModel
  * 
  */
 export type UsageSpool = Prisma.UsageSpoolModel
+/**
+ * Model Limit
+ * 
+ */
+export type Limit = Prisma.LimitModel
+/**
+ * Model LimitWindow
+ * 
+ */
+export type LimitWindow = Prisma.LimitWindowModel
+/**
+ * Model Price
+ * 
+ */
+export type Price = Prisma.PriceModel
+/**
+ * Model GpuTime
+ * 
+ */
+export type GpuTime = Prisma.GpuTimeModel

@@ -402,6 +402,13 @@ export type EnumEngineFilter<$PrismaModel = never> = {
   not?: Prisma.NestedEnumEngineFilter<$PrismaModel> | $Enums.Engine
 }
 
+export type EnumRoutingPolicyFilter<$PrismaModel = never> = {
+  equals?: $Enums.RoutingPolicy | Prisma.EnumRoutingPolicyFieldRefInput<$PrismaModel>
+  in?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  notIn?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel> | $Enums.RoutingPolicy
+}
+
 export type EnumEngineWithAggregatesFilter<$PrismaModel = never> = {
   equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
   in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
@@ -410,6 +417,16 @@ export type EnumEngineWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumEngineFilter<$PrismaModel>
   _max?: Prisma.NestedEnumEngineFilter<$PrismaModel>
+}
+
+export type EnumRoutingPolicyWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.RoutingPolicy | Prisma.EnumRoutingPolicyFieldRefInput<$PrismaModel>
+  in?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  notIn?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumRoutingPolicyWithAggregatesFilter<$PrismaModel> | $Enums.RoutingPolicy
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel>
 }
 
 export type UuidNullableFilter<$PrismaModel = never> = {
@@ -634,6 +651,50 @@ export type EnumAuditOutcomeWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumAuditOutcomeFilter<$PrismaModel>
   _max?: Prisma.NestedEnumAuditOutcomeFilter<$PrismaModel>
+}
+
+export type DecimalNullableFilter<$PrismaModel = never> = {
+  equals?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel> | null
+  in?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  notIn?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  lt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  lte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedDecimalNullableFilter<$PrismaModel> | runtime.Decimal | runtime.DecimalJsLike | number | string | null
+}
+
+export type DecimalNullableWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel> | null
+  in?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  notIn?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  lt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  lte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedDecimalNullableWithAggregatesFilter<$PrismaModel> | runtime.Decimal | runtime.DecimalJsLike | number | string | null
+  _count?: Prisma.NestedIntNullableFilter<$PrismaModel>
+  _avg?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _sum?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _min?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _max?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+}
+
+export type EnumPriceTargetFilter<$PrismaModel = never> = {
+  equals?: $Enums.PriceTarget | Prisma.EnumPriceTargetFieldRefInput<$PrismaModel>
+  in?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  notIn?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel> | $Enums.PriceTarget
+}
+
+export type EnumPriceTargetWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.PriceTarget | Prisma.EnumPriceTargetFieldRefInput<$PrismaModel>
+  in?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  notIn?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumPriceTargetWithAggregatesFilter<$PrismaModel> | $Enums.PriceTarget
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel>
 }
 
 export type NestedUuidFilter<$PrismaModel = never> = {
@@ -997,6 +1058,13 @@ export type NestedEnumEngineFilter<$PrismaModel = never> = {
   not?: Prisma.NestedEnumEngineFilter<$PrismaModel> | $Enums.Engine
 }
 
+export type NestedEnumRoutingPolicyFilter<$PrismaModel = never> = {
+  equals?: $Enums.RoutingPolicy | Prisma.EnumRoutingPolicyFieldRefInput<$PrismaModel>
+  in?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  notIn?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel> | $Enums.RoutingPolicy
+}
+
 export type NestedEnumEngineWithAggregatesFilter<$PrismaModel = never> = {
   equals?: $Enums.Engine | Prisma.EnumEngineFieldRefInput<$PrismaModel>
   in?: $Enums.Engine[] | Prisma.ListEnumEngineFieldRefInput<$PrismaModel>
@@ -1005,6 +1073,16 @@ export type NestedEnumEngineWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumEngineFilter<$PrismaModel>
   _max?: Prisma.NestedEnumEngineFilter<$PrismaModel>
+}
+
+export type NestedEnumRoutingPolicyWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.RoutingPolicy | Prisma.EnumRoutingPolicyFieldRefInput<$PrismaModel>
+  in?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  notIn?: $Enums.RoutingPolicy[] | Prisma.ListEnumRoutingPolicyFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumRoutingPolicyWithAggregatesFilter<$PrismaModel> | $Enums.RoutingPolicy
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumRoutingPolicyFilter<$PrismaModel>
 }
 
 export type NestedUuidNullableFilter<$PrismaModel = never> = {
@@ -1189,6 +1267,50 @@ export type NestedEnumAuditOutcomeWithAggregatesFilter<$PrismaModel = never> = {
   _count?: Prisma.NestedIntFilter<$PrismaModel>
   _min?: Prisma.NestedEnumAuditOutcomeFilter<$PrismaModel>
   _max?: Prisma.NestedEnumAuditOutcomeFilter<$PrismaModel>
+}
+
+export type NestedDecimalNullableFilter<$PrismaModel = never> = {
+  equals?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel> | null
+  in?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  notIn?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  lt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  lte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedDecimalNullableFilter<$PrismaModel> | runtime.Decimal | runtime.DecimalJsLike | number | string | null
+}
+
+export type NestedDecimalNullableWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel> | null
+  in?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  notIn?: runtime.Decimal[] | runtime.DecimalJsLike[] | number[] | string[] | Prisma.ListDecimalFieldRefInput<$PrismaModel> | null
+  lt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  lte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gt?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  gte?: runtime.Decimal | runtime.DecimalJsLike | number | string | Prisma.DecimalFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedDecimalNullableWithAggregatesFilter<$PrismaModel> | runtime.Decimal | runtime.DecimalJsLike | number | string | null
+  _count?: Prisma.NestedIntNullableFilter<$PrismaModel>
+  _avg?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _sum?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _min?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+  _max?: Prisma.NestedDecimalNullableFilter<$PrismaModel>
+}
+
+export type NestedEnumPriceTargetFilter<$PrismaModel = never> = {
+  equals?: $Enums.PriceTarget | Prisma.EnumPriceTargetFieldRefInput<$PrismaModel>
+  in?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  notIn?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel> | $Enums.PriceTarget
+}
+
+export type NestedEnumPriceTargetWithAggregatesFilter<$PrismaModel = never> = {
+  equals?: $Enums.PriceTarget | Prisma.EnumPriceTargetFieldRefInput<$PrismaModel>
+  in?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  notIn?: $Enums.PriceTarget[] | Prisma.ListEnumPriceTargetFieldRefInput<$PrismaModel>
+  not?: Prisma.NestedEnumPriceTargetWithAggregatesFilter<$PrismaModel> | $Enums.PriceTarget
+  _count?: Prisma.NestedIntFilter<$PrismaModel>
+  _min?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel>
+  _max?: Prisma.NestedEnumPriceTargetFilter<$PrismaModel>
 }
 
 

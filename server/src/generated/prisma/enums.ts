@@ -39,6 +39,15 @@ export const Engine = {
 export type Engine = (typeof Engine)[keyof typeof Engine]
 
 
+export const RoutingPolicy = {
+  LEAST_LOADED: 'LEAST_LOADED',
+  PREFIX: 'PREFIX',
+  SESSION: 'SESSION'
+} as const
+
+export type RoutingPolicy = (typeof RoutingPolicy)[keyof typeof RoutingPolicy]
+
+
 export const ServedNameKind = {
   MODEL: 'MODEL',
   ADAPTER: 'ADAPTER'
@@ -104,3 +113,12 @@ export const AuditOutcome = {
 } as const
 
 export type AuditOutcome = (typeof AuditOutcome)[keyof typeof AuditOutcome]
+
+
+export const PriceTarget = {
+  NODE: 'NODE',
+  GPU: 'GPU',
+  MODEL: 'MODEL'
+} as const
+
+export type PriceTarget = (typeof PriceTarget)[keyof typeof PriceTarget]

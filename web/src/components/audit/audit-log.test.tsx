@@ -16,6 +16,7 @@ const event = (id: number, outcome: 'DONE' | 'REFUSED' | 'FAILED', action: strin
   outcome,
   message,
   requestId: `req-${id}`,
+  ownerName: null,
 });
 
 // The server's log, newest first, paged by cursor (the id of the last event of the previous page).

@@ -21,6 +21,7 @@ export const AuditLog_EventFragment = graphql(`
     outcome
     message
     requestId
+    ownerName
   }
 `);
 
@@ -246,7 +247,16 @@ function AuditRow({ event }: { event: AuditEventRow }) {
         <Breakable text={event.actor} />
       </td>
       <td className="mono nowrap">{event.action}</td>
-      <td className="mono">{event.target ? <Breakable text={event.target} /> : <span className="muted">—</span>}</td>
+      <td className="mono">
+        {event.target ? <Breakable text={event.target} /> : <span className="muted">—</span>}
+        {/* The owner of what the row is about, by name (team:acme/support), as every page shows owners. */}
+        {event.ownerName ? (
+          <span className="muted audit-owner">
+            {' '}
+            · <Breakable text={event.ownerName} />
+          </span>
+        ) : null}
+      </td>
       <td>
         <span className={`badge ${outcomeClass[event.outcome] ?? ''}`}>{event.outcome}</span>
       </td>

@@ -48,7 +48,8 @@ describe('LoginForm', () => {
     await user.type(screen.getByLabelText('Password'), 'x');
     await user.click(screen.getByRole('button', { name: 'Sign in' }));
 
-    expect(await screen.findByRole('alert')).toHaveTextContent('email: an email address such as admin@example.com');
+    // The field by its label, as a person reads it beside the form.
+    expect(await screen.findByRole('alert')).toHaveTextContent('Email: an email address such as admin@example.com');
   });
 
   it('shows a throttled sign-in with its message, like any refusal', async () => {

@@ -1,9 +1,7 @@
-import { type FormEvent, useState } from 'react';
-import { useMutation } from 'urql';
 import { type Answer, graphql } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 
 type SignedIn = Answer<typeof LoginForm_LoginMutation, 'login', 'LoginPayload'>;
 
@@ -31,35 +29,25 @@ export const LoginForm_LoginMutation = graphql(
  * page that asked for sign-in decides where to go next.
  */
 export function LoginForm({ onSignedIn }: { onSignedIn: (user: SignedIn['user']) => void }) {
-  const [{ fetching, error }, login] = useMutation(LoginForm_LoginMutation);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
+  const { fetching, error, refusal, run } = useRefusableMutation(LoginForm_LoginMutation, (d) => d.login);
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    const form = new FormData(event.currentTarget);
-    setRefusal(null);
-    const result = await login({ email: String(form.get('email')), password: String(form.get('password')) });
-    const outcome = result.data?.login;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'LoginPayload') onSignedIn(outcome.user);
-  };
+  const submit = onFormSubmit(async (values) => {
+    const outcome = await run({ email: String(values.get('email')), password: String(values.get('password')) });
+    if (outcome?.__typename === 'LoginPayload') onSignedIn(outcome.user);
+  });
 
   return (
     <form className="stack" onSubmit={submit} aria-describedby="login-error">
-      <label className="field">
-        <span>Email</span>
+      <LabelledControl label="Email">
         <input name="email" type="email" autoComplete="username" required />
-      </label>
-      <label className="field">
-        <span>Password</span>
+      </LabelledControl>
+      <LabelledControl label="Password">
         <input name="password" type="password" autoComplete="current-password" required />
-      </label>
+      </LabelledControl>
       <div id="login-error">
         <FormError refusal={refusal} error={error} />
       </div>
-      <button type="submit" className="button primary" disabled={fetching}>
-        {fetching ? 'Signing in…' : 'Sign in'}
-      </button>
+      <SubmitButton busy={fetching}>{fetching ? 'Signing in…' : 'Sign in'}</SubmitButton>
     </form>
   );
 }

@@ -1,4 +1,5 @@
 import { type InputHTMLAttributes, type ReactNode, useId } from 'react';
+import { atFieldRefusal } from '../../lib/format';
 
 type FieldProps = InputHTMLAttributes<HTMLInputElement> & {
   label: string;
@@ -31,7 +32,7 @@ export function Field({ label, error, hint, className, inputClassName, ...input 
 
 /** A labelled select with its hint and the refusal under it, as Field does for an input. */
 export function SelectField({
-  id,
+  id: givenId,
   label,
   value,
   onChange,
@@ -39,7 +40,8 @@ export function SelectField({
   hint,
   children,
 }: {
-  id: string;
+  /** Given where something else points at the select; otherwise one of its own. */
+  id?: string;
   label: string;
   value: string;
   onChange: (value: string) => void;
@@ -47,6 +49,8 @@ export function SelectField({
   hint?: ReactNode;
   children: ReactNode;
 }) {
+  const ownId = useId();
+  const id = givenId ?? ownId;
   return (
     <div className="field">
       <label htmlFor={id}>{label}</label>
@@ -64,6 +68,47 @@ export function SelectField({
   );
 }
 
+/**
+ * A checkbox with its words in its label (the whole line is the click target), and the refusal under it when the
+ * server names it, tied to it for screen readers as Field's is.
+ */
+export function CheckField({
+  label,
+  checked,
+  onChange,
+  error,
+  className,
+  describedBy: hintId,
+}: {
+  label: ReactNode;
+  checked: boolean;
+  onChange: (checked: boolean) => void;
+  error?: string;
+  /** On the label, beside `check`. */
+  className?: string;
+  /** The id of a hint elsewhere on the page that explains the choice. */
+  describedBy?: string;
+}) {
+  const id = useId();
+  const described = [hintId, error ? `${id}-error` : null].filter(Boolean).join(' ') || undefined;
+  return (
+    <>
+      <label className={`check${className ? ` ${className}` : ''}`} htmlFor={id}>
+        <input
+          id={id}
+          type="checkbox"
+          checked={checked}
+          aria-invalid={error ? true : undefined}
+          aria-describedby={described}
+          onChange={(e) => onChange(e.target.checked)}
+        />
+        {label}
+      </label>
+      <HintAndError id={id} error={error} />
+    </>
+  );
+}
+
 const describedBy = (id: string, hint: unknown, error: unknown) =>
   [hint ? `${id}-hint` : null, error ? `${id}-error` : null].filter(Boolean).join(' ') || undefined;
 
@@ -78,7 +123,7 @@ function HintAndError({ id, hint, error }: { id: string; hint?: ReactNode; error
       ) : null}
       {error ? (
         <p id={`${id}-error`} role="alert" className="form-error field-error">
-          {error}
+          {typeof error === 'string' ? atFieldRefusal(error) : error}
         </p>
       ) : null}
     </>

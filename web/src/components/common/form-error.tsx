@@ -1,6 +1,7 @@
 import type { CombinedError } from 'urql';
 import { graphql } from '../../graphql/graphql';
 import type { Refusal } from '../../graphql/types';
+import { fieldLabel, readableRefusal } from '../../lib/format';
 
 /** Spread into every mutation's result union: the refusal an operator reads, and the field it names. */
 export const FormError_RefusalFragment = graphql(`
@@ -20,14 +21,25 @@ export const FormError_RefusalFragment = graphql(`
 export function FormError({ refusal, error }: { refusal?: Refusal | null; error?: CombinedError | null }) {
   const message = refusal?.message ?? describeError(error);
   if (!message) return null;
-  // Most server messages already start with the field they name ("sources.0.url: an absolute URL"): not twice.
+  // Most server messages already start with the field they name ("sources.0.url: an absolute URL"): not twice,
+  // and named as a person reads it ("Source 1 URL: an absolute URL"), not as the GraphQL path.
   const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
   return (
     <p role="alert" className="form-error">
-      {field && !message.startsWith(`${field}:`) ? <span className="form-error-field">{field}: </span> : null}
-      {message}
+      {field && !message.startsWith(`${field}:`) ? (
+        <span className="form-error-field">{fieldLabel(field)}: </span>
+      ) : null}
+      {readableRefusal(message)}
     </p>
   );
+}
+
+/**
+ * The field a refusal names ("name", "sources.0.url", "params.rank"), when it is a ValidationError: the form shows
+ * the message at that field, and FormError under the form only when no field of the form is it.
+ */
+export function refusedField(refusal: Refusal | null | undefined): string | undefined {
+  return refusal?.__typename === 'ValidationError' ? (refusal.field ?? undefined) : undefined;
 }
 
 export function describeError(error: CombinedError | null | undefined): string | undefined {

@@ -1,11 +1,15 @@
-import { roles } from '../../graphql/types';
+import { type Role, roles } from '../../graphql/types';
 import { LabelledControl } from './form-parts';
 
-/** The three roles as a select's options, in the order of what they allow. */
-export function RoleOptions() {
+/**
+ * The roles as a select's options, in the order of what they allow; with `upTo`, only those up to it: what may be
+ * given by someone holding that role (offering more, only for the server to refuse it, wastes a person's time).
+ */
+export function RoleOptions({ upTo }: { upTo?: Role } = {}) {
+  const most = upTo ? roles.indexOf(upTo) : roles.length - 1;
   return (
     <>
-      {roles.map((r) => (
+      {roles.slice(0, most + 1).map((r) => (
         <option key={r} value={r}>
           {r}
         </option>
@@ -18,11 +22,11 @@ export function RoleOptions() {
  * The Role field of a create form, read with FormData as `role`. It starts at VIEWER, the least a new user or token
  * can be: more is chosen on purpose.
  */
-export function RoleField() {
+export function RoleField({ upTo }: { upTo?: Role } = {}) {
   return (
     <LabelledControl label="Role">
       <select name="role" defaultValue="VIEWER">
-        <RoleOptions />
+        <RoleOptions upTo={upTo} />
       </select>
     </LabelledControl>
   );

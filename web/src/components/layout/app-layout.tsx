@@ -61,6 +61,9 @@ const sections = [
   { to: '/training', label: 'Training' },
   { to: '/audit', label: 'Audit' },
   { to: '/tokens', label: 'Tokens' },
+  { to: '/limits', label: 'Limits' },
+  { to: '/cost', label: 'Cost' },
+  { to: '/orgs', label: 'Organisations' },
 ] as const;
 
 export function AppLayout({ viewer, registryOn }: { viewer: AppLayout_Viewer; registryOn: boolean }) {

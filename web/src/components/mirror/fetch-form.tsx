@@ -1,10 +1,9 @@
-import { type FormEvent, useRef, useState } from 'react';
-import { useMutation } from 'urql';
+import { useRef, useState } from 'react';
 import { graphql, type VariablesOf } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
-import { Field } from '../common/field';
-import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { CheckField, Field } from '../common/field';
+import { FormError, FormError_RefusalFragment, refusedField } from '../common/form-error';
+import { onFormSubmit, SubmitButton } from '../common/form-parts';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { useMirrorListingUpdates } from './mirror-updates';
 import { VersionRow_VersionFragment } from './version-row';
 
@@ -60,7 +59,10 @@ type LinePart = 'url' | 'file' | 'sha256';
  * regardless is a separate, labelled choice ("Fetch anyway"), never the same button pressed twice.
  */
 export function FetchForm({ titleId }: { titleId: string }) {
-  const [{ fetching, error }, fetchToMirror] = useMutation(FetchForm_FetchMutation);
+  const { fetching, error, refusal, run, clearRefusal } = useRefusableMutation(
+    FetchForm_FetchMutation,
+    (d) => d.fetchToMirror,
+  );
   const listing = useMirrorListingUpdates();
   const nextKey = useRef(1);
   const blank = (): Line => ({ key: nextKey.current++, url: '', file: '', sha256: '' });
@@ -69,7 +71,6 @@ export function FetchForm({ titleId }: { titleId: string }) {
   const [lines, setLines] = useState<Line[]>(() => [{ key: 0, url: '', file: '', sha256: '' }]);
   const [force, setForce] = useState(false);
   const [anyway, setAnyway] = useState(false);
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
   // Which line each submitted source came from: the server names sources by their index in what was sent.
   const [sentKeys, setSentKeys] = useState<number[]>([]);
   const [started, setStarted] = useState<string>();
@@ -80,30 +81,26 @@ export function FetchForm({ titleId }: { titleId: string }) {
     edited();
     // The verdict was about those URLs: another file is looked at afresh, and "anyway" is chosen again for it.
     if (part === 'url' && refusal?.__typename === 'UnloadableError') {
-      setRefusal(null);
+      clearRefusal();
       setAnyway(false);
     }
     setLines((ls) => ls.map((l) => (l.key === key ? { ...l, [part]: value } : l)));
   };
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    setRefusal(null);
+  const submit = onFormSubmit(async () => {
     setStarted(undefined);
     // Lines left entirely empty (an "Add another file" not used) are not sent; a lone empty line is, to be refused.
     const filled = lines.filter((l) => l.url.trim() || l.file.trim() || l.sha256.trim());
     const sent = filled.length ? filled : lines.slice(0, 1);
     setSentKeys(sent.map((l) => l.key));
-    const result = await fetchToMirror({
+    const outcome = await run({
       model: model.trim(),
       version: version.trim(),
       sources: sent.map((l) => ({ url: l.url.trim(), file: l.file.trim() || null, sha256: l.sha256.trim() || null })),
       force,
       fetchAnyway: anyway,
     });
-    const outcome = result.data?.fetchToMirror;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'FetchStarted') {
+    if (outcome?.__typename === 'FetchStarted') {
       // The listing shows the version now (reading itself again when it is new), not on the first event.
       listing.put(outcome.version);
       setStarted(outcome.message);
@@ -113,10 +110,10 @@ export function FetchForm({ titleId }: { titleId: string }) {
       setForce(false);
       setAnyway(false);
     }
-  };
+  });
 
   // A ValidationError names its field ("model", "sources.0.url"); that field shows the message, word for word.
-  const field = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
+  const field = refusedField(refusal);
   const errorAt = (name: string) => (field === name ? refusal?.message : undefined);
   const source = field?.match(/^sources\.(\d+)(?:\.(\w+))?$/);
   const sourceLine = source ? sentKeys[Number(source[1])] : undefined;
@@ -205,10 +202,7 @@ export function FetchForm({ titleId }: { titleId: string }) {
         <button type="button" className="button small" onClick={() => setLines((ls) => [...ls, blank()])}>
           Add another file
         </button>
-        <label className="check">
-          <input type="checkbox" checked={force} onChange={(e) => setForce(e.target.checked)} />
-          Fetch again files already present
-        </label>
+        <CheckField label="Fetch again files already present" checked={force} onChange={setForce} />
       </div>
       <p className="hint">
         The file name defaults to the URL's last part. Without a sha256, the digest the upstream publishes (the Hub's
@@ -223,16 +217,18 @@ export function FetchForm({ titleId }: { titleId: string }) {
             Read from its header before any download. Fetch it anyway if the nodes will be upgraded, or to keep the file
             for something other than serving.
           </p>
-          <label className="check anyway-choice">
-            <input type="checkbox" checked={anyway} onChange={(e) => setAnyway(e.target.checked)} />
-            Fetch anyway, although the nodes cannot load it
-          </label>
+          <CheckField
+            className="anyway-choice"
+            label="Fetch anyway, although the nodes cannot load it"
+            checked={anyway}
+            onChange={setAnyway}
+          />
         </div>
       ) : null}
       <div className="form-row">
-        <button type="submit" className={`button ${anyway ? 'danger' : 'primary'}`} disabled={fetching}>
+        <SubmitButton busy={fetching} className={`button ${anyway ? 'danger' : 'primary'}`}>
           {anyway ? 'Fetch anyway' : 'Start fetching'}
-        </button>
+        </SubmitButton>
       </div>
       <FormError refusal={placed || unloadable ? null : refusal} error={error} />
       {started ? (

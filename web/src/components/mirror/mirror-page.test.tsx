@@ -563,8 +563,10 @@ describe('MirrorPage', () => {
     await user.click(within(form).getByRole('button', { name: 'Start fetching' }));
 
     await vi.waitFor(() => expect(shas[2]).toHaveAttribute('aria-invalid', 'true'));
-    expect(shas[2]).toHaveAccessibleDescription(message);
-    expect(screen.getByRole('alert')).toHaveTextContent(message);
+    // At the field it names, in words: the GraphQL path the server's message starts with is for scripts.
+    expect(shas[2]).toHaveAccessibleDescription('a sha256 is 64 hexadecimal characters');
+    expect(screen.getByRole('alert')).toHaveTextContent('a sha256 is 64 hexadecimal characters');
+    expect(screen.getByRole('alert')).not.toHaveTextContent('sources.1');
     for (const other of [...urls, shas[0], shas[1]]) expect(other).not.toHaveAttribute('aria-invalid');
     expect(fake.sent(FetchForm_FetchMutation)[0]?.variables).toEqual({
       model: 'qwen3-8b',
@@ -700,16 +702,32 @@ describe('MirrorPage', () => {
     });
     const fake = fakeClient([
       answer(MirrorPage_MirrorQuery, () => listing([{ name: 'qwen', versions: [used] }])),
-      answer(VersionRow_SetModeMutation, ({ mode }) =>
+      answer(VersionRow_SetModeMutation, ({ mode, replicas }) =>
         mode === 'STOPPED'
-          ? { setModelMode: { __typename: 'Model', id: 'm1', mode: 'STOPPED' } }
-          : {
+          ? {
               setModelMode: {
-                __typename: 'ConflictError',
-                code: 'CONFLICT',
-                message: 'plain-model cannot do that now',
+                __typename: 'Model',
+                id: 'm1',
+                mode: 'STOPPED',
+                modeMessage: 'stopped; its replicas are being taken down (1 still running)',
               },
-            },
+            }
+          : mode === 'ALWAYS'
+            ? {
+                setModelMode: {
+                  __typename: 'Model',
+                  id: 'm1',
+                  mode: 'ALWAYS',
+                  modeMessage: `always: ${replicas} replicas are being placed (1 ready)`,
+                },
+              }
+            : {
+                setModelMode: {
+                  __typename: 'ConflictError',
+                  code: 'CONFLICT',
+                  message: 'plain-model cannot do that now',
+                },
+              },
       ),
     ]);
     renderPage(fake);
@@ -718,10 +736,22 @@ describe('MirrorPage', () => {
     // A declared model is shown, not offered for change: hangar.yaml decides how it runs.
     expect(within(r).queryByRole('combobox', { name: 'Mode of declared-model' })).toBeNull();
     expect(r).toHaveTextContent('used by declared-model (on demand) · up to 2 replicas');
+    // An always-on model's replica count, set where the file is seen (the seed's form did), and what the change
+    // means said back in the server's words.
+    const count = within(r).getByRole('spinbutton', { name: 'Replicas of plain-model' });
+    await user.clear(count);
+    await user.type(count, '3{Enter}');
+    expect(await within(r).findByRole('status')).toHaveTextContent(
+      'plain-model: always: 3 replicas are being placed (1 ready)',
+    );
     await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'STOPPED');
+    expect(await within(r).findByRole('status')).toHaveTextContent(
+      'plain-model: stopped; its replicas are being taken down',
+    );
     await user.selectOptions(within(r).getByRole('combobox', { name: 'Mode of plain-model' }), 'ON_DEMAND');
     expect(await within(r).findByRole('alert')).toHaveTextContent('plain-model cannot do that now');
     expect(fake.sent(VersionRow_SetModeMutation).map((op) => op.variables)).toEqual([
+      { name: 'plain-model', mode: 'ALWAYS', replicas: 3 },
       { name: 'plain-model', mode: 'STOPPED' },
       { name: 'plain-model', mode: 'ON_DEMAND' },
     ]);

@@ -1,11 +1,14 @@
-import { type FormEvent, useId, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
+import { useId, useState } from 'react';
+import { useQuery } from 'urql';
 import { type Answer, graphql, type ResultOf } from '../../graphql/graphql';
-import type { ModelMode, Refusal } from '../../graphql/types';
+import type { ModelMode } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
-import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { Field, SelectField } from '../common/field';
+import { FormError, FormError_RefusalFragment, refusedField } from '../common/form-error';
+import { onFormSubmit, SubmitButton } from '../common/form-parts';
 import { PageLink } from '../common/page-link';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { ModelCard_ModelFragment } from '../models/model-card';
 import { modeWords } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
@@ -84,7 +87,7 @@ export const ServeForm_ServeMutation = graphql(
 
 const engineWords = { llamacpp: 'llama.cpp', vllm: 'vLLM' } as const;
 const fields = ['name', 'context', 'mode', 'replicas'] as const;
-type Field = (typeof fields)[number];
+type ServeField = (typeof fields)[number];
 
 /**
  * Serving a present version: the server's plan first (engine, architecture, verdict, memory at the context, which
@@ -199,107 +202,71 @@ function ServeFields({
   const [context, setContext] = useState(plan.context == null ? '' : String(plan.context));
   const [mode, setMode] = useState<ModelMode>('ALWAYS');
   const [replicas, setReplicas] = useState('1');
-  const [{ fetching, error }, serve] = useMutation(ServeForm_ServeMutation);
+  const { fetching, error, refusal, run } = useRefusableMutation(ServeForm_ServeMutation, (d) => d.serveMirrorVersion);
   const listing = useMirrorListingUpdates();
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
   const [placed, setPlaced] = useState<Placed>();
-  const ids = { name: useId(), context: useId(), mode: useId(), replicas: useId() };
 
   const contextValue = context.trim() === '' ? null : Number(context);
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    setRefusal(null);
+  const submit = onFormSubmit(async () => {
     setPlaced(undefined);
-    const n = Number(replicas);
-    const result = await serve({
+    const outcome = await run({
       model,
       version,
       name: name.trim() || null,
       context: contextValue,
       mode,
-      replicas: mode === 'ALWAYS' && replicas.trim() !== '' ? n : null,
+      replicas: mode === 'ALWAYS' && replicas.trim() !== '' ? Number(replicas) : null,
     });
-    const outcome = result.data?.serveMirrorVersion;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'ServePlaced') {
+    if (outcome?.__typename === 'ServePlaced') {
       setPlaced(outcome);
       // The version's "used by" now names the new model.
       listing.reread(model, version);
     }
-  };
+  });
 
-  const field = refusal?.__typename === 'ValidationError' ? (refusal.field as Field | undefined) : undefined;
-  const atField = field && (fields as readonly string[]).includes(field) ? field : undefined;
-  const fieldError = (f: Field) =>
-    atField === f ? (
-      <p id={`${ids[f]}-error`} role="alert" className="form-error field-error">
-        {refusal?.message}
-      </p>
-    ) : null;
-  const described = (f: Field) =>
-    atField === f ? { 'aria-invalid': true, 'aria-describedby': `${ids[f]}-error` } : {};
+  const field = refusedField(refusal);
+  const atField = field && (fields as readonly string[]).includes(field) ? (field as ServeField) : undefined;
+  const errorAt = (f: ServeField) => (atField === f ? refusal?.message : undefined);
 
   return (
     <form className="serve-fields-form" aria-label={`Serve ${model}/${version}`} onSubmit={submit} noValidate>
       <div className="serve-fields">
-        <div className="field">
-          <label htmlFor={ids.name}>Name</label>
-          <input
-            id={ids.name}
-            value={name}
-            autoComplete="off"
-            spellCheck={false}
-            {...described('name')}
-            onChange={(e) => setName(e.target.value)}
-          />
-          {fieldError('name')}
-        </div>
-        <div className="field">
-          <label htmlFor={ids.context}>Context</label>
-          <input
-            id={ids.context}
-            className="context-input"
+        <Field
+          label="Name"
+          value={name}
+          spellCheck={false}
+          error={errorAt('name')}
+          onChange={(e) => setName(e.target.value)}
+        />
+        <Field
+          label="Context"
+          inputClassName="context-input"
+          type="number"
+          min={1}
+          step={1}
+          value={context}
+          placeholder="model's own"
+          error={errorAt('context')}
+          onChange={(e) => setContext(e.target.value)}
+        />
+        <SelectField label="Mode" value={mode} onChange={(m) => setMode(m as ModelMode)} error={errorAt('mode')}>
+          {(['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const).map((m) => (
+            <option key={m} value={m}>
+              {modeWords[m]}
+            </option>
+          ))}
+        </SelectField>
+        {mode === 'ALWAYS' ? (
+          <Field
+            label="Replicas"
+            inputClassName="replicas-input"
             type="number"
             min={1}
             step={1}
-            value={context}
-            placeholder="model's own"
-            {...described('context')}
-            onChange={(e) => setContext(e.target.value)}
+            value={replicas}
+            error={errorAt('replicas')}
+            onChange={(e) => setReplicas(e.target.value)}
           />
-          {fieldError('context')}
-        </div>
-        <div className="field">
-          <label htmlFor={ids.mode}>Mode</label>
-          <select
-            id={ids.mode}
-            value={mode}
-            onChange={(e) => setMode(e.target.value as ModelMode)}
-            {...described('mode')}
-          >
-            {(['ALWAYS', 'ON_DEMAND', 'STOPPED'] as const).map((m) => (
-              <option key={m} value={m}>
-                {modeWords[m]}
-              </option>
-            ))}
-          </select>
-          {fieldError('mode')}
-        </div>
-        {mode === 'ALWAYS' ? (
-          <div className="field">
-            <label htmlFor={ids.replicas}>Replicas</label>
-            <input
-              id={ids.replicas}
-              className="replicas-input"
-              type="number"
-              min={1}
-              step={1}
-              value={replicas}
-              {...described('replicas')}
-              onChange={(e) => setReplicas(e.target.value)}
-            />
-            {fieldError('replicas')}
-          </div>
         ) : null}
       </div>
       <div className="confirm-actions">
@@ -308,9 +275,7 @@ function ServeFields({
             Plan at this context
           </button>
         ) : null}
-        <button type="submit" className="button primary" disabled={fetching}>
-          Put into service
-        </button>
+        <SubmitButton busy={fetching}>Put into service</SubmitButton>
       </div>
       {placed ? (
         <p role="status" className="notice">

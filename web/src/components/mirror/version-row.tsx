@@ -1,4 +1,4 @@
-import { memo, useEffect, useState } from 'react';
+import { memo, useEffect, useRef, useState } from 'react';
 import { type CombinedError, useMutation } from 'urql';
 import { graphql, type ResultOf } from '../../graphql/graphql';
 import type { ModelMode, Outcome } from '../../graphql/types';
@@ -17,12 +17,13 @@ import { VersionFiles, VersionFiles_FileFragment } from './version-files';
 
 export const VersionRow_SetModeMutation = graphql(
   `
-  mutation VersionRow_SetMode($name: String!, $mode: ModelMode!) {
-    setModelMode(name: $name, mode: $mode) {
+  mutation VersionRow_SetMode($name: String!, $mode: ModelMode!, $replicas: Int) {
+    setModelMode(name: $name, mode: $mode, replicas: $replicas) {
       __typename
       ... on Model {
         id
         mode
+        modeMessage
       }
       ...FormError_Refusal
     }
@@ -32,25 +33,40 @@ export const VersionRow_SetModeMutation = graphql(
 );
 
 /**
- * How a catalog model that uses this version runs, changeable right here: the row updates when the server
- * publishes the version again (setModelMode notifies it).
+ * How a catalog model that uses this version runs, changeable right here: the mode applies as it is chosen, and an
+ * always-on model's replica count when it is typed (Enter, or leaving the field), as the seed's form did. What the
+ * change means comes back in the server's words; the row updates when the server publishes the version again.
  */
-function UsedByMode({ name, mode }: { name: string; mode: ModelMode }) {
+function UsedByMode({ name, mode, replicas }: { name: string; mode: ModelMode; replicas: number }) {
   const [result, setMode] = useMutation(VersionRow_SetModeMutation);
   const [refusal, setRefusal] = useState<string | null>(null);
+  const [said, setSaid] = useState<string | null>(null);
+  const [count, setCount] = useState(String(Math.max(1, replicas)));
+  // The count last sent (or the model's own): leaving the field sends only a change, not the same count again.
+  const sent = useRef(count);
+  const apply = async (next: ModelMode, wanted: string) => {
+    sent.current = wanted;
+    setRefusal(null);
+    setSaid(null);
+    const n = Number(wanted);
+    // Sent as typed, even out of range: the server's refusal says what is accepted.
+    const r = await setMode({
+      name,
+      mode: next,
+      ...(next === 'ALWAYS' && wanted.trim() !== '' && Number.isFinite(n) ? { replicas: n } : {}),
+    });
+    const answer = r.data?.setModelMode;
+    if (r.error) setRefusal(describeError(r.error) ?? 'the change failed');
+    else if (isRefusal(answer)) setRefusal(answer.message);
+    else if (answer?.__typename === 'Model') setSaid(`${name}: ${answer.modeMessage}`);
+  };
   return (
     <>
       <select
         aria-label={`Mode of ${name}`}
         value={mode}
         disabled={result.fetching}
-        onChange={async (e) => {
-          setRefusal(null);
-          const r = await setMode({ name, mode: e.target.value as ModelMode });
-          const answer = r.data?.setModelMode;
-          if (r.error) setRefusal(describeError(r.error) ?? 'the change failed');
-          else if (isRefusal(answer)) setRefusal(answer.message);
-        }}
+        onChange={(e) => apply(e.target.value as ModelMode, count)}
       >
         {(Object.keys(modeWords) as ModelMode[]).map((m) => (
           <option key={m} value={m}>
@@ -58,9 +74,35 @@ function UsedByMode({ name, mode }: { name: string; mode: ModelMode }) {
           </option>
         ))}
       </select>
+      {mode === 'ALWAYS' ? (
+        <input
+          aria-label={`Replicas of ${name}`}
+          className="replicas-input"
+          type="number"
+          min={1}
+          step={1}
+          value={count}
+          disabled={result.fetching}
+          onChange={(e) => setCount(e.target.value)}
+          onBlur={() => {
+            if (count !== sent.current) void apply('ALWAYS', count);
+          }}
+          onKeyDown={(e) => {
+            if (e.key === 'Enter') {
+              e.preventDefault();
+              void apply('ALWAYS', count);
+            }
+          }}
+        />
+      ) : null}
       {refusal ? (
         <span role="alert" className="form-error">
           {refusal}
+        </span>
+      ) : null}
+      {said ? (
+        <span role="status" className="muted mode-said">
+          {said}
         </span>
       ) : null}
     </>
@@ -327,7 +369,7 @@ export const VersionRow = memo(function VersionRow({
                     <>
                       <PageLink to="/models">used by {u.name}</PageLink>{' '}
                       {canChange && !u.declared ? (
-                        <UsedByMode name={u.name} mode={u.mode} />
+                        <UsedByMode name={u.name} mode={u.mode} replicas={u.replicas} />
                       ) : (
                         <>({modeWords[u.mode]})</>
                       )}
@@ -524,17 +566,33 @@ function VersionDetails({ version }: { version: VersionRow_Version }) {
       </>
     );
   }
-  if (version.url) {
+  const url = servingUrl(version);
+  if (url) {
     return (
       <span className="url-line">
-        <code className="url" title="Where nodes and catalog entries fetch this version">
-          <BreakableUrl url={version.url} />
+        <code
+          className="url"
+          title="What a catalog entry (hangar.yaml's source) or a node fetches: this model's file, or its folder"
+        >
+          <BreakableUrl url={url} />
         </code>
-        <CopyButton text={version.url} label="Copy URL" />
+        <CopyButton text={url} label="Copy URL" />
       </span>
     );
   }
   return null;
+}
+
+/**
+ * The URL a catalog entry or a node should use for this version: llama.cpp loads a GGUF model from its file (a
+ * split one from its first shard, which names the rest), so the folder's URL is offered only where the engine reads
+ * a folder (safetensors, for vLLM) or the version holds no GGUF at all.
+ */
+export function servingUrl(version: Pick<VersionRow_Version, 'url' | 'files'>): string | null {
+  // A projector beside the model (mmproj) is loaded with it, not in its place.
+  const ggufs = version.files.filter((f) => /\.gguf$/i.test(f.file) && !/mmproj/i.test(f.file) && f.url);
+  const first = ggufs.find((f) => /-0*1-of-\d+\.gguf$/i.test(f.file)) ?? (ggufs.length === 1 ? ggufs[0] : undefined);
+  return first?.url ?? version.url ?? null;
 }
 
 /**

@@ -10,6 +10,7 @@ import { PageLink } from '../common/page-link';
 import { TimeAgo, useClockTick } from '../common/time-ago';
 import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { modeWords } from '../mirror/mirror-parts';
+import { VERDICT_TEXT } from '../training/train-evaluation';
 import { ModelLive } from './model-live';
 import { ModelOwnerForm, ownerWords } from './model-owner';
 
@@ -18,6 +19,20 @@ export type ReplicaState = ModelCard_Replica['state'];
 export type ModelCard_Replica = ModelCard_Model['replicas'][number];
 
 export type ModelCard_Model = ResultOf<typeof ModelCard_ModelFragment>;
+
+/** How the gateway picks a replica (setModelRouting), as the operator reads it on the card. */
+const routingWords: Record<ModelCard_Model['routing'], { label: string; title: string }> = {
+  PREFIX: {
+    label: 'by prefix',
+    title:
+      "A conversation (its session key, or its prompt's start) goes to the replica that holds it cached, while that one has room",
+  },
+  SESSION: {
+    label: 'by session',
+    title: 'A session key (prompt_cache_key, x-session-id, user) pins a replica; other requests go to the least loaded',
+  },
+  LEAST_LOADED: { label: 'least loaded', title: 'Each request goes to the replica with the fewest in flight' },
+};
 
 /** The whole model: the list, and every mutation that returns it, select it, so each updates the card by id. */
 export const ModelCard_ModelFragment = graphql(`
@@ -40,12 +55,20 @@ export const ModelCard_ModelFragment = graphql(`
     }
     modeMessage
     owner
+    routing
+    fallbacks
     awakeUntil
     adapters {
       id
       name
       source
       owner
+      ownerName
+      evaluation {
+        verdict
+        forgettingVerdict
+        heldOut
+      }
     }
     replicas {
       id
@@ -121,11 +144,21 @@ export const replicaClass: Record<ReplicaState, string> = {
 
 /**
  * An on-demand model's wake timer, while it runs: "awake until in 14 minutes". Nothing for a model that is
- * always on or stopped (a timer left from before the mode changed means nothing there), nor once it has run out.
+ * always on or stopped (a timer left from before the mode changed means nothing there), nor once it has run out,
+ * nor while no replica of it is ready (waking, or failed to wake: the mode message and the replicas say which).
  */
-export function AwakeUntil({ mode, awakeUntil }: { mode: ModelMode; awakeUntil: string | null }) {
+export function AwakeUntil({
+  mode,
+  awakeUntil,
+  ready,
+}: {
+  mode: ModelMode;
+  awakeUntil: string | null;
+  /** Whether a replica of it is READY: "awake" while it is still loading, or failed to, would not be true. */
+  ready: boolean;
+}) {
   useClockTick();
-  if (mode !== 'ON_DEMAND' || !awakeUntil || new Date(awakeUntil).getTime() <= Date.now()) return null;
+  if (mode !== 'ON_DEMAND' || !ready || !awakeUntil || new Date(awakeUntil).getTime() <= Date.now()) return null;
   return (
     <span className="muted" data-testid="awake-until">
       awake until <TimeAgo at={awakeUntil} />
@@ -219,9 +252,12 @@ export function ModelCard({
   model,
   canChange,
   onModelPage = false,
+  cost,
 }: {
   model: ModelCard_Model;
   canChange: boolean;
+  /** What its calls and idle replicas cost over the last 24 hours (admins only: governance's cost report). */
+  cost?: string;
   /** On the model's own page the card does not link to it. */
   onModelPage?: boolean;
 }) {
@@ -249,7 +285,11 @@ export function ModelCard({
             declared
           </span>
         ) : null}
-        <AwakeUntil mode={model.mode} awakeUntil={model.awakeUntil} />
+        <AwakeUntil
+          mode={model.mode}
+          awakeUntil={model.awakeUntil}
+          ready={model.replicas.some((r) => r.state === 'READY')}
+        />
         {onModelPage ? null : (
           <PageLink to={modelPath(model.name)} className="button small model-open">
             Playground
@@ -296,10 +336,27 @@ export function ModelCard({
           <dt>At once</dt>
           <dd>{model.parallel === 1 ? '1 request' : `${model.parallel} requests`} per replica</dd>
         </div>
+        {cost ? (
+          <div>
+            <dt>Cost</dt>
+            <dd data-testid="model-cost">{cost}</dd>
+          </div>
+        ) : null}
         <div>
           <dt>Owner</dt>
           <dd data-testid="model-owner" title="Who may call it at /v1: the callers its owner admits">
             {ownerWords(model.owner)}
+          </dd>
+        </div>
+        <div>
+          <dt>Routing</dt>
+          <dd data-testid="model-routing" title={routingWords[model.routing].title}>
+            {routingWords[model.routing].label}
+            {model.fallbacks.length ? (
+              <div className="sub" data-testid="model-fallbacks">
+                then {model.fallbacks.join(', then ')}
+              </div>
+            ) : null}
           </dd>
         </div>
       </dl>
@@ -317,7 +374,18 @@ export function ModelCard({
         <ul className="chips" aria-label={`Adapters of ${model.name}`}>
           {model.adapters.map((a) => (
             <li key={a.id} className="chip" title={a.source}>
-              {a.name} <span className="muted">· {a.owner ?? 'everyone'}</span>
+              {a.name} <span className="muted">· {a.ownerName ?? 'everyone'}</span>
+              {/* How it compared with its base when trained (kept after its job is deleted). */}
+              {a.evaluation ? (
+                <span
+                  className="muted"
+                  title={`On ${a.evaluation.heldOut} held-out pairs: ${a.evaluation.verdict}; on general questions: ${a.evaluation.forgettingVerdict}`}
+                >
+                  {' '}
+                  · against its base: {VERDICT_TEXT[a.evaluation.verdict]?.text ?? a.evaluation.verdict}
+                  {a.evaluation.forgettingVerdict === 'WORSE' ? ', forgot general questions' : ''}
+                </span>
+              ) : null}
             </li>
           ))}
         </ul>

@@ -31,6 +31,8 @@ function model(name: string, over: Record<string, unknown> = {}) {
     declared: false,
     declaredIn: null,
     modeMessage: 'always: the replicas it wants run',
+    routing: 'PREFIX',
+    fallbacks: [],
     owner: null,
     awakeUntil: null,
     adapters: [],

@@ -50,6 +50,8 @@ function model(name: string, over: Record<string, unknown> = {}) {
     declared: false,
     declaredIn: null,
     modeMessage: 'always: the replicas it wants run',
+    routing: 'PREFIX',
+    fallbacks: [],
     owner: null,
     awakeUntil: null,
     adapters: [],
@@ -72,7 +74,14 @@ describe('ModelsPage', () => {
   it('shows each replica in one line, with the server’s reasons word for word', async () => {
     const qwen = model('qwen3-8b', {
       adapters: [
-        { __typename: 'Adapter', id: 'a1', name: 'support-tone', source: 'http://x/a.gguf', owner: 'user:ana' },
+        {
+          __typename: 'Adapter',
+          id: 'a1',
+          name: 'support-tone',
+          source: 'http://x/a.gguf',
+          owner: 'user:5f0c…',
+          ownerName: 'user:ana',
+        },
       ],
       replicas: [
         replica('r1', 'READY', { node: node('gpu-1'), tokensPerSecond: 41.5 }),
@@ -97,6 +106,22 @@ describe('ModelsPage', () => {
     expect(within(await card('tiny')).getByText('No adapters.')).toBeInTheDocument();
     // Followed live, not polled: the page says so.
     expect(screen.getByText(/Connecting for live updates|Live: cards follow/)).toBeInTheDocument();
+  });
+
+  it('shows how the gateway routes each model, and the fallbacks it answers from', async () => {
+    renderPage(
+      fakeClient([
+        answer(ModelsPage_ModelsQuery, () => ({
+          models: [model('qwen3-8b', { fallbacks: ['tiny', 'coder'] }), model('tiny', { routing: 'LEAST_LOADED' })],
+        })),
+      ]),
+    );
+    const qwen = within(await card('qwen3-8b')).getByTestId('model-routing');
+    expect(qwen).toHaveTextContent('by prefix');
+    expect(within(qwen).getByTestId('model-fallbacks')).toHaveTextContent('then tiny, then coder');
+    const tiny = within(await card('tiny')).getByTestId('model-routing');
+    expect(tiny).toHaveTextContent('least loaded');
+    expect(within(tiny).queryByTestId('model-fallbacks')).toBeNull();
   });
 
   it("shows the smoke test through the replica's endpoint, what it holds, and the estimate's error", async () => {
@@ -237,11 +262,12 @@ describe('ModelsPage', () => {
               },
             }
           : {
-              // The idle time from now: a timer that has run out is not shown.
+              // The idle time from now: a timer that has run out is not shown, nor one while no replica is ready.
               wakeModel: model(v.name, {
                 mode: 'ON_DEMAND',
                 wantedReplicas: 1,
                 awakeUntil: new Date(Date.now() + 15 * 60_000).toISOString(),
+                replicas: [replica('r-awake', 'READY')],
               }),
             },
       ),

@@ -6,6 +6,7 @@ import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { FormError } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
+import { type ModelCost, modelCostWords, useModelCosts } from '../cost/model-costs';
 import { ModelCard, ModelCard_ModelFragment } from './model-card';
 
 export const ModelsPage_ModelsQuery = graphql(
@@ -44,7 +45,8 @@ const liveText: Record<LiveState, string> = {
   stopped: 'Live updates stopped: the server refused the connection. Sign in again to resume them.',
 };
 
-export function ModelsPage({ canChange }: { canChange: boolean }) {
+export function ModelsPage({ canChange, admin = false }: { canChange: boolean; admin?: boolean }) {
+  const costs = useModelCosts(admin);
   const [{ data, fetching, error }, refetch] = useQuery({
     query: ModelsPage_ModelsQuery,
     // Re-read on every visit: replicas moved while the page was closed.
@@ -76,7 +78,12 @@ export function ModelsPage({ canChange }: { canChange: boolean }) {
         ) : (
           <div className="model-list">
             {models.map((m) => (
-              <ModelCard key={m.id} model={m} canChange={canChange} />
+              <ModelCard
+                key={m.id}
+                model={m}
+                canChange={canChange}
+                cost={costs.has(m.name) ? modelCostWords(costs.get(m.name) as ModelCost) : undefined}
+              />
             ))}
           </div>
         )

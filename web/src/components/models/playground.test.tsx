@@ -27,6 +27,8 @@ function model(over: Record<string, unknown> = {}) {
     declared: false,
     declaredIn: null,
     modeMessage: 'always: the replicas it wants run',
+    routing: 'PREFIX',
+    fallbacks: [],
     awakeUntil: null,
     adapters: [
       { __typename: 'Adapter', id: 'a1', name: 'support-tone', source: 'http://x/a.gguf', owner: 'team:support' },

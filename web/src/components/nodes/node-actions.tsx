@@ -128,6 +128,7 @@ export function AgentStartPanel({
 
 type Step =
   | { kind: 'idle' }
+  | { kind: 'confirm-rotate' }
   | { kind: 'confirm-revoke' }
   | { kind: 'confirm-remove' }
   | { kind: 'refused-remove'; refusal: Refusal };
@@ -187,7 +188,14 @@ export function NodeActions({
   return (
     <div className="node-actions">
       <div className="node-buttons">
-        <button type="button" className="button small" disabled={busy} onClick={onRotate}>
+        {/* A revoked node has no token to lose: its new one is given at once. A working one is asked first,
+            since rotating stops its agent until the new token is set there. */}
+        <button
+          type="button"
+          className="button small"
+          disabled={busy}
+          onClick={node.tokenRevoked ? onRotate : () => setStep({ kind: 'confirm-rotate' })}
+        >
           {node.tokenRevoked ? 'New token' : 'Rotate token'}
         </button>
         {node.tokenRevoked ? null : (
@@ -209,6 +217,20 @@ export function NodeActions({
           Remove
         </button>
       </div>
+      {step.kind === 'confirm-rotate' ? (
+        <InlineConfirm
+          label={`Rotate the token of ${node.name}`}
+          action={`Rotate the token of ${node.name}`}
+          busy={busy}
+          onConfirm={onRotate}
+          onKeep={keep}
+        >
+          <p>
+            The current token is refused at once: its agent goes offline until it is restarted with the new token, shown
+            once on the next screen. Its replicas are placed elsewhere meanwhile.
+          </p>
+        </InlineConfirm>
+      ) : null}
       {step.kind === 'confirm-revoke' ? (
         <InlineConfirm
           label={`Revoke the token of ${node.name}`}

@@ -197,7 +197,11 @@ describe('NodesPage', () => {
     const user = userEvent.setup();
     const row = (await screen.findByRole('rowheader', { name: /gpu-01/ })).closest('tr') as HTMLElement;
 
+    // Asked first, saying what follows; nothing is sent until it is confirmed.
     await user.click(within(row).getByRole('button', { name: 'Rotate token' }));
+    expect(within(row).getByText(/The current token is refused at once/)).toBeInTheDocument();
+    expect(fake.sent(NodeActions_RotateMutation)).toEqual([]);
+    await user.click(within(row).getByRole('button', { name: 'Rotate the token of gpu-01' }));
     expect(await screen.findByTestId('agent-command')).toHaveTextContent('HANGAR_NODE_TOKEN=hgn_rotated');
     expect(screen.getByText(/The old token is refused from now/)).toBeInTheDocument();
     expect(fake.sent(NodeActions_RotateMutation)[0]?.variables).toEqual({ name: 'gpu-01' });

@@ -311,14 +311,16 @@ export function FileSetRow({
             </div>
           ) : null}
         </th>
-        <td className="set-cell num size">{formatBytes(set.totalBytes)}</td>
-        <td className="set-cell verdict-cell">
+        <td className="set-cell num size" data-label="Size">
+          {formatBytes(set.totalBytes)}
+        </td>
+        <td className="set-cell verdict-cell" data-label="Verdict">
           <VerdictText verdict={set.verdict} />
         </td>
-        <td className="set-cell">
+        <td className="set-cell memory-cell" data-label="Memory">
           <MemoryText memory={set.memory} />
         </td>
-        <td className="set-cell">
+        <td className="set-cell fits-cell" data-label="Fits">
           <FitsText fits={set.fits} label={label} />
         </td>
         {canFetch ? (

@@ -36,7 +36,14 @@ export function endOfDay(date: string): string | null {
   return Number.isNaN(at.getTime()) ? null : at.toISOString();
 }
 
-export function CreateTokenForm({ origin = window.location.origin }: { origin?: string }) {
+export function CreateTokenForm({
+  origin = window.location.origin,
+  viewerRole,
+}: {
+  origin?: string;
+  /** The signed-in person's role: a token holds at most it, so only it and those below are offered. */
+  viewerRole?: Role;
+}) {
   const { fetching, error, refusal, run } = useRefusableMutation(
     CreateTokenForm_CreateMutation,
     (d) => d.createApiToken,
@@ -66,7 +73,7 @@ export function CreateTokenForm({ origin = window.location.origin }: { origin?: 
         <LabelledControl label="Token name">
           <input name="name" required placeholder="ci-deploy" autoComplete="off" />
         </LabelledControl>
-        <RoleField />
+        <RoleField upTo={viewerRole} />
         <LabelledControl label="Expires">
           <input name="expiresAt" type="date" aria-describedby="expires-hint" />
         </LabelledControl>

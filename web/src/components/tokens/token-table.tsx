@@ -19,6 +19,12 @@ export const TokenTable_TokenFragment = graphql(`
     prefix
     role
     callerOnly
+    batch
+    limits {
+      id
+      model
+      usage { kind limit remaining }
+    }
     createdAt
     expiresAt
     lastUsedAt
@@ -114,6 +120,18 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
             </span>
           </>
         ) : null}
+        {token.batch ? (
+          <>
+            {' '}
+            <span
+              className="badge muted"
+              title="Waits behind interactive requests; refused first when a budget runs low"
+            >
+              batch
+            </span>
+          </>
+        ) : null}
+        <TokenLimits limits={token.limits} />
       </th>
       <td className="mono">{token.prefix}…</td>
       <td>{token.role}</td>
@@ -152,5 +170,30 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
         <InlineProblem problem={problem} />
       </td>
     </tr>
+  );
+}
+
+const LIMIT_WORDS: Record<string, string> = {
+  requestsPerMinute: 'requests this minute',
+  tokensPerMinute: 'tokens this minute',
+  concurrentRequests: 'at once',
+  tokensPerDay: 'tokens today',
+  tokensPerMonth: 'tokens this month',
+  spendPerMonth: 'to spend this month',
+};
+
+/** The token's own limits (the Limits page has every scope's): what is left of each, on one muted line. */
+function TokenLimits({ limits }: { limits: TokenTable_Token['limits'] }) {
+  if (!limits.length) return null;
+  const parts = limits.flatMap((l) =>
+    l.usage.map(
+      (u) =>
+        `${u.kind === 'spendPerMonth' ? u.remaining.toFixed(2) : u.remaining.toLocaleString('en')} of ${u.kind === 'spendPerMonth' ? u.limit.toFixed(2) : u.limit.toLocaleString('en')} ${LIMIT_WORDS[u.kind] ?? u.kind} left${l.model ? ` (${l.model})` : ''}`,
+    ),
+  );
+  return (
+    <div className="hint token-limits" data-testid="token-limits">
+      Limits: {parts.join(' · ')}
+    </div>
   );
 }

@@ -12,6 +12,8 @@ const token = (id: string, name: string) => ({
   prefix: `hgr_${id}`,
   role: 'VIEWER',
   callerOnly: false,
+  batch: false,
+  limits: [],
   createdAt: '2026-01-01T00:00:00.000Z',
   expiresAt: null,
   lastUsedAt: null,

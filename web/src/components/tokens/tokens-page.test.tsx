@@ -14,6 +14,8 @@ const existing = {
   prefix: 'hgr_a1b2',
   role: 'VIEWER',
   callerOnly: false,
+  batch: false,
+  limits: [],
   createdAt: '2026-01-01T00:00:00.000Z',
   expiresAt: null,
   lastUsedAt: null,
@@ -160,5 +162,19 @@ describe('TokensPage', () => {
 
     expect(await screen.findByRole('alert')).toHaveTextContent('a token can hold at most your own role (OPERATOR)');
     expect(screen.queryByTestId('token-secret')).toBeNull();
+  });
+
+  it('offers only the roles the signed-in person may give: an operator is not offered ADMIN', async () => {
+    const fake = fakeClient([answer(TokensPage_TokensQuery, () => ({ apiTokens: [] }))]);
+    render(
+      <Provider value={fake.client}>
+        <TokensPage viewer={{ role: 'OPERATOR' }} />
+      </Provider>,
+    );
+    const role = await screen.findByLabelText('Role');
+    const offered = within(role)
+      .getAllByRole('option')
+      .map((o) => o.getAttribute('value'));
+    expect(offered).toEqual(['VIEWER', 'OPERATOR']);
   });
 });

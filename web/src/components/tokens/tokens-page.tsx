@@ -1,7 +1,7 @@
 import { useMemo, useState } from 'react';
 import { useQuery } from 'urql';
 import { graphql } from '../../graphql/graphql';
-import type { DateTime, Refusal } from '../../graphql/types';
+import type { DateTime, Refusal, Role } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { PageHeader } from '../common/page';
 import { CreateTokenForm } from './create-token-form';
@@ -52,7 +52,7 @@ export function lastDay(now: number): { from: DateTime; to: DateTime } {
   return { from: new Date(to - DAY_MS).toISOString(), to: new Date(to).toISOString() };
 }
 
-export function TokensPage() {
+export function TokensPage({ viewer }: { viewer?: { role: Role } } = {}) {
   const [{ data, fetching, error }] = useQuery({ query: TokensPage_TokensQuery });
   // Read once per visit: a day's totals move slowly, and a reload reads them again.
   const [range] = useState(() => lastDay(Date.now()));
@@ -74,7 +74,7 @@ export function TokensPage() {
       ) : fetching ? (
         <p className="muted">Loading…</p>
       ) : null}
-      <CreateTokenForm />
+      <CreateTokenForm viewerRole={viewer?.role} />
     </section>
   );
 }

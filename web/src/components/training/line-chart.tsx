@@ -16,6 +16,7 @@ export function LineChart({
   formatY,
   zero = false,
   reference,
+  second,
   empty,
 }: {
   title: string;
@@ -23,11 +24,16 @@ export function LineChart({
   formatY: (y: number) => string;
   zero?: boolean;
   reference?: { y: number; label: string };
+  /** A second series on the same axes (the held-out loss beside the training loss), named in the legend. */
+  second?: { points: readonly ChartPoint[]; label: string };
   /** Said in place of the chart while there is no point. */
   empty: string;
 }) {
   const titleId = useId();
-  const range = chartRange(points, { zero, include: reference ? [reference.y] : [] });
+  const range = chartRange(points, {
+    zero,
+    include: [...(reference ? [reference.y] : []), ...(second?.points.map((p) => p.y) ?? [])],
+  });
   const last = points.at(-1);
   // The point under the pointer, read out beside it: the step and its value, which the line alone cannot give.
   const [hovered, setHovered] = useState<ChartPoint | null>(null);
@@ -75,6 +81,13 @@ export function LineChart({
                   />
                 ) : null}
                 <path className="chart-line" d={chartPath(points, range, W, H)} vectorEffect="non-scaling-stroke" />
+                {second?.points.length ? (
+                  <path
+                    className="chart-line second"
+                    d={chartPath(second.points, range, W, H)}
+                    vectorEffect="non-scaling-stroke"
+                  />
+                ) : null}
                 {at ? (
                   <line className="chart-cursor" x1={at.x} x2={at.x} y1={0} y2={H} vectorEffect="non-scaling-stroke" />
                 ) : null}
@@ -104,6 +117,13 @@ export function LineChart({
             {reference ? (
               <span className="chart-legend">
                 <span className="chart-dash" /> {reference.label}
+              </span>
+            ) : null}
+            {second?.points.length ? (
+              <span className="chart-legend">
+                <span className="chart-swatch" /> {title.toLowerCase()} <span className="chart-swatch second" />{' '}
+                {second.label} ({formatY(second.points.at(-1)?.y ?? 0)} at step{' '}
+                {second.points.at(-1)?.x.toLocaleString('en')})
               </span>
             ) : null}
             <span>step {range.xMax.toLocaleString('en')}</span>

@@ -1,12 +1,12 @@
-import { type FormEvent, useEffect, useId, useState } from 'react';
-import { useMutation, useQuery } from 'urql';
+import { useEffect, useId, useState } from 'react';
+import { useQuery } from 'urql';
 import { graphql, type ResultOf, type VariablesOf } from '../../graphql/graphql';
-import type { Refusal } from '../../graphql/types';
-import { isRefusal } from '../../graphql/types';
-import { Field, SelectField } from '../common/field';
-import { FormError, FormError_RefusalFragment } from '../common/form-error';
+import { CheckField, Field, SelectField } from '../common/field';
+import { FormError, FormError_RefusalFragment, refusedField } from '../common/form-error';
+import { onFormSubmit, SubmitButton } from '../common/form-parts';
 import { PageHeader } from '../common/page';
 import { PageLink } from '../common/page-link';
+import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam } from './params';
 import { type TrainDataReport, uploadTrainData } from './train-data';
 import { DataReport } from './train-data-report';
@@ -191,7 +191,10 @@ export function NewTrainJobForm({
     o?: { model?: string; maxLen?: number },
   ) => ReturnType<typeof uploadTrainData>;
 }) {
-  const [{ fetching, error }, create] = useMutation(NewTrainJob_CreateMutation);
+  const { fetching, error, refusal, run, clearRefusal } = useRefusableMutation(
+    NewTrainJob_CreateMutation,
+    (d) => d.createTrainJob,
+  );
   const [name, setName] = useState('');
   const [model, setModel] = useState('');
   const [baseRepo, setBaseRepo] = useState('');
@@ -206,8 +209,7 @@ export function NewTrainJobForm({
   const [dataFile, setDataFile] = useState<Upload>({ state: 'none' });
   // Errors found here before sending, by field; the server's refusal, which names its field too.
   const [local, setLocal] = useState<Record<string, string>>({});
-  const [refusal, setRefusal] = useState<Refusal | null>(null);
-  const ids = { model: useId(), node: useId(), data: useId(), public: useId(), params: useId(), owners: useId() };
+  const ids = { params: useId(), owners: useId() };
   // Suggestions only: user: and key: owners other than the caller are typed (those lists are admins').
   const [owners] = useQuery({ query: NewTrainJob_OwnersQuery });
   const choices = ownerChoices(owners.data);
@@ -241,9 +243,8 @@ export function NewTrainJobForm({
     if (pickedFile) void chooseFile(pickedFile);
   }, [model]);
 
-  const submit = async (event: FormEvent<HTMLFormElement>) => {
-    event.preventDefault();
-    setRefusal(null);
+  const submit = onFormSubmit(async () => {
+    clearRefusal();
     const errors: Record<string, string> = {};
     const checked = checkParams(params, values);
     if (!checked.ok) for (const [k, v] of Object.entries(checked.errors)) errors[`params.${k}`] = v;
@@ -260,7 +261,7 @@ export function NewTrainJobForm({
     setLocal(errors);
     if (Object.keys(errors).length || dataFile.state !== 'checked' || !checked.ok) return;
 
-    const result = await create({
+    const outcome = await run({
       input: {
         name: name.trim(),
         model,
@@ -275,13 +276,11 @@ export function NewTrainJobForm({
         gguf: ggufOn,
       },
     });
-    const outcome = result.data?.createTrainJob;
-    if (isRefusal(outcome)) setRefusal(outcome);
-    else if (outcome?.__typename === 'TrainJob') onCreated(outcome.id);
-  };
+    if (outcome?.__typename === 'TrainJob') onCreated(outcome.id);
+  });
 
   // The server names its field: "name", "gpuMiB", "dataSha256", "params.rank"…; that field shows the message.
-  const refused = refusal?.__typename === 'ValidationError' ? refusal.field : undefined;
+  const refused = refusedField(refusal);
   const placedFields = [
     'name',
     'model',
@@ -317,7 +316,6 @@ export function NewTrainJobForm({
             required
           />
           <SelectField
-            id={ids.model}
             label="Model"
             value={model}
             onChange={setModel}
@@ -364,10 +362,7 @@ export function NewTrainJobForm({
             hint="A branch, a tag or a commit; empty: main."
           />
         </div>
-        <label className="check">
-          <input type="checkbox" checked={ggufOn} onChange={(e) => setGguf(e.target.checked)} />
-          Make the llama.cpp GGUF adapter
-        </label>
+        <CheckField label="Make the llama.cpp GGUF adapter" checked={ggufOn} onChange={setGguf} />
         <p className="hint">llama.cpp loads adapters only as GGUF; vLLM loads the PEFT files every job makes.</p>
       </fieldset>
 
@@ -375,7 +370,6 @@ export function NewTrainJobForm({
         <legend>Where it trains</legend>
         <div className="form-row">
           <SelectField
-            id={ids.node}
             label="Node"
             value={node}
             onChange={setNode}
@@ -443,46 +437,30 @@ export function NewTrainJobForm({
             </datalist>
           ) : null}
         </div>
-        <label className="check" htmlFor={ids.public}>
-          <input
-            id={ids.public}
-            type="checkbox"
-            checked={isPublic}
-            aria-invalid={errorAt('public') ? true : undefined}
-            aria-describedby={errorAt('public') ? `${ids.public}-error` : undefined}
-            onChange={(e) => setPublic(e.target.checked)}
-          />
-          Public: every caller of the model may use it, instead of an owner
-        </label>
-        {errorAt('public') ? (
-          <p id={`${ids.public}-error`} role="alert" className="form-error field-error">
-            {errorAt('public')}
-          </p>
-        ) : null}
+        <CheckField
+          label="Public: every caller of the model may use it, instead of an owner"
+          checked={isPublic}
+          onChange={setPublic}
+          error={errorAt('public')}
+        />
       </fieldset>
 
       <fieldset className="panel form-section">
         <legend>The pairs</legend>
-        <div className="field pairs-field">
-          <label htmlFor={ids.data}>Pairs file</label>
-          <input
-            id={ids.data}
-            type="file"
-            accept=".jsonl,.ndjson,application/x-ndjson,application/jsonl"
-            aria-invalid={errorAt('data') ? true : undefined}
-            aria-describedby={`${ids.data}-hint${errorAt('data') ? ` ${ids.data}-error` : ''}`}
-            onChange={(e) => chooseFile(e.target.files?.[0])}
-          />
-          <p id={`${ids.data}-hint`} className="hint field-hint">
-            NDJSON (.jsonl or .ndjson), one <code>{'{"q": "…", "a": "…"}'}</code> per line, up to 64 MiB; a pair may
-            name the knowledge-base <code>"collection"</code> it comes from. It is checked as soon as it is chosen.
-          </p>
-          {errorAt('data') ? (
-            <p id={`${ids.data}-error`} role="alert" className="form-error field-error">
-              {errorAt('data')}
-            </p>
-          ) : null}
-        </div>
+        <Field
+          label="Pairs file"
+          className="pairs-field"
+          type="file"
+          accept=".jsonl,.ndjson,application/x-ndjson,application/jsonl"
+          error={errorAt('data')}
+          onChange={(e) => chooseFile(e.target.files?.[0])}
+          hint={
+            <>
+              NDJSON (.jsonl or .ndjson), one <code>{'{"q": "…", "a": "…"}'}</code> per line, up to 64 MiB; a pair may
+              name the knowledge-base <code>"collection"</code> it comes from. It is checked as soon as it is chosen.
+            </>
+          }
+        />
         {dataFile.state === 'checking' ? <p className="muted">Checking {dataFile.file}…</p> : null}
         {dataFile.state === 'checked' ? <DataReport file={dataFile.file} report={dataFile.report} /> : null}
       </fieldset>
@@ -517,9 +495,7 @@ export function NewTrainJobForm({
       </fieldset>
 
       <div className="form-row submit-row">
-        <button type="submit" className="button primary" disabled={fetching || dataFile.state === 'checking'}>
-          Queue the job
-        </button>
+        <SubmitButton busy={fetching || dataFile.state === 'checking'}>Queue the job</SubmitButton>
         <PageLink to="/training" className="button">
           Back to the jobs
         </PageLink>

@@ -13,6 +13,7 @@ export const TrainCharts_MetricFragment = graphql(`
     lr
     peakMiB
     tokensPerSecond
+    evalLoss
   }
 `);
 
@@ -107,6 +108,8 @@ export function TrainCharts({ id, gpuMiB }: { id: string; gpuMiB: number }) {
   }, [event, read, refetch]);
 
   const loss = metrics.map((m) => ({ x: m.step, y: m.loss }));
+  // The loss on the held-out pairs, where the trainer evaluated: rising while the training loss falls is over-fitting.
+  const heldOut = metrics.flatMap((m) => (m.evalLoss == null ? [] : [{ x: m.step, y: m.evalLoss }]));
   const peak = metrics.flatMap((m) => (m.peakMiB == null ? [] : [{ x: m.step, y: m.peakMiB }]));
   const last = metrics.at(-1);
   return (
@@ -116,6 +119,7 @@ export function TrainCharts({ id, gpuMiB }: { id: string; gpuMiB: number }) {
         <LineChart
           title="Loss"
           points={loss}
+          second={{ points: heldOut, label: 'held-out loss' }}
           formatY={formatLoss}
           empty={fetching && !data ? 'Reading the curve…' : 'No step reported yet: the curve starts with the first.'}
         />

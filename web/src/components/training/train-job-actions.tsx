@@ -55,8 +55,8 @@ export type Published = Answer<typeof TrainJobActions_PublishMutation, 'publishT
 /** The answer names no job: graphcache's updater reads the job's adapter and the catalog's models again. */
 export const TrainJobActions_PublishMutation = graphql(
   `
-  mutation TrainJobActions_Publish($id: ID!) {
-    publishTrainJob(id: $id) {
+  mutation TrainJobActions_Publish($id: ID!, $force: Boolean, $reason: String) {
+    publishTrainJob(id: $id, force: $force, reason: $reason) {
       __typename
       ... on TrainJobPublished {
         adapter
@@ -83,6 +83,7 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
   const [problem, setProblem] = useState<{ refusal?: Refusal; error?: CombinedError }>();
   const [published, setPublished] = useState<Published>();
   const [confirming, setConfirming] = useState(false);
+  const [reason, setReason] = useState('');
   const active = job.state === 'QUEUED' || job.state === 'RUNNING';
 
   const report = <T extends { __typename: string }>(outcome: Outcome<T> | undefined, error?: CombinedError) => {
@@ -95,9 +96,9 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
     const result = await cancel({ id: job.id });
     report(result.data?.cancelTrainJob, result.error);
   };
-  const onPublish = async () => {
+  const onPublish = async (force = false) => {
     setProblem(undefined);
-    const result = await publish({ id: job.id });
+    const result = await publish(force ? { id: job.id, force: true, reason } : { id: job.id });
     const answer = report(result.data?.publishTrainJob, result.error);
     if (answer?.__typename === 'TrainJobPublished') setPublished(answer);
   };
@@ -118,7 +119,12 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
         ) : null}
         {active && job.cancelRequested ? <span className="muted">cancelling…</span> : null}
         {job.state === 'DONE' && !job.adapter && !published ? (
-          <button type="button" className="button small primary" disabled={publishState.fetching} onClick={onPublish}>
+          <button
+            type="button"
+            className="button small primary"
+            disabled={publishState.fetching}
+            onClick={() => onPublish()}
+          >
             Publish
           </button>
         ) : null}
@@ -155,6 +161,24 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
         </p>
       ) : null}
       <FormError refusal={problem?.refusal} error={problem?.error} />
+      {/* Refused for its evaluation: the way past it is labelled, and needs a reason the audit log keeps. */}
+      {problem?.refusal && /WORSE/.test(problem.refusal.message) && !published ? (
+        <details className="fetch-anyway">
+          <summary>Publish anyway…</summary>
+          <label className="field">
+            <span>Why (kept in the audit log with the evaluation)</span>
+            <input value={reason} onChange={(e) => setReason(e.target.value)} />
+          </label>
+          <button
+            type="button"
+            className="button small danger"
+            disabled={publishState.fetching || !reason.trim()}
+            onClick={() => onPublish(true)}
+          >
+            Publish {job.name} although it is worse
+          </button>
+        </details>
+      ) : null}
       {confirming ? <DeleteJob job={job} onClose={() => setConfirming(false)} onDeleted={onDeleted} /> : null}
     </div>
   );

@@ -46,6 +46,8 @@ function job(over: Record<string, unknown> = {}) {
     adapter: null,
     events: [{ __typename: 'TrainEvent', id: 'e1', level: 'info', message: 'claimed by node gpu-1', at: now }],
     artifacts: [],
+    heldOut: 5,
+    evaluation: null,
     ...over,
   };
 }
@@ -57,6 +59,7 @@ const metric = (step: number) => ({
   lr: 0.0002,
   peakMiB: 800 + step * 50,
   tokensPerSecond: 1200,
+  evalLoss: step % 2 === 0 ? 3.2 - step * 0.2 : null,
 });
 
 function renderPage(state: { job: ReturnType<typeof job>; metrics: number }) {
@@ -146,6 +149,58 @@ describe('TrainJobPage', () => {
     );
     expect(screen.getByRole('row', { name: /rank 16 the LoRA rank r/ })).toBeInTheDocument();
     expect(screen.getByText('claimed by node gpu-1')).toBeInTheDocument();
+  });
+
+  it('shows the held-out loss beside the training loss, and the evaluation with the questions side by side', async () => {
+    const metricRow = (set: string, name: string, base: number, adapter: number, low: number, high: number) => ({
+      __typename: 'EvalMetric',
+      set,
+      name,
+      base,
+      adapter,
+      difference: adapter - base,
+      low,
+      high,
+    });
+    const evaluation = {
+      __typename: 'TrainEvaluation',
+      heldOut: 5,
+      seed: 42,
+      verdict: 'WORSE',
+      forgettingVerdict: 'NO_CLEAR_DIFFERENCE',
+      metrics: [
+        metricRow('pairs', 'tokenF1', 0.6, 0.2, -0.6, -0.2),
+        metricRow('general', 'tokenF1', 0.5, 0.5, -0.1, 0.1),
+      ],
+      questions: [
+        {
+          __typename: 'EvalQuestion',
+          set: 'pairs',
+          question: 'What is the code word for item 3?',
+          reference: 'word 3',
+          baseAnswer: 'word 3',
+          adapterAnswer: 'banana',
+          baseF1: 1,
+          adapterF1: 0,
+        },
+      ],
+    };
+    renderPage({ job: job({ state: 'DONE', evaluation }), metrics: 4 });
+    const loss = await screen.findByRole('figure', { name: /^Loss/ });
+    expect(await within(loss).findByText(/held-out loss \(2\.400 at step 4\)/)).toBeInTheDocument();
+    const panel = await screen.findByRole('region', { name: 'Evaluation' });
+    expect(within(panel).getByText('worse than the base')).toBeInTheDocument();
+    expect(within(panel).getByText('no clear difference')).toBeInTheDocument();
+    const measures = within(panel).getByRole('table', { name: 'Measures, base against adapter' });
+    expect(
+      within(measures).getByRole('row', { name: /held-out pairs Token F1 0\.600 0\.200 -0\.400 -0\.600 to -0\.200/ }),
+    ).toBeInTheDocument();
+    const questions = within(panel).getByRole('table', { name: 'The questions, side by side' });
+    expect(
+      within(questions).getByRole('row', {
+        name: /What is the code word for item 3\? word 3 word 3 banana 1\.00 → 0\.00/,
+      }),
+    ).toBeInTheDocument();
   });
 
   it('cancels a running job and shows it as cancelling until its node has stopped', async () => {

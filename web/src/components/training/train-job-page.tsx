@@ -11,6 +11,7 @@ import { jobBadge } from '../common/job-badge';
 import { PageLink } from '../common/page-link';
 import { TimeAgo } from '../common/time-ago';
 import { TrainCharts } from './train-charts';
+import { TrainEvaluation, TrainEvaluation_JobFragment } from './train-evaluation';
 import { TrainJobActions } from './train-job-actions';
 import { ownerText, TrainJob_RowFragment, TrainProgress } from './train-progress';
 
@@ -32,6 +33,7 @@ export const TrainJobPage_JobFragment = graphql(
     startedAt
     finishedAt
     adapter
+    ...TrainEvaluation_Job
     events {
       id
       level
@@ -52,7 +54,7 @@ export const TrainJobPage_JobFragment = graphql(
     }
   }
 `,
-  [TrainJob_RowFragment],
+  [TrainJob_RowFragment, TrainEvaluation_JobFragment],
 );
 
 type ParamAbout = { name: string; about: string };
@@ -153,6 +155,7 @@ export function TrainJobPage({ id, canChange, onDeleted }: { id: string; canChan
             <TrainProgress job={job} />
           </section>
           <TrainCharts id={job.id} gpuMiB={job.gpuMiB} />
+          <TrainEvaluation job={job} />
           <div className="train-columns">
             <Events job={job} />
             <div className="train-side">

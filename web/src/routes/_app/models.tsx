@@ -7,5 +7,5 @@ export const Route = createFileRoute('/_app/models')({
 
 function ModelsRoute() {
   const { viewer } = Route.useRouteContext();
-  return <ModelsPage canChange={viewer.role !== 'VIEWER'} />;
+  return <ModelsPage canChange={viewer.role !== 'VIEWER'} admin={viewer.role === 'ADMIN'} />;
 }

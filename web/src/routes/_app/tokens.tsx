@@ -2,5 +2,10 @@ import { createFileRoute } from '@tanstack/react-router';
 import { TokensPage } from '../../components/tokens/tokens-page';
 
 export const Route = createFileRoute('/_app/tokens')({
-  component: TokensPage,
+  component: TokensRoute,
 });
+
+function TokensRoute() {
+  const { viewer } = Route.useRouteContext();
+  return <TokensPage viewer={{ role: viewer.role }} />;
+}

@@ -412,6 +412,7 @@ export const ModelName = {
   ServeJobStep: 'ServeJobStep',
   TrainJob: 'TrainJob',
   TrainMetric: 'TrainMetric',
+  TrainEvaluation: 'TrainEvaluation',
   TrainEvent: 'TrainEvent',
   TrainArtifact: 'TrainArtifact',
   Org: 'Org',
@@ -422,7 +423,11 @@ export const ModelName = {
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
-  UsageSpool: 'UsageSpool'
+  UsageSpool: 'UsageSpool',
+  Limit: 'Limit',
+  LimitWindow: 'LimitWindow',
+  Price: 'Price',
+  GpuTime: 'GpuTime'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -438,7 +443,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -1552,6 +1557,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    TrainEvaluation: {
+      payload: Prisma.$TrainEvaluationPayload<ExtArgs>
+      fields: Prisma.TrainEvaluationFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.TrainEvaluationFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.TrainEvaluationFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        findFirst: {
+          args: Prisma.TrainEvaluationFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.TrainEvaluationFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        findMany: {
+          args: Prisma.TrainEvaluationFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>[]
+        }
+        create: {
+          args: Prisma.TrainEvaluationCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        createMany: {
+          args: Prisma.TrainEvaluationCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.TrainEvaluationCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>[]
+        }
+        delete: {
+          args: Prisma.TrainEvaluationDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        update: {
+          args: Prisma.TrainEvaluationUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        deleteMany: {
+          args: Prisma.TrainEvaluationDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.TrainEvaluationUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.TrainEvaluationUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>[]
+        }
+        upsert: {
+          args: Prisma.TrainEvaluationUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$TrainEvaluationPayload>
+        }
+        aggregate: {
+          args: Prisma.TrainEvaluationAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateTrainEvaluation>
+        }
+        groupBy: {
+          args: Prisma.TrainEvaluationGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.TrainEvaluationGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.TrainEvaluationCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.TrainEvaluationCountAggregateOutputType> | number
+        }
+      }
+    }
     TrainEvent: {
       payload: Prisma.$TrainEventPayload<ExtArgs>
       fields: Prisma.TrainEventFieldRefs
@@ -2366,6 +2445,302 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    Limit: {
+      payload: Prisma.$LimitPayload<ExtArgs>
+      fields: Prisma.LimitFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.LimitFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.LimitFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        findFirst: {
+          args: Prisma.LimitFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.LimitFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        findMany: {
+          args: Prisma.LimitFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>[]
+        }
+        create: {
+          args: Prisma.LimitCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        createMany: {
+          args: Prisma.LimitCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.LimitCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>[]
+        }
+        delete: {
+          args: Prisma.LimitDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        update: {
+          args: Prisma.LimitUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        deleteMany: {
+          args: Prisma.LimitDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.LimitUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.LimitUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>[]
+        }
+        upsert: {
+          args: Prisma.LimitUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitPayload>
+        }
+        aggregate: {
+          args: Prisma.LimitAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateLimit>
+        }
+        groupBy: {
+          args: Prisma.LimitGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LimitGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.LimitCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LimitCountAggregateOutputType> | number
+        }
+      }
+    }
+    LimitWindow: {
+      payload: Prisma.$LimitWindowPayload<ExtArgs>
+      fields: Prisma.LimitWindowFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.LimitWindowFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.LimitWindowFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        findFirst: {
+          args: Prisma.LimitWindowFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.LimitWindowFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        findMany: {
+          args: Prisma.LimitWindowFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>[]
+        }
+        create: {
+          args: Prisma.LimitWindowCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        createMany: {
+          args: Prisma.LimitWindowCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.LimitWindowCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>[]
+        }
+        delete: {
+          args: Prisma.LimitWindowDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        update: {
+          args: Prisma.LimitWindowUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        deleteMany: {
+          args: Prisma.LimitWindowDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.LimitWindowUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.LimitWindowUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>[]
+        }
+        upsert: {
+          args: Prisma.LimitWindowUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$LimitWindowPayload>
+        }
+        aggregate: {
+          args: Prisma.LimitWindowAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateLimitWindow>
+        }
+        groupBy: {
+          args: Prisma.LimitWindowGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LimitWindowGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.LimitWindowCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.LimitWindowCountAggregateOutputType> | number
+        }
+      }
+    }
+    Price: {
+      payload: Prisma.$PricePayload<ExtArgs>
+      fields: Prisma.PriceFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.PriceFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.PriceFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        findFirst: {
+          args: Prisma.PriceFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.PriceFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        findMany: {
+          args: Prisma.PriceFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>[]
+        }
+        create: {
+          args: Prisma.PriceCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        createMany: {
+          args: Prisma.PriceCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.PriceCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>[]
+        }
+        delete: {
+          args: Prisma.PriceDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        update: {
+          args: Prisma.PriceUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        deleteMany: {
+          args: Prisma.PriceDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.PriceUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.PriceUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>[]
+        }
+        upsert: {
+          args: Prisma.PriceUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$PricePayload>
+        }
+        aggregate: {
+          args: Prisma.PriceAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregatePrice>
+        }
+        groupBy: {
+          args: Prisma.PriceGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.PriceGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.PriceCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.PriceCountAggregateOutputType> | number
+        }
+      }
+    }
+    GpuTime: {
+      payload: Prisma.$GpuTimePayload<ExtArgs>
+      fields: Prisma.GpuTimeFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.GpuTimeFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.GpuTimeFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        findFirst: {
+          args: Prisma.GpuTimeFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.GpuTimeFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        findMany: {
+          args: Prisma.GpuTimeFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>[]
+        }
+        create: {
+          args: Prisma.GpuTimeCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        createMany: {
+          args: Prisma.GpuTimeCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.GpuTimeCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>[]
+        }
+        delete: {
+          args: Prisma.GpuTimeDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        update: {
+          args: Prisma.GpuTimeUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        deleteMany: {
+          args: Prisma.GpuTimeDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.GpuTimeUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.GpuTimeUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>[]
+        }
+        upsert: {
+          args: Prisma.GpuTimeUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GpuTimePayload>
+        }
+        aggregate: {
+          args: Prisma.GpuTimeAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateGpuTime>
+        }
+        groupBy: {
+          args: Prisma.GpuTimeGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.GpuTimeGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.GpuTimeCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.GpuTimeCountAggregateOutputType> | number
+        }
+      }
+    }
   }
 } & {
   other: {
@@ -2444,7 +2819,8 @@ export const ApiTokenScalarFieldEnum = {
   expiresAt: 'expiresAt',
   lastUsedAt: 'lastUsedAt',
   revokedAt: 'revokedAt',
-  callerOnly: 'callerOnly'
+  callerOnly: 'callerOnly',
+  batch: 'batch'
 } as const
 
 export type ApiTokenScalarFieldEnum = (typeof ApiTokenScalarFieldEnum)[keyof typeof ApiTokenScalarFieldEnum]
@@ -2529,6 +2905,8 @@ export const CatalogModelScalarFieldEnum = {
   awakeUntil: 'awakeUntil',
   lastRequestAt: 'lastRequestAt',
   owner: 'owner',
+  routing: 'routing',
+  fallbacks: 'fallbacks',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -2655,6 +3033,10 @@ export const TrainJobScalarFieldEnum = {
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   cancelRequestedAt: 'cancelRequestedAt',
+  evalShare: 'evalShare',
+  evalSeed: 'evalSeed',
+  heldOutLines: 'heldOutLines',
+  evalDataSha256: 'evalDataSha256',
   createdById: 'createdById',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -2673,10 +3055,26 @@ export const TrainMetricScalarFieldEnum = {
   lr: 'lr',
   peakMiB: 'peakMiB',
   tokensPerS: 'tokensPerS',
+  evalLoss: 'evalLoss',
   at: 'at'
 } as const
 
 export type TrainMetricScalarFieldEnum = (typeof TrainMetricScalarFieldEnum)[keyof typeof TrainMetricScalarFieldEnum]
+
+
+export const TrainEvaluationScalarFieldEnum = {
+  jobId: 'jobId',
+  heldOut: 'heldOut',
+  seed: 'seed',
+  verdict: 'verdict',
+  forgettingVerdict: 'forgettingVerdict',
+  metrics: 'metrics',
+  questions: 'questions',
+  published: 'published',
+  at: 'at'
+} as const
+
+export type TrainEvaluationScalarFieldEnum = (typeof TrainEvaluationScalarFieldEnum)[keyof typeof TrainEvaluationScalarFieldEnum]
 
 
 export const TrainEventScalarFieldEnum = {
@@ -2814,6 +3212,64 @@ export const UsageSpoolScalarFieldEnum = {
 } as const
 
 export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
+
+
+export const LimitScalarFieldEnum = {
+  id: 'id',
+  scope: 'scope',
+  model: 'model',
+  requestsPerMinute: 'requestsPerMinute',
+  tokensPerMinute: 'tokensPerMinute',
+  concurrentRequests: 'concurrentRequests',
+  tokensPerDay: 'tokensPerDay',
+  tokensPerMonth: 'tokensPerMonth',
+  spendPerMonth: 'spendPerMonth',
+  declared: 'declared',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type LimitScalarFieldEnum = (typeof LimitScalarFieldEnum)[keyof typeof LimitScalarFieldEnum]
+
+
+export const LimitWindowScalarFieldEnum = {
+  limitId: 'limitId',
+  kind: 'kind',
+  start: 'start',
+  used: 'used',
+  leased: 'leased'
+} as const
+
+export type LimitWindowScalarFieldEnum = (typeof LimitWindowScalarFieldEnum)[keyof typeof LimitWindowScalarFieldEnum]
+
+
+export const PriceScalarFieldEnum = {
+  id: 'id',
+  target: 'target',
+  name: 'name',
+  perGpuHour: 'perGpuHour',
+  perMillionPromptTokens: 'perMillionPromptTokens',
+  perMillionCompletionTokens: 'perMillionCompletionTokens',
+  declared: 'declared',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type PriceScalarFieldEnum = (typeof PriceScalarFieldEnum)[keyof typeof PriceScalarFieldEnum]
+
+
+export const GpuTimeScalarFieldEnum = {
+  id: 'id',
+  replicaId: 'replicaId',
+  modelId: 'modelId',
+  node: 'node',
+  gpuName: 'gpuName',
+  gpus: 'gpus',
+  startedAt: 'startedAt',
+  endedAt: 'endedAt'
+} as const
+
+export type GpuTimeScalarFieldEnum = (typeof GpuTimeScalarFieldEnum)[keyof typeof GpuTimeScalarFieldEnum]
 
 
 export const SortOrder = {
@@ -3004,6 +3460,20 @@ export type ListEnumEngineFieldRefInput<$PrismaModel> = FieldRefInputType<$Prism
 
 
 /**
+ * Reference to a field of type 'RoutingPolicy'
+ */
+export type EnumRoutingPolicyFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'RoutingPolicy'>
+    
+
+
+/**
+ * Reference to a field of type 'RoutingPolicy[]'
+ */
+export type ListEnumRoutingPolicyFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'RoutingPolicy[]'>
+    
+
+
+/**
  * Reference to a field of type 'ServedNameKind'
  */
 export type EnumServedNameKindFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'ServedNameKind'>
@@ -3098,6 +3568,34 @@ export type EnumAuditOutcomeFieldRefInput<$PrismaModel> = FieldRefInputType<$Pri
  * Reference to a field of type 'AuditOutcome[]'
  */
 export type ListEnumAuditOutcomeFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'AuditOutcome[]'>
+    
+
+
+/**
+ * Reference to a field of type 'Decimal'
+ */
+export type DecimalFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Decimal'>
+    
+
+
+/**
+ * Reference to a field of type 'Decimal[]'
+ */
+export type ListDecimalFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Decimal[]'>
+    
+
+
+/**
+ * Reference to a field of type 'PriceTarget'
+ */
+export type EnumPriceTargetFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'PriceTarget'>
+    
+
+
+/**
+ * Reference to a field of type 'PriceTarget[]'
+ */
+export type ListEnumPriceTargetFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'PriceTarget[]'>
     
 
 /**
@@ -3266,6 +3764,7 @@ export type GlobalOmitConfig = {
   serveJobStep?: Prisma.ServeJobStepOmit
   trainJob?: Prisma.TrainJobOmit
   trainMetric?: Prisma.TrainMetricOmit
+  trainEvaluation?: Prisma.TrainEvaluationOmit
   trainEvent?: Prisma.TrainEventOmit
   trainArtifact?: Prisma.TrainArtifactOmit
   org?: Prisma.OrgOmit
@@ -3277,6 +3776,10 @@ export type GlobalOmitConfig = {
   loginLimit?: Prisma.LoginLimitOmit
   usageMinute?: Prisma.UsageMinuteOmit
   usageSpool?: Prisma.UsageSpoolOmit
+  limit?: Prisma.LimitOmit
+  limitWindow?: Prisma.LimitWindowOmit
+  price?: Prisma.PriceOmit
+  gpuTime?: Prisma.GpuTimeOmit
 }
 
 /* Types for Logging */

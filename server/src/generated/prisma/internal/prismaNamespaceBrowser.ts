@@ -66,6 +66,7 @@ export const ModelName = {
   ServeJobStep: 'ServeJobStep',
   TrainJob: 'TrainJob',
   TrainMetric: 'TrainMetric',
+  TrainEvaluation: 'TrainEvaluation',
   TrainEvent: 'TrainEvent',
   TrainArtifact: 'TrainArtifact',
   Org: 'Org',
@@ -76,7 +77,11 @@ export const ModelName = {
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
-  UsageSpool: 'UsageSpool'
+  UsageSpool: 'UsageSpool',
+  Limit: 'Limit',
+  LimitWindow: 'LimitWindow',
+  Price: 'Price',
+  GpuTime: 'GpuTime'
 } as const
 
 export type ModelName = (typeof ModelName)[keyof typeof ModelName]
@@ -134,7 +139,8 @@ export const ApiTokenScalarFieldEnum = {
   expiresAt: 'expiresAt',
   lastUsedAt: 'lastUsedAt',
   revokedAt: 'revokedAt',
-  callerOnly: 'callerOnly'
+  callerOnly: 'callerOnly',
+  batch: 'batch'
 } as const
 
 export type ApiTokenScalarFieldEnum = (typeof ApiTokenScalarFieldEnum)[keyof typeof ApiTokenScalarFieldEnum]
@@ -219,6 +225,8 @@ export const CatalogModelScalarFieldEnum = {
   awakeUntil: 'awakeUntil',
   lastRequestAt: 'lastRequestAt',
   owner: 'owner',
+  routing: 'routing',
+  fallbacks: 'fallbacks',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -345,6 +353,10 @@ export const TrainJobScalarFieldEnum = {
   leaseOwner: 'leaseOwner',
   leaseUntil: 'leaseUntil',
   cancelRequestedAt: 'cancelRequestedAt',
+  evalShare: 'evalShare',
+  evalSeed: 'evalSeed',
+  heldOutLines: 'heldOutLines',
+  evalDataSha256: 'evalDataSha256',
   createdById: 'createdById',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt',
@@ -363,10 +375,26 @@ export const TrainMetricScalarFieldEnum = {
   lr: 'lr',
   peakMiB: 'peakMiB',
   tokensPerS: 'tokensPerS',
+  evalLoss: 'evalLoss',
   at: 'at'
 } as const
 
 export type TrainMetricScalarFieldEnum = (typeof TrainMetricScalarFieldEnum)[keyof typeof TrainMetricScalarFieldEnum]
+
+
+export const TrainEvaluationScalarFieldEnum = {
+  jobId: 'jobId',
+  heldOut: 'heldOut',
+  seed: 'seed',
+  verdict: 'verdict',
+  forgettingVerdict: 'forgettingVerdict',
+  metrics: 'metrics',
+  questions: 'questions',
+  published: 'published',
+  at: 'at'
+} as const
+
+export type TrainEvaluationScalarFieldEnum = (typeof TrainEvaluationScalarFieldEnum)[keyof typeof TrainEvaluationScalarFieldEnum]
 
 
 export const TrainEventScalarFieldEnum = {
@@ -504,6 +532,64 @@ export const UsageSpoolScalarFieldEnum = {
 } as const
 
 export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
+
+
+export const LimitScalarFieldEnum = {
+  id: 'id',
+  scope: 'scope',
+  model: 'model',
+  requestsPerMinute: 'requestsPerMinute',
+  tokensPerMinute: 'tokensPerMinute',
+  concurrentRequests: 'concurrentRequests',
+  tokensPerDay: 'tokensPerDay',
+  tokensPerMonth: 'tokensPerMonth',
+  spendPerMonth: 'spendPerMonth',
+  declared: 'declared',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type LimitScalarFieldEnum = (typeof LimitScalarFieldEnum)[keyof typeof LimitScalarFieldEnum]
+
+
+export const LimitWindowScalarFieldEnum = {
+  limitId: 'limitId',
+  kind: 'kind',
+  start: 'start',
+  used: 'used',
+  leased: 'leased'
+} as const
+
+export type LimitWindowScalarFieldEnum = (typeof LimitWindowScalarFieldEnum)[keyof typeof LimitWindowScalarFieldEnum]
+
+
+export const PriceScalarFieldEnum = {
+  id: 'id',
+  target: 'target',
+  name: 'name',
+  perGpuHour: 'perGpuHour',
+  perMillionPromptTokens: 'perMillionPromptTokens',
+  perMillionCompletionTokens: 'perMillionCompletionTokens',
+  declared: 'declared',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type PriceScalarFieldEnum = (typeof PriceScalarFieldEnum)[keyof typeof PriceScalarFieldEnum]
+
+
+export const GpuTimeScalarFieldEnum = {
+  id: 'id',
+  replicaId: 'replicaId',
+  modelId: 'modelId',
+  node: 'node',
+  gpuName: 'gpuName',
+  gpus: 'gpus',
+  startedAt: 'startedAt',
+  endedAt: 'endedAt'
+} as const
+
+export type GpuTimeScalarFieldEnum = (typeof GpuTimeScalarFieldEnum)[keyof typeof GpuTimeScalarFieldEnum]
 
 
 export const SortOrder = {

@@ -36,6 +36,7 @@ export type ApiTokenMinAggregateOutputType = {
   lastUsedAt: Date | null
   revokedAt: Date | null
   callerOnly: boolean | null
+  batch: boolean | null
 }
 
 export type ApiTokenMaxAggregateOutputType = {
@@ -50,6 +51,7 @@ export type ApiTokenMaxAggregateOutputType = {
   lastUsedAt: Date | null
   revokedAt: Date | null
   callerOnly: boolean | null
+  batch: boolean | null
 }
 
 export type ApiTokenCountAggregateOutputType = {
@@ -64,6 +66,7 @@ export type ApiTokenCountAggregateOutputType = {
   lastUsedAt: number
   revokedAt: number
   callerOnly: number
+  batch: number
   _all: number
 }
 
@@ -80,6 +83,7 @@ export type ApiTokenMinAggregateInputType = {
   lastUsedAt?: true
   revokedAt?: true
   callerOnly?: true
+  batch?: true
 }
 
 export type ApiTokenMaxAggregateInputType = {
@@ -94,6 +98,7 @@ export type ApiTokenMaxAggregateInputType = {
   lastUsedAt?: true
   revokedAt?: true
   callerOnly?: true
+  batch?: true
 }
 
 export type ApiTokenCountAggregateInputType = {
@@ -108,6 +113,7 @@ export type ApiTokenCountAggregateInputType = {
   lastUsedAt?: true
   revokedAt?: true
   callerOnly?: true
+  batch?: true
   _all?: true
 }
 
@@ -195,6 +201,7 @@ export type ApiTokenGroupByOutputType = {
   lastUsedAt: Date | null
   revokedAt: Date | null
   callerOnly: boolean
+  batch: boolean
   _count: ApiTokenCountAggregateOutputType | null
   _min: ApiTokenMinAggregateOutputType | null
   _max: ApiTokenMaxAggregateOutputType | null
@@ -230,6 +237,7 @@ export type ApiTokenWhereInput = {
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
+  batch?: Prisma.BoolFilter<"ApiToken"> | boolean
   user?: Prisma.XOR<Prisma.UserScalarRelationFilter, Prisma.UserWhereInput>
   memberships?: Prisma.MembershipListRelationFilter
 }
@@ -246,6 +254,7 @@ export type ApiTokenOrderByWithRelationInput = {
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   callerOnly?: Prisma.SortOrder
+  batch?: Prisma.SortOrder
   user?: Prisma.UserOrderByWithRelationInput
   memberships?: Prisma.MembershipOrderByRelationAggregateInput
 }
@@ -265,6 +274,7 @@ export type ApiTokenWhereUniqueInput = Prisma.AtLeast<{
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
+  batch?: Prisma.BoolFilter<"ApiToken"> | boolean
   user?: Prisma.XOR<Prisma.UserScalarRelationFilter, Prisma.UserWhereInput>
   memberships?: Prisma.MembershipListRelationFilter
 }, "id" | "tokenHash">
@@ -281,6 +291,7 @@ export type ApiTokenOrderByWithAggregationInput = {
   lastUsedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   revokedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   callerOnly?: Prisma.SortOrder
+  batch?: Prisma.SortOrder
   _count?: Prisma.ApiTokenCountOrderByAggregateInput
   _max?: Prisma.ApiTokenMaxOrderByAggregateInput
   _min?: Prisma.ApiTokenMinOrderByAggregateInput
@@ -301,6 +312,7 @@ export type ApiTokenScalarWhereWithAggregatesInput = {
   lastUsedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"ApiToken"> | Date | string | null
   callerOnly?: Prisma.BoolWithAggregatesFilter<"ApiToken"> | boolean
+  batch?: Prisma.BoolWithAggregatesFilter<"ApiToken"> | boolean
 }
 
 export type ApiTokenCreateInput = {
@@ -314,6 +326,7 @@ export type ApiTokenCreateInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
   user: Prisma.UserCreateNestedOneWithoutApiTokensInput
   memberships?: Prisma.MembershipCreateNestedManyWithoutApiTokenInput
 }
@@ -330,6 +343,7 @@ export type ApiTokenUncheckedCreateInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
   memberships?: Prisma.MembershipUncheckedCreateNestedManyWithoutApiTokenInput
 }
 
@@ -344,6 +358,7 @@ export type ApiTokenUpdateInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
   user?: Prisma.UserUpdateOneRequiredWithoutApiTokensNestedInput
   memberships?: Prisma.MembershipUpdateManyWithoutApiTokenNestedInput
 }
@@ -360,6 +375,7 @@ export type ApiTokenUncheckedUpdateInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUncheckedUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -375,6 +391,7 @@ export type ApiTokenCreateManyInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
 }
 
 export type ApiTokenUpdateManyMutationInput = {
@@ -388,6 +405,7 @@ export type ApiTokenUpdateManyMutationInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenUncheckedUpdateManyInput = {
@@ -402,6 +420,7 @@ export type ApiTokenUncheckedUpdateManyInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenListRelationFilter = {
@@ -426,6 +445,7 @@ export type ApiTokenCountOrderByAggregateInput = {
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
   callerOnly?: Prisma.SortOrder
+  batch?: Prisma.SortOrder
 }
 
 export type ApiTokenMaxOrderByAggregateInput = {
@@ -440,6 +460,7 @@ export type ApiTokenMaxOrderByAggregateInput = {
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
   callerOnly?: Prisma.SortOrder
+  batch?: Prisma.SortOrder
 }
 
 export type ApiTokenMinOrderByAggregateInput = {
@@ -454,6 +475,7 @@ export type ApiTokenMinOrderByAggregateInput = {
   lastUsedAt?: Prisma.SortOrder
   revokedAt?: Prisma.SortOrder
   callerOnly?: Prisma.SortOrder
+  batch?: Prisma.SortOrder
 }
 
 export type ApiTokenNullableScalarRelationFilter = {
@@ -534,6 +556,7 @@ export type ApiTokenCreateWithoutUserInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
   memberships?: Prisma.MembershipCreateNestedManyWithoutApiTokenInput
 }
 
@@ -548,6 +571,7 @@ export type ApiTokenUncheckedCreateWithoutUserInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
   memberships?: Prisma.MembershipUncheckedCreateNestedManyWithoutApiTokenInput
 }
 
@@ -592,6 +616,7 @@ export type ApiTokenScalarWhereInput = {
   lastUsedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   revokedAt?: Prisma.DateTimeNullableFilter<"ApiToken"> | Date | string | null
   callerOnly?: Prisma.BoolFilter<"ApiToken"> | boolean
+  batch?: Prisma.BoolFilter<"ApiToken"> | boolean
 }
 
 export type ApiTokenCreateWithoutMembershipsInput = {
@@ -605,6 +630,7 @@ export type ApiTokenCreateWithoutMembershipsInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
   user: Prisma.UserCreateNestedOneWithoutApiTokensInput
 }
 
@@ -620,6 +646,7 @@ export type ApiTokenUncheckedCreateWithoutMembershipsInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
 }
 
 export type ApiTokenCreateOrConnectWithoutMembershipsInput = {
@@ -649,6 +676,7 @@ export type ApiTokenUpdateWithoutMembershipsInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
   user?: Prisma.UserUpdateOneRequiredWithoutApiTokensNestedInput
 }
 
@@ -664,6 +692,7 @@ export type ApiTokenUncheckedUpdateWithoutMembershipsInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 export type ApiTokenCreateManyUserInput = {
@@ -677,6 +706,7 @@ export type ApiTokenCreateManyUserInput = {
   lastUsedAt?: Date | string | null
   revokedAt?: Date | string | null
   callerOnly?: boolean
+  batch?: boolean
 }
 
 export type ApiTokenUpdateWithoutUserInput = {
@@ -690,6 +720,7 @@ export type ApiTokenUpdateWithoutUserInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -704,6 +735,7 @@ export type ApiTokenUncheckedUpdateWithoutUserInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
   memberships?: Prisma.MembershipUncheckedUpdateManyWithoutApiTokenNestedInput
 }
 
@@ -718,6 +750,7 @@ export type ApiTokenUncheckedUpdateManyWithoutUserInput = {
   lastUsedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   revokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   callerOnly?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  batch?: Prisma.BoolFieldUpdateOperationsInput | boolean
 }
 
 
@@ -763,6 +796,7 @@ export type ApiTokenSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   lastUsedAt?: boolean
   revokedAt?: boolean
   callerOnly?: boolean
+  batch?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
   memberships?: boolean | Prisma.ApiToken$membershipsArgs<ExtArgs>
   _count?: boolean | Prisma.ApiTokenCountOutputTypeDefaultArgs<ExtArgs>
@@ -780,6 +814,7 @@ export type ApiTokenSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   lastUsedAt?: boolean
   revokedAt?: boolean
   callerOnly?: boolean
+  batch?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["apiToken"]>
 
@@ -795,6 +830,7 @@ export type ApiTokenSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   lastUsedAt?: boolean
   revokedAt?: boolean
   callerOnly?: boolean
+  batch?: boolean
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["apiToken"]>
 
@@ -810,9 +846,10 @@ export type ApiTokenSelectScalar = {
   lastUsedAt?: boolean
   revokedAt?: boolean
   callerOnly?: boolean
+  batch?: boolean
 }
 
-export type ApiTokenOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "tokenHash" | "role" | "userId" | "createdAt" | "expiresAt" | "lastUsedAt" | "revokedAt" | "callerOnly", ExtArgs["result"]["apiToken"]>
+export type ApiTokenOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "prefix" | "tokenHash" | "role" | "userId" | "createdAt" | "expiresAt" | "lastUsedAt" | "revokedAt" | "callerOnly" | "batch", ExtArgs["result"]["apiToken"]>
 export type ApiTokenInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   user?: boolean | Prisma.UserDefaultArgs<ExtArgs>
   memberships?: boolean | Prisma.ApiToken$membershipsArgs<ExtArgs>
@@ -843,6 +880,7 @@ export type $ApiTokenPayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     lastUsedAt: Date | null
     revokedAt: Date | null
     callerOnly: boolean
+    batch: boolean
   }, ExtArgs["result"]["apiToken"]>
   composites: {}
 }
@@ -1279,6 +1317,7 @@ export interface ApiTokenFieldRefs {
   readonly lastUsedAt: Prisma.FieldRef<"ApiToken", 'DateTime'>
   readonly revokedAt: Prisma.FieldRef<"ApiToken", 'DateTime'>
   readonly callerOnly: Prisma.FieldRef<"ApiToken", 'Boolean'>
+  readonly batch: Prisma.FieldRef<"ApiToken", 'Boolean'>
 }
     
 

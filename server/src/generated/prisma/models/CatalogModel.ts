@@ -63,6 +63,7 @@ export type CatalogModelMinAggregateOutputType = {
   awakeUntil: Date | null
   lastRequestAt: Date | null
   owner: string | null
+  routing: $Enums.RoutingPolicy | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -84,6 +85,7 @@ export type CatalogModelMaxAggregateOutputType = {
   awakeUntil: Date | null
   lastRequestAt: Date | null
   owner: string | null
+  routing: $Enums.RoutingPolicy | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -106,6 +108,8 @@ export type CatalogModelCountAggregateOutputType = {
   awakeUntil: number
   lastRequestAt: number
   owner: number
+  routing: number
+  fallbacks: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -149,6 +153,7 @@ export type CatalogModelMinAggregateInputType = {
   awakeUntil?: true
   lastRequestAt?: true
   owner?: true
+  routing?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -170,6 +175,7 @@ export type CatalogModelMaxAggregateInputType = {
   awakeUntil?: true
   lastRequestAt?: true
   owner?: true
+  routing?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -192,6 +198,8 @@ export type CatalogModelCountAggregateInputType = {
   awakeUntil?: true
   lastRequestAt?: true
   owner?: true
+  routing?: true
+  fallbacks?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -301,6 +309,8 @@ export type CatalogModelGroupByOutputType = {
   awakeUntil: Date | null
   lastRequestAt: Date | null
   owner: string | null
+  routing: $Enums.RoutingPolicy
+  fallbacks: string[]
   createdAt: Date
   updatedAt: Date
   _count: CatalogModelCountAggregateOutputType | null
@@ -346,6 +356,8 @@ export type CatalogModelWhereInput = {
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
+  routing?: Prisma.EnumRoutingPolicyFilter<"CatalogModel"> | $Enums.RoutingPolicy
+  fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -371,6 +383,8 @@ export type CatalogModelOrderByWithRelationInput = {
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
+  routing?: Prisma.SortOrder
+  fallbacks?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
@@ -399,6 +413,8 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   awakeUntil?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableFilter<"CatalogModel"> | Date | string | null
   owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
+  routing?: Prisma.EnumRoutingPolicyFilter<"CatalogModel"> | $Enums.RoutingPolicy
+  fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
@@ -424,6 +440,8 @@ export type CatalogModelOrderByWithAggregationInput = {
   awakeUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrderInput | Prisma.SortOrder
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
+  routing?: Prisma.SortOrder
+  fallbacks?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.CatalogModelCountOrderByAggregateInput
@@ -454,6 +472,8 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   awakeUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   lastRequestAt?: Prisma.DateTimeNullableWithAggregatesFilter<"CatalogModel"> | Date | string | null
   owner?: Prisma.StringNullableWithAggregatesFilter<"CatalogModel"> | string | null
+  routing?: Prisma.EnumRoutingPolicyWithAggregatesFilter<"CatalogModel"> | $Enums.RoutingPolicy
+  fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
 }
@@ -476,6 +496,8 @@ export type CatalogModelCreateInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -501,6 +523,8 @@ export type CatalogModelUncheckedCreateInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -526,6 +550,8 @@ export type CatalogModelUpdateInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -551,6 +577,8 @@ export type CatalogModelUncheckedUpdateInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -576,6 +604,8 @@ export type CatalogModelCreateManyInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -598,6 +628,8 @@ export type CatalogModelUpdateManyMutationInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -620,8 +652,18 @@ export type CatalogModelUncheckedUpdateManyInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
+export type StringNullableListFilter<$PrismaModel = never> = {
+  equals?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel> | null
+  has?: string | Prisma.StringFieldRefInput<$PrismaModel> | null
+  hasEvery?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel>
+  hasSome?: string[] | Prisma.ListStringFieldRefInput<$PrismaModel>
+  isEmpty?: boolean
 }
 
 export type CatalogModelCountOrderByAggregateInput = {
@@ -642,6 +684,8 @@ export type CatalogModelCountOrderByAggregateInput = {
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
   owner?: Prisma.SortOrder
+  routing?: Prisma.SortOrder
+  fallbacks?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -673,6 +717,7 @@ export type CatalogModelMaxOrderByAggregateInput = {
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
   owner?: Prisma.SortOrder
+  routing?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -694,6 +739,7 @@ export type CatalogModelMinOrderByAggregateInput = {
   awakeUntil?: Prisma.SortOrder
   lastRequestAt?: Prisma.SortOrder
   owner?: Prisma.SortOrder
+  routing?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -718,8 +764,21 @@ export type CatalogModelNullableScalarRelationFilter = {
   isNot?: Prisma.CatalogModelWhereInput | null
 }
 
+export type CatalogModelCreatefallbacksInput = {
+  set: string[]
+}
+
 export type EnumEngineFieldUpdateOperationsInput = {
   set?: $Enums.Engine
+}
+
+export type EnumRoutingPolicyFieldUpdateOperationsInput = {
+  set?: $Enums.RoutingPolicy
+}
+
+export type CatalogModelUpdatefallbacksInput = {
+  set?: string[]
+  push?: string | string[]
 }
 
 export type CatalogModelCreateNestedOneWithoutAdaptersInput = {
@@ -784,6 +843,8 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
@@ -808,6 +869,8 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
@@ -848,6 +911,8 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
@@ -872,6 +937,8 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
@@ -896,6 +963,8 @@ export type CatalogModelCreateWithoutServedNameInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -920,6 +989,8 @@ export type CatalogModelUncheckedCreateWithoutServedNameInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -960,6 +1031,8 @@ export type CatalogModelUpdateWithoutServedNameInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -984,6 +1057,8 @@ export type CatalogModelUncheckedUpdateWithoutServedNameInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -1008,6 +1083,8 @@ export type CatalogModelCreateWithoutReplicasInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
@@ -1032,6 +1109,8 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   awakeUntil?: Date | string | null
   lastRequestAt?: Date | string | null
   owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
@@ -1072,6 +1151,8 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
@@ -1096,6 +1177,8 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
@@ -1160,6 +1243,8 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   awakeUntil?: boolean
   lastRequestAt?: boolean
   owner?: boolean
+  routing?: boolean
+  fallbacks?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
@@ -1186,6 +1271,8 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   awakeUntil?: boolean
   lastRequestAt?: boolean
   owner?: boolean
+  routing?: boolean
+  fallbacks?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1208,6 +1295,8 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   awakeUntil?: boolean
   lastRequestAt?: boolean
   owner?: boolean
+  routing?: boolean
+  fallbacks?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1230,11 +1319,13 @@ export type CatalogModelSelectScalar = {
   awakeUntil?: boolean
   lastRequestAt?: boolean
   owner?: boolean
+  routing?: boolean
+  fallbacks?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "owner" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "owner" | "routing" | "fallbacks" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
@@ -1269,6 +1360,8 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     awakeUntil: Date | null
     lastRequestAt: Date | null
     owner: string | null
+    routing: $Enums.RoutingPolicy
+    fallbacks: string[]
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["catalogModel"]>
@@ -1714,6 +1807,8 @@ export interface CatalogModelFieldRefs {
   readonly awakeUntil: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly lastRequestAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly owner: Prisma.FieldRef<"CatalogModel", 'String'>
+  readonly routing: Prisma.FieldRef<"CatalogModel", 'RoutingPolicy'>
+  readonly fallbacks: Prisma.FieldRef<"CatalogModel", 'String[]'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
 }

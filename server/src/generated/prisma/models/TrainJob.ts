@@ -34,6 +34,9 @@ export type TrainJobAvgAggregateOutputType = {
   steps: number | null
   loss: number | null
   peakMiB: number | null
+  evalShare: number | null
+  evalSeed: number | null
+  heldOutLines: number | null
 }
 
 export type TrainJobSumAggregateOutputType = {
@@ -44,6 +47,9 @@ export type TrainJobSumAggregateOutputType = {
   steps: number | null
   loss: number | null
   peakMiB: number | null
+  evalShare: number | null
+  evalSeed: number | null
+  heldOutLines: number[]
 }
 
 export type TrainJobMinAggregateOutputType = {
@@ -69,6 +75,9 @@ export type TrainJobMinAggregateOutputType = {
   leaseOwner: string | null
   leaseUntil: Date | null
   cancelRequestedAt: Date | null
+  evalShare: number | null
+  evalSeed: number | null
+  evalDataSha256: string | null
   createdById: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -99,6 +108,9 @@ export type TrainJobMaxAggregateOutputType = {
   leaseOwner: string | null
   leaseUntil: Date | null
   cancelRequestedAt: Date | null
+  evalShare: number | null
+  evalSeed: number | null
+  evalDataSha256: string | null
   createdById: string | null
   createdAt: Date | null
   updatedAt: Date | null
@@ -130,6 +142,10 @@ export type TrainJobCountAggregateOutputType = {
   leaseOwner: number
   leaseUntil: number
   cancelRequestedAt: number
+  evalShare: number
+  evalSeed: number
+  heldOutLines: number
+  evalDataSha256: number
   createdById: number
   createdAt: number
   updatedAt: number
@@ -147,6 +163,9 @@ export type TrainJobAvgAggregateInputType = {
   steps?: true
   loss?: true
   peakMiB?: true
+  evalShare?: true
+  evalSeed?: true
+  heldOutLines?: true
 }
 
 export type TrainJobSumAggregateInputType = {
@@ -157,6 +176,9 @@ export type TrainJobSumAggregateInputType = {
   steps?: true
   loss?: true
   peakMiB?: true
+  evalShare?: true
+  evalSeed?: true
+  heldOutLines?: true
 }
 
 export type TrainJobMinAggregateInputType = {
@@ -182,6 +204,9 @@ export type TrainJobMinAggregateInputType = {
   leaseOwner?: true
   leaseUntil?: true
   cancelRequestedAt?: true
+  evalShare?: true
+  evalSeed?: true
+  evalDataSha256?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -212,6 +237,9 @@ export type TrainJobMaxAggregateInputType = {
   leaseOwner?: true
   leaseUntil?: true
   cancelRequestedAt?: true
+  evalShare?: true
+  evalSeed?: true
+  evalDataSha256?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -243,6 +271,10 @@ export type TrainJobCountAggregateInputType = {
   leaseOwner?: true
   leaseUntil?: true
   cancelRequestedAt?: true
+  evalShare?: true
+  evalSeed?: true
+  heldOutLines?: true
+  evalDataSha256?: true
   createdById?: true
   createdAt?: true
   updatedAt?: true
@@ -361,6 +393,10 @@ export type TrainJobGroupByOutputType = {
   leaseOwner: string | null
   leaseUntil: Date | null
   cancelRequestedAt: Date | null
+  evalShare: number
+  evalSeed: number
+  heldOutLines: number[]
+  evalDataSha256: string | null
   createdById: string | null
   createdAt: Date
   updatedAt: Date
@@ -415,6 +451,10 @@ export type TrainJobWhereInput = {
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  evalShare?: Prisma.FloatFilter<"TrainJob"> | number
+  evalSeed?: Prisma.IntFilter<"TrainJob"> | number
+  heldOutLines?: Prisma.IntNullableListFilter<"TrainJob">
+  evalDataSha256?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -451,6 +491,10 @@ export type TrainJobOrderByWithRelationInput = {
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   cancelRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  heldOutLines?: Prisma.SortOrder
+  evalDataSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdById?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -490,6 +534,10 @@ export type TrainJobWhereUniqueInput = Prisma.AtLeast<{
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  evalShare?: Prisma.FloatFilter<"TrainJob"> | number
+  evalSeed?: Prisma.IntFilter<"TrainJob"> | number
+  heldOutLines?: Prisma.IntNullableListFilter<"TrainJob">
+  evalDataSha256?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -526,6 +574,10 @@ export type TrainJobOrderByWithAggregationInput = {
   leaseOwner?: Prisma.SortOrderInput | Prisma.SortOrder
   leaseUntil?: Prisma.SortOrderInput | Prisma.SortOrder
   cancelRequestedAt?: Prisma.SortOrderInput | Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  heldOutLines?: Prisma.SortOrder
+  evalDataSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdById?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -565,6 +617,10 @@ export type TrainJobScalarWhereWithAggregatesInput = {
   leaseOwner?: Prisma.StringNullableWithAggregatesFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableWithAggregatesFilter<"TrainJob"> | Date | string | null
   cancelRequestedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"TrainJob"> | Date | string | null
+  evalShare?: Prisma.FloatWithAggregatesFilter<"TrainJob"> | number
+  evalSeed?: Prisma.IntWithAggregatesFilter<"TrainJob"> | number
+  heldOutLines?: Prisma.IntNullableListFilter<"TrainJob">
+  evalDataSha256?: Prisma.StringNullableWithAggregatesFilter<"TrainJob"> | string | null
   createdById?: Prisma.UuidNullableWithAggregatesFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"TrainJob"> | Date | string
@@ -595,6 +651,10 @@ export type TrainJobCreateInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -630,6 +690,10 @@ export type TrainJobUncheckedCreateInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -663,6 +727,10 @@ export type TrainJobUpdateInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -698,6 +766,10 @@ export type TrainJobUncheckedUpdateInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -732,6 +804,10 @@ export type TrainJobCreateManyInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -762,6 +838,10 @@ export type TrainJobUpdateManyMutationInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -792,6 +872,10 @@ export type TrainJobUncheckedUpdateManyInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -807,6 +891,14 @@ export type TrainJobListRelationFilter = {
 
 export type TrainJobOrderByRelationAggregateInput = {
   _count?: Prisma.SortOrder
+}
+
+export type IntNullableListFilter<$PrismaModel = never> = {
+  equals?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  has?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
+  hasEvery?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  hasSome?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  isEmpty?: boolean
 }
 
 export type TrainJobCountOrderByAggregateInput = {
@@ -833,6 +925,10 @@ export type TrainJobCountOrderByAggregateInput = {
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   cancelRequestedAt?: Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  heldOutLines?: Prisma.SortOrder
+  evalDataSha256?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -848,6 +944,9 @@ export type TrainJobAvgOrderByAggregateInput = {
   steps?: Prisma.SortOrder
   loss?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  heldOutLines?: Prisma.SortOrder
 }
 
 export type TrainJobMaxOrderByAggregateInput = {
@@ -873,6 +972,9 @@ export type TrainJobMaxOrderByAggregateInput = {
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   cancelRequestedAt?: Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  evalDataSha256?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -903,6 +1005,9 @@ export type TrainJobMinOrderByAggregateInput = {
   leaseOwner?: Prisma.SortOrder
   leaseUntil?: Prisma.SortOrder
   cancelRequestedAt?: Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  evalDataSha256?: Prisma.SortOrder
   createdById?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
@@ -918,6 +1023,9 @@ export type TrainJobSumOrderByAggregateInput = {
   steps?: Prisma.SortOrder
   loss?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
+  evalShare?: Prisma.SortOrder
+  evalSeed?: Prisma.SortOrder
+  heldOutLines?: Prisma.SortOrder
 }
 
 export type TrainJobScalarRelationFilter = {
@@ -1009,6 +1117,23 @@ export type TrainJobUncheckedUpdateManyWithoutNodeNestedInput = {
   deleteMany?: Prisma.TrainJobScalarWhereInput | Prisma.TrainJobScalarWhereInput[]
 }
 
+export type TrainJobCreateheldOutLinesInput = {
+  set: number[]
+}
+
+export type FloatFieldUpdateOperationsInput = {
+  set?: number
+  increment?: number
+  decrement?: number
+  multiply?: number
+  divide?: number
+}
+
+export type TrainJobUpdateheldOutLinesInput = {
+  set?: number[]
+  push?: number | number[]
+}
+
 export type TrainJobCreateNestedOneWithoutMetricsInput = {
   create?: Prisma.XOR<Prisma.TrainJobCreateWithoutMetricsInput, Prisma.TrainJobUncheckedCreateWithoutMetricsInput>
   connectOrCreate?: Prisma.TrainJobCreateOrConnectWithoutMetricsInput
@@ -1074,6 +1199,10 @@ export type TrainJobCreateWithoutCreatedByInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1108,6 +1237,10 @@ export type TrainJobUncheckedCreateWithoutCreatedByInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1170,6 +1303,10 @@ export type TrainJobScalarWhereInput = {
   leaseOwner?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   leaseUntil?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
   cancelRequestedAt?: Prisma.DateTimeNullableFilter<"TrainJob"> | Date | string | null
+  evalShare?: Prisma.FloatFilter<"TrainJob"> | number
+  evalSeed?: Prisma.IntFilter<"TrainJob"> | number
+  heldOutLines?: Prisma.IntNullableListFilter<"TrainJob">
+  evalDataSha256?: Prisma.StringNullableFilter<"TrainJob"> | string | null
   createdById?: Prisma.UuidNullableFilter<"TrainJob"> | string | null
   createdAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"TrainJob"> | Date | string
@@ -1200,6 +1337,10 @@ export type TrainJobCreateWithoutNodeInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1233,6 +1374,10 @@ export type TrainJobUncheckedCreateWithoutNodeInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1292,6 +1437,10 @@ export type TrainJobCreateWithoutMetricsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1326,6 +1475,10 @@ export type TrainJobUncheckedCreateWithoutMetricsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1374,6 +1527,10 @@ export type TrainJobUpdateWithoutMetricsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1408,6 +1565,10 @@ export type TrainJobUncheckedUpdateWithoutMetricsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1440,6 +1601,10 @@ export type TrainJobCreateWithoutEventsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1474,6 +1639,10 @@ export type TrainJobUncheckedCreateWithoutEventsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1522,6 +1691,10 @@ export type TrainJobUpdateWithoutEventsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1556,6 +1729,10 @@ export type TrainJobUncheckedUpdateWithoutEventsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1588,6 +1765,10 @@ export type TrainJobCreateWithoutArtifactsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1622,6 +1803,10 @@ export type TrainJobUncheckedCreateWithoutArtifactsInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1670,6 +1855,10 @@ export type TrainJobUpdateWithoutArtifactsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1704,6 +1893,10 @@ export type TrainJobUncheckedUpdateWithoutArtifactsInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1737,6 +1930,10 @@ export type TrainJobCreateManyCreatedByInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   startedAt?: Date | string | null
@@ -1766,6 +1963,10 @@ export type TrainJobUpdateWithoutCreatedByInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1800,6 +2001,10 @@ export type TrainJobUncheckedUpdateWithoutCreatedByInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1833,6 +2038,10 @@ export type TrainJobUncheckedUpdateManyWithoutCreatedByInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1862,6 +2071,10 @@ export type TrainJobCreateManyNodeInput = {
   leaseOwner?: string | null
   leaseUntil?: Date | string | null
   cancelRequestedAt?: Date | string | null
+  evalShare?: number
+  evalSeed?: number
+  heldOutLines?: Prisma.TrainJobCreateheldOutLinesInput | number[]
+  evalDataSha256?: string | null
   createdById?: string | null
   createdAt?: Date | string
   updatedAt?: Date | string
@@ -1892,6 +2105,10 @@ export type TrainJobUpdateWithoutNodeInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   startedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
@@ -1925,6 +2142,10 @@ export type TrainJobUncheckedUpdateWithoutNodeInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -1958,6 +2179,10 @@ export type TrainJobUncheckedUpdateManyWithoutNodeInput = {
   leaseOwner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   leaseUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   cancelRequestedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  evalShare?: Prisma.FloatFieldUpdateOperationsInput | number
+  evalSeed?: Prisma.IntFieldUpdateOperationsInput | number
+  heldOutLines?: Prisma.TrainJobUpdateheldOutLinesInput | number[]
+  evalDataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdById?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
@@ -2038,6 +2263,10 @@ export type TrainJobSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs
   leaseOwner?: boolean
   leaseUntil?: boolean
   cancelRequestedAt?: boolean
+  evalShare?: boolean
+  evalSeed?: boolean
+  heldOutLines?: boolean
+  evalDataSha256?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2075,6 +2304,10 @@ export type TrainJobSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exte
   leaseOwner?: boolean
   leaseUntil?: boolean
   cancelRequestedAt?: boolean
+  evalShare?: boolean
+  evalSeed?: boolean
+  heldOutLines?: boolean
+  evalDataSha256?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2108,6 +2341,10 @@ export type TrainJobSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exte
   leaseOwner?: boolean
   leaseUntil?: boolean
   cancelRequestedAt?: boolean
+  evalShare?: boolean
+  evalSeed?: boolean
+  heldOutLines?: boolean
+  evalDataSha256?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2141,6 +2378,10 @@ export type TrainJobSelectScalar = {
   leaseOwner?: boolean
   leaseUntil?: boolean
   cancelRequestedAt?: boolean
+  evalShare?: boolean
+  evalSeed?: boolean
+  heldOutLines?: boolean
+  evalDataSha256?: boolean
   createdById?: boolean
   createdAt?: boolean
   updatedAt?: boolean
@@ -2148,7 +2389,7 @@ export type TrainJobSelectScalar = {
   finishedAt?: boolean
 }
 
-export type TrainJobOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "model" | "baseRepo" | "baseRevision" | "nodeId" | "owner" | "gpuMiB" | "params" | "gguf" | "dataPath" | "dataSha256" | "dataBytes" | "pairs" | "state" | "step" | "steps" | "loss" | "message" | "peakMiB" | "leaseOwner" | "leaseUntil" | "cancelRequestedAt" | "createdById" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["trainJob"]>
+export type TrainJobOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "model" | "baseRepo" | "baseRevision" | "nodeId" | "owner" | "gpuMiB" | "params" | "gguf" | "dataPath" | "dataSha256" | "dataBytes" | "pairs" | "state" | "step" | "steps" | "loss" | "message" | "peakMiB" | "leaseOwner" | "leaseUntil" | "cancelRequestedAt" | "evalShare" | "evalSeed" | "heldOutLines" | "evalDataSha256" | "createdById" | "createdAt" | "updatedAt" | "startedAt" | "finishedAt", ExtArgs["result"]["trainJob"]>
 export type TrainJobInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   node?: boolean | Prisma.TrainJob$nodeArgs<ExtArgs>
   createdBy?: boolean | Prisma.TrainJob$createdByArgs<ExtArgs>
@@ -2199,6 +2440,10 @@ export type $TrainJobPayload<ExtArgs extends runtime.Types.Extensions.InternalAr
     leaseOwner: string | null
     leaseUntil: Date | null
     cancelRequestedAt: Date | null
+    evalShare: number
+    evalSeed: number
+    heldOutLines: number[]
+    evalDataSha256: string | null
     createdById: string | null
     createdAt: Date
     updatedAt: Date
@@ -2655,6 +2900,10 @@ export interface TrainJobFieldRefs {
   readonly leaseOwner: Prisma.FieldRef<"TrainJob", 'String'>
   readonly leaseUntil: Prisma.FieldRef<"TrainJob", 'DateTime'>
   readonly cancelRequestedAt: Prisma.FieldRef<"TrainJob", 'DateTime'>
+  readonly evalShare: Prisma.FieldRef<"TrainJob", 'Float'>
+  readonly evalSeed: Prisma.FieldRef<"TrainJob", 'Int'>
+  readonly heldOutLines: Prisma.FieldRef<"TrainJob", 'Int[]'>
+  readonly evalDataSha256: Prisma.FieldRef<"TrainJob", 'String'>
   readonly createdById: Prisma.FieldRef<"TrainJob", 'String'>
   readonly createdAt: Prisma.FieldRef<"TrainJob", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"TrainJob", 'DateTime'>

@@ -32,6 +32,7 @@ export type TrainMetricAvgAggregateOutputType = {
   lr: number | null
   peakMiB: number | null
   tokensPerS: number | null
+  evalLoss: number | null
 }
 
 export type TrainMetricSumAggregateOutputType = {
@@ -40,6 +41,7 @@ export type TrainMetricSumAggregateOutputType = {
   lr: number | null
   peakMiB: number | null
   tokensPerS: number | null
+  evalLoss: number | null
 }
 
 export type TrainMetricMinAggregateOutputType = {
@@ -50,6 +52,7 @@ export type TrainMetricMinAggregateOutputType = {
   lr: number | null
   peakMiB: number | null
   tokensPerS: number | null
+  evalLoss: number | null
   at: Date | null
 }
 
@@ -61,6 +64,7 @@ export type TrainMetricMaxAggregateOutputType = {
   lr: number | null
   peakMiB: number | null
   tokensPerS: number | null
+  evalLoss: number | null
   at: Date | null
 }
 
@@ -72,6 +76,7 @@ export type TrainMetricCountAggregateOutputType = {
   lr: number
   peakMiB: number
   tokensPerS: number
+  evalLoss: number
   at: number
   _all: number
 }
@@ -83,6 +88,7 @@ export type TrainMetricAvgAggregateInputType = {
   lr?: true
   peakMiB?: true
   tokensPerS?: true
+  evalLoss?: true
 }
 
 export type TrainMetricSumAggregateInputType = {
@@ -91,6 +97,7 @@ export type TrainMetricSumAggregateInputType = {
   lr?: true
   peakMiB?: true
   tokensPerS?: true
+  evalLoss?: true
 }
 
 export type TrainMetricMinAggregateInputType = {
@@ -101,6 +108,7 @@ export type TrainMetricMinAggregateInputType = {
   lr?: true
   peakMiB?: true
   tokensPerS?: true
+  evalLoss?: true
   at?: true
 }
 
@@ -112,6 +120,7 @@ export type TrainMetricMaxAggregateInputType = {
   lr?: true
   peakMiB?: true
   tokensPerS?: true
+  evalLoss?: true
   at?: true
 }
 
@@ -123,6 +132,7 @@ export type TrainMetricCountAggregateInputType = {
   lr?: true
   peakMiB?: true
   tokensPerS?: true
+  evalLoss?: true
   at?: true
   _all?: true
 }
@@ -221,6 +231,7 @@ export type TrainMetricGroupByOutputType = {
   lr: number | null
   peakMiB: number | null
   tokensPerS: number | null
+  evalLoss: number | null
   at: Date
   _count: TrainMetricCountAggregateOutputType | null
   _avg: TrainMetricAvgAggregateOutputType | null
@@ -255,6 +266,7 @@ export type TrainMetricWhereInput = {
   lr?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   peakMiB?: Prisma.IntNullableFilter<"TrainMetric"> | number | null
   tokensPerS?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
+  evalLoss?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   at?: Prisma.DateTimeFilter<"TrainMetric"> | Date | string
   job?: Prisma.XOR<Prisma.TrainJobScalarRelationFilter, Prisma.TrainJobWhereInput>
 }
@@ -267,6 +279,7 @@ export type TrainMetricOrderByWithRelationInput = {
   lr?: Prisma.SortOrderInput | Prisma.SortOrder
   peakMiB?: Prisma.SortOrderInput | Prisma.SortOrder
   tokensPerS?: Prisma.SortOrderInput | Prisma.SortOrder
+  evalLoss?: Prisma.SortOrderInput | Prisma.SortOrder
   at?: Prisma.SortOrder
   job?: Prisma.TrainJobOrderByWithRelationInput
 }
@@ -283,6 +296,7 @@ export type TrainMetricWhereUniqueInput = Prisma.AtLeast<{
   lr?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   peakMiB?: Prisma.IntNullableFilter<"TrainMetric"> | number | null
   tokensPerS?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
+  evalLoss?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   at?: Prisma.DateTimeFilter<"TrainMetric"> | Date | string
   job?: Prisma.XOR<Prisma.TrainJobScalarRelationFilter, Prisma.TrainJobWhereInput>
 }, "id" | "jobId_step">
@@ -295,6 +309,7 @@ export type TrainMetricOrderByWithAggregationInput = {
   lr?: Prisma.SortOrderInput | Prisma.SortOrder
   peakMiB?: Prisma.SortOrderInput | Prisma.SortOrder
   tokensPerS?: Prisma.SortOrderInput | Prisma.SortOrder
+  evalLoss?: Prisma.SortOrderInput | Prisma.SortOrder
   at?: Prisma.SortOrder
   _count?: Prisma.TrainMetricCountOrderByAggregateInput
   _avg?: Prisma.TrainMetricAvgOrderByAggregateInput
@@ -314,6 +329,7 @@ export type TrainMetricScalarWhereWithAggregatesInput = {
   lr?: Prisma.FloatNullableWithAggregatesFilter<"TrainMetric"> | number | null
   peakMiB?: Prisma.IntNullableWithAggregatesFilter<"TrainMetric"> | number | null
   tokensPerS?: Prisma.FloatNullableWithAggregatesFilter<"TrainMetric"> | number | null
+  evalLoss?: Prisma.FloatNullableWithAggregatesFilter<"TrainMetric"> | number | null
   at?: Prisma.DateTimeWithAggregatesFilter<"TrainMetric"> | Date | string
 }
 
@@ -324,6 +340,7 @@ export type TrainMetricCreateInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
   job: Prisma.TrainJobCreateNestedOneWithoutMetricsInput
 }
@@ -336,6 +353,7 @@ export type TrainMetricUncheckedCreateInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
 }
 
@@ -346,6 +364,7 @@ export type TrainMetricUpdateInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   job?: Prisma.TrainJobUpdateOneRequiredWithoutMetricsNestedInput
 }
@@ -358,6 +377,7 @@ export type TrainMetricUncheckedUpdateInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -369,6 +389,7 @@ export type TrainMetricCreateManyInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
 }
 
@@ -379,6 +400,7 @@ export type TrainMetricUpdateManyMutationInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -390,6 +412,7 @@ export type TrainMetricUncheckedUpdateManyInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -416,6 +439,7 @@ export type TrainMetricCountOrderByAggregateInput = {
   lr?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
   tokensPerS?: Prisma.SortOrder
+  evalLoss?: Prisma.SortOrder
   at?: Prisma.SortOrder
 }
 
@@ -425,6 +449,7 @@ export type TrainMetricAvgOrderByAggregateInput = {
   lr?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
   tokensPerS?: Prisma.SortOrder
+  evalLoss?: Prisma.SortOrder
 }
 
 export type TrainMetricMaxOrderByAggregateInput = {
@@ -435,6 +460,7 @@ export type TrainMetricMaxOrderByAggregateInput = {
   lr?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
   tokensPerS?: Prisma.SortOrder
+  evalLoss?: Prisma.SortOrder
   at?: Prisma.SortOrder
 }
 
@@ -446,6 +472,7 @@ export type TrainMetricMinOrderByAggregateInput = {
   lr?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
   tokensPerS?: Prisma.SortOrder
+  evalLoss?: Prisma.SortOrder
   at?: Prisma.SortOrder
 }
 
@@ -455,6 +482,7 @@ export type TrainMetricSumOrderByAggregateInput = {
   lr?: Prisma.SortOrder
   peakMiB?: Prisma.SortOrder
   tokensPerS?: Prisma.SortOrder
+  evalLoss?: Prisma.SortOrder
 }
 
 export type TrainMetricCreateNestedManyWithoutJobInput = {
@@ -499,14 +527,6 @@ export type TrainMetricUncheckedUpdateManyWithoutJobNestedInput = {
   deleteMany?: Prisma.TrainMetricScalarWhereInput | Prisma.TrainMetricScalarWhereInput[]
 }
 
-export type FloatFieldUpdateOperationsInput = {
-  set?: number
-  increment?: number
-  decrement?: number
-  multiply?: number
-  divide?: number
-}
-
 export type TrainMetricCreateWithoutJobInput = {
   id?: string
   step: number
@@ -514,6 +534,7 @@ export type TrainMetricCreateWithoutJobInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
 }
 
@@ -524,6 +545,7 @@ export type TrainMetricUncheckedCreateWithoutJobInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
 }
 
@@ -564,6 +586,7 @@ export type TrainMetricScalarWhereInput = {
   lr?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   peakMiB?: Prisma.IntNullableFilter<"TrainMetric"> | number | null
   tokensPerS?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
+  evalLoss?: Prisma.FloatNullableFilter<"TrainMetric"> | number | null
   at?: Prisma.DateTimeFilter<"TrainMetric"> | Date | string
 }
 
@@ -574,6 +597,7 @@ export type TrainMetricCreateManyJobInput = {
   lr?: number | null
   peakMiB?: number | null
   tokensPerS?: number | null
+  evalLoss?: number | null
   at?: Date | string
 }
 
@@ -584,6 +608,7 @@ export type TrainMetricUpdateWithoutJobInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -594,6 +619,7 @@ export type TrainMetricUncheckedUpdateWithoutJobInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -604,6 +630,7 @@ export type TrainMetricUncheckedUpdateManyWithoutJobInput = {
   lr?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   peakMiB?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
   tokensPerS?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  evalLoss?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   at?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
 
@@ -617,6 +644,7 @@ export type TrainMetricSelect<ExtArgs extends runtime.Types.Extensions.InternalA
   lr?: boolean
   peakMiB?: boolean
   tokensPerS?: boolean
+  evalLoss?: boolean
   at?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainMetric"]>
@@ -629,6 +657,7 @@ export type TrainMetricSelectCreateManyAndReturn<ExtArgs extends runtime.Types.E
   lr?: boolean
   peakMiB?: boolean
   tokensPerS?: boolean
+  evalLoss?: boolean
   at?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainMetric"]>
@@ -641,6 +670,7 @@ export type TrainMetricSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.E
   lr?: boolean
   peakMiB?: boolean
   tokensPerS?: boolean
+  evalLoss?: boolean
   at?: boolean
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["trainMetric"]>
@@ -653,10 +683,11 @@ export type TrainMetricSelectScalar = {
   lr?: boolean
   peakMiB?: boolean
   tokensPerS?: boolean
+  evalLoss?: boolean
   at?: boolean
 }
 
-export type TrainMetricOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "jobId" | "step" | "loss" | "lr" | "peakMiB" | "tokensPerS" | "at", ExtArgs["result"]["trainMetric"]>
+export type TrainMetricOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "jobId" | "step" | "loss" | "lr" | "peakMiB" | "tokensPerS" | "evalLoss" | "at", ExtArgs["result"]["trainMetric"]>
 export type TrainMetricInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   job?: boolean | Prisma.TrainJobDefaultArgs<ExtArgs>
 }
@@ -680,6 +711,7 @@ export type $TrainMetricPayload<ExtArgs extends runtime.Types.Extensions.Interna
     lr: number | null
     peakMiB: number | null
     tokensPerS: number | null
+    evalLoss: number | null
     at: Date
   }, ExtArgs["result"]["trainMetric"]>
   composites: {}
@@ -1112,6 +1144,7 @@ export interface TrainMetricFieldRefs {
   readonly lr: Prisma.FieldRef<"TrainMetric", 'Float'>
   readonly peakMiB: Prisma.FieldRef<"TrainMetric", 'Int'>
   readonly tokensPerS: Prisma.FieldRef<"TrainMetric", 'Float'>
+  readonly evalLoss: Prisma.FieldRef<"TrainMetric", 'Float'>
   readonly at: Prisma.FieldRef<"TrainMetric", 'DateTime'>
 }
     

@@ -578,14 +578,6 @@ export type UsageMinuteUncheckedUpdateManyInput = {
   durationBuckets?: Prisma.UsageMinuteUpdatedurationBucketsInput | number[]
 }
 
-export type IntNullableListFilter<$PrismaModel = never> = {
-  equals?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
-  has?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
-  hasEvery?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
-  hasSome?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
-  isEmpty?: boolean
-}
-
 export type UsageMinuteMinuteTokenIdUserIdModelAdapterReplicaIdCompoundUniqueInput = {
   minute: Date | string
   tokenId: string

@@ -1,0 +1,52 @@
+import type { Logger } from '@hangar/common/log';
+import type { AuditService } from '../audit/audit.service.js';
+import type { CatalogService } from '../catalog/catalog.service.js';
+import type { Config } from '../config.js';
+import type { Db } from '../db/client.js';
+import type { OrgService } from '../org/org.service.js';
+import { LimitsService } from './limits.service.js';
+import { LimitEnforcer } from './limits-enforcer.js';
+import { LimitGate } from './limits-gate.js';
+import { LimitLedger } from './limits-ledger.js';
+import { PriorityGate } from './limits-priority.js';
+import type { Pricing } from './pricing.js';
+
+// Limits, put together: the ledger (PostgreSQL's side), the enforcer (the request path's), the service (what
+// admins change and everyone reads) and the gate the gateway calls. One function so that app-services.ts gives
+// it one line.
+
+export function buildLimits(deps: {
+  db: Db;
+  audit: AuditService;
+  config: Config;
+  log: Logger;
+  org: OrgService;
+  catalog: Pick<CatalogService, 'names'>;
+  /** Prices per million tokens for spendPerMonth (governance/pricing.ts), once cost is built. */
+  pricing?: () => Pricing | undefined;
+}): LimitsService {
+  const ledger = new LimitLedger({ db: deps.db });
+  let service: LimitsService | undefined;
+  const enforcer = new LimitEnforcer({
+    ledger,
+    log: deps.log,
+    nowMs: () => deps.db.clock.nowMs(),
+    minuteMs: deps.config.limitMinuteSeconds * 1000,
+    pricing: deps.pricing,
+    onRefused: (rule, kind) => service?.noteRefusal(rule, kind),
+  });
+  service = new LimitsService({
+    db: deps.db,
+    audit: deps.audit,
+    org: deps.org,
+    log: deps.log,
+    enforcer,
+    nameExists: async (name) => (await deps.catalog.names.holder(name)) !== null,
+    gate: new LimitGate({
+      enforcer,
+      priority: new PriorityGate(),
+      batchWaitMs: deps.config.gatewayWakeSeconds * 1000,
+    }),
+  });
+  return service;
+}
