@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { admin, signIn, snap } from '../fixtures/hangar.js';
+import { admin, expectNothingClipped, signIn, snap } from '../fixtures/hangar.js';
 
 test('a wrong password is refused with the reason, and the refusal is audited', async ({ page }) => {
   await signIn(page, admin.email, 'not the password');
@@ -42,6 +42,13 @@ test('an operator signs in, makes a token, uses it, revokes it, and finds both i
   const row = page.getByRole('row', { name: /e2e-script/ });
   // Its day's usage, read from the server: a GraphQL call is not a model request.
   await expect(row.getByTestId('token-usage')).toHaveText('no requests');
+  // Every token's Revoke is on screen at both widths: at 800 px each token is a card, with no sideways scroll.
+  const tokens = page.getByRole('table').first();
+  await expectNothingClipped(tokens);
+  await page.setViewportSize({ width: 800, height: 900 });
+  await expectNothingClipped(tokens);
+  await snap(page, '03-tokens-800');
+  await page.setViewportSize({ width: 1280, height: 800 });
   await row.getByRole('button', { name: 'Revoke' }).click();
   await expect(row).toContainText(/revoked/i);
   await snap(page, '04-token-revoked');

@@ -22,6 +22,9 @@ let b: ServerProcess;
 let replica: StandInReplica;
 let node: ReportingNode;
 let secret: string;
+let adminSession: { cookie: string; csrf: string };
+/** The type of the last 429's error: insufficient_quota for a budget, rate_limit_exceeded for a rate. */
+let lastRefusal: string | undefined;
 
 beforeAll(async () => {
   t = await startTestApp();
@@ -43,6 +46,7 @@ beforeAll(async () => {
   await db.engineKey.create({ data: { replicaId: r.id, key: KEY } });
   await t.app.services.gateway.routes.refresh();
   const admin = await t.login();
+  adminSession = admin;
   secret = await t.token('VIEWER', 'research-app');
   const id = (await db.apiToken.findFirst({ where: { name: 'research-app' } }))?.id as string;
   const ok = async (query: string, variables: Record<string, unknown>) => {
@@ -87,7 +91,7 @@ async function streamed(base: string): Promise<'ok' | number> {
     return 'ok';
   } catch (err) {
     if (err instanceof OpenAI.APIError && err.status === 429) {
-      expect(err.error).toMatchObject({ type: 'insufficient_quota', code: 'insufficient_quota' });
+      lastRefusal = (err.error as { type?: string }).type;
       return 429;
     }
     throw err;
@@ -128,4 +132,24 @@ describe('a team’s token budget over two server processes', () => {
       )
       .toBe(tokens);
   }, 120_000);
+
+  it('applies a limit changed in one process on the other’s next requests', async () => {
+    // Set through this process (replacing the team's budget): the other hears it (PostgreSQL's NOTIFY) and refuses.
+    const set = await t.gql(
+      'mutation { setLimit(scope: "team:acme/research", limit: { requestsPerMinute: 0 }) { __typename } }',
+      {},
+      adminSession,
+    );
+    expect(set.data?.setLimit.__typename).toBe('Limit');
+    await expect.poll(() => streamed(b.base), { timeout: 5000 }).toBe(429);
+    expect(lastRefusal).toBe('rate_limit_exceeded');
+    // Removed here: the other lets the team through again.
+    const removed = await t.gql(
+      'mutation { removeLimit(scope: "team:acme/research") { __typename } }',
+      {},
+      adminSession,
+    );
+    expect(removed.data?.removeLimit.__typename).toBe('Limit');
+    await expect.poll(() => streamed(b.base), { timeout: 5000 }).toBe('ok');
+  }, 60_000);
 });

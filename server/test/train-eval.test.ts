@@ -19,6 +19,8 @@ const TRAINER = new URL('./fixtures/stand-in-trainer.mjs', import.meta.url).path
 
 let t: TestApp;
 let hub: FakeHub;
+/** The site's hangar.yaml: read at each publish for `training.publishRequires`. */
+let siteFile: string;
 let base: string;
 let w: TrainingWorld;
 const agents: Agent[] = [];
@@ -26,7 +28,11 @@ const dirs: string[] = [];
 
 beforeAll(async () => {
   hub = await startFakeHub();
-  t = await startTestApp({ HANGAR_HUB_URL: hub.url });
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-train-eval-site-'));
+  dirs.push(dir);
+  siteFile = path.join(dir, 'hangar.yaml');
+  await fs.writeFile(siteFile, 'training:\n  publishRequires: NOT_WORSE\n');
+  t = await startTestApp({ HANGAR_HUB_URL: hub.url, HANGAR_CONFIG: siteFile });
   base = await t.app.start();
   w = await trainingWorld(t, base, hub);
 });
@@ -116,6 +122,61 @@ const EVALUATION = `
       questions { set question reference baseAnswer adapterAnswer }
     }
   } }`;
+
+describe('choosing the held-out pairs', () => {
+  const create = async (extra: Record<string, unknown>) =>
+    (
+      await t.gql(
+        `mutation($i: CreateTrainJobInput!) { createTrainJob(input: $i) { __typename ... on TrainJob { id heldOut events { message } } ... on Error { message } ... on ValidationError { field } } }`,
+        {
+          i: {
+            name: `choose-${Math.random().toString(36).slice(2, 8)}`,
+            model: 'tiny',
+            baseRepo: BASE_REPO,
+            node: 'gpu-1',
+            gpuMiB: 4000,
+            public: true,
+            data: pairs(100),
+            ...extra,
+          },
+        },
+        { token: w.operator },
+      )
+    ).data?.createTrainJob;
+
+  // These jobs are only looked at: cancelled before the next tests' agent would train them.
+  afterAll(async () => {
+    await t.app.db.prisma.trainJob.updateMany({ where: { state: 'QUEUED' }, data: { state: 'CANCELLED' } });
+  });
+
+  it('holds out the share asked for by the seed given, records both, and takes an evaluation file instead', async () => {
+    const a = await create({ evalShare: 0.2, evalSeed: 7 });
+    expect(a).toMatchObject({ __typename: 'TrainJob', heldOut: 20 });
+    expect(a.events.map((e: { message: string }) => e.message)).toContain(
+      '20 of 100 pairs held out to evaluate the adapter (never trained on; picked by seed 7); 80 trained on',
+    );
+    const again = await t.app.db.prisma.trainJob.findUniqueOrThrow({
+      where: { id: (await create({ evalShare: 0.2, evalSeed: 7 })).id },
+    });
+    expect(again.heldOutLines).toEqual(
+      (await t.app.db.prisma.trainJob.findUniqueOrThrow({ where: { id: a.id } })).heldOutLines,
+    );
+
+    const file = await create({ evalData: pairs(6) });
+    expect(file).toMatchObject({ __typename: 'TrainJob', heldOut: 0 });
+    expect(file.events.map((e: { message: string }) => e.message).join('\n')).toContain(
+      'evaluated on the evaluation file',
+    );
+  });
+
+  it('refuses a share over half, and a file and a share together, naming the field', async () => {
+    expect(await create({ evalShare: 0.8 })).toMatchObject({ __typename: 'ValidationError', field: 'evalShare' });
+    expect(await create({ evalShare: 0.2, evalData: pairs(6) })).toMatchObject({
+      __typename: 'ValidationError',
+      field: 'evalShare',
+    });
+  });
+});
 
 describe('a job evaluated against its base on the node', () => {
   it('holds out pairs the trainer never trains on, charts their loss, and has base and adapter answer every one', async () => {
@@ -244,5 +305,23 @@ describe('a job evaluated against its base on the node', () => {
     const r = await t.gql(EVALUATION, { id }, { token: w.operator });
     expect(r.data?.trainJob.evaluation).toMatchObject({ heldOut: 3, verdict: 'INSUFFICIENT_DATA' });
     expect(r.data?.trainJob.evaluation.forgettingVerdict).not.toBe('INSUFFICIENT_DATA');
+
+    // A site that publishes only adapters shown BETTER refuses it; the default (not WORSE) publishes it.
+    const publish = async () =>
+      (
+        await t.gql(
+          'mutation($id: ID!) { publishTrainJob(id: $id) { __typename ... on Error { message } } }',
+          { id },
+          { token: w.operator },
+        )
+      ).data?.publishTrainJob;
+    await fs.writeFile(siteFile, 'training:\n  publishRequires: BETTER\n');
+    const strict = await publish();
+    expect(strict.__typename).toBe('ConflictError');
+    expect(strict.message).toContain(
+      'on its held-out pairs the verdict is INSUFFICIENT_DATA, and this site publishes only adapters evaluated BETTER',
+    );
+    await fs.writeFile(siteFile, 'training:\n  publishRequires: NOT_WORSE\n');
+    expect((await publish()).__typename).toBe('TrainJobPublished');
   }, 180_000);
 });

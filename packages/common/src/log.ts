@@ -17,9 +17,7 @@ export function createLogger(
 ): Logger {
   const at = (lvl: Exclude<Level, 'silent'>) => (msg: string, fields?: Record<string, unknown>) => {
     if (order[lvl] < order[level]) return;
-    write(
-      JSON.stringify({ t: new Date().toISOString(), level: lvl, msg, ...fields }, errorReplacer),
-    );
+    write(JSON.stringify({ t: new Date().toISOString(), level: lvl, msg, ...fields }, errorReplacer));
   };
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }

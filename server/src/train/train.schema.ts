@@ -90,7 +90,10 @@ const CreateTrainJobInput = builder.inputType('CreateTrainJobInput', {
       description:
         'The share of pairs held out to evaluate the adapter against its base, never trained on: 0 to 0.5 (default 0.1; at least 5 questions, at most 200).',
     }),
-    evalSeed: t.int({ required: false, description: 'The seed that picks them (default the training seed); recorded.' }),
+    evalSeed: t.int({
+      required: false,
+      description: 'The seed that picks them (default the training seed); recorded.',
+    }),
     evalData: t.string({
       required: false,
       description: 'Or an evaluation file: NDJSON of {"q","a"}, at most 200; then every pair is trained on.',

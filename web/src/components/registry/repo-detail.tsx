@@ -121,7 +121,7 @@ export function RepoDetail({
           />
           {repo.sets.length ? (
             <DataTable
-              className="dense sets"
+              className="dense sets stack-narrow"
               label={`File sets of ${repo.id}`}
               columns={[
                 'Set',

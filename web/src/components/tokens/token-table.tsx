@@ -84,6 +84,7 @@ export function TokenTable({
   }
   return (
     <DataTable
+      className="stack-narrow"
       columns={['Name', 'Prefix', 'Role', 'Created', 'Expires', 'Last used', 'Last 24 h', 'State', ACTIONS_COLUMN]}
     >
       <tbody>
@@ -133,18 +134,20 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
         ) : null}
         <TokenLimits limits={token.limits} />
       </th>
-      <td className="mono">{token.prefix}…</td>
-      <td>{token.role}</td>
-      <td>
+      <td className="mono" data-label="Prefix">
+        {token.prefix}…
+      </td>
+      <td data-label="Role">{token.role}</td>
+      <td data-label="Created">
         <TimeAgo at={token.createdAt} />
       </td>
-      <td>
+      <td data-label="Expires">
         <TimeAgo at={token.expiresAt} empty="never" />
       </td>
-      <td>
+      <td data-label="Last used">
         <TimeAgo at={token.lastUsedAt} empty="never" />
       </td>
-      <td className="token-usage" data-testid="token-usage">
+      <td className="token-usage" data-testid="token-usage" data-label="Last 24 h">
         {usage == null ? (
           <span className="muted">—</span>
         ) : 'message' in usage ? (
@@ -158,7 +161,7 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
           </span>
         )}
       </td>
-      <td>
+      <td data-label="State">
         <span className={`badge ${stateClass[state]}`}>{state}</span>
       </td>
       <td className="actions">
