@@ -1,5 +1,5 @@
 import { expect, test } from '@playwright/test';
-import { adminApi, overflows, signIn, snap } from '../fixtures/hangar.js';
+import { adminApi, expectNothingClipped, overflows, signIn, snap } from '../fixtures/hangar.js';
 
 test('GraphiQL at /graphql runs a query with the console session', async ({ page }) => {
   await signIn(page);
@@ -126,6 +126,13 @@ test('the audit log filters, keeps emails whole, and fits at 1280 and 800 px', a
       .locator('td.mono > span')
       .evaluateAll((parts) => parts.filter((p) => p.getClientRects().length > 1).map((p) => p.textContent));
     expect(broken).toEqual([]);
+    // The message is read, not squeezed: at 800 px each event is a card with its message across it.
+    const share = await table
+      .locator('td.message')
+      .first()
+      .evaluate((m) => m.getBoundingClientRect().width / (m.closest('table')?.getBoundingClientRect().width ?? 1));
+    expect(share).toBeGreaterThan(width === 800 ? 0.8 : 0.15);
+    await expectNothingClipped(table);
     await snap(page, `audit-${width}`);
   }
   // The sidebar's column is painted to the bottom of the page, however long.

@@ -685,7 +685,8 @@ export class Gateway {
       model,
       { why: 'woken by a request' },
     );
-    if (woken) (caller.log ?? this.deps.log).info('gateway: woke an on-demand model for a request', { model: model.name });
+    if (woken)
+      (caller.log ?? this.deps.log).info('gateway: woke an on-demand model for a request', { model: model.name });
     await this.routes.refresh();
   }
 }

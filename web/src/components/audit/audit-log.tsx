@@ -109,7 +109,10 @@ function AuditTable({ pageSize, filter }: { pageSize: number; filter: AuditSearc
         {liveText[state]}
         {filter ? ' Only events that match the filter are listed.' : ''}
       </p>
-      <DataTable className="dense audit" columns={['Time', 'Actor', 'Action', 'Target', 'Outcome', 'Message']}>
+      <DataTable
+        className="dense audit stack-narrow"
+        columns={['Time', 'Actor', 'Action', 'Target', 'Outcome', 'Message']}
+      >
         {cursors.map((after, i) => (
           <AuditPage
             key={after ?? 'first'}
@@ -240,14 +243,16 @@ const outcomeClass: Record<AuditOutcome, string> = { DONE: 'ok', REFUSED: 'warn'
 function AuditRow({ event }: { event: AuditEventRow }) {
   return (
     <tr>
-      <td className="nowrap">
+      <td className="nowrap" data-label="Time">
         <TimeAgo at={event.at} />
       </td>
-      <td className="mono">
+      <td className="mono" data-label="Actor">
         <Breakable text={event.actor} />
       </td>
-      <td className="mono nowrap">{event.action}</td>
-      <td className="mono">
+      <td className="mono nowrap" data-label="Action">
+        {event.action}
+      </td>
+      <td className="mono" data-label="Target">
         {event.target ? <Breakable text={event.target} /> : <span className="muted">—</span>}
         {/* The owner of what the row is about, by name (team:acme/support), as every page shows owners. */}
         {event.ownerName ? (
@@ -257,10 +262,14 @@ function AuditRow({ event }: { event: AuditEventRow }) {
           </span>
         ) : null}
       </td>
-      <td>
+      <td data-label="Outcome">
         <span className={`badge ${outcomeClass[event.outcome] ?? ''}`}>{event.outcome}</span>
       </td>
-      <td className="message" title={event.requestId ? `request ${event.requestId}` : undefined}>
+      <td
+        className="message wide"
+        data-label="Message"
+        title={event.requestId ? `request ${event.requestId}` : undefined}
+      >
         {event.message ?? ''}
       </td>
     </tr>
