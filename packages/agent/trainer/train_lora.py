@@ -8,7 +8,7 @@ Speaks the protocol in docs/training.md ("The trainer"):
 stdout carries only JSON lines, one per event, flushed as written:
 
     {"event":"start","steps":N}
-    {"event":"step","step":i,"loss":x,"lr":y,"peak_mib":m,"tokens_per_s":t}
+    {"event":"step","step":i,"loss":x,"lr":y,"peak_mib":m,"tokens_per_s":t}   (+ "eval_loss" at evaluation steps)
     {"event":"done"}                 or  {"event":"error","message":"..."}
 
 Everything else (library logs, warnings, progress bars, anything a C library prints) goes to stderr, which the
@@ -474,6 +474,12 @@ def train(job: dict, out_dir: str) -> None:
     if not examples:
         raise JobError(f"every pair's question fills max_len {params['max_len']} tokens: raise max_len")
     note(f"{len(examples)} pairs in the {fmt} format")
+    # The held-out pairs (job.json's eval_path): never trained on, only scored now and then, so over-fitting shows
+    # on the job's chart as it happens (the held-out loss rising while the training loss falls).
+    held = []
+    if isinstance(job.get("eval_path"), str) and job["eval_path"]:
+        held, _, _ = encode_pairs(tokenizer, read_pairs(job["eval_path"]), params["max_len"])
+        note(f"{len(held)} held-out pairs: their loss is reported about ten times in the run")
 
     batch = params["batch"]
     per_epoch = math.ceil(len(examples) / batch)
@@ -497,6 +503,22 @@ def train(job: dict, out_dir: str) -> None:
     pad_id = tokenizer.pad_token_id
     if pad_id is None:
         pad_id = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
+
+    eval_every = max(1, total // 10)
+
+    def held_out_loss() -> float:
+        # The mean loss per answer token over every held-out pair, without gradients or dropout.
+        model.eval()
+        total_loss, tokens = 0.0, 0
+        with torch.no_grad():
+            for start in range(0, len(held), batch):
+                input_ids, mask, labels = collate(held[start : start + batch], pad_id, torch, device)
+                loss = model(input_ids=input_ids, attention_mask=mask, labels=labels, use_cache=False).loss
+                counted = int((labels[:, 1:] != -100).sum().item())
+                total_loss += float(loss.float().item()) * counted
+                tokens += counted
+        model.train()
+        return total_loss / max(tokens, 1)
 
     model.train()
     deterministic_kernels(torch)
@@ -559,6 +581,7 @@ def train(job: dict, out_dir: str) -> None:
                     "lr": lr,
                     "peak_mib": int(torch.cuda.max_memory_allocated(device) // 2**20) if cuda else 0,
                     "tokens_per_s": round(tokens / elapsed, 1),
+                    **({"eval_loss": held_out_loss()} if held and (step % eval_every == 0 or step == total) else {}),
                 }
             )
 

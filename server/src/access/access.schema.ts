@@ -150,6 +150,16 @@ builder.mutationFields((t) => ({
     args: { id: t.arg.id({ required: true }) },
     resolve: async (_root, { id }, ctx) => unwrap(await ctx.services.access.revokeToken(ctx.actor, String(id))),
   }),
+  setTokenBatch: t.field({
+    type: ApiTokenRef,
+    description:
+      'Marks a token batch (its requests wait behind interactive ones and are the first refused when a budget runs low) or interactive. Its owner or an admin.',
+    authScopes: { viewer: true },
+    errors: { types: [NotFoundError] },
+    args: { id: t.arg.id({ required: true }), batch: t.arg.boolean({ required: true }) },
+    resolve: async (_root, { id, batch }, ctx) =>
+      unwrap(await ctx.services.access.setTokenBatch(ctx.actor, String(id), batch)),
+  }),
   createUser: t.field({
     type: UserRef,
     authScopes: { admin: true },

@@ -131,6 +131,37 @@ export class AccessService {
     );
   }
 
+  /**
+   * Marks a token batch (its requests wait behind interactive ones, and are the first refused under pressure) or
+   * interactive again: a job's token is often made before anyone knows it will run at night.
+   */
+  async setTokenBatch(actor: Actor, id: string, batch: boolean): Promise<Result<ApiToken>> {
+    const token = z.string().uuid().safeParse(id).success ? await this.db.apiToken.findUnique({ where: { id } }) : null;
+    if (!token) return fail(new NotFoundError(`no API token with id ${id}`));
+    const isAdmin =
+      (actor.viewer.kind === 'user' || actor.viewer.kind === 'token') && roleAtLeast(actor.viewer.role, 'ADMIN');
+    const isOwner =
+      (actor.viewer.kind === 'user' || actor.viewer.kind === 'token') && actor.viewer.user.id === token.userId;
+    if (!isAdmin && !isOwner) {
+      return fail(new ForbiddenError('only its owner or an admin may mark this token batch or interactive'));
+    }
+    if (token.batch === batch) return ok(token);
+    return ok(
+      await this.db.$transaction(async (tx) => {
+        const t = await tx.apiToken.update({ where: { id }, data: { batch } });
+        // Every process keeps identified tokens for a few seconds: this drops them, so the next request is judged
+        // by the new mark in every server process.
+        await notify(tx, 'credentials', `user:${token.userId}`);
+        await this.audit.done(tx, actor, {
+          action: 'setTokenBatch',
+          target: token.name,
+          message: batch ? 'batch (behind interactive requests)' : 'interactive',
+        });
+        return t;
+      }),
+    );
+  }
+
   listUsers() {
     return this.db.user.findMany({ orderBy: { email: 'asc' } });
   }
