@@ -12,6 +12,7 @@ import { CostService } from './governance/cost.service.js';
 import { UsageService } from './gateway/usage.service.js';
 import { buildLimits } from './governance/limits-build.js';
 import { MirrorService } from './mirror/mirror.service.js';
+import { KbDocuments } from './org/kb-documents.js';
 import { OrgService } from './org/org.service.js';
 import { RegistryService } from './registry/registry.service.js';
 import { SourceLook } from './registry/source-look.js';
@@ -46,6 +47,12 @@ export function buildServices({
     fleet: new FleetService({ db: prisma, audit, log, train: trainLedger }),
     usage: new UsageService({ db: prisma }),
   } as Services;
+  services.kb = new KbDocuments({
+    db: prisma,
+    audit,
+    org: services.org,
+    limits: { documentMaxBytes: config.kbDocumentMaxBytes, collectionMaxBytes: config.kbCollectionMaxBytes },
+  });
   // The GGUF header reads the explorer and a fetch by URL share (they know the nodes' llama.cpp): built before the
   // mirror and the registry, so the mirror is given the look without the registry, which needs the mirror.
   const sourceLook = new SourceLook({ config, fleet: services.fleet });

@@ -39,6 +39,9 @@ export type Config = {
   trustProxy: boolean;
   shutdownGraceMs: number;
   maxBodyBytes: number;
+  /** The largest document a knowledge-base collection accepts, and the most all of one collection's may add up to. */
+  kbDocumentMaxBytes: number;
+  kbCollectionMaxBytes: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** Origins other than the console's own whose pages may call /graphql with the browser's credentials. */
   corsOrigins: string[];
@@ -199,6 +202,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     trustProxy: c.HANGAR_TRUST_PROXY,
     shutdownGraceMs: c.HANGAR_SHUTDOWN_GRACE_MS,
     maxBodyBytes: c.HANGAR_MAX_BODY_BYTES,
+    kbDocumentMaxBytes: c.HANGAR_KB_DOCUMENT_MAX_BYTES,
+    kbCollectionMaxBytes: c.HANGAR_KB_COLLECTION_MAX_BYTES,
     logLevel: c.HANGAR_LOG_LEVEL,
     corsOrigins: c.HANGAR_CORS_ORIGINS,
     maxConnections: c.HANGAR_MAX_CONNECTIONS,

@@ -45,6 +45,7 @@ export const TABLE_OWNERS: Record<Prisma.ModelName, OwningDomain> = {
   Project: 'org',
   Membership: 'org',
   Collection: 'org',
+  CollectionDocument: 'org',
   ServeJob: 'serve',
   ServeJobStep: 'serve',
   TrainJob: 'train',

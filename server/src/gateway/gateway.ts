@@ -25,7 +25,7 @@ import { affinityKey } from './affinity.js';
 import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
 import { refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
-import { fallbackTargets, withModel } from './fallbacks.js';
+import { admitOrFallBack, fallbackTargets, withModel } from './fallbacks.js';
 import { estimatePromptTokens, JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
 import { HashRing, loadBound } from './ring.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
@@ -215,19 +215,25 @@ export class Gateway {
     if (typeof body.model !== 'string' || !body.model) {
       return sendError(res, invalid("Missing required parameter: 'model'.", 'model', 'missing_required_parameter'));
     }
-    const target = this.visible(who.caller, body.model);
-    if (!target) return sendError(res, modelNotFound(body.model));
-    // Every limit that applies, checked before a replica is picked; a refusal is answered there (governance/).
-    const limit = this.deps.limits ? await this.deps.limits.admit(res, who.caller, target, body, route) : undefined;
-    if (this.deps.limits && !limit) return;
+    const asked = this.visible(who.caller, body.model);
+    if (!asked) return sendError(res, modelNotFound(body.model));
+    // Every limit that applies, checked before a replica is picked (governance/); a refusal sends the request to
+    // the model's fallbacks the caller may call, else it is answered.
+    const admitted = this.deps.limits
+      ? await admitOrFallBack(this.deps.limits, res, who.caller, asked, body, raw, route, (name) =>
+          this.visible(who.caller, name),
+        )
+      : { target: asked, body, raw, limit: undefined };
+    if (!admitted) return;
+    const { target, limit } = admitted;
     const caller = { ...who.caller, requestId, limit, log };
     try {
-      let refused = await this.forward(res, route, body, raw, target, caller, req.headers);
+      let refused = await this.forward(res, route, admitted.body, admitted.raw, target, caller, req.headers);
       // The model could not answer before a byte was sent: its fallbacks are tried in order, each only if this caller
       // may call it (one they may not is passed over as if not listed), and the answer says which model it is.
       for (const next of refused ? fallbackTargets(target.model, (name) => this.visible(caller, name)) : []) {
         const name = next.adapter?.name ?? next.model.name;
-        const nextBody = withModel(body, name);
+        const nextBody = withModel(admitted.body, name);
         res.setHeader('x-hangar-fallback', name);
         refused = await this.forward(res, route, nextBody.body, nextBody.raw, next, caller, req.headers);
         if (!refused) return;

@@ -36,6 +36,23 @@ export class LimitGate {
     body: Record<string, unknown>,
     route: string,
   ): Promise<LimitHold | undefined> {
+    const got = await this.tryAdmit(res, caller, target, body, route);
+    if (got instanceof ApiError) return void sendError(res, got);
+    return got;
+  }
+
+  /**
+   * As admit, but a refusal is handed back unanswered, so that the gateway may try the model's fallbacks first
+   * (a limit on one model is no reason to refuse a request another model could answer); undefined when the
+   * client left while its batch request waited.
+   */
+  async tryAdmit(
+    res: ServerResponse,
+    caller: Caller,
+    target: Target,
+    body: Record<string, unknown>,
+    route: string,
+  ): Promise<LimitHold | ApiError | undefined> {
     const { enforcer, priority } = this.deps;
     const batch = caller.viewer.kind === 'token' && caller.viewer.batch === true;
     const model = target.model.name;
@@ -49,18 +66,14 @@ export class LimitGate {
       res.off('close', gone);
       if (left.signal.aborted) return undefined;
       if (!turn.ok) {
-        sendError(
-          res,
-          new ApiError(
-            429,
-            `Batch requests wait behind interactive ones: ${turn.interactive} interactive requests held every replica of ${model} for the ${Math.round(turn.waitedMs / 1000)} s a batch request may wait (HANGAR_GATEWAY_WAKE_SECONDS); try again later.`,
-            'rate_limit_exceeded',
-            null,
-            'rate_limit_exceeded',
-            { 'retry-after': '5', 'retry-after-ms': '5000' },
-          ),
+        return new ApiError(
+          429,
+          `Batch requests wait behind interactive ones: ${turn.interactive} interactive requests held every replica of ${model} for the ${Math.round(turn.waitedMs / 1000)} s a batch request may wait (HANGAR_GATEWAY_WAKE_SECONDS); try again later.`,
+          'rate_limit_exceeded',
+          null,
+          'rate_limit_exceeded',
+          { 'retry-after': '5', 'retry-after-ms': '5000' },
         );
-        return undefined;
       }
     } else {
       ended = priority.interactiveStarted(model);
@@ -84,8 +97,7 @@ export class LimitGate {
       // The official clients wait Retry-After-Ms first; a quota that resets next month is not worth retrying.
       if (r.retryUseless) headers['x-should-retry'] = 'false';
       else headers['retry-after-ms'] = String(Math.ceil(r.retryAfterMs));
-      sendError(res, new ApiError(r.status, r.message, r.type, null, r.code, headers));
-      return undefined;
+      return new ApiError(r.status, r.message, r.type, null, r.code, headers);
     }
     const { ticket } = admitted;
     for (const [name, value] of Object.entries(ticket.headers)) res.setHeader(name, value);

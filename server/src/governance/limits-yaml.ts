@@ -1,6 +1,6 @@
 import fs from 'node:fs/promises';
 import { z } from 'zod';
-import { limitInput } from './limits.service.js';
+import { limitInput } from './limit-input.js';
 
 // hangar.yaml's `limits:` section, beside its `models:` (catalog/catalog-input.ts): limits an operator keeps in
 // version control. Read at every start; the API shows them and refuses to change them (a change made there would
@@ -13,7 +13,6 @@ import { limitInput } from './limits.service.js';
 //       tokensPerDay: 2000000
 //       spendPerMonth: 150.00
 
-// Built on first use: limits.service.ts, which defines limitInput, imports this file.
 const entryRule = () =>
   z
     .object({ scope: z.string({ error: 'a scope such as team:acme/research' }), model: z.string().nullish() })

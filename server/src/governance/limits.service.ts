@@ -11,6 +11,7 @@ import { parseInput } from '../lib/validate.js';
 import type { OrgService } from '../org/org.service.js';
 import { sees } from '../org/org.service.js';
 import { notify, onLocalNotify, type PubSub } from '../pubsub.js';
+import { limitInput } from './limit-input.js';
 import type { LimitEnforcer, LimitRule } from './limits-enforcer.js';
 import type { LimitGate } from './limits-gate.js';
 import { LIMIT_KINDS, type LimitKind, MONEY_SCALE } from './limits-windows.js';
@@ -22,33 +23,7 @@ import { readDeclaredLimits } from './limits-yaml.js';
 // effect on the next request everywhere. Refusals reach the audit log as one row per limit, kind and minute,
 // counting them, not a row per request (a flood of refused requests would otherwise flood the log).
 
-const MAX = 1_000_000_000_000; // a trillion: more than any budget, less than 2^53
-const count = (what: string) =>
-  z
-    .number()
-    .int(`${what} is a whole number`)
-    .min(0, `${what} is at least 0 (0 refuses every request)`)
-    .max(MAX, `${what} is at most ${MAX}`)
-    .nullish();
-
-export const limitInput = z
-  .object({
-    requestsPerMinute: count('requests per minute'),
-    tokensPerMinute: count('tokens per minute'),
-    concurrentRequests: count('requests at once'),
-    tokensPerDay: count('tokens per day'),
-    tokensPerMonth: count('tokens per month'),
-    spendPerMonth: z
-      .number()
-      .min(0, 'spend per month is at least 0')
-      .max(1e9, 'spend per month is at most 1000000000')
-      .refine(
-        (v) => Math.abs(Math.round(v * 100) - v * 100) < 1e-6,
-        'spend per month is money: at most 2 decimals (cents)',
-      )
-      .nullish(),
-  })
-  .strict();
+export { limitInput };
 
 export const setLimitInput = z.object({
   scope: z

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { Db } from '../db/client.js';
 import { fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
-import { namedCommits } from './hub-refs.js';
+import { isCommit, namedCommits } from './hub-refs.js';
 
 // The mirror seen as the Hugging Face Hub sees repositories: a repository at a commit, with files by path. The
 // mirror keeps files by Hangar's names (model/version/file); what ties a file to a Hub repository is the URL it
@@ -12,8 +12,10 @@ import { namedCommits } from './hub-refs.js';
 /** A Hub repository id: `owner/name`, or a legacy one-part name (`gpt2`), as the Hub accepts. */
 const REPO_PART = /^[A-Za-z0-9][A-Za-z0-9._-]{0,95}$/;
 const COMMIT = /^[0-9a-f]{40}$/;
+
 /** A full commit sha: a revision that names itself; anything else (main, a tag) is a name the Hub resolves. */
-export const isCommit = (revision: string) => COMMIT.test(revision);
+// Defined beside the refs it tells apart from branch names; exported here too for the importers of this path.
+export { isCommit };
 
 /** A repository is not mirrored: the Hub says RepoNotFound, and clients fail the way they would there. */
 export class RepoNotMirroredError extends NotFoundError {

@@ -1,5 +1,7 @@
 import type { Db, Tx } from '../db/client.js';
-import { isCommit } from './hf.service.js';
+
+/** A full commit id (40 hex digits), as the Hub names one: what the mirror keeps files by. */
+export const isCommit = (revision: string) => /^[0-9a-f]{40}$/.test(revision);
 
 // What the Hub named for a branch or tag, as Hangar heard it (the HubRef table; this file is its only writer).
 // The mirror keeps files by commit, and any commit of a repository can be fetched from the Hub by hand (a pull

@@ -11,6 +11,7 @@ import '../registry/registry.schema.js';
 import '../catalog/catalog.schema.js';
 import '../serve/serve-job.schema.js';
 import '../org/org.schema.js';
+import '../org/kb.schema.js';
 import '../train/train.schema.js';
 import '../gateway/usage.schema.js';
 import '../governance/cost.schema.js';

@@ -97,6 +97,14 @@ describe('the paired comparison and its verdict', () => {
     expect(e.forgettingVerdict).toBe('WORSE');
   });
 
+  it('calls a sure but tiny shift NO_CLEAR_DIFFERENCE', () => {
+    // Every question 0.01 nats per token more likely with the adapter: the interval is tight, the change nothing.
+    const tiny = Array.from({ length: 40 }, (_, i) => q(i, { adapterLogLikelihood: -4.99 }));
+    const e = evaluate(tiny, 2);
+    expect(e.metrics.find((m) => m.set === 'pairs' && m.name === 'logLikelihood')?.low).toBeGreaterThan(0);
+    expect(e.verdict).toBe('NO_CLEAR_DIFFERENCE');
+  });
+
   it('gives the same interval for the same seed', () => {
     const b = [0.1, 0.5, 0.2, 0.9, 0.4, 0.3];
     const a = [0.2, 0.4, 0.6, 0.8, 0.5, 0.3];

@@ -205,16 +205,24 @@ function metricsOf(set: EvalSet, qs: ScoredQuestion[], seed: number): EvalMetric
 }
 
 /**
+ * The smallest difference that counts, per measure: a change of 0.02 in token F1 or of 0.05 nats per token in the
+ * reference's log-likelihood is one nobody would notice in the answers, however sure the interval is of it (a
+ * near-identical adapter on many questions gives a tight interval around a meaningless shift).
+ */
+export const SMALLEST_DIFFERENCE: Record<string, number> = { tokenF1: 0.02, logLikelihood: 0.05 };
+
+/**
  * The verdict for one set, from the two measures that see every question: token F1 of the greedy answers, and
- * the log-likelihood of the reference answers. WORSE when either is clearly lower (its interval wholly below 0),
- * BETTER when neither is and one is clearly higher, NO_CLEAR_DIFFERENCE otherwise; INSUFFICIENT_DATA below
- * MIN_QUESTIONS questions.
+ * the log-likelihood of the reference answers. WORSE when either is clearly lower (its interval wholly below 0, by
+ * more than SMALLEST_DIFFERENCE), BETTER when neither is and one is clearly higher, NO_CLEAR_DIFFERENCE otherwise;
+ * INSUFFICIENT_DATA below MIN_QUESTIONS questions.
  */
 export function verdictOf(questions: number, metrics: EvalMetric[]): EvalVerdict {
   if (questions < MIN_QUESTIONS) return 'INSUFFICIENT_DATA';
   const decisive = metrics.filter((m) => m.name === 'tokenF1' || m.name === 'logLikelihood');
-  if (decisive.some((m) => m.high < 0)) return 'WORSE';
-  if (decisive.some((m) => m.low > 0)) return 'BETTER';
+  const margin = (m: EvalMetric) => SMALLEST_DIFFERENCE[m.name] ?? 0;
+  if (decisive.some((m) => m.high < 0 && m.difference < -margin(m))) return 'WORSE';
+  if (decisive.some((m) => m.low > 0 && m.difference > margin(m))) return 'BETTER';
   return 'NO_CLEAR_DIFFERENCE';
 }
 

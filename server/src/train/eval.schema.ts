@@ -10,7 +10,7 @@ import { TrainDataReportRef, TrainJobRef } from './train.types.js';
 
 export const EvalVerdictEnum = builder.enumType('EvalVerdict', {
   description:
-    'BETTER or WORSE when the 95 % interval of the difference (adapter − base, over the questions) lies wholly on one side of 0 for token F1 or the log-likelihood of the reference; INSUFFICIENT_DATA with fewer than 5 questions.',
+    'BETTER or WORSE when the 95 % interval of the difference (adapter − base, over the questions) lies wholly on one side of 0 for token F1 or the log-likelihood of the reference, by more than 0.02 F1 or 0.05 nats per token; INSUFFICIENT_DATA with fewer than 5 questions.',
   values: ['BETTER', 'WORSE', 'NO_CLEAR_DIFFERENCE', 'INSUFFICIENT_DATA'] as const,
 });
 

@@ -133,6 +133,11 @@ export type Membership = Prisma.MembershipModel
  */
 export type Collection = Prisma.CollectionModel
 /**
+ * Model CollectionDocument
+ * 
+ */
+export type CollectionDocument = Prisma.CollectionDocumentModel
+/**
  * Model AuditEvent
  * 
  */

@@ -420,6 +420,7 @@ export const ModelName = {
   Project: 'Project',
   Membership: 'Membership',
   Collection: 'Collection',
+  CollectionDocument: 'CollectionDocument',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
@@ -443,7 +444,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2149,6 +2150,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    CollectionDocument: {
+      payload: Prisma.$CollectionDocumentPayload<ExtArgs>
+      fields: Prisma.CollectionDocumentFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.CollectionDocumentFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.CollectionDocumentFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        findFirst: {
+          args: Prisma.CollectionDocumentFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.CollectionDocumentFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        findMany: {
+          args: Prisma.CollectionDocumentFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>[]
+        }
+        create: {
+          args: Prisma.CollectionDocumentCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        createMany: {
+          args: Prisma.CollectionDocumentCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.CollectionDocumentCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>[]
+        }
+        delete: {
+          args: Prisma.CollectionDocumentDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        update: {
+          args: Prisma.CollectionDocumentUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        deleteMany: {
+          args: Prisma.CollectionDocumentDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.CollectionDocumentUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.CollectionDocumentUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>[]
+        }
+        upsert: {
+          args: Prisma.CollectionDocumentUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$CollectionDocumentPayload>
+        }
+        aggregate: {
+          args: Prisma.CollectionDocumentAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateCollectionDocument>
+        }
+        groupBy: {
+          args: Prisma.CollectionDocumentGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.CollectionDocumentGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.CollectionDocumentCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.CollectionDocumentCountAggregateOutputType> | number
+        }
+      }
+    }
     AuditEvent: {
       payload: Prisma.$AuditEventPayload<ExtArgs>
       fields: Prisma.AuditEventFieldRefs
@@ -3156,6 +3231,20 @@ export const CollectionScalarFieldEnum = {
 export type CollectionScalarFieldEnum = (typeof CollectionScalarFieldEnum)[keyof typeof CollectionScalarFieldEnum]
 
 
+export const CollectionDocumentScalarFieldEnum = {
+  id: 'id',
+  collectionId: 'collectionId',
+  name: 'name',
+  mediaType: 'mediaType',
+  bytes: 'bytes',
+  sha256: 'sha256',
+  text: 'text',
+  createdAt: 'createdAt'
+} as const
+
+export type CollectionDocumentScalarFieldEnum = (typeof CollectionDocumentScalarFieldEnum)[keyof typeof CollectionDocumentScalarFieldEnum]
+
+
 export const AuditEventScalarFieldEnum = {
   id: 'id',
   at: 'at',
@@ -3772,6 +3861,7 @@ export type GlobalOmitConfig = {
   project?: Prisma.ProjectOmit
   membership?: Prisma.MembershipOmit
   collection?: Prisma.CollectionOmit
+  collectionDocument?: Prisma.CollectionDocumentOmit
   auditEvent?: Prisma.AuditEventOmit
   loginLimit?: Prisma.LoginLimitOmit
   usageMinute?: Prisma.UsageMinuteOmit

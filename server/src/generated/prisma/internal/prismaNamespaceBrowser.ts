@@ -74,6 +74,7 @@ export const ModelName = {
   Project: 'Project',
   Membership: 'Membership',
   Collection: 'Collection',
+  CollectionDocument: 'CollectionDocument',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
@@ -474,6 +475,20 @@ export const CollectionScalarFieldEnum = {
 } as const
 
 export type CollectionScalarFieldEnum = (typeof CollectionScalarFieldEnum)[keyof typeof CollectionScalarFieldEnum]
+
+
+export const CollectionDocumentScalarFieldEnum = {
+  id: 'id',
+  collectionId: 'collectionId',
+  name: 'name',
+  mediaType: 'mediaType',
+  bytes: 'bytes',
+  sha256: 'sha256',
+  text: 'text',
+  createdAt: 'createdAt'
+} as const
+
+export type CollectionDocumentScalarFieldEnum = (typeof CollectionDocumentScalarFieldEnum)[keyof typeof CollectionDocumentScalarFieldEnum]
 
 
 export const AuditEventScalarFieldEnum = {

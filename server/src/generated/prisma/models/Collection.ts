@@ -191,6 +191,7 @@ export type CollectionWhereInput = {
   orgId?: Prisma.UuidFilter<"Collection"> | string
   createdAt?: Prisma.DateTimeFilter<"Collection"> | Date | string
   org?: Prisma.XOR<Prisma.OrgScalarRelationFilter, Prisma.OrgWhereInput>
+  documents?: Prisma.CollectionDocumentListRelationFilter
 }
 
 export type CollectionOrderByWithRelationInput = {
@@ -201,6 +202,7 @@ export type CollectionOrderByWithRelationInput = {
   orgId?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   org?: Prisma.OrgOrderByWithRelationInput
+  documents?: Prisma.CollectionDocumentOrderByRelationAggregateInput
 }
 
 export type CollectionWhereUniqueInput = Prisma.AtLeast<{
@@ -215,6 +217,7 @@ export type CollectionWhereUniqueInput = Prisma.AtLeast<{
   orgId?: Prisma.UuidFilter<"Collection"> | string
   createdAt?: Prisma.DateTimeFilter<"Collection"> | Date | string
   org?: Prisma.XOR<Prisma.OrgScalarRelationFilter, Prisma.OrgWhereInput>
+  documents?: Prisma.CollectionDocumentListRelationFilter
 }, "id" | "orgId_name">
 
 export type CollectionOrderByWithAggregationInput = {
@@ -248,6 +251,7 @@ export type CollectionCreateInput = {
   ownerId: string
   createdAt?: Date | string
   org: Prisma.OrgCreateNestedOneWithoutCollectionsInput
+  documents?: Prisma.CollectionDocumentCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUncheckedCreateInput = {
@@ -257,6 +261,7 @@ export type CollectionUncheckedCreateInput = {
   ownerId: string
   orgId: string
   createdAt?: Date | string
+  documents?: Prisma.CollectionDocumentUncheckedCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUpdateInput = {
@@ -266,6 +271,7 @@ export type CollectionUpdateInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   org?: Prisma.OrgUpdateOneRequiredWithoutCollectionsNestedInput
+  documents?: Prisma.CollectionDocumentUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateInput = {
@@ -275,6 +281,7 @@ export type CollectionUncheckedUpdateInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   orgId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  documents?: Prisma.CollectionDocumentUncheckedUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionCreateManyInput = {
@@ -345,6 +352,11 @@ export type CollectionMinOrderByAggregateInput = {
   createdAt?: Prisma.SortOrder
 }
 
+export type CollectionScalarRelationFilter = {
+  is?: Prisma.CollectionWhereInput
+  isNot?: Prisma.CollectionWhereInput
+}
+
 export type CollectionCreateNestedManyWithoutOrgInput = {
   create?: Prisma.XOR<Prisma.CollectionCreateWithoutOrgInput, Prisma.CollectionUncheckedCreateWithoutOrgInput> | Prisma.CollectionCreateWithoutOrgInput[] | Prisma.CollectionUncheckedCreateWithoutOrgInput[]
   connectOrCreate?: Prisma.CollectionCreateOrConnectWithoutOrgInput | Prisma.CollectionCreateOrConnectWithoutOrgInput[]
@@ -391,12 +403,27 @@ export type EnumOwnerScopeFieldUpdateOperationsInput = {
   set?: $Enums.OwnerScope
 }
 
+export type CollectionCreateNestedOneWithoutDocumentsInput = {
+  create?: Prisma.XOR<Prisma.CollectionCreateWithoutDocumentsInput, Prisma.CollectionUncheckedCreateWithoutDocumentsInput>
+  connectOrCreate?: Prisma.CollectionCreateOrConnectWithoutDocumentsInput
+  connect?: Prisma.CollectionWhereUniqueInput
+}
+
+export type CollectionUpdateOneRequiredWithoutDocumentsNestedInput = {
+  create?: Prisma.XOR<Prisma.CollectionCreateWithoutDocumentsInput, Prisma.CollectionUncheckedCreateWithoutDocumentsInput>
+  connectOrCreate?: Prisma.CollectionCreateOrConnectWithoutDocumentsInput
+  upsert?: Prisma.CollectionUpsertWithoutDocumentsInput
+  connect?: Prisma.CollectionWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.CollectionUpdateToOneWithWhereWithoutDocumentsInput, Prisma.CollectionUpdateWithoutDocumentsInput>, Prisma.CollectionUncheckedUpdateWithoutDocumentsInput>
+}
+
 export type CollectionCreateWithoutOrgInput = {
   id?: string
   name: string
   ownerScope: $Enums.OwnerScope
   ownerId: string
   createdAt?: Date | string
+  documents?: Prisma.CollectionDocumentCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUncheckedCreateWithoutOrgInput = {
@@ -405,6 +432,7 @@ export type CollectionUncheckedCreateWithoutOrgInput = {
   ownerScope: $Enums.OwnerScope
   ownerId: string
   createdAt?: Date | string
+  documents?: Prisma.CollectionDocumentUncheckedCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionCreateOrConnectWithoutOrgInput = {
@@ -445,6 +473,58 @@ export type CollectionScalarWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"Collection"> | Date | string
 }
 
+export type CollectionCreateWithoutDocumentsInput = {
+  id?: string
+  name: string
+  ownerScope: $Enums.OwnerScope
+  ownerId: string
+  createdAt?: Date | string
+  org: Prisma.OrgCreateNestedOneWithoutCollectionsInput
+}
+
+export type CollectionUncheckedCreateWithoutDocumentsInput = {
+  id?: string
+  name: string
+  ownerScope: $Enums.OwnerScope
+  ownerId: string
+  orgId: string
+  createdAt?: Date | string
+}
+
+export type CollectionCreateOrConnectWithoutDocumentsInput = {
+  where: Prisma.CollectionWhereUniqueInput
+  create: Prisma.XOR<Prisma.CollectionCreateWithoutDocumentsInput, Prisma.CollectionUncheckedCreateWithoutDocumentsInput>
+}
+
+export type CollectionUpsertWithoutDocumentsInput = {
+  update: Prisma.XOR<Prisma.CollectionUpdateWithoutDocumentsInput, Prisma.CollectionUncheckedUpdateWithoutDocumentsInput>
+  create: Prisma.XOR<Prisma.CollectionCreateWithoutDocumentsInput, Prisma.CollectionUncheckedCreateWithoutDocumentsInput>
+  where?: Prisma.CollectionWhereInput
+}
+
+export type CollectionUpdateToOneWithWhereWithoutDocumentsInput = {
+  where?: Prisma.CollectionWhereInput
+  data: Prisma.XOR<Prisma.CollectionUpdateWithoutDocumentsInput, Prisma.CollectionUncheckedUpdateWithoutDocumentsInput>
+}
+
+export type CollectionUpdateWithoutDocumentsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
+  ownerId?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  org?: Prisma.OrgUpdateOneRequiredWithoutCollectionsNestedInput
+}
+
+export type CollectionUncheckedUpdateWithoutDocumentsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
+  ownerId?: Prisma.StringFieldUpdateOperationsInput | string
+  orgId?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+}
+
 export type CollectionCreateManyOrgInput = {
   id?: string
   name: string
@@ -459,6 +539,7 @@ export type CollectionUpdateWithoutOrgInput = {
   ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  documents?: Prisma.CollectionDocumentUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateWithoutOrgInput = {
@@ -467,6 +548,7 @@ export type CollectionUncheckedUpdateWithoutOrgInput = {
   ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  documents?: Prisma.CollectionDocumentUncheckedUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateManyWithoutOrgInput = {
@@ -478,6 +560,35 @@ export type CollectionUncheckedUpdateManyWithoutOrgInput = {
 }
 
 
+/**
+ * Count Type CollectionCountOutputType
+ */
+
+export type CollectionCountOutputType = {
+  documents: number
+}
+
+export type CollectionCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  documents?: boolean | CollectionCountOutputTypeCountDocumentsArgs
+}
+
+/**
+ * CollectionCountOutputType without action
+ */
+export type CollectionCountOutputTypeDefaultArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the CollectionCountOutputType
+   */
+  select?: Prisma.CollectionCountOutputTypeSelect<ExtArgs> | null
+}
+
+/**
+ * CollectionCountOutputType without action
+ */
+export type CollectionCountOutputTypeCountDocumentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.CollectionDocumentWhereInput
+}
+
 
 export type CollectionSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -487,6 +598,8 @@ export type CollectionSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   orgId?: boolean
   createdAt?: boolean
   org?: boolean | Prisma.OrgDefaultArgs<ExtArgs>
+  documents?: boolean | Prisma.Collection$documentsArgs<ExtArgs>
+  _count?: boolean | Prisma.CollectionCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["collection"]>
 
 export type CollectionSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
@@ -521,6 +634,8 @@ export type CollectionSelectScalar = {
 export type CollectionOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "ownerScope" | "ownerId" | "orgId" | "createdAt", ExtArgs["result"]["collection"]>
 export type CollectionInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   org?: boolean | Prisma.OrgDefaultArgs<ExtArgs>
+  documents?: boolean | Prisma.Collection$documentsArgs<ExtArgs>
+  _count?: boolean | Prisma.CollectionCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type CollectionIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   org?: boolean | Prisma.OrgDefaultArgs<ExtArgs>
@@ -533,6 +648,7 @@ export type $CollectionPayload<ExtArgs extends runtime.Types.Extensions.Internal
   name: "Collection"
   objects: {
     org: Prisma.$OrgPayload<ExtArgs>
+    documents: Prisma.$CollectionDocumentPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -936,6 +1052,7 @@ readonly fields: CollectionFieldRefs;
 export interface Prisma__CollectionClient<T, Null = never, ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs, GlobalOmitOptions = {}> extends Prisma.PrismaPromise<T> {
   readonly [Symbol.toStringTag]: "PrismaPromise"
   org<T extends Prisma.OrgDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.OrgDefaultArgs<ExtArgs>>): Prisma.Prisma__OrgClient<runtime.Types.Result.GetResult<Prisma.$OrgPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
+  documents<T extends Prisma.Collection$documentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Collection$documentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CollectionDocumentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1369,6 +1486,30 @@ export type CollectionDeleteManyArgs<ExtArgs extends runtime.Types.Extensions.In
    * Limit how many Collections to delete.
    */
   limit?: number
+}
+
+/**
+ * Collection.documents
+ */
+export type Collection$documentsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the CollectionDocument
+   */
+  select?: Prisma.CollectionDocumentSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the CollectionDocument
+   */
+  omit?: Prisma.CollectionDocumentOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.CollectionDocumentInclude<ExtArgs> | null
+  where?: Prisma.CollectionDocumentWhereInput
+  orderBy?: Prisma.CollectionDocumentOrderByWithRelationInput | Prisma.CollectionDocumentOrderByWithRelationInput[]
+  cursor?: Prisma.CollectionDocumentWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.CollectionDocumentScalarFieldEnum | Prisma.CollectionDocumentScalarFieldEnum[]
 }
 
 /**
