@@ -144,7 +144,7 @@ export async function createApp({
   // Limits read before the gateway takes a request, and again on every change (governance/limits.service.ts).
   await services.limits.start(pubsub);
   registerLimitMetrics(metrics.registry, services.limits.enforcer);
-  registerCostMetrics(metrics.registry, services.cost.pricing);
+  const spend = registerCostMetrics(metrics.registry, services.cost.pricing);
   services.gateway = new Gateway({
     limits: services.limits.gate,
     db: prisma,
@@ -157,6 +157,7 @@ export async function createApp({
     listeningSince: () => listener.listeningSince(),
     onUsage: (e) => {
       metrics.observeGateway(e);
+      spend.count(e);
       tracing?.describeGatewayCall(e);
     },
   });

@@ -191,3 +191,41 @@ describe('a limit refusal', () => {
     await blocked.text();
   }, 60_000);
 });
+
+describe('/metrics', () => {
+  it('keeps a running total of money spent per model, at its price, in the site currency', async () => {
+    const price = await t.gql(
+      'mutation { setModelPrice(model: "spare", perMillionPromptTokens: "1000", perMillionCompletionTokens: "2000") { __typename } }',
+      {},
+      admin,
+    );
+    expect(price.data?.setModelPrice.__typename).toBe('Price');
+    await expect.poll(() => t.app.services.cost.pricing.perMillionTokens('spare')).toBeDefined();
+    const secret = await t.token('VIEWER', 'spender');
+    const spent = () =>
+      t.app.metrics
+        .render()
+        .then((m) => Number(/hangar_cost_total\{model="spare",currency="USD"\} ([0-9.e-]+)/.exec(m.body)?.[1] ?? 0));
+    const before = await spent();
+    let prompt = 0;
+    let completion = 0;
+    for (let i = 0; i < 2; i++) {
+      const s = await client(secret).chat.completions.create({
+        model: 'spare',
+        stream: true,
+        stream_options: { include_usage: true },
+        max_tokens: 8,
+        messages: [{ role: 'user', content: 'hi' }],
+      });
+      for await (const c of s) {
+        prompt += c.usage?.prompt_tokens ?? 0;
+        completion += c.usage?.completion_tokens ?? 0;
+      }
+    }
+    expect(completion).toBeGreaterThan(0);
+    // 1000 a million prompt tokens and 2000 a million completion tokens: 0.001 and 0.002 a token.
+    await expect.poll(spent).toBeCloseTo(before + prompt * 0.001 + completion * 0.002, 9);
+    // An unpriced model is not counted as free money spent: it has no series.
+    expect((await t.app.metrics.render()).body).not.toMatch(/hangar_cost_total\{model="tiny"/);
+  }, 60_000);
+});

@@ -7,6 +7,7 @@ import { loginCommand } from './login.js';
 import { mirrorCommands } from './mirror.js';
 import { orgCommands } from './org.js';
 import { output } from './output.js';
+import { pricesCommands } from './prices.js';
 import { serveCommands } from './serve.js';
 import { connect } from './session.js';
 import { trainCommands } from './train.js';
@@ -42,6 +43,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
   trainCommands(program, ctx);
   limitsCommands(program, ctx);
   usageCommand(program, ctx);
+  pricesCommands(program, ctx);
   orgCommands(program, ctx);
   // Commander's own "unknown option" and friends: a usage error, like ours.
   for (const c of allCommands(program)) c.exitOverride();

@@ -80,7 +80,17 @@ it('holds text, Markdown and HTML documents, an HTML page as its words without s
   );
   expect(html.mediaType).toBe('text/html');
   expect(html.text).toBe('Warranty\nTwo years & free repairs <EU>.\n\nCall support.');
-  for (const hostile of ['fetch', 'cookie', 'steal', 'onerror', 'alert', 'color', 'enable JS', 'frame text', 'secret']) {
+  for (const hostile of [
+    'fetch',
+    'cookie',
+    'steal',
+    'onerror',
+    'alert',
+    'color',
+    'enable JS',
+    'frame text',
+    'secret',
+  ]) {
     expect(html.text).not.toContain(hostile);
   }
 
@@ -130,9 +140,9 @@ it('refuses PDFs, binary files, other encodings, other kinds and files over the 
   expect(await refusal('notes.docx', 'PK\x03\x04')).toMatch(
     /a document is text \(\.txt\), Markdown .* "notes\.docx" is none of these/,
   );
-  expect(await refusal('image.txt', new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13]))).toMatch(
-    /image\.txt holds a NUL byte \(at byte 8\): it is a binary file, not text/,
-  );
+  expect(
+    await refusal('image.txt', new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])),
+  ).toMatch(/image\.txt holds a NUL byte \(at byte 8\): it is a binary file, not text/);
   // "café" in Latin-1: é is 0xE9, which does not start a valid UTF-8 sequence here.
   expect(await refusal('latin1.txt', new Uint8Array([0x63, 0x61, 0x66, 0xe9, 0x0a]))).toMatch(
     /latin1\.txt is not valid UTF-8 \(at byte 3\): save it as UTF-8/,

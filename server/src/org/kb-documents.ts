@@ -7,9 +7,9 @@ import type { Db, Tx } from '../db/client.js';
 import type { Collection, CollectionDocument } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import { documentText, kindOf } from './kb-text.js';
 import { isId } from './org-lookup.js';
 import { ownerKey } from './org-owners.js';
-import { documentText, kindOf } from './kb-text.js';
 
 // The documents a knowledge-base collection holds. Whoever may read the collection (OrgReads.mayRead: a session
 // as its user, an API token as its own key, admins) reads and changes its documents; anyone else is answered as
@@ -32,7 +32,10 @@ const addInput = z.object({
     .trim()
     .min(1, 'a file name such as handbook.md')
     .max(200, 'at most 200 characters')
-    .refine((s) => !/[/\\\u0000-\u001f]/.test(s), 'a file name without folders or control characters'),
+    .refine(
+      (s) => !/[/\\]/.test(s) && ![...s].some((ch) => ch.charCodeAt(0) < 0x20),
+      'a file name without folders or control characters',
+    ),
   contentBase64: z.string().refine((s) => BASE64.test(s.replace(/\s+/g, '')), 'the file, base64-encoded'),
 });
 
@@ -58,7 +61,7 @@ export class KbDocuments {
 
   /** A collection's documents, oldest first; null when the viewer may not read the collection. */
   async list(viewer: Viewer, collection: Collection): Promise<CollectionDocument[] | null> {
-    
+    if (!(await this.mayRead(viewer, collection))) return null;
     return this.db.collectionDocument.findMany({
       where: { collectionId: collection.id },
       orderBy: [{ createdAt: 'asc' }, { name: 'asc' }],
@@ -69,7 +72,7 @@ export class KbDocuments {
   async get(viewer: Viewer, id: string): Promise<(CollectionDocument & { collection: Collection }) | null> {
     if (!isId(id)) return null;
     const d = await this.db.collectionDocument.findUnique({ where: { id }, include: { collection: true } });
-    return d;
+    return d && (await this.mayRead(viewer, d.collection)) ? d : null;
   }
 
   /** Adds a document to a collection, refusing what is not text, too large, or over the collection's share. */
@@ -96,7 +99,8 @@ export class KbDocuments {
       return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${name} is empty`));
     }
     const read = documentText(name, kind.kind, bytes);
-    if ('refused' in read) return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${read.refused}`));
+    if ('refused' in read)
+      return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${read.refused}`));
 
     return this.db.$transaction(async (tx) => {
       const c = await this.lockedCollection(tx, viewer, parsed.value.collection);
@@ -115,9 +119,13 @@ export class KbDocuments {
           ),
         );
       }
-      if (await tx.collectionDocument.findUnique({ where: { collectionId_name: { collectionId: collection.id, name } } })) {
+      if (
+        await tx.collectionDocument.findUnique({ where: { collectionId_name: { collectionId: collection.id, name } } })
+      ) {
         return fail(
-          new ConflictError(`collection ${collection.name} already has a document ${name}: remove it first to replace it`),
+          new ConflictError(
+            `collection ${collection.name} already has a document ${name}: remove it first to replace it`,
+          ),
         );
       }
       const doc = await tx.collectionDocument.create({

@@ -36,11 +36,15 @@ function pdfRefusal(name: string): string {
  * The text of an upload, or why it is refused: no NUL bytes (a binary file), valid UTF-8 (a byte-order mark is
  * dropped), and for HTML the words only, without markup, scripts or styles.
  */
-export function documentText(name: string, kind: DocumentKind, bytes: Uint8Array): { text: string } | { refused: string } {
+export function documentText(
+  name: string,
+  kind: DocumentKind,
+  bytes: Uint8Array,
+): { text: string } | { refused: string } {
   if (bytes.length >= 5 && Buffer.from(bytes.subarray(0, 5)).toString('latin1') === '%PDF-') {
     return { refused: pdfRefusal(name) };
   }
-  const nul = -1 as number;
+  const nul = bytes.indexOf(0);
   if (nul >= 0) {
     return {
       refused: `${name} holds a NUL byte (at byte ${nul}): it is a binary file, not text. Upload ${ACCEPTED}`,
@@ -48,14 +52,15 @@ export function documentText(name: string, kind: DocumentKind, bytes: Uint8Array
   }
   let decoded: string;
   try {
-    decoded = new TextDecoder('utf-8', { fatal: false, ignoreBOM: false }).decode(bytes);
+    decoded = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes);
   } catch {
     return {
       refused: `${name} is not valid UTF-8 (at byte ${firstInvalidUtf8(bytes)}): save it as UTF-8 (for example \`iconv -f latin1 -t utf-8\`) and upload it again`,
     };
   }
-  const text = normalise(decoded);
-  if (!text.trim()) return { refused: `${name} holds no text${kind === 'text/html' ? ' once its markup is removed' : ''}` };
+  const text = normalise(kind === 'text/html' ? htmlToText(decoded) : decoded);
+  if (!text.trim())
+    return { refused: `${name} holds no text${kind === 'text/html' ? ' once its markup is removed' : ''}` };
   return { text };
 }
 
@@ -72,16 +77,18 @@ export function htmlToText(html: string): string {
     nonTextTags: ['script', 'style', 'textarea', 'option', 'noscript', 'template', 'iframe', 'object', 'svg', 'head'],
   });
   // sanitize-html escapes what it keeps; the text is stored as text, not as HTML.
-  return stripped
-    .replace(/&lt;/g, '<')
-    .replace(/&gt;/g, '>')
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&nbsp;|\u00a0/g, ' ')
-    .replace(/&amp;/g, '&')
-    // A page's source indentation is not part of what it says.
-    .replace(/[ \t]+/g, ' ')
-    .replace(/^ /gm, '');
+  return (
+    stripped
+      .replace(/&lt;/g, '<')
+      .replace(/&gt;/g, '>')
+      .replace(/&quot;/g, '"')
+      .replace(/&#39;/g, "'")
+      .replace(/&nbsp;|\u00a0/g, ' ')
+      .replace(/&amp;/g, '&')
+      // A page's source indentation is not part of what it says.
+      .replace(/[ \t]+/g, ' ')
+      .replace(/^ /gm, '')
+  );
 }
 
 function normalise(text: string): string {

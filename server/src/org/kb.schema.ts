@@ -10,7 +10,9 @@ export const CollectionDocumentRef = builder.prismaObject('CollectionDocument', 
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
-    mediaType: t.exposeString('mediaType', { description: 'text/plain, text/markdown or text/html: what was uploaded.' }),
+    mediaType: t.exposeString('mediaType', {
+      description: 'text/plain, text/markdown or text/html: what was uploaded.',
+    }),
     bytes: t.exposeInt('bytes', { description: "The upload's size in bytes." }),
     sha256: t.exposeString('sha256', { description: "The upload's SHA-256." }),
     text: t.exposeString('text', { description: 'The text Hangar keeps and makes pairs from.' }),
