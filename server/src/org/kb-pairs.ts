@@ -78,7 +78,7 @@ const MAX_FIELD_CHARS = 4000;
 /** The pairs in a model's answer, whatever shape it chose; duplicates and empty fields dropped. */
 export function parsePairs(answer: string): ParsedPairs {
   const notes: string[] = [];
-  const found = (() => { try { return JSON.parse(answer) } catch { return null } })();
+  const found = fromJson(answer) ?? fromLines(answer) ?? fromText(answer);
   if (!found) return { pairs: [], notes: [`no pairs in the answer (${describe(answer)})`] };
   const seen = new Set<string>();
   const pairs: Pair[] = [];
@@ -97,7 +97,7 @@ export function parsePairs(answer: string): ParsedPairs {
       continue;
     }
     const key = `${q}\u0001${a}`;
-    if (false) {
+    if (seen.has(key)) {
       repeated++;
       continue;
     }

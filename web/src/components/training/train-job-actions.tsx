@@ -3,7 +3,7 @@ import { type CombinedError, useMutation } from 'urql';
 import { type Answer, graphql } from '../../graphql/graphql';
 import type { Outcome, Refusal } from '../../graphql/types';
 import { isRefusal } from '../../graphql/types';
-import { ConfirmDialog } from '../common/confirm-dialog';
+import { ConfirmDialog, InlineConfirm } from '../common/confirm-dialog';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { ConfirmButton, DangerButton } from '../common/form-parts';
 import { PageLink } from '../common/page-link';
@@ -83,6 +83,8 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
   const [problem, setProblem] = useState<{ refusal?: Refusal; error?: CombinedError }>();
   const [published, setPublished] = useState<Published>();
   const [confirming, setConfirming] = useState(false);
+  // A running job's hours of GPU time are lost by a cancel: asked first, as every action that cannot be undone is.
+  const [cancelling, setCancelling] = useState(false);
   const [reason, setReason] = useState('');
   const active = job.state === 'QUEUED' || job.state === 'RUNNING';
 
@@ -112,7 +114,7 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
             className="button small"
             disabled={cancelState.fetching}
             title={job.state === 'RUNNING' ? 'The node stops the trainer; the job ends once it has exited' : undefined}
-            onClick={onCancel}
+            onClick={() => setCancelling(true)}
           >
             Cancel
           </button>
@@ -130,6 +132,24 @@ export function TrainJobActions({ job, onDeleted }: { job: TrainJobPage_Job; onD
         ) : null}
         {!active ? <ConfirmButton onClick={() => setConfirming(true)}>Delete</ConfirmButton> : null}
       </div>
+      {cancelling && active && !job.cancelRequested ? (
+        <InlineConfirm
+          label={`Cancel ${job.name}`}
+          action={`Cancel ${job.name}`}
+          busy={cancelState.fetching}
+          onConfirm={async () => {
+            await onCancel();
+            setCancelling(false);
+          }}
+          onKeep={() => setCancelling(false)}
+        >
+          <p>
+            {job.state === 'RUNNING'
+              ? `Its node stops the trainer at once: the steps trained so far (${job.step} of ${job.steps}) are lost and no adapter is made.`
+              : 'It leaves the queue before any node takes it.'}
+          </p>
+        </InlineConfirm>
+      ) : null}
       {/* The answer, with what to do next, once; after a reload the job's adapter says it was published. */}
       {published ? (
         <div role="status" className="notice publish-answer">

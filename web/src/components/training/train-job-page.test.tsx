@@ -207,6 +207,12 @@ describe('TrainJobPage', () => {
     const { fake } = renderPage({ job: job(), metrics: 0 });
     const user = userEvent.setup();
     await user.click(await screen.findByRole('button', { name: 'Cancel' }));
+    // Asked first, saying what is lost; nothing is sent until it is confirmed.
+    expect(screen.getByRole('group', { name: /^Cancel / })).toHaveTextContent(
+      /the steps trained so far \(\d+ of \d+\) are lost/,
+    );
+    expect(fake.sent(TrainJobActions_CancelMutation)).toEqual([]);
+    await user.click(screen.getByRole('button', { name: /^Cancel .+/ }));
     expect(await screen.findAllByText('cancelling…')).not.toHaveLength(0);
     expect(screen.queryByRole('button', { name: 'Cancel' })).toBeNull();
     // The aliased message is the job's own: the page shows it.
