@@ -12,6 +12,7 @@ import { CostService } from './governance/cost.service.js';
 import { UsageService } from './gateway/usage.service.js';
 import { buildLimits } from './governance/limits-build.js';
 import { MirrorService } from './mirror/mirror.service.js';
+import { KbDatasets } from './org/kb-datasets.js';
 import { KbDocuments } from './org/kb-documents.js';
 import { OrgService } from './org/org.service.js';
 import { RegistryService } from './registry/registry.service.js';
@@ -97,6 +98,8 @@ export function buildServices({
     log,
     ledger: trainLedger,
   });
+  // After training, which keeps the pairs it writes; it calls models through the gateway (app.ts gives its address).
+  services.kbDatasets = new KbDatasets({ db: prisma, audit, org: services.org, train: services.train });
   // Prices and cost (governance/cost.service.ts): after usage, the org and the catalog it reads through; before the
   // limits, whose spend budgets price tokens with services.cost.pricing (governance/pricing.ts).
   services.cost = new CostService({

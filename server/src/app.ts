@@ -11,14 +11,16 @@ import { LiveCallers } from './auth/live.js';
 import { LoginLimits } from './auth/login-limits.js';
 import { isOwnOrigin } from './auth/origin.js';
 import { installModelEvents } from './catalog/model-events.js';
-import { installGpuTime } from './fleet/gpu-time.js';
 import { installServedNames } from './catalog/served-names.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
 import { pendingMigrations } from './db/migrate.js';
+import { installGpuTime } from './fleet/gpu-time.js';
 import { installServingWorkEvents } from './fleet/serving-work.js';
 import { Gateway } from './gateway/gateway.js';
+import { registerCostMetrics } from './governance/cost-metrics.js';
+import { registerLimitMetrics } from './governance/limits-metrics.js';
 import { attachGraphqlWs } from './graphql/ws.js';
 import { buildYoga } from './graphql/yoga.js';
 import { hfAuthorization, hfRoutes } from './hf/hf.http.js';
@@ -39,8 +41,6 @@ import { edgeFor, type Route } from './http/routes.js';
 import { serveConsole } from './http/static.js';
 import { listenForMetrics, metricsRoute } from './metrics/metrics.http.js';
 import { Metrics } from './metrics/metrics.js';
-import { registerCostMetrics } from './governance/cost-metrics.js';
-import { registerLimitMetrics } from './governance/limits-metrics.js';
 import { mirrorCredentials, serveMirror, uploadToMirror } from './mirror/serve.js';
 import { listen, makePubSub } from './pubsub.js';
 import { trainDataRoute, trainRoutes } from './train/train.http.js';
@@ -112,6 +112,8 @@ export async function createApp({
     await services.catalog.loadDeclared();
     // After the models, whose names a declared limit may name.
     await services.limits.loadDeclared(config.configFile);
+    // hangar.yaml's training.generalQuestions: the forgetting check's questions (train/site-questions.ts).
+    await services.train.generalQuestions.load(config.configFile);
     // hangar.yaml's prices, and the price table spend budgets read (governance/pricing.ts).
     await services.cost.start(pubsub);
     phase('catalog');
@@ -224,6 +226,7 @@ export async function createApp({
   const mirrorUpload = uploadToMirror({ mirror: services.mirror, audit, maxBytes: 64 * 1024 ** 3 });
   let listeningUrl = `http://${config.host}:${config.port}`;
   services.mirror.setBaseUrl(() => listeningUrl);
+  services.kbDatasets.setBaseUrl(() => listeningUrl);
   services.train.setBaseUrl(() => listeningUrl);
   services.fleet.setAgentUrl(() => config.publicUrl ?? listeningUrl);
   const train = trainRoutes({ train: services.train, artifacts: services.trainArtifacts, audit });

@@ -17,6 +17,7 @@ import type { LimitsService } from './governance/limits.service.js';
 import type { MirrorService } from './mirror/mirror.service.js';
 import type { OrgService } from './org/org.service.js';
 import type { PubSub } from './pubsub.js';
+import type { KbDatasets } from './org/kb-datasets.js';
 import type { KbDocuments } from './org/kb-documents.js';
 import type { RegistryService } from './registry/registry.service.js';
 import type { ServeJobService } from './serve/serve-job.service.js';
@@ -29,6 +30,7 @@ export type Services = {
   access: AccessService;
   org: OrgService;
   kb: KbDocuments;
+  kbDatasets: KbDatasets;
   fleet: FleetService;
   gateway: Gateway;
   mirror: MirrorService;

@@ -219,6 +219,70 @@ describe('hangar train', () => {
     expect(bad.stderr).toBe('hangar: --kind is peft or gguf: "onnx" is not\n');
   }, 60_000);
 
+  it('--eval-share, --eval-seed and --eval-data set what is held out for the evaluation, and bad ones are refused', async () => {
+    const many = Array.from({ length: 60 }, (_, i) => JSON.stringify({ q: `What is ${i} times 3?`, a: `${3 * i}` }));
+    await fs.writeFile(path.join(dir, 'many.ndjson'), many.join('\n'));
+    await fs.writeFile(path.join(dir, 'eval.ndjson'), many.slice(0, 6).join('\n'));
+    const args = (name: string, ...more: string[]) => [
+      '--json',
+      'train',
+      'create',
+      '--name',
+      name,
+      '--model',
+      'tiny',
+      '--base-repo',
+      BASE_REPO,
+      '--node',
+      'gpu-1',
+      '--gpu-mib',
+      '8000',
+      '--data',
+      path.join(dir, 'many.ndjson'),
+      '--public',
+      '--no-wait',
+      ...more,
+    ];
+    const shared = await start(args('eval-share', '--eval-share', '40%', '--eval-seed', '7')).done;
+    expect(shared.code, shared.stderr).toBe(0);
+    const fraction = await start(args('eval-fraction', '--eval-share', '0.2')).done;
+    expect(fraction.code, fraction.stderr).toBe(0);
+    const file = await start(args('eval-file', '--eval-data', path.join(dir, 'eval.ndjson'))).done;
+    expect(file.code, file.stderr).toBe(0);
+    const job = (name: string) => t.app.db.prisma.trainJob.findFirstOrThrow({ where: { name } });
+    // 40 % of 60 questions, picked by seed 7; not the default 10 %.
+    expect(await job('eval-share')).toMatchObject({ evalShare: 0.4, evalSeed: 7 });
+    expect((await job('eval-share')).heldOutLines).toHaveLength(24);
+    expect((await job('eval-fraction')).heldOutLines).toHaveLength(12);
+    // An evaluation file: nothing of --data is held out, the file is kept by its sha256.
+    const withFile = await job('eval-file');
+    expect(withFile.heldOutLines).toEqual([]);
+    expect(withFile.evalDataSha256).toBe(createHash('sha256').update(many.slice(0, 6).join('\n')).digest('hex'));
+
+    const both = await start(args('eval-both', '--eval-share', '20%', '--eval-data', path.join(dir, 'eval.ndjson')))
+      .done;
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain('give either an evaluation file (evalData) or a share of the pairs to hold out');
+    const over = await start(args('eval-over', '--eval-share', '60%')).done;
+    expect(over.code).toBe(2);
+    expect(over.stderr).toContain('at most 0.5');
+    const words = await start(args('eval-words', '--eval-share', 'ten')).done;
+    expect(words.code).toBe(2);
+    expect(words.stderr).toBe('hangar: --eval-share is a share such as 10% or 0.1: ten is not\n');
+    const seed = await start(args('eval-seed', '--eval-seed', '1.5')).done;
+    expect(seed.code).toBe(2);
+    expect(seed.stderr).toBe('hangar: --eval-seed is a whole number, such as 42: 1.5 is not\n');
+    for (const name of ['eval-share', 'eval-fraction', 'eval-file']) {
+      await t.gql(
+        'mutation($id: ID!) { cancelTrainJob(id: $id) { __typename } }',
+        { id: (await job(name)).id },
+        {
+          token: w.operator,
+        },
+      );
+    }
+  }, 90_000);
+
   it('refuses a job for a node that does not exist, naming it, with exit 2', async () => {
     const r = await start([
       'train',

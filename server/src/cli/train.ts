@@ -6,9 +6,9 @@ import { CliError, EXIT, orFail } from './exit-codes.js';
 import { downloadVerified } from './files.js';
 import { bytes, table } from './format.js';
 import type { Out } from './output.js';
-import { trainShowCommand } from './train-show.js';
 import { ProgressBar } from './progress.js';
 import type { HangarClient } from './session.js';
+import { trainShowCommand } from './train-show.js';
 import { follow } from './watch.js';
 
 const JobFields = graphql(`
@@ -54,6 +54,37 @@ export const PARAMS_EXAMPLE = '{"epochs": 3, "lr": 0.0002}';
 // createTrainJob takes pairs inline up to 1 MiB; a larger set goes through POST /api/train/data (the console).
 const INLINE_DATA_LIMIT = 1 << 20;
 
+/**
+ * createTrainJob's evaluation fields from --eval-share, --eval-seed and --eval-data; unset ones are left to the
+ * server (10 % held out, picked by the training seed). The share is written as people say it ("10%") or as the API
+ * takes it (0.1): the server checks its range and names the field.
+ */
+async function evalOptions(o: { evalShare?: string; evalSeed?: string; evalData?: string }) {
+  let evalShare: number | null = null;
+  if (o.evalShare !== undefined) {
+    const text = o.evalShare.trim();
+    const n = Number(text.endsWith('%') ? text.slice(0, -1) : text);
+    if (text === '' || text === '%' || !Number.isFinite(n))
+      throw new CliError(`--eval-share is a share such as 10% or 0.1: ${o.evalShare} is not`, EXIT.usage);
+    evalShare = text.endsWith('%') ? Math.round(n * 100) / 10_000 : n;
+  }
+  let evalSeed: number | null = null;
+  if (o.evalSeed !== undefined) {
+    evalSeed = Number(o.evalSeed);
+    if (o.evalSeed.trim() === '' || !Number.isInteger(evalSeed))
+      throw new CliError(`--eval-seed is a whole number, such as 42: ${o.evalSeed} is not`, EXIT.usage);
+  }
+  let evalData: string | null = null;
+  if (o.evalData !== undefined) {
+    try {
+      evalData = await fs.readFile(o.evalData, 'utf8');
+    } catch (err) {
+      throw new CliError(`--eval-data ${o.evalData} could not be read: ${(err as Error).message}`, EXIT.usage);
+    }
+  }
+  return { evalShare, evalSeed, evalData };
+}
+
 export function trainCommands(program: Command, ctx: Ctx) {
   const train = program.command('train').description('LoRA training jobs on the fleet');
   trainShowCommand(train, ctx);
@@ -77,9 +108,16 @@ export function trainCommands(program: Command, ctx: Ctx) {
       '--no-gguf',
       'make only the PEFT adapter, not the llama.cpp GGUF adapter beside it (made by default when llama.cpp serves the model)',
     )
+    .option(
+      '--eval-share <share>',
+      'pairs held out of training to compare the adapter with its base: 10% or 0.1 (default), 0 to 50%; 0: none',
+    )
+    .option('--eval-seed <n>', 'the seed that picks the held-out pairs (default: the training seed)')
+    .option('--eval-data <file>', 'evaluate on this NDJSON of {"q","a"} instead; every pair of --data is trained on')
     .option('--no-wait', 'queue the job and return at once with its id')
     .action(async (o, cmd: Command) => {
       const out = ctx.out(cmd);
+      const evaluation = await evalOptions(o);
       let data: string;
       try {
         data = await fs.readFile(o.data, 'utf8');
@@ -115,6 +153,7 @@ export function trainCommands(program: Command, ctx: Ctx) {
               gguf: o.gguf === false ? false : null,
               owner: o.owner ?? null,
               public: o.public ?? null,
+              ...evaluation,
             },
           })
         ).createTrainJob,

@@ -46,6 +46,7 @@ export const TABLE_OWNERS: Record<Prisma.ModelName, OwningDomain> = {
   Membership: 'org',
   Collection: 'org',
   CollectionDocument: 'org',
+  KbDataset: 'org',
   ServeJob: 'serve',
   ServeJobStep: 'serve',
   TrainJob: 'train',

@@ -266,8 +266,9 @@ describe('the gateway at /v1', () => {
         ['refusing', `http://127.0.0.1:${closedPort}/v1`, /ECONNREFUSED/],
         ['erring', failingUrl, /answered 500/],
       ] as const) {
-        const { replicas } = await addModel(name, [bad, replica.endpoint]);
-        // Ties are taken in turn, so one of two requests picks the bad replica first.
+        // Least-loaded: ties are taken in turn, so one of two requests picks the bad replica first (by prefix, two
+        // identical prompts would go to one replica, and the other might never be tried).
+        const { replicas } = await addModel(name, [bad, replica.endpoint], { routing: 'LEAST_LOADED' });
         for (let i = 0; i < 2; i++) {
           const answer = await client().chat.completions.create({
             model: name,

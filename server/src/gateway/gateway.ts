@@ -545,6 +545,7 @@ export class Gateway {
         outcome,
         promptTokens: usage?.promptTokens ?? 0,
         completionTokens: usage?.completionTokens ?? 0,
+        cachedTokens: usage?.cachedTokens ?? 0,
         ttftMs: firstAt === null ? null : firstAt - started,
         durationMs: performance.now() - started,
         requestId: caller.requestId,

@@ -60,14 +60,22 @@ export function send(o: {
   });
 }
 
-export type Usage = { promptTokens: number; completionTokens: number };
+/** cachedTokens: of the prompt tokens, those the engine reused from its prompt cache (absent when it said none). */
+export type Usage = { promptTokens: number; completionTokens: number; cachedTokens?: number };
 
 const readUsage = (u: unknown): Usage | null => {
-  const usage = u as { prompt_tokens?: unknown; completion_tokens?: unknown } | null | undefined;
+  const usage = u as
+    | { prompt_tokens?: unknown; completion_tokens?: unknown; prompt_tokens_details?: { cached_tokens?: unknown } }
+    | null
+    | undefined;
   if (!usage || typeof usage.prompt_tokens !== 'number') return null;
+  const cached = usage.prompt_tokens_details?.cached_tokens;
   return {
     promptTokens: usage.prompt_tokens,
     completionTokens: typeof usage.completion_tokens === 'number' ? usage.completion_tokens : 0,
+    // OpenAI's place for it (the agent's llama.cpp replicas, vLLM and llama-server write it there); never more
+    // than the prompt, whatever an engine claims.
+    ...(typeof cached === 'number' && cached > 0 ? { cachedTokens: Math.min(cached, usage.prompt_tokens) } : {}),
   };
 };
 
@@ -168,6 +176,7 @@ export class SseTap extends Transform {
     return {
       promptTokens: this.usage?.promptTokens ?? prompt(),
       completionTokens: Math.max(this.delivered, this.usage?.completionTokens ?? 0),
+      ...(this.usage?.cachedTokens ? { cachedTokens: this.usage.cachedTokens } : {}),
     };
   }
 }

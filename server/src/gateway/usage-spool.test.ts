@@ -102,4 +102,38 @@ describe('the usage spool', () => {
     expect(await accounted('shared')).toEqual({ requests: 2, promptTokens: 3 });
     expect(await fs.readdir(spoolDir)).toEqual([]);
   });
+
+  it('carries cached tokens through the spool, and still adds a line spooled before rows counted them', async () => {
+    const spoolDir = path.join(dir, 'cached');
+    const dead = new UsageRecorder({ db: relay.database.prisma, log, spoolDir });
+    await dead.start(NO_TICK);
+    await relay.cut();
+    dead.record({ ...event(10, 'cached'), cachedTokens: 7 });
+    await dead.stop();
+    const [file] = await fs.readdir(spoolDir);
+    const where = path.join(spoolDir, file as string);
+    const line = JSON.parse((await fs.readFile(where, 'utf8')).trim().split('\n').at(-1) as string) as {
+      seq: number;
+      rows: Record<string, unknown>[];
+    };
+    expect(line.rows[0]?.cachedTokens).toBe(7);
+    // The same second as the previous version wrote it: no cachedTokens in its rows.
+    const old = { seq: line.seq + 1, rows: line.rows.map(({ cachedTokens: _c, ...r }) => r) };
+    await fs.appendFile(where, `${JSON.stringify(old)}\n`);
+    await relay.mend();
+
+    const next = new UsageRecorder({ db: relay.database.prisma, log, spoolDir });
+    await next.start(NO_TICK);
+    await next.flush();
+    await next.stop();
+    const sums = await relay.database.prisma.usageMinute.aggregate({
+      where: { model: 'cached' },
+      _sum: { requests: true, promptTokens: true, cachedTokens: true },
+    });
+    expect({
+      requests: sums._sum.requests,
+      promptTokens: Number(sums._sum.promptTokens),
+      cachedTokens: Number(sums._sum.cachedTokens),
+    }).toEqual({ requests: 2, promptTokens: 20, cachedTokens: 7 });
+  });
 });

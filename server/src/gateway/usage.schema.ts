@@ -47,7 +47,7 @@ export const UsageRef = builder.objectRef<Usage>('Usage').implement({
 function withUsageFields<T extends UsageTotals>(ref: ObjectRef<Types, T>) {
   builder.objectFields(ref, (t) => {
     const count = (
-      name: 'requests' | 'errors' | 'aborted' | 'promptTokens' | 'completionTokens',
+      name: 'requests' | 'errors' | 'aborted' | 'promptTokens' | 'completionTokens' | 'cachedTokens',
       description: string,
     ) => t.field({ type: 'Count', description, resolve: (u) => u[name] });
     return {
@@ -61,6 +61,10 @@ function withUsageFields<T extends UsageTotals>(ref: ObjectRef<Types, T>) {
       completionTokens: count(
         'completionTokens',
         "Completion tokens, as the engine's usage counted them; for a stream that ended before the engine said, the chunks carrying a token that the client was sent.",
+      ),
+      cachedTokens: count(
+        'cachedTokens',
+        "Of the prompt tokens, those the replica reused from its prompt cache instead of computing them (OpenAI's usage.prompt_tokens_details.cached_tokens, as the engine reported it); 0 where an engine reports none.",
       ),
       tokensPerSecond: t.float({
         description: 'Completion tokens over the seconds the step (or, in totals, the range) covers.',

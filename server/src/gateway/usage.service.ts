@@ -22,6 +22,8 @@ export type UsageTotals = {
   aborted: number;
   promptTokens: number;
   completionTokens: number;
+  /** Of promptTokens, those replicas reused from their prompt caches. */
+  cachedTokens: number;
   /** Completion tokens over the seconds the range (or the step) covers. */
   tokensPerSecond: number;
   p50Ms: number | null;
@@ -63,6 +65,7 @@ type Row = {
   aborted: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
   ttftMsSum: number;
   ttftCount: number;
   buckets: number[] | null;
@@ -194,7 +197,8 @@ export class UsageService {
   private sumColumns() {
     return Prisma.sql`sum("requests")::float8 AS "requests", sum("errors")::float8 AS "errors",
       sum("aborted")::float8 AS "aborted", sum("promptTokens")::float8 AS "promptTokens",
-      sum("completionTokens")::float8 AS "completionTokens", sum("ttftMsSum")::float8 AS "ttftMsSum",
+      sum("completionTokens")::float8 AS "completionTokens", sum("cachedTokens")::float8 AS "cachedTokens",
+      sum("ttftMsSum")::float8 AS "ttftMsSum",
       sum("ttftCount")::float8 AS "ttftCount"`;
   }
 
@@ -276,6 +280,7 @@ function empty(): Sums {
     aborted: 0,
     promptTokens: 0,
     completionTokens: 0,
+    cachedTokens: 0,
     ttftMsSum: 0,
     ttftCount: 0,
     buckets: [],
@@ -289,6 +294,7 @@ function sumsOf(row: Omit<Row, 'bin'>): Sums {
     aborted: Number(row.aborted),
     promptTokens: Number(row.promptTokens),
     completionTokens: Number(row.completionTokens),
+    cachedTokens: Number(row.cachedTokens ?? 0),
     ttftMsSum: Number(row.ttftMsSum),
     ttftCount: Number(row.ttftCount),
     buckets: (row.buckets ?? []).map(Number),
@@ -305,6 +311,7 @@ function add(a: Sums, b: Sums): Sums {
     aborted: a.aborted + b.aborted,
     promptTokens: a.promptTokens + b.promptTokens,
     completionTokens: a.completionTokens + b.completionTokens,
+    cachedTokens: a.cachedTokens + b.cachedTokens,
     ttftMsSum: a.ttftMsSum + b.ttftMsSum,
     ttftCount: a.ttftCount + b.ttftCount,
     buckets,
@@ -318,6 +325,7 @@ function describe(s: Sums, spanMs: number): UsageTotals {
     aborted: s.aborted,
     promptTokens: s.promptTokens,
     completionTokens: s.completionTokens,
+    cachedTokens: s.cachedTokens,
     tokensPerSecond: s.completionTokens / (spanMs / 1000),
     p50Ms: percentileMs(s.buckets, 0.5),
     p95Ms: percentileMs(s.buckets, 0.95),

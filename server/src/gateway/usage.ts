@@ -29,6 +29,8 @@ export type UsageEvent = {
   outcome: Outcome;
   promptTokens: number;
   completionTokens: number;
+  /** Of promptTokens, those the replica reused from its prompt cache (0 or absent: none, or not said). */
+  cachedTokens?: number;
   ttftMs: number | null;
   durationMs: number;
   /** The edge's id for the call (absent for one made in-process): what tracing finds the call's span by. */
@@ -48,6 +50,7 @@ type Row = {
   aborted: number;
   promptTokens: number;
   completionTokens: number;
+  cachedTokens: number;
   ttftMsSum: number;
   ttftCount: number;
   durationMsSum: number;
@@ -175,6 +178,7 @@ export class UsageRecorder {
         aborted: 0,
         promptTokens: 0,
         completionTokens: 0,
+        cachedTokens: 0,
         ttftMsSum: 0,
         ttftCount: 0,
         durationMsSum: 0,
@@ -187,6 +191,7 @@ export class UsageRecorder {
     if (e.outcome === 'aborted') row.aborted++;
     row.promptTokens += e.promptTokens;
     row.completionTokens += e.completionTokens;
+    row.cachedTokens += e.cachedTokens ?? 0;
     if (e.ttftMs !== null) {
       row.ttftMsSum += e.ttftMs;
       row.ttftCount++;
@@ -359,6 +364,7 @@ function mergeInto(rows: Map<string, Row>, r: Row) {
   into.aborted += r.aborted;
   into.promptTokens += r.promptTokens;
   into.completionTokens += r.completionTokens;
+  into.cachedTokens += r.cachedTokens;
   into.ttftMsSum += r.ttftMsSum;
   into.ttftCount += r.ttftCount;
   into.durationMsSum += r.durationMsSum;
@@ -366,7 +372,13 @@ function mergeInto(rows: Map<string, Row>, r: Row) {
 }
 
 const spooled = (r: Row): SpooledRow => ({ ...r, minute: r.minute.toISOString() });
-const unspooled = (r: SpooledRow): Row => ({ ...(r as unknown as Row), minute: new Date(r.minute) });
+// A line spooled before rows counted cached tokens has none: read as 0, so a spool left by the previous version
+// is still added after an upgrade.
+const unspooled = (r: SpooledRow): Row => ({
+  ...(r as unknown as Row),
+  cachedTokens: typeof r.cachedTokens === 'number' ? r.cachedTokens : 0,
+  minute: new Date(r.minute),
+});
 
 /** What the database holds of a spool generation (0 for one it has never seen); its row is locked till commit. */
 async function appliedSeq(tx: Pick<Db, '$queryRawUnsafe'>, generation: string): Promise<number> {
@@ -386,17 +398,19 @@ const FORGET = `DELETE FROM "UsageSpool" WHERE generation = ANY($1::text[])`;
 // because unnest() flattens a two-dimensional array; it is added element by element on conflict.
 const UPSERT = `
 INSERT INTO "UsageMinute" (minute, "tokenId", "userId", model, adapter, node, "replicaId", requests, errors, aborted,
-  "promptTokens", "completionTokens", "ttftMsSum", "ttftCount", "durationMsSum", "durationBuckets")
-SELECT m::timestamp, t, u, mo, a, n, r, q, e, ab, p, c, ts, tc, ds, b::int[]
+  "promptTokens", "completionTokens", "ttftMsSum", "ttftCount", "durationMsSum", "durationBuckets", "cachedTokens")
+SELECT m::timestamp, t, u, mo, a, n, r, q, e, ab, p, c, ts, tc, ds, b::int[], ca
 FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[],
-  $9::int[], $10::int[], $11::bigint[], $12::bigint[], $13::float8[], $14::int[], $15::float8[], $16::text[])
-  AS x(m, t, u, mo, a, n, r, q, e, ab, p, c, ts, tc, ds, b)
+  $9::int[], $10::int[], $11::bigint[], $12::bigint[], $13::float8[], $14::int[], $15::float8[], $16::text[],
+  $17::bigint[])
+  AS x(m, t, u, mo, a, n, r, q, e, ab, p, c, ts, tc, ds, b, ca)
 ON CONFLICT (minute, "tokenId", "userId", model, adapter, "replicaId") DO UPDATE SET
   requests = "UsageMinute".requests + excluded.requests,
   errors = "UsageMinute".errors + excluded.errors,
   aborted = "UsageMinute".aborted + excluded.aborted,
   "promptTokens" = "UsageMinute"."promptTokens" + excluded."promptTokens",
   "completionTokens" = "UsageMinute"."completionTokens" + excluded."completionTokens",
+  "cachedTokens" = "UsageMinute"."cachedTokens" + excluded."cachedTokens",
   "ttftMsSum" = "UsageMinute"."ttftMsSum" + excluded."ttftMsSum",
   "ttftCount" = "UsageMinute"."ttftCount" + excluded."ttftCount",
   "durationMsSum" = "UsageMinute"."durationMsSum" + excluded."durationMsSum",
@@ -422,5 +436,6 @@ function columns(rows: Row[]): unknown[] {
     rows.map((r) => r.ttftCount),
     rows.map((r) => r.durationMsSum),
     rows.map((r) => `{${r.buckets.join(',')}}`),
+    rows.map((r) => r.cachedTokens),
   ];
 }

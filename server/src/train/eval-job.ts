@@ -6,7 +6,6 @@ import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { checkTrainData } from './data.js';
 import { DEFAULT_EVAL_SHARE, heldOutLines, MAX_HELD_OUT, MIN_HELD_OUT, pairsAtLines } from './eval-split.js';
-import { GENERAL_QUESTIONS } from './general-questions.js';
 import { catalogGguf } from './model-file.js';
 import type { TrainReads } from './train-reads.js';
 
@@ -91,7 +90,13 @@ export type EvalSpec = {
 };
 
 export async function evalSpec(
-  deps: { db: Db; mirror: MirrorService; reads: Pick<TrainReads, 'dataFile'> },
+  deps: {
+    db: Db;
+    mirror: MirrorService;
+    reads: Pick<TrainReads, 'dataFile'>;
+    /** Hangar's general questions, or the site's (site-questions.ts). */
+    general: { q: string; a: string }[];
+  },
   job: TrainJob,
 ): Promise<EvalSpec> {
   const pairs = job.evalDataSha256
@@ -111,7 +116,7 @@ export async function evalSpec(
     seed: job.evalSeed,
     held_out_lines: job.heldOutLines,
     pairs,
-    general: [...GENERAL_QUESTIONS],
+    general: deps.general,
     model,
     model_note: note,
     max_tokens: 48,

@@ -14,6 +14,7 @@ import type { RegistryService } from '../registry/registry.service.js';
 import { baseFilesFromHub, baseFilesFromMirror } from './base-files.js';
 import { evalSpec } from './eval-job.js';
 import type { TrainParams } from './params.js';
+import type { SiteGeneralQuestions } from './site-questions.js';
 import type { TrainLedger } from './train-ledger.js';
 import type { TrainReads, TrainSpec, TrainWorkItem } from './train-reads.js';
 
@@ -30,6 +31,8 @@ export type TrainNodeSideDeps = {
   registry: RegistryService;
   reads: TrainReads;
   ledger: TrainLedger;
+  /** The general questions each job's evaluation asks (Hangar's, or hangar.yaml's). */
+  general: Pick<SiteGeneralQuestions, 'current'>;
 };
 
 export class TrainNodeSide {
@@ -40,6 +43,7 @@ export class TrainNodeSide {
   private readonly registry: RegistryService;
   private readonly reads: TrainReads;
   private readonly ledger: TrainLedger;
+  private readonly general: Pick<SiteGeneralQuestions, 'current'>;
 
   constructor(deps: TrainNodeSideDeps) {
     this.db = deps.db;
@@ -49,6 +53,7 @@ export class TrainNodeSide {
     this.registry = deps.registry;
     this.reads = deps.reads;
     this.ledger = deps.ledger;
+    this.general = deps.general;
   }
 
   /** The work a node's agent should see (docs/training.md): its queued jobs that fit now, and its running ones. */
@@ -142,7 +147,10 @@ export class TrainNodeSide {
       data: { url: this.reads.dataUrl(id), sha256: claimed.dataSha256, bytes: claimed.dataBytes, pairs: claimed.pairs },
       base: { files },
       gguf: claimed.gguf,
-      eval: await evalSpec({ db: this.db, mirror: this.mirror, reads: this.reads }, claimed),
+      eval: await evalSpec(
+        { db: this.db, mirror: this.mirror, reads: this.reads, general: this.general.current() },
+        claimed,
+      ),
     };
     return ok({ job: claimed, spec });
   }

@@ -24,6 +24,7 @@ import { chooseHeldOut, evalInputFields } from './eval-job.js';
 import { TrainEvaluations } from './eval-store.js';
 import type { OwnerRules } from './owner.js';
 import { parseParams } from './params.js';
+import { SiteGeneralQuestions } from './site-questions.js';
 import type { TrainLedger } from './train-ledger.js';
 import { TrainNodeSide } from './train-node.js';
 import { ENDED, ended, TrainReads } from './train-reads.js';
@@ -93,6 +94,8 @@ export class TrainService {
   private readonly sweeper: TrainSweep;
   /** Each job's evaluation against its base, and the gate it puts on publishing (eval-store.ts). */
   readonly evaluations: TrainEvaluations;
+  /** The general questions evaluations ask to catch forgetting; hangar.yaml's, loaded at start (app.ts). */
+  readonly generalQuestions = new SiteGeneralQuestions();
 
   constructor(deps: TrainServiceDeps) {
     this.db = deps.db;
@@ -102,7 +105,7 @@ export class TrainService {
     this.owners = deps.owners;
     this.ledger = deps.ledger;
     this.reads = new TrainReads(deps);
-    this.node = new TrainNodeSide({ ...deps, reads: this.reads });
+    this.node = new TrainNodeSide({ ...deps, reads: this.reads, general: this.generalQuestions });
     this.sweeper = new TrainSweep({ ...deps, node: this.node });
     this.evaluations = new TrainEvaluations({ ...deps, reads: this.reads });
   }

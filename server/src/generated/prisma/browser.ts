@@ -138,6 +138,11 @@ export type Collection = Prisma.CollectionModel
  */
 export type CollectionDocument = Prisma.CollectionDocumentModel
 /**
+ * Model KbDataset
+ * 
+ */
+export type KbDataset = Prisma.KbDatasetModel
+/**
  * Model AuditEvent
  * 
  */

@@ -115,7 +115,57 @@ describe('NewTrainJobPage', () => {
         dataSha256: sha,
         params: { rank: 16, lr: 0.0002 },
         gguf: true,
+        evalShare: 0.1,
+        evalSeed: null,
       },
+    ]);
+  });
+
+  it('holds out the share of the pairs given in percent, by the seed given, and refuses a share over half here', async () => {
+    vi.stubGlobal(
+      'fetch',
+      vi.fn(async () => Response.json(report({ pairs: 200 }))),
+    );
+    const { fake, onCreated } = renderForm((input) =>
+      input.evalSeed === 99
+        ? { __typename: 'ValidationError', code: 'VALIDATION', field: 'evalSeed', message: 'at most 2147483647' }
+        : created(),
+    );
+    const user = userEvent.setup();
+    await user.type(await screen.findByLabelText('Name'), 'x');
+    await user.type(screen.getByLabelText('GPU memory (MiB)'), '1024');
+    await user.upload(screen.getByLabelText('Pairs file'), pairs('{"q":"a","a":"b"}\n'));
+    await screen.findByText(/^Ready to train on/);
+    const share = screen.getByLabelText('Held out for evaluation (%)');
+    expect(share).toHaveValue(10);
+    expect(screen.getByText(/^About 20 of the 200 pairs are never trained on/)).toBeInTheDocument();
+
+    await user.clear(share);
+    await user.type(share, '60');
+    await user.click(screen.getByRole('button', { name: 'Queue the job' }));
+    expect(
+      await screen.findByText(/^the share of the pairs held out for evaluation, 0 to 50 %: "60" is not/),
+    ).toHaveClass('field-error');
+    expect(share).toHaveAttribute('aria-invalid', 'true');
+    expect(fake.sent(NewTrainJob_CreateMutation)).toHaveLength(0);
+
+    // The server's refusal of the seed is shown at the seed.
+    await user.clear(share);
+    await user.type(share, '25');
+    await user.type(screen.getByLabelText('Evaluation seed'), '99');
+    await user.click(screen.getByRole('button', { name: 'Queue the job' }));
+    expect(await screen.findByText('at most 2147483647')).toHaveClass('field-error');
+    expect(screen.getByLabelText('Evaluation seed')).toHaveAttribute('aria-invalid', 'true');
+
+    await user.clear(screen.getByLabelText('Evaluation seed'));
+    await user.type(screen.getByLabelText('Evaluation seed'), '7');
+    await user.click(screen.getByRole('button', { name: 'Queue the job' }));
+    await vi.waitFor(() => expect(onCreated).toHaveBeenCalledWith('job-1'));
+    expect(
+      fake.sent(NewTrainJob_CreateMutation).map((op) => [op.variables.input.evalShare, op.variables.input.evalSeed]),
+    ).toEqual([
+      [0.25, 99],
+      [0.25, 7],
     ]);
   });
 

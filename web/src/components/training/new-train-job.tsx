@@ -10,6 +10,7 @@ import { useRefusableMutation } from '../common/use-refusable-mutation';
 import { checkParams, defaultParamValues, paramRange, paramStep, type TrainParam } from './params';
 import { type TrainDataReport, uploadTrainData } from './train-data';
 import { DataReport } from './train-data-report';
+import { checkEvalFields, EvalFields } from './train-eval-fields';
 
 type Options = ResultOf<typeof NewTrainJob_OptionsQuery>;
 type NodeOption = Options['nodes'][number];
@@ -207,6 +208,9 @@ export function NewTrainJobForm({
   const [gguf, setGguf] = useState<boolean | null>(null);
   const [values, setValues] = useState(() => defaultParamValues(params));
   const [dataFile, setDataFile] = useState<Upload>({ state: 'none' });
+  // The share of the pairs held out of training to judge the adapter against its base (#32), and its seed.
+  const [evalShare, setEvalShare] = useState('10');
+  const [evalSeed, setEvalSeed] = useState('');
   // Errors found here before sending, by field; the server's refusal, which names its field too.
   const [local, setLocal] = useState<Record<string, string>>({});
   const ids = { params: useId(), owners: useId() };
@@ -258,8 +262,10 @@ export function NewTrainJobForm({
     else if (dataFile.state === 'failed') errors.data = dataFile.message;
     else if (!dataFile.report.ok)
       errors.data = 'these pairs cannot be trained on (see the report): fix the file and choose it again';
+    const evaluation = checkEvalFields(evalShare, evalSeed);
+    if (!evaluation.ok) Object.assign(errors, evaluation.errors);
     setLocal(errors);
-    if (Object.keys(errors).length || dataFile.state !== 'checked' || !checked.ok) return;
+    if (Object.keys(errors).length || dataFile.state !== 'checked' || !checked.ok || !evaluation.ok) return;
 
     const outcome = await run({
       input: {
@@ -274,6 +280,8 @@ export function NewTrainJobForm({
         dataSha256: dataFile.report.sha256,
         params: checked.params,
         gguf: ggufOn,
+        evalShare: evaluation.evalShare,
+        evalSeed: evaluation.evalSeed,
       },
     });
     if (outcome?.__typename === 'TrainJob') onCreated(outcome.id);
@@ -292,6 +300,8 @@ export function NewTrainJobForm({
     'public',
     'data',
     'dataSha256',
+    'evalShare',
+    'evalSeed',
     'params',
     ...params.map((p) => `params.${p.name}`),
   ];
@@ -463,6 +473,14 @@ export function NewTrainJobForm({
         />
         {dataFile.state === 'checking' ? <p className="muted">Checking {dataFile.file}…</p> : null}
         {dataFile.state === 'checked' ? <DataReport file={dataFile.file} report={dataFile.report} /> : null}
+        <EvalFields
+          share={evalShare}
+          seed={evalSeed}
+          onShare={setEvalShare}
+          onSeed={setEvalSeed}
+          errorAt={errorAt}
+          pairs={dataFile.state === 'checked' ? dataFile.report.pairs : null}
+        />
       </fieldset>
 
       <fieldset className="panel form-section" aria-describedby={`${ids.params}-hint`}>

@@ -421,6 +421,7 @@ export const ModelName = {
   Membership: 'Membership',
   Collection: 'Collection',
   CollectionDocument: 'CollectionDocument',
+  KbDataset: 'KbDataset',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
@@ -444,7 +445,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
+    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "kbDataset" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -2224,6 +2225,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    KbDataset: {
+      payload: Prisma.$KbDatasetPayload<ExtArgs>
+      fields: Prisma.KbDatasetFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.KbDatasetFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.KbDatasetFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        findFirst: {
+          args: Prisma.KbDatasetFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.KbDatasetFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        findMany: {
+          args: Prisma.KbDatasetFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>[]
+        }
+        create: {
+          args: Prisma.KbDatasetCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        createMany: {
+          args: Prisma.KbDatasetCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.KbDatasetCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>[]
+        }
+        delete: {
+          args: Prisma.KbDatasetDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        update: {
+          args: Prisma.KbDatasetUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        deleteMany: {
+          args: Prisma.KbDatasetDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.KbDatasetUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.KbDatasetUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>[]
+        }
+        upsert: {
+          args: Prisma.KbDatasetUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$KbDatasetPayload>
+        }
+        aggregate: {
+          args: Prisma.KbDatasetAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateKbDataset>
+        }
+        groupBy: {
+          args: Prisma.KbDatasetGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.KbDatasetGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.KbDatasetCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.KbDatasetCountAggregateOutputType> | number
+        }
+      }
+    }
     AuditEvent: {
       payload: Prisma.$AuditEventPayload<ExtArgs>
       fields: Prisma.AuditEventFieldRefs
@@ -3245,6 +3320,26 @@ export const CollectionDocumentScalarFieldEnum = {
 export type CollectionDocumentScalarFieldEnum = (typeof CollectionDocumentScalarFieldEnum)[keyof typeof CollectionDocumentScalarFieldEnum]
 
 
+export const KbDatasetScalarFieldEnum = {
+  id: 'id',
+  collectionId: 'collectionId',
+  model: 'model',
+  state: 'state',
+  chunks: 'chunks',
+  chunksDone: 'chunksDone',
+  pairs: 'pairs',
+  documents: 'documents',
+  notes: 'notes',
+  error: 'error',
+  dataSha256: 'dataSha256',
+  createdBy: 'createdBy',
+  createdAt: 'createdAt',
+  finishedAt: 'finishedAt'
+} as const
+
+export type KbDatasetScalarFieldEnum = (typeof KbDatasetScalarFieldEnum)[keyof typeof KbDatasetScalarFieldEnum]
+
+
 export const AuditEventScalarFieldEnum = {
   id: 'id',
   at: 'at',
@@ -3285,6 +3380,7 @@ export const UsageMinuteScalarFieldEnum = {
   aborted: 'aborted',
   promptTokens: 'promptTokens',
   completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
   ttftMsSum: 'ttftMsSum',
   ttftCount: 'ttftCount',
   durationMsSum: 'durationMsSum',
@@ -3862,6 +3958,7 @@ export type GlobalOmitConfig = {
   membership?: Prisma.MembershipOmit
   collection?: Prisma.CollectionOmit
   collectionDocument?: Prisma.CollectionDocumentOmit
+  kbDataset?: Prisma.KbDatasetOmit
   auditEvent?: Prisma.AuditEventOmit
   loginLimit?: Prisma.LoginLimitOmit
   usageMinute?: Prisma.UsageMinuteOmit

@@ -75,6 +75,7 @@ export const ModelName = {
   Membership: 'Membership',
   Collection: 'Collection',
   CollectionDocument: 'CollectionDocument',
+  KbDataset: 'KbDataset',
   AuditEvent: 'AuditEvent',
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
@@ -491,6 +492,26 @@ export const CollectionDocumentScalarFieldEnum = {
 export type CollectionDocumentScalarFieldEnum = (typeof CollectionDocumentScalarFieldEnum)[keyof typeof CollectionDocumentScalarFieldEnum]
 
 
+export const KbDatasetScalarFieldEnum = {
+  id: 'id',
+  collectionId: 'collectionId',
+  model: 'model',
+  state: 'state',
+  chunks: 'chunks',
+  chunksDone: 'chunksDone',
+  pairs: 'pairs',
+  documents: 'documents',
+  notes: 'notes',
+  error: 'error',
+  dataSha256: 'dataSha256',
+  createdBy: 'createdBy',
+  createdAt: 'createdAt',
+  finishedAt: 'finishedAt'
+} as const
+
+export type KbDatasetScalarFieldEnum = (typeof KbDatasetScalarFieldEnum)[keyof typeof KbDatasetScalarFieldEnum]
+
+
 export const AuditEventScalarFieldEnum = {
   id: 'id',
   at: 'at',
@@ -531,6 +552,7 @@ export const UsageMinuteScalarFieldEnum = {
   aborted: 'aborted',
   promptTokens: 'promptTokens',
   completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
   ttftMsSum: 'ttftMsSum',
   ttftCount: 'ttftCount',
   durationMsSum: 'durationMsSum',

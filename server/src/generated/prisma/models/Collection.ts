@@ -192,6 +192,7 @@ export type CollectionWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"Collection"> | Date | string
   org?: Prisma.XOR<Prisma.OrgScalarRelationFilter, Prisma.OrgWhereInput>
   documents?: Prisma.CollectionDocumentListRelationFilter
+  datasets?: Prisma.KbDatasetListRelationFilter
 }
 
 export type CollectionOrderByWithRelationInput = {
@@ -203,6 +204,7 @@ export type CollectionOrderByWithRelationInput = {
   createdAt?: Prisma.SortOrder
   org?: Prisma.OrgOrderByWithRelationInput
   documents?: Prisma.CollectionDocumentOrderByRelationAggregateInput
+  datasets?: Prisma.KbDatasetOrderByRelationAggregateInput
 }
 
 export type CollectionWhereUniqueInput = Prisma.AtLeast<{
@@ -218,6 +220,7 @@ export type CollectionWhereUniqueInput = Prisma.AtLeast<{
   createdAt?: Prisma.DateTimeFilter<"Collection"> | Date | string
   org?: Prisma.XOR<Prisma.OrgScalarRelationFilter, Prisma.OrgWhereInput>
   documents?: Prisma.CollectionDocumentListRelationFilter
+  datasets?: Prisma.KbDatasetListRelationFilter
 }, "id" | "orgId_name">
 
 export type CollectionOrderByWithAggregationInput = {
@@ -252,6 +255,7 @@ export type CollectionCreateInput = {
   createdAt?: Date | string
   org: Prisma.OrgCreateNestedOneWithoutCollectionsInput
   documents?: Prisma.CollectionDocumentCreateNestedManyWithoutCollectionInput
+  datasets?: Prisma.KbDatasetCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUncheckedCreateInput = {
@@ -262,6 +266,7 @@ export type CollectionUncheckedCreateInput = {
   orgId: string
   createdAt?: Date | string
   documents?: Prisma.CollectionDocumentUncheckedCreateNestedManyWithoutCollectionInput
+  datasets?: Prisma.KbDatasetUncheckedCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUpdateInput = {
@@ -272,6 +277,7 @@ export type CollectionUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   org?: Prisma.OrgUpdateOneRequiredWithoutCollectionsNestedInput
   documents?: Prisma.CollectionDocumentUpdateManyWithoutCollectionNestedInput
+  datasets?: Prisma.KbDatasetUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateInput = {
@@ -282,6 +288,7 @@ export type CollectionUncheckedUpdateInput = {
   orgId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   documents?: Prisma.CollectionDocumentUncheckedUpdateManyWithoutCollectionNestedInput
+  datasets?: Prisma.KbDatasetUncheckedUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionCreateManyInput = {
@@ -417,6 +424,20 @@ export type CollectionUpdateOneRequiredWithoutDocumentsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.CollectionUpdateToOneWithWhereWithoutDocumentsInput, Prisma.CollectionUpdateWithoutDocumentsInput>, Prisma.CollectionUncheckedUpdateWithoutDocumentsInput>
 }
 
+export type CollectionCreateNestedOneWithoutDatasetsInput = {
+  create?: Prisma.XOR<Prisma.CollectionCreateWithoutDatasetsInput, Prisma.CollectionUncheckedCreateWithoutDatasetsInput>
+  connectOrCreate?: Prisma.CollectionCreateOrConnectWithoutDatasetsInput
+  connect?: Prisma.CollectionWhereUniqueInput
+}
+
+export type CollectionUpdateOneRequiredWithoutDatasetsNestedInput = {
+  create?: Prisma.XOR<Prisma.CollectionCreateWithoutDatasetsInput, Prisma.CollectionUncheckedCreateWithoutDatasetsInput>
+  connectOrCreate?: Prisma.CollectionCreateOrConnectWithoutDatasetsInput
+  upsert?: Prisma.CollectionUpsertWithoutDatasetsInput
+  connect?: Prisma.CollectionWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.CollectionUpdateToOneWithWhereWithoutDatasetsInput, Prisma.CollectionUpdateWithoutDatasetsInput>, Prisma.CollectionUncheckedUpdateWithoutDatasetsInput>
+}
+
 export type CollectionCreateWithoutOrgInput = {
   id?: string
   name: string
@@ -424,6 +445,7 @@ export type CollectionCreateWithoutOrgInput = {
   ownerId: string
   createdAt?: Date | string
   documents?: Prisma.CollectionDocumentCreateNestedManyWithoutCollectionInput
+  datasets?: Prisma.KbDatasetCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUncheckedCreateWithoutOrgInput = {
@@ -433,6 +455,7 @@ export type CollectionUncheckedCreateWithoutOrgInput = {
   ownerId: string
   createdAt?: Date | string
   documents?: Prisma.CollectionDocumentUncheckedCreateNestedManyWithoutCollectionInput
+  datasets?: Prisma.KbDatasetUncheckedCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionCreateOrConnectWithoutOrgInput = {
@@ -480,6 +503,7 @@ export type CollectionCreateWithoutDocumentsInput = {
   ownerId: string
   createdAt?: Date | string
   org: Prisma.OrgCreateNestedOneWithoutCollectionsInput
+  datasets?: Prisma.KbDatasetCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionUncheckedCreateWithoutDocumentsInput = {
@@ -489,6 +513,7 @@ export type CollectionUncheckedCreateWithoutDocumentsInput = {
   ownerId: string
   orgId: string
   createdAt?: Date | string
+  datasets?: Prisma.KbDatasetUncheckedCreateNestedManyWithoutCollectionInput
 }
 
 export type CollectionCreateOrConnectWithoutDocumentsInput = {
@@ -514,6 +539,7 @@ export type CollectionUpdateWithoutDocumentsInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   org?: Prisma.OrgUpdateOneRequiredWithoutCollectionsNestedInput
+  datasets?: Prisma.KbDatasetUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateWithoutDocumentsInput = {
@@ -523,6 +549,63 @@ export type CollectionUncheckedUpdateWithoutDocumentsInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   orgId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  datasets?: Prisma.KbDatasetUncheckedUpdateManyWithoutCollectionNestedInput
+}
+
+export type CollectionCreateWithoutDatasetsInput = {
+  id?: string
+  name: string
+  ownerScope: $Enums.OwnerScope
+  ownerId: string
+  createdAt?: Date | string
+  org: Prisma.OrgCreateNestedOneWithoutCollectionsInput
+  documents?: Prisma.CollectionDocumentCreateNestedManyWithoutCollectionInput
+}
+
+export type CollectionUncheckedCreateWithoutDatasetsInput = {
+  id?: string
+  name: string
+  ownerScope: $Enums.OwnerScope
+  ownerId: string
+  orgId: string
+  createdAt?: Date | string
+  documents?: Prisma.CollectionDocumentUncheckedCreateNestedManyWithoutCollectionInput
+}
+
+export type CollectionCreateOrConnectWithoutDatasetsInput = {
+  where: Prisma.CollectionWhereUniqueInput
+  create: Prisma.XOR<Prisma.CollectionCreateWithoutDatasetsInput, Prisma.CollectionUncheckedCreateWithoutDatasetsInput>
+}
+
+export type CollectionUpsertWithoutDatasetsInput = {
+  update: Prisma.XOR<Prisma.CollectionUpdateWithoutDatasetsInput, Prisma.CollectionUncheckedUpdateWithoutDatasetsInput>
+  create: Prisma.XOR<Prisma.CollectionCreateWithoutDatasetsInput, Prisma.CollectionUncheckedCreateWithoutDatasetsInput>
+  where?: Prisma.CollectionWhereInput
+}
+
+export type CollectionUpdateToOneWithWhereWithoutDatasetsInput = {
+  where?: Prisma.CollectionWhereInput
+  data: Prisma.XOR<Prisma.CollectionUpdateWithoutDatasetsInput, Prisma.CollectionUncheckedUpdateWithoutDatasetsInput>
+}
+
+export type CollectionUpdateWithoutDatasetsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
+  ownerId?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  org?: Prisma.OrgUpdateOneRequiredWithoutCollectionsNestedInput
+  documents?: Prisma.CollectionDocumentUpdateManyWithoutCollectionNestedInput
+}
+
+export type CollectionUncheckedUpdateWithoutDatasetsInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  ownerScope?: Prisma.EnumOwnerScopeFieldUpdateOperationsInput | $Enums.OwnerScope
+  ownerId?: Prisma.StringFieldUpdateOperationsInput | string
+  orgId?: Prisma.StringFieldUpdateOperationsInput | string
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  documents?: Prisma.CollectionDocumentUncheckedUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionCreateManyOrgInput = {
@@ -540,6 +623,7 @@ export type CollectionUpdateWithoutOrgInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   documents?: Prisma.CollectionDocumentUpdateManyWithoutCollectionNestedInput
+  datasets?: Prisma.KbDatasetUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateWithoutOrgInput = {
@@ -549,6 +633,7 @@ export type CollectionUncheckedUpdateWithoutOrgInput = {
   ownerId?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   documents?: Prisma.CollectionDocumentUncheckedUpdateManyWithoutCollectionNestedInput
+  datasets?: Prisma.KbDatasetUncheckedUpdateManyWithoutCollectionNestedInput
 }
 
 export type CollectionUncheckedUpdateManyWithoutOrgInput = {
@@ -566,10 +651,12 @@ export type CollectionUncheckedUpdateManyWithoutOrgInput = {
 
 export type CollectionCountOutputType = {
   documents: number
+  datasets: number
 }
 
 export type CollectionCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   documents?: boolean | CollectionCountOutputTypeCountDocumentsArgs
+  datasets?: boolean | CollectionCountOutputTypeCountDatasetsArgs
 }
 
 /**
@@ -589,6 +676,13 @@ export type CollectionCountOutputTypeCountDocumentsArgs<ExtArgs extends runtime.
   where?: Prisma.CollectionDocumentWhereInput
 }
 
+/**
+ * CollectionCountOutputType without action
+ */
+export type CollectionCountOutputTypeCountDatasetsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.KbDatasetWhereInput
+}
+
 
 export type CollectionSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -599,6 +693,7 @@ export type CollectionSelect<ExtArgs extends runtime.Types.Extensions.InternalAr
   createdAt?: boolean
   org?: boolean | Prisma.OrgDefaultArgs<ExtArgs>
   documents?: boolean | Prisma.Collection$documentsArgs<ExtArgs>
+  datasets?: boolean | Prisma.Collection$datasetsArgs<ExtArgs>
   _count?: boolean | Prisma.CollectionCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["collection"]>
 
@@ -635,6 +730,7 @@ export type CollectionOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs
 export type CollectionInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   org?: boolean | Prisma.OrgDefaultArgs<ExtArgs>
   documents?: boolean | Prisma.Collection$documentsArgs<ExtArgs>
+  datasets?: boolean | Prisma.Collection$datasetsArgs<ExtArgs>
   _count?: boolean | Prisma.CollectionCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type CollectionIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
@@ -649,6 +745,7 @@ export type $CollectionPayload<ExtArgs extends runtime.Types.Extensions.Internal
   objects: {
     org: Prisma.$OrgPayload<ExtArgs>
     documents: Prisma.$CollectionDocumentPayload<ExtArgs>[]
+    datasets: Prisma.$KbDatasetPayload<ExtArgs>[]
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1053,6 +1150,7 @@ export interface Prisma__CollectionClient<T, Null = never, ExtArgs extends runti
   readonly [Symbol.toStringTag]: "PrismaPromise"
   org<T extends Prisma.OrgDefaultArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.OrgDefaultArgs<ExtArgs>>): Prisma.Prisma__OrgClient<runtime.Types.Result.GetResult<Prisma.$OrgPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | Null, Null, ExtArgs, GlobalOmitOptions>
   documents<T extends Prisma.Collection$documentsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Collection$documentsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$CollectionDocumentPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  datasets<T extends Prisma.Collection$datasetsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Collection$datasetsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$KbDatasetPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1510,6 +1608,30 @@ export type Collection$documentsArgs<ExtArgs extends runtime.Types.Extensions.In
   take?: number
   skip?: number
   distinct?: Prisma.CollectionDocumentScalarFieldEnum | Prisma.CollectionDocumentScalarFieldEnum[]
+}
+
+/**
+ * Collection.datasets
+ */
+export type Collection$datasetsArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the KbDataset
+   */
+  select?: Prisma.KbDatasetSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the KbDataset
+   */
+  omit?: Prisma.KbDatasetOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.KbDatasetInclude<ExtArgs> | null
+  where?: Prisma.KbDatasetWhereInput
+  orderBy?: Prisma.KbDatasetOrderByWithRelationInput | Prisma.KbDatasetOrderByWithRelationInput[]
+  cursor?: Prisma.KbDatasetWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.KbDatasetScalarFieldEnum | Prisma.KbDatasetScalarFieldEnum[]
 }
 
 /**

@@ -33,6 +33,7 @@ export type UsageMinuteAvgAggregateOutputType = {
   aborted: number | null
   promptTokens: number | null
   completionTokens: number | null
+  cachedTokens: number | null
   ttftMsSum: number | null
   ttftCount: number | null
   durationMsSum: number | null
@@ -46,6 +47,7 @@ export type UsageMinuteSumAggregateOutputType = {
   aborted: number | null
   promptTokens: bigint | null
   completionTokens: bigint | null
+  cachedTokens: bigint | null
   ttftMsSum: number | null
   ttftCount: number | null
   durationMsSum: number | null
@@ -66,6 +68,7 @@ export type UsageMinuteMinAggregateOutputType = {
   aborted: number | null
   promptTokens: bigint | null
   completionTokens: bigint | null
+  cachedTokens: bigint | null
   ttftMsSum: number | null
   ttftCount: number | null
   durationMsSum: number | null
@@ -85,6 +88,7 @@ export type UsageMinuteMaxAggregateOutputType = {
   aborted: number | null
   promptTokens: bigint | null
   completionTokens: bigint | null
+  cachedTokens: bigint | null
   ttftMsSum: number | null
   ttftCount: number | null
   durationMsSum: number | null
@@ -104,6 +108,7 @@ export type UsageMinuteCountAggregateOutputType = {
   aborted: number
   promptTokens: number
   completionTokens: number
+  cachedTokens: number
   ttftMsSum: number
   ttftCount: number
   durationMsSum: number
@@ -119,6 +124,7 @@ export type UsageMinuteAvgAggregateInputType = {
   aborted?: true
   promptTokens?: true
   completionTokens?: true
+  cachedTokens?: true
   ttftMsSum?: true
   ttftCount?: true
   durationMsSum?: true
@@ -132,6 +138,7 @@ export type UsageMinuteSumAggregateInputType = {
   aborted?: true
   promptTokens?: true
   completionTokens?: true
+  cachedTokens?: true
   ttftMsSum?: true
   ttftCount?: true
   durationMsSum?: true
@@ -152,6 +159,7 @@ export type UsageMinuteMinAggregateInputType = {
   aborted?: true
   promptTokens?: true
   completionTokens?: true
+  cachedTokens?: true
   ttftMsSum?: true
   ttftCount?: true
   durationMsSum?: true
@@ -171,6 +179,7 @@ export type UsageMinuteMaxAggregateInputType = {
   aborted?: true
   promptTokens?: true
   completionTokens?: true
+  cachedTokens?: true
   ttftMsSum?: true
   ttftCount?: true
   durationMsSum?: true
@@ -190,6 +199,7 @@ export type UsageMinuteCountAggregateInputType = {
   aborted?: true
   promptTokens?: true
   completionTokens?: true
+  cachedTokens?: true
   ttftMsSum?: true
   ttftCount?: true
   durationMsSum?: true
@@ -297,6 +307,7 @@ export type UsageMinuteGroupByOutputType = {
   aborted: number
   promptTokens: bigint
   completionTokens: bigint
+  cachedTokens: bigint
   ttftMsSum: number
   ttftCount: number
   durationMsSum: number
@@ -340,6 +351,7 @@ export type UsageMinuteWhereInput = {
   aborted?: Prisma.IntFilter<"UsageMinute"> | number
   promptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
+  cachedTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   ttftMsSum?: Prisma.FloatFilter<"UsageMinute"> | number
   ttftCount?: Prisma.IntFilter<"UsageMinute"> | number
   durationMsSum?: Prisma.FloatFilter<"UsageMinute"> | number
@@ -360,6 +372,7 @@ export type UsageMinuteOrderByWithRelationInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -384,6 +397,7 @@ export type UsageMinuteWhereUniqueInput = Prisma.AtLeast<{
   aborted?: Prisma.IntFilter<"UsageMinute"> | number
   promptTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
+  cachedTokens?: Prisma.BigIntFilter<"UsageMinute"> | bigint | number
   ttftMsSum?: Prisma.FloatFilter<"UsageMinute"> | number
   ttftCount?: Prisma.IntFilter<"UsageMinute"> | number
   durationMsSum?: Prisma.FloatFilter<"UsageMinute"> | number
@@ -404,6 +418,7 @@ export type UsageMinuteOrderByWithAggregationInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -432,6 +447,7 @@ export type UsageMinuteScalarWhereWithAggregatesInput = {
   aborted?: Prisma.IntWithAggregatesFilter<"UsageMinute"> | number
   promptTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   completionTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
+  cachedTokens?: Prisma.BigIntWithAggregatesFilter<"UsageMinute"> | bigint | number
   ttftMsSum?: Prisma.FloatWithAggregatesFilter<"UsageMinute"> | number
   ttftCount?: Prisma.IntWithAggregatesFilter<"UsageMinute"> | number
   durationMsSum?: Prisma.FloatWithAggregatesFilter<"UsageMinute"> | number
@@ -452,6 +468,7 @@ export type UsageMinuteCreateInput = {
   aborted?: number
   promptTokens?: bigint | number
   completionTokens?: bigint | number
+  cachedTokens?: bigint | number
   ttftMsSum?: number
   ttftCount?: number
   durationMsSum?: number
@@ -472,6 +489,7 @@ export type UsageMinuteUncheckedCreateInput = {
   aborted?: number
   promptTokens?: bigint | number
   completionTokens?: bigint | number
+  cachedTokens?: bigint | number
   ttftMsSum?: number
   ttftCount?: number
   durationMsSum?: number
@@ -492,6 +510,7 @@ export type UsageMinuteUpdateInput = {
   aborted?: Prisma.IntFieldUpdateOperationsInput | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   ttftMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
   ttftCount?: Prisma.IntFieldUpdateOperationsInput | number
   durationMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
@@ -512,6 +531,7 @@ export type UsageMinuteUncheckedUpdateInput = {
   aborted?: Prisma.IntFieldUpdateOperationsInput | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   ttftMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
   ttftCount?: Prisma.IntFieldUpdateOperationsInput | number
   durationMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
@@ -532,6 +552,7 @@ export type UsageMinuteCreateManyInput = {
   aborted?: number
   promptTokens?: bigint | number
   completionTokens?: bigint | number
+  cachedTokens?: bigint | number
   ttftMsSum?: number
   ttftCount?: number
   durationMsSum?: number
@@ -552,6 +573,7 @@ export type UsageMinuteUpdateManyMutationInput = {
   aborted?: Prisma.IntFieldUpdateOperationsInput | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   ttftMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
   ttftCount?: Prisma.IntFieldUpdateOperationsInput | number
   durationMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
@@ -572,6 +594,7 @@ export type UsageMinuteUncheckedUpdateManyInput = {
   aborted?: Prisma.IntFieldUpdateOperationsInput | number
   promptTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   completionTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
+  cachedTokens?: Prisma.BigIntFieldUpdateOperationsInput | bigint | number
   ttftMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
   ttftCount?: Prisma.IntFieldUpdateOperationsInput | number
   durationMsSum?: Prisma.FloatFieldUpdateOperationsInput | number
@@ -601,6 +624,7 @@ export type UsageMinuteCountOrderByAggregateInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -614,6 +638,7 @@ export type UsageMinuteAvgOrderByAggregateInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -634,6 +659,7 @@ export type UsageMinuteMaxOrderByAggregateInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -653,6 +679,7 @@ export type UsageMinuteMinOrderByAggregateInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -665,6 +692,7 @@ export type UsageMinuteSumOrderByAggregateInput = {
   aborted?: Prisma.SortOrder
   promptTokens?: Prisma.SortOrder
   completionTokens?: Prisma.SortOrder
+  cachedTokens?: Prisma.SortOrder
   ttftMsSum?: Prisma.SortOrder
   ttftCount?: Prisma.SortOrder
   durationMsSum?: Prisma.SortOrder
@@ -696,6 +724,7 @@ export type UsageMinuteSelect<ExtArgs extends runtime.Types.Extensions.InternalA
   aborted?: boolean
   promptTokens?: boolean
   completionTokens?: boolean
+  cachedTokens?: boolean
   ttftMsSum?: boolean
   ttftCount?: boolean
   durationMsSum?: boolean
@@ -716,6 +745,7 @@ export type UsageMinuteSelectCreateManyAndReturn<ExtArgs extends runtime.Types.E
   aborted?: boolean
   promptTokens?: boolean
   completionTokens?: boolean
+  cachedTokens?: boolean
   ttftMsSum?: boolean
   ttftCount?: boolean
   durationMsSum?: boolean
@@ -736,6 +766,7 @@ export type UsageMinuteSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.E
   aborted?: boolean
   promptTokens?: boolean
   completionTokens?: boolean
+  cachedTokens?: boolean
   ttftMsSum?: boolean
   ttftCount?: boolean
   durationMsSum?: boolean
@@ -756,13 +787,14 @@ export type UsageMinuteSelectScalar = {
   aborted?: boolean
   promptTokens?: boolean
   completionTokens?: boolean
+  cachedTokens?: boolean
   ttftMsSum?: boolean
   ttftCount?: boolean
   durationMsSum?: boolean
   durationBuckets?: boolean
 }
 
-export type UsageMinuteOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "minute" | "tokenId" | "userId" | "model" | "adapter" | "node" | "replicaId" | "requests" | "errors" | "aborted" | "promptTokens" | "completionTokens" | "ttftMsSum" | "ttftCount" | "durationMsSum" | "durationBuckets", ExtArgs["result"]["usageMinute"]>
+export type UsageMinuteOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "minute" | "tokenId" | "userId" | "model" | "adapter" | "node" | "replicaId" | "requests" | "errors" | "aborted" | "promptTokens" | "completionTokens" | "cachedTokens" | "ttftMsSum" | "ttftCount" | "durationMsSum" | "durationBuckets", ExtArgs["result"]["usageMinute"]>
 
 export type $UsageMinutePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   name: "UsageMinute"
@@ -781,6 +813,7 @@ export type $UsageMinutePayload<ExtArgs extends runtime.Types.Extensions.Interna
     aborted: number
     promptTokens: bigint
     completionTokens: bigint
+    cachedTokens: bigint
     ttftMsSum: number
     ttftCount: number
     durationMsSum: number
@@ -1221,6 +1254,7 @@ export interface UsageMinuteFieldRefs {
   readonly aborted: Prisma.FieldRef<"UsageMinute", 'Int'>
   readonly promptTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly completionTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
+  readonly cachedTokens: Prisma.FieldRef<"UsageMinute", 'BigInt'>
   readonly ttftMsSum: Prisma.FieldRef<"UsageMinute", 'Float'>
   readonly ttftCount: Prisma.FieldRef<"UsageMinute", 'Int'>
   readonly durationMsSum: Prisma.FieldRef<"UsageMinute", 'Float'>
