@@ -57,7 +57,16 @@ it('sets, lists and removes node, GPU and model prices, and refuses a bad value 
   expect(node.code).toBe(0);
   expect(node.stdout).toContain('Set the price of node gpu-1.');
   expect((await hangar(['prices', 'set', 'gpu', 'NVIDIA L4', '--per-gpu-hour', '0.8'])).code).toBe(0);
-  const model = await hangar(['prices', 'set', 'model', 'llama-8b', '--per-million-prompt', '0.15', '--per-million-completion', '0.6']);
+  const model = await hangar([
+    'prices',
+    'set',
+    'model',
+    'llama-8b',
+    '--per-million-prompt',
+    '0.15',
+    '--per-million-completion',
+    '0.6',
+  ]);
   expect(model.code).toBe(0);
 
   const ls = await hangar(['prices', 'ls']);

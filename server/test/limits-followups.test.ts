@@ -76,7 +76,9 @@ describe('setTokenBatch', () => {
     expect(JSON.stringify(refused)).toContain('only its owner or an admin');
     const set = await t.gql(SET_BATCH, { id, b: true }, admin);
     expect(set.data?.setTokenBatch).toEqual({ __typename: 'ApiToken', name: 'late-job', batch: true });
-    const audit = await t.app.db.prisma.auditEvent.findFirst({ where: { action: 'setTokenBatch', target: 'late-job' } });
+    const audit = await t.app.db.prisma.auditEvent.findFirst({
+      where: { action: 'setTokenBatch', target: 'late-job' },
+    });
     expect(audit?.message).toContain('batch');
 
     const release = replica.hold();
@@ -84,7 +86,12 @@ describe('setTokenBatch', () => {
     const before = replica.requests.length;
     const stream = (secret: string) =>
       client(secret)
-        .chat.completions.create({ model: 'tiny', stream: true, max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] })
+        .chat.completions.create({
+          model: 'tiny',
+          stream: true,
+          max_tokens: 8,
+          messages: [{ role: 'user', content: 'hi' }],
+        })
         .then(async (s) => {
           let out = '';
           for await (const c of s) out += c.choices[0]?.delta?.content ?? '';
@@ -171,7 +178,12 @@ describe('a limit refusal', () => {
     // With spare listed after it, spare answers under its own limits, and the answer says so.
     await fallbacks(['hidden', 'spare']);
     const viaSpare = await client(secret)
-      .chat.completions.create({ model: 'tiny', stream: true, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] })
+      .chat.completions.create({
+        model: 'tiny',
+        stream: true,
+        max_tokens: 2,
+        messages: [{ role: 'user', content: 'hi' }],
+      })
       .withResponse();
     expect(viaSpare.response.headers.get('x-hangar-fallback')).toBe('spare');
     const models = new Set<string>();

@@ -23,7 +23,12 @@ beforeAll(async () => {
   const db = t.app.db.prisma;
   node = await startReportingNode(db, 'gpu-1');
   const model = await db.catalogModel.create({
-    data: { name: 'tiny', source: 'http://mirror.example/mirror/tiny/v1/model.gguf', engine: 'llamacpp', contextSize: 2048 },
+    data: {
+      name: 'tiny',
+      source: 'http://mirror.example/mirror/tiny/v1/model.gguf',
+      engine: 'llamacpp',
+      contextSize: 2048,
+    },
   });
   const r = await db.replica.create({
     data: { modelId: model.id, nodeId: node.id, state: 'READY', endpoint: replica.endpoint },

@@ -132,8 +132,9 @@ describe('LlamaServedModel: text', () => {
   it("refuses a prompt longer than a sequence's context, and a chat that does not end with the user", async () => {
     const model = served();
     const long = 'word '.repeat(300);
+    // OpenAI's context_length_exceeded over HTTP (reply.ts): what `hangar chat` reads to drop old turns.
     await expect(model.generate(complete({ prompt: long }))).rejects.toMatchObject({
-      kind: 'bad_request',
+      kind: 'too_long',
       param: 'prompt',
       message: expect.stringMatching(/the prompt is \d+ tokens and tiny holds 256 per request/),
     });

@@ -58,6 +58,7 @@ export function CreateTokenForm({
         role: String(values.get('role')) as Role,
         expiresAt: endOfDay(String(values.get('expiresAt') ?? '')),
         callerOnly: values.get('callerOnly') === 'on',
+        batch: values.get('batch') === 'on',
       },
     });
     if (outcome?.__typename === 'CreatedApiToken') {
@@ -81,6 +82,10 @@ export function CreateTokenForm({
           <input name="callerOnly" type="checkbox" aria-describedby="caller-hint" />
           caller only (calls models at /v1, nothing else)
         </label>
+        <label className="check">
+          <input name="batch" type="checkbox" aria-describedby="batch-hint" />
+          batch (waits behind interactive requests)
+        </label>
         <SubmitButton busy={fetching}>Create token</SubmitButton>
       </form>
       <p id="expires-hint" className="hint">
@@ -90,6 +95,11 @@ export function CreateTokenForm({
       <p id="caller-hint" className="hint">
         A caller token is for an application: it calls the models and adapters its user may call, with the OpenAI API at
         /v1, and is refused on GraphQL, /mirror and /api.
+      </p>
+      <p id="batch-hint" className="hint">
+        A batch token is for a job that can wait (a nightly evaluation): its requests go to a replica only when no
+        interactive request wants it, and are the first refused when a budget runs low. A token can be marked batch or
+        interactive later on its row.
       </p>
       <FormError refusal={refusal} error={error} />
     </FormPanel>

@@ -49,6 +49,22 @@ export const TokenRow_RevokeMutation = graphql(
   [TokenTable_TokenFragment, FormError_RefusalFragment],
 );
 
+/** Marks a token batch or interactive again (its owner or an admin); graphcache updates its row by id. */
+export const TokenRow_SetBatchMutation = graphql(
+  `
+  mutation TokenRow_SetBatch($id: ID!, $batch: Boolean!) {
+    setTokenBatch(id: $id, batch: $batch) {
+      __typename
+      ... on ApiToken {
+        ...TokenTable_Token
+      }
+      ...FormError_Refusal
+    }
+  }
+`,
+  [TokenTable_TokenFragment, FormError_RefusalFragment],
+);
+
 /** What a token was used for over the Tokens page's range (the last 24 hours). */
 export type TokenUsage = Extract<
   ResultOf<typeof TokensPage_UsageQuery>['apiTokens'][number]['usage'],
@@ -100,7 +116,15 @@ const stateClass = { active: 'ok', revoked: 'muted', expired: 'warn' } as const;
 
 function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage | Refusal | undefined }) {
   const [{ fetching }, revoke] = useMutation(TokenRow_RevokeMutation);
+  const [{ fetching: marking }, setBatch] = useMutation(TokenRow_SetBatchMutation);
   const [problem, setProblem] = useState<string>();
+  const onBatch = async () => {
+    setProblem(undefined);
+    const result = await setBatch({ id: token.id, batch: !token.batch });
+    const outcome = result.data?.setTokenBatch;
+    if (isRefusal(outcome)) setProblem(outcome.message);
+    else if (result.error) setProblem(describeError(result.error));
+  };
   const state = tokenState(token);
   const onRevoke = async () => {
     setProblem(undefined);
@@ -166,9 +190,24 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
       </td>
       <td className="actions">
         {state === 'active' ? (
-          <button type="button" className="button small danger" onClick={onRevoke} disabled={fetching}>
-            Revoke
-          </button>
+          <>
+            <button
+              type="button"
+              className="button small"
+              onClick={onBatch}
+              disabled={marking}
+              title={
+                token.batch
+                  ? 'Its requests stop waiting behind interactive ones'
+                  : 'Its requests wait behind interactive ones, and are the first refused when a budget runs low'
+              }
+            >
+              {token.batch ? 'Mark interactive' : 'Mark batch'}
+            </button>{' '}
+            <button type="button" className="button small danger" onClick={onRevoke} disabled={fetching}>
+              Revoke
+            </button>
+          </>
         ) : null}
         <InlineProblem problem={problem} />
       </td>
