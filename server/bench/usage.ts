@@ -113,9 +113,9 @@ try {
       const b = base[name] ?? Number.NaN;
       const old = name === 'month' && n <= 1_000_000 ? await time(before, n >= 1_000_000 ? 1 : 3) : null;
       console.log(
-        `${String(n).padEnd(9)} ${name.padEnd(7)} ${b.toFixed(1).padStart(10)}            ${h.median.toFixed(1).padStart(8)} (${h.min.toFixed(1)}–${h.max.toFixed(1)})`.padEnd(
+        `${`${String(n).padEnd(9)} ${name.padEnd(7)} ${b.toFixed(1).padStart(10)}            ${h.median.toFixed(1).padStart(8)} (${h.min.toFixed(1)}–${h.max.toFixed(1)})`.padEnd(
           74,
-        ) + `${(h.median / b).toFixed(2)}×   ${old ? `${old.median.toFixed(0)} ms` : ''}`,
+        )}${(h.median / b).toFixed(2)}×   ${old ? `${old.median.toFixed(0)} ms` : ''}`,
       );
     }
   }

@@ -2,6 +2,7 @@ import { Command, CommanderError } from 'commander';
 import type { Ctx } from './context.js';
 import { CliError, EXIT, type ExitCode } from './exit-codes.js';
 import { fleetCommands } from './fleet.js';
+import { kbCommands } from './kb.js';
 import { limitsCommands } from './limits.js';
 import { loginCommand } from './login.js';
 import { mirrorCommands } from './mirror.js';
@@ -45,6 +46,7 @@ export async function runCli(argv: string[], env: NodeJS.ProcessEnv = process.en
   usageCommand(program, ctx);
   pricesCommands(program, ctx);
   orgCommands(program, ctx);
+  kbCommands(program, ctx);
   // Commander's own "unknown option" and friends: a usage error, like ours.
   for (const c of allCommands(program)) c.exitOverride();
 

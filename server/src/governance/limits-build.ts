@@ -1,3 +1,4 @@
+import { RefusalTally } from './limits-refusers.js';
 import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
@@ -27,13 +28,21 @@ export function buildLimits(deps: {
 }): LimitsService {
   const ledger = new LimitLedger({ db: deps.db });
   let service: LimitsService | undefined;
+  // Who each limit refuses, per caller, over the last minute window (Limit.refusedBy).
+  const refusers = new RefusalTally({
+    minuteMs: () => deps.config.limitMinuteSeconds * 1000,
+    nowMs: () => deps.db.clock.nowMs(),
+  });
   const enforcer = new LimitEnforcer({
     ledger,
     log: deps.log,
     nowMs: () => deps.db.clock.nowMs(),
     minuteMs: deps.config.limitMinuteSeconds * 1000,
     pricing: deps.pricing,
-    onRefused: (rule, kind) => service?.noteRefusal(rule, kind),
+    onRefused: (rule, kind, caller) => {
+      service?.noteRefusal(rule, kind);
+      refusers.note(rule.id, kind, caller);
+    },
   });
   service = new LimitsService({
     db: deps.db,
@@ -41,6 +50,7 @@ export function buildLimits(deps: {
     org: deps.org,
     log: deps.log,
     enforcer,
+    refusers,
     nameExists: async (name) => (await deps.catalog.names.holder(name)) !== null,
     gate: new LimitGate({
       enforcer,

@@ -124,7 +124,7 @@ export type LimitEnforcerDeps = {
   /** Prices per million tokens, for spendPerMonth; absent, spend counts nothing. */
   pricing?: () => Pricing | undefined;
   /** Told of each refusal, for the audit log's per-minute counts (limits.service.ts). */
-  onRefused?: (rule: LimitRule, kind: LimitKind) => void;
+  onRefused?: (rule: LimitRule, kind: LimitKind, caller: { tokenId: string; userId: string }) => void;
 };
 
 export class LimitEnforcer {
@@ -373,7 +373,7 @@ export class LimitEnforcer {
     const counted = this.refusals.get(`${rule.id}|${kind}`);
     if (counted) counted.count++;
     else this.refusals.set(`${rule.id}|${kind}`, { rule, kind, count: 1 });
-    this.deps.onRefused?.(rule, kind);
+    this.deps.onRefused?.(rule, kind, ask);
     const quota = IS_QUOTA[kind];
     const cap = rule.values[kind] ?? 0;
     const unit = UNIT[kind];

@@ -1,3 +1,4 @@
+import type { LimitKind } from './limits-windows.js';
 import { ApiTokenRef } from '../access/access.schema.js';
 import { ForbiddenError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
@@ -33,6 +34,21 @@ const LimitUsageRef = builder.objectRef<LimitUsage>('LimitUsage').implement({
   }),
 });
 
+const LimitRefuserRef = builder
+  .objectRef<{ caller: string; count: number; kinds: LimitKind[]; since: Date }>('LimitRefuser')
+  .implement({
+    description: 'A caller a limit refused, and how often, in the last minute window.',
+    fields: (t) => ({
+      caller: t.string({
+        description: 'As a scope is written: "key:nightly (ana@example.com)", or "user:<email>" for a console session.',
+        resolve: (r) => r.caller,
+      }),
+      count: t.int({ resolve: (r) => r.count }),
+      kinds: t.field({ type: [LimitKindEnum], description: 'The kinds that refused it.', resolve: (r) => r.kinds }),
+      since: t.field({ type: 'DateTime', description: 'The start of the window counted.', resolve: (r) => r.since }),
+    }),
+  });
+
 const LimitRef = builder.objectRef<LimitView>('Limit').implement({
   description: 'Limits on a scope, for every model or for one: the tightest of all that apply to a request decides.',
   fields: (t) => ({
@@ -54,6 +70,13 @@ const LimitRef = builder.objectRef<LimitView>('Limit').implement({
     refused: t.int({
       description: 'Requests this limit refused since the answering server started.',
       resolve: (l) => l.refused,
+    }),
+    refusedBy: t.field({
+      type: [LimitRefuserRef],
+      description:
+        'Who this limit is refusing: the callers it refused most over the last minute window (the current minute and the one before), as the answering server counted them; at most `top` (up to 100).',
+      args: { top: t.arg.int({ required: false, defaultValue: 5 }) },
+      resolve: (l, args, ctx) => ctx.services.limits.refusedBy(l.id, args.top ?? 5),
     }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
   }),

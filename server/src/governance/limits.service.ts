@@ -1,3 +1,4 @@
+import type { RefusalTally } from './limits-refusers.js';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
@@ -53,6 +54,8 @@ export type LimitsServiceDeps = {
   nameExists: (name: string) => Promise<boolean>;
   /** What the gateway calls on each request (limits-gate.ts). */
   gate: LimitGate;
+  /** Who each limit refused, per caller, in the last minute window (limits-refusers.ts). */
+  refusers?: RefusalTally;
 };
 
 export class LimitsService {
@@ -121,6 +124,28 @@ export class LimitsService {
       this.loading = undefined;
     });
     return this.loading;
+  }
+
+  /**
+   * The callers this limit refused most over the last minute window (this process's count), each named as a scope
+   * is ("key:nightly (ana@example.com)", "user:ana@example.com"): who is being refused, not only how often.
+   */
+  async refusedBy(limitId: string, top: number): Promise<{ caller: string; count: number; kinds: LimitKind[]; since: Date }[]> {
+    const found = this.deps.refusers?.top(limitId, Math.min(Math.max(top, 0), 100)) ?? [];
+    if (!found.length) return [];
+    const owners = found
+      .filter((r) => r.tokenId || r.userId)
+      .map((r) => (r.tokenId ? { scope: 'key' as const, id: r.tokenId } : { scope: 'user' as const, id: r.userId }));
+    const labels = await this.deps.org.formatOwners(owners);
+    return found.map((r) => {
+      const key = r.tokenId ? `key:${r.tokenId}` : r.userId ? `user:${r.userId}` : '';
+      return {
+        caller: key ? (labels.get(key) ?? key) : 'other callers (more than 1000 in a minute)',
+        count: r.count,
+        kinds: r.kinds,
+        since: r.since,
+      };
+    });
   }
 
   /** Counted by the enforcer as refused; written to the audit log every few seconds, one row per limit and minute. */

@@ -4,7 +4,7 @@ import { Provider } from 'urql';
 import { describe, expect, it, vi } from 'vitest';
 import { answer, fakeClient } from '../../test/fake-client';
 import { CreateTokenForm_CreateMutation } from './create-token-form';
-import { TokenRow_RevokeMutation } from './token-table';
+import { TokenRow_RevokeMutation, TokenRow_SetBatchMutation } from './token-table';
 import { TokensPage, TokensPage_TokensQuery } from './tokens-page';
 
 const existing = {
@@ -40,12 +40,14 @@ function setup() {
             prefix: 'hgr_c3d4',
             role: input.role,
             callerOnly: input.callerOnly,
+            batch: input.batch ?? false,
             expiresAt: input.expiresAt,
             createdAt: new Date().toISOString(),
           },
         },
       };
     }),
+    answer(TokenRow_SetBatchMutation, (v) => ({ setTokenBatch: { ...existing, id: v.id, batch: v.batch } })),
     answer(TokenRow_RevokeMutation, (v) => ({
       revokeApiToken: { ...existing, id: v.id, active: false, revokedAt: new Date().toISOString() },
     })),
@@ -77,7 +79,7 @@ describe('TokensPage', () => {
       `curl -s ${window.location.origin}/graphql -H 'Authorization: Bearer ${secret}'`,
     );
     expect(fake.sent(CreateTokenForm_CreateMutation)[0]?.variables).toEqual({
-      input: { name: 'ci-deploy', role: 'OPERATOR', expiresAt: null, callerOnly: false },
+      input: { name: 'ci-deploy', role: 'OPERATOR', expiresAt: null, callerOnly: false, batch: false },
     });
     expect(screen.queryByText('caller')).toBeNull();
     // The new token joins the list (graphcache's updater) without a refetch, newest first.
@@ -111,7 +113,7 @@ describe('TokensPage', () => {
 
     expect(await screen.findByTestId('token-secret')).toHaveTextContent(secret);
     expect(fake.sent(CreateTokenForm_CreateMutation)[0]?.variables).toEqual({
-      input: { name: 'chat-app', role: 'VIEWER', expiresAt: null, callerOnly: true },
+      input: { name: 'chat-app', role: 'VIEWER', expiresAt: null, callerOnly: true, batch: false },
     });
     // The control plane refuses a caller token: the example is the call it is for.
     expect(screen.getByTestId('token-curl')).toHaveTextContent(
@@ -123,6 +125,31 @@ describe('TokensPage', () => {
     expect(within(other).queryByText('caller')).toBeNull();
     // The form is ready for the next token, a normal one.
     expect(screen.getByRole('checkbox', { name: /caller only/ })).not.toBeChecked();
+  });
+
+  it('makes a batch token when asked, and marks an existing token batch and back from its row', async () => {
+    const { fake } = setup();
+    const user = userEvent.setup();
+    expect(await screen.findByRole('rowheader', { name: 'nightly-sync' })).toBeInTheDocument();
+    await user.type(screen.getByLabelText('Token name'), 'eval-job');
+    await user.click(screen.getByRole('checkbox', { name: 'batch (waits behind interactive requests)' }));
+    await user.click(screen.getByRole('button', { name: 'Create token' }));
+    expect(await screen.findByTestId('token-secret')).toHaveTextContent(secret);
+    expect(fake.sent(CreateTokenForm_CreateMutation)[0]?.variables).toEqual({
+      input: { name: 'eval-job', role: 'VIEWER', expiresAt: null, callerOnly: false, batch: true },
+    });
+    const made = (await screen.findByRole('rowheader', { name: /eval-job/ })).closest('tr') as HTMLElement;
+    expect(within(made).getByText('batch')).toBeInTheDocument();
+    expect(within(made).getByRole('button', { name: 'Mark interactive' })).toBeInTheDocument();
+
+    const row = screen.getByRole('rowheader', { name: 'nightly-sync' }).closest('tr') as HTMLElement;
+    expect(within(row).queryByText('batch')).toBeNull();
+    await user.click(within(row).getByRole('button', { name: 'Mark batch' }));
+    expect(await within(row).findByText('batch')).toBeInTheDocument();
+    expect(fake.sent(TokenRow_SetBatchMutation)[0]?.variables).toEqual({ id: 't1', batch: true });
+    await user.click(within(row).getByRole('button', { name: 'Mark interactive' }));
+    await vi.waitFor(() => expect(within(row).queryByText('batch')).toBeNull());
+    expect(fake.sent(TokenRow_SetBatchMutation)[1]?.variables).toEqual({ id: 't1', batch: false });
   });
 
   it('revokes a token: its row then says revoked and offers no Revoke', async () => {
