@@ -421,6 +421,8 @@ export async function createApp({
           void services.gateway.start();
           services.serveJobs.start();
           services.train.start();
+          // Datasets a server that went away left RUNNING are failed, saying so.
+          void services.kbDatasets.start().catch((err) => log.warn('kb datasets: sweep failed', { error: err }));
           services.mirror.start(db.embedded).then(() => {
             phase('mirror');
             log.debug('start phases (ms)', phases);
@@ -441,12 +443,14 @@ export async function createApp({
         // Jobs first: a job step must not start on a server that is going away.
         const jobsStopped = services.serveJobs.stop();
         const trainStopped = services.train.stop();
+        const datasetsStopped = services.kbDatasets.stop();
         const closed = new Promise<void>((r) => server.close(() => r()));
         server.closeIdleConnections();
         await waitUntil(() => inFlight === 0, { timeoutMs: config.shutdownGraceMs, pollMs: 50 });
         if (inFlight > 0) log.warn('shutting down with requests still open', { inFlight });
         await jobsStopped;
         await trainStopped;
+        await datasetsStopped;
         await services.mirror.stop();
         await services.fleet.stopPlacement();
         await services.gateway.stop();

@@ -135,7 +135,11 @@ export const schema = z.object({
     .default(1 << 20),
   // A document arrives base64-encoded in one /graphql request (4 bytes for every 3), so the default fits the
   // default HANGAR_MAX_BODY_BYTES; raise both together.
-  HANGAR_KB_DOCUMENT_MAX_BYTES: z.coerce.number().int('a whole number of bytes').min(1, 'at least 1').default(512 * 1024),
+  HANGAR_KB_DOCUMENT_MAX_BYTES: z.coerce
+    .number()
+    .int('a whole number of bytes')
+    .min(1, 'at least 1')
+    .default(512 * 1024),
   HANGAR_KB_COLLECTION_MAX_BYTES: z.coerce
     .number()
     .int('a whole number of bytes')

@@ -201,6 +201,25 @@ describe('a limit refusal', () => {
     expect(blocked.status).toBe(429);
     expect(blocked.headers.get('x-hangar-fallback')).toBeNull();
     await blocked.text();
+
+    // Who is being refused: each limit names the callers it refused in the last minute window, and how often.
+    const seen = await t.gql(
+      `query($s: String!) { limits(scope: $s) { ... on QueryLimitsSuccess { data {
+        model refused refusedBy { caller count kinds } } } } }`,
+      { s: `key:${id}` },
+      admin,
+    );
+    const byModel = Object.fromEntries(
+      (seen.data?.limits.data as { model: string | null; refusedBy: unknown[] }[]).map((l) => [
+        l.model ?? '*',
+        l.refusedBy,
+      ]),
+    );
+    // tiny's own limit refused this key 4 times (the hidden case, spare twice, and the last); the key's once.
+    expect(byModel).toEqual({
+      tiny: [{ caller: 'key:limited (admin@example.com)', count: 4, kinds: ['requestsPerMinute'] }],
+      '*': [{ caller: 'key:limited (admin@example.com)', count: 1, kinds: ['requestsPerMinute'] }],
+    });
   }, 60_000);
 });
 

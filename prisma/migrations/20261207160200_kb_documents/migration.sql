@@ -27,6 +27,7 @@ CREATE TABLE "KbDataset" (
     "dataSha256" TEXT,
     "createdBy" TEXT NOT NULL,
     "createdAt" TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
+    "updatedAt" TIMESTAMP(3) NOT NULL DEFAULT CURRENT_TIMESTAMP,
     "finishedAt" TIMESTAMP(3),
 
     CONSTRAINT "KbDataset_pkey" PRIMARY KEY ("id")

@@ -1,4 +1,3 @@
-import { RefusalTally } from './limits-refusers.js';
 import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import type { CatalogService } from '../catalog/catalog.service.js';
@@ -10,6 +9,7 @@ import { LimitEnforcer } from './limits-enforcer.js';
 import { LimitGate } from './limits-gate.js';
 import { LimitLedger } from './limits-ledger.js';
 import { PriorityGate } from './limits-priority.js';
+import { RefusalTally } from './limits-refusers.js';
 import type { Pricing } from './pricing.js';
 
 // Limits, put together: the ledger (PostgreSQL's side), the enforcer (the request path's), the service (what

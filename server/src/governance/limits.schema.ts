@@ -1,8 +1,8 @@
-import type { LimitKind } from './limits-windows.js';
 import { ApiTokenRef } from '../access/access.schema.js';
 import { ForbiddenError, NotFoundError, unwrap, ValidationError } from '../lib/errors.js';
 import { builder } from '../schema/builder.js';
 import type { LimitUsage, LimitView } from './limits.service.js';
+import type { LimitKind } from './limits-windows.js';
 
 // Limits and budgets (DESIGN.md §8, "Governance"): setLimit, removeLimit, limits(scope). The names are for
 // scripts; keep them.

@@ -1,4 +1,3 @@
-import type { RefusalTally } from './limits-refusers.js';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
@@ -15,6 +14,7 @@ import { notify, onLocalNotify, type PubSub } from '../pubsub.js';
 import { limitInput } from './limit-input.js';
 import type { LimitEnforcer, LimitRule } from './limits-enforcer.js';
 import type { LimitGate } from './limits-gate.js';
+import type { RefusalTally } from './limits-refusers.js';
 import { LIMIT_KINDS, type LimitKind, MONEY_SCALE } from './limits-windows.js';
 import { readDeclaredLimits } from './limits-yaml.js';
 
@@ -130,7 +130,10 @@ export class LimitsService {
    * The callers this limit refused most over the last minute window (this process's count), each named as a scope
    * is ("key:nightly (ana@example.com)", "user:ana@example.com"): who is being refused, not only how often.
    */
-  async refusedBy(limitId: string, top: number): Promise<{ caller: string; count: number; kinds: LimitKind[]; since: Date }[]> {
+  async refusedBy(
+    limitId: string,
+    top: number,
+  ): Promise<{ caller: string; count: number; kinds: LimitKind[]; since: Date }[]> {
     const found = this.deps.refusers?.top(limitId, Math.min(Math.max(top, 0), 100)) ?? [];
     if (!found.length) return [];
     const owners = found

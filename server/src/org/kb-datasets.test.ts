@@ -248,3 +248,35 @@ it('`hangar kb dataset org/collection --model M` follows the dataset and prints 
   expect(refused.code).toBe(1);
   expect(refused.stderr).toContain('the dataset failed: returns.md part 1: the gateway answered 404');
 }, 120_000);
+
+it('says a dataset its server left behind failed, rather than RUNNING for good, and one cut by a stop the same', async () => {
+  // A server killed mid-run (kill -9) leaves its row RUNNING: the next sweep fails it once it has stopped moving.
+  const left = await db().kbDataset.create({
+    data: { collectionId, model: 'writer', chunks: 3, documents: [], createdBy: 'test', state: 'RUNNING' },
+  });
+  await db()
+    .$executeRaw`UPDATE "KbDataset" SET "updatedAt" = now() - interval '20 minutes' WHERE id = ${left.id}::uuid`;
+  const moving = await db().kbDataset.create({
+    data: { collectionId, model: 'writer', chunks: 3, documents: [], createdBy: 'test', state: 'RUNNING' },
+  });
+  expect(await t.app.services.kbDatasets.sweep()).toBe(1);
+  expect(await db().kbDataset.findUniqueOrThrow({ where: { id: left.id } })).toMatchObject({
+    state: 'FAILED',
+    error: 'its server stopped while it ran (no progress for 15 minutes): start the dataset again',
+  });
+  // One still moving (another server writing it) is left alone.
+  expect((await db().kbDataset.findUniqueOrThrow({ where: { id: moving.id } })).state).toBe('RUNNING');
+  await db().kbDataset.delete({ where: { id: moving.id } });
+
+  // A graceful stop fails what this process was writing at once, saying the server stopped.
+  const release = replica.hold();
+  const started = await createDataset('writer');
+  expect(started.state).toBe('RUNNING');
+  await t.app.services.kbDatasets.stop();
+  release();
+  await t.app.services.kbDatasets.settled();
+  expect(await db().kbDataset.findUniqueOrThrow({ where: { id: started.id } })).toMatchObject({
+    state: 'FAILED',
+    error: 'the server stopped while it ran: start the dataset again',
+  });
+});

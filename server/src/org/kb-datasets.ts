@@ -33,6 +33,13 @@ const createInput = z.object({
   chunkChars: z.number().int('a whole number').min(200, 'at least 200').max(16_000, 'at most 16000').default(1500),
 });
 
+/**
+ * A RUNNING dataset whose row has not moved for this long lost its server (killed, or its machine gone): it is
+ * failed, so no dataset says RUNNING for good. Each chunk moves the row, and one chunk's call is bounded by the
+ * gateway's deadline, well under this.
+ */
+const STALE_MS = 15 * 60_000;
+
 export class KbDatasets {
   private readonly deps: KbDatasetsDeps;
   private baseUrl: () => string = () => {
@@ -40,6 +47,10 @@ export class KbDatasets {
   };
   /** Runs in this process, so a test (and shutdown) can wait for them. */
   private readonly running = new Set<Promise<void>>();
+  /** The ids of the datasets this process is writing: a stop fails them, saying so. */
+  private readonly mine = new Set<string>();
+  private sweeper: NodeJS.Timeout | undefined;
+  private stopping = false;
 
   constructor(deps: KbDatasetsDeps) {
     this.deps = deps;
@@ -48,6 +59,44 @@ export class KbDatasets {
   /** Where this server listens: the gateway the model is called through. */
   setBaseUrl(url: () => string) {
     this.baseUrl = url;
+  }
+
+  /** Fails what a server that went away left RUNNING, now and every minute while this one runs. */
+  start() {
+    this.sweeper = setInterval(() => void this.sweep().catch(() => {}), 60_000);
+    this.sweeper.unref();
+    return this.sweep();
+  }
+
+  /** RUNNING datasets that stopped moving (their server was killed) are FAILED, with why and what to do. */
+  async sweep(now = Date.now()) {
+    const { count } = await this.deps.db.kbDataset.updateMany({
+      where: { state: 'RUNNING', updatedAt: { lt: new Date(now - STALE_MS) } },
+      data: {
+        state: 'FAILED',
+        error: 'its server stopped while it ran (no progress for 15 minutes): start the dataset again',
+        finishedAt: new Date(now),
+      },
+    });
+    return count;
+  }
+
+  /**
+   * On shutdown: the datasets this process was writing are FAILED at once, saying the server stopped (their calls
+   * to /v1 end with the server), rather than left RUNNING until the sweep of another server finds them.
+   */
+  async stop() {
+    this.stopping = true;
+    clearInterval(this.sweeper);
+    if (!this.mine.size) return;
+    await this.deps.db.kbDataset.updateMany({
+      where: { id: { in: [...this.mine] }, state: 'RUNNING' },
+      data: {
+        state: 'FAILED',
+        error: 'the server stopped while it ran: start the dataset again',
+        finishedAt: new Date(),
+      },
+    });
   }
 
   /** Waits for the datasets this process is writing. */
@@ -118,7 +167,11 @@ export class KbDatasets {
       this.finish(row.id, { state: 'FAILED', error: `stopped by an error: ${(err as Error).message}` }),
     );
     this.running.add(run);
-    void run.finally(() => this.running.delete(run));
+    this.mine.add(row.id);
+    void run.finally(() => {
+      this.running.delete(run);
+      this.mine.delete(row.id);
+    });
     return ok(row);
   }
 
@@ -169,6 +222,8 @@ export class KbDatasets {
     id: string,
     end: { state: 'DONE' | 'FAILED'; error?: string; dataSha256?: string; notes?: string[] },
   ): Promise<void> {
+    // Once stopping, the row says the server stopped (stop() wrote it); a call cut by the stop is not the model's fault.
+    if (this.stopping) return;
     await this.deps.db.kbDataset.update({ where: { id }, data: { ...end, finishedAt: new Date() } });
   }
 

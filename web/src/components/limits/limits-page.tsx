@@ -21,6 +21,7 @@ export const LimitsPage_LimitFragment = graphql(`
     model
     declared
     refused
+    refusedBy(top: 3) { caller count }
     usage { kind limit used remaining resetAt }
   }
 `);
@@ -160,6 +161,15 @@ function LimitRows({ limit, admin, onChange }: { limit: Limit; admin: boolean; o
             {i === 0 ? (
               <td rowSpan={limit.usage.length} className={limit.refused > 0 ? 'warn' : 'muted'}>
                 {formatCount(limit.refused)}
+                {limit.refusedBy.length ? (
+                  <ul className="refused-by" aria-label="Refused most in the last minute">
+                    {limit.refusedBy.map((r) => (
+                      <li key={r.caller} data-testid="refused-by">
+                        <ScopeName scope={r.caller} /> × {formatCount(r.count)}
+                      </li>
+                    ))}
+                  </ul>
+                ) : null}
               </td>
             ) : null}
             {admin && i === 0 ? (

@@ -3334,6 +3334,7 @@ export const KbDatasetScalarFieldEnum = {
   dataSha256: 'dataSha256',
   createdBy: 'createdBy',
   createdAt: 'createdAt',
+  updatedAt: 'updatedAt',
   finishedAt: 'finishedAt'
 } as const
 

@@ -506,6 +506,7 @@ export const KbDatasetScalarFieldEnum = {
   dataSha256: 'dataSha256',
   createdBy: 'createdBy',
   createdAt: 'createdAt',
+  updatedAt: 'updatedAt',
   finishedAt: 'finishedAt'
 } as const
 

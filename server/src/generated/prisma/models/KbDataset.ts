@@ -50,6 +50,7 @@ export type KbDatasetMinAggregateOutputType = {
   dataSha256: string | null
   createdBy: string | null
   createdAt: Date | null
+  updatedAt: Date | null
   finishedAt: Date | null
 }
 
@@ -65,6 +66,7 @@ export type KbDatasetMaxAggregateOutputType = {
   dataSha256: string | null
   createdBy: string | null
   createdAt: Date | null
+  updatedAt: Date | null
   finishedAt: Date | null
 }
 
@@ -82,6 +84,7 @@ export type KbDatasetCountAggregateOutputType = {
   dataSha256: number
   createdBy: number
   createdAt: number
+  updatedAt: number
   finishedAt: number
   _all: number
 }
@@ -111,6 +114,7 @@ export type KbDatasetMinAggregateInputType = {
   dataSha256?: true
   createdBy?: true
   createdAt?: true
+  updatedAt?: true
   finishedAt?: true
 }
 
@@ -126,6 +130,7 @@ export type KbDatasetMaxAggregateInputType = {
   dataSha256?: true
   createdBy?: true
   createdAt?: true
+  updatedAt?: true
   finishedAt?: true
 }
 
@@ -143,6 +148,7 @@ export type KbDatasetCountAggregateInputType = {
   dataSha256?: true
   createdBy?: true
   createdAt?: true
+  updatedAt?: true
   finishedAt?: true
   _all?: true
 }
@@ -247,6 +253,7 @@ export type KbDatasetGroupByOutputType = {
   dataSha256: string | null
   createdBy: string
   createdAt: Date
+  updatedAt: Date
   finishedAt: Date | null
   _count: KbDatasetCountAggregateOutputType | null
   _avg: KbDatasetAvgAggregateOutputType | null
@@ -287,6 +294,7 @@ export type KbDatasetWhereInput = {
   dataSha256?: Prisma.StringNullableFilter<"KbDataset"> | string | null
   createdBy?: Prisma.StringFilter<"KbDataset"> | string
   createdAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
+  updatedAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
   finishedAt?: Prisma.DateTimeNullableFilter<"KbDataset"> | Date | string | null
   collection?: Prisma.XOR<Prisma.CollectionScalarRelationFilter, Prisma.CollectionWhereInput>
 }
@@ -305,6 +313,7 @@ export type KbDatasetOrderByWithRelationInput = {
   dataSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  updatedAt?: Prisma.SortOrder
   finishedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   collection?: Prisma.CollectionOrderByWithRelationInput
 }
@@ -326,6 +335,7 @@ export type KbDatasetWhereUniqueInput = Prisma.AtLeast<{
   dataSha256?: Prisma.StringNullableFilter<"KbDataset"> | string | null
   createdBy?: Prisma.StringFilter<"KbDataset"> | string
   createdAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
+  updatedAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
   finishedAt?: Prisma.DateTimeNullableFilter<"KbDataset"> | Date | string | null
   collection?: Prisma.XOR<Prisma.CollectionScalarRelationFilter, Prisma.CollectionWhereInput>
 }, "id">
@@ -344,6 +354,7 @@ export type KbDatasetOrderByWithAggregationInput = {
   dataSha256?: Prisma.SortOrderInput | Prisma.SortOrder
   createdBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  updatedAt?: Prisma.SortOrder
   finishedAt?: Prisma.SortOrderInput | Prisma.SortOrder
   _count?: Prisma.KbDatasetCountOrderByAggregateInput
   _avg?: Prisma.KbDatasetAvgOrderByAggregateInput
@@ -369,6 +380,7 @@ export type KbDatasetScalarWhereWithAggregatesInput = {
   dataSha256?: Prisma.StringNullableWithAggregatesFilter<"KbDataset"> | string | null
   createdBy?: Prisma.StringWithAggregatesFilter<"KbDataset"> | string
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"KbDataset"> | Date | string
+  updatedAt?: Prisma.DateTimeWithAggregatesFilter<"KbDataset"> | Date | string
   finishedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"KbDataset"> | Date | string | null
 }
 
@@ -385,6 +397,7 @@ export type KbDatasetCreateInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
   collection: Prisma.CollectionCreateNestedOneWithoutDatasetsInput
 }
@@ -403,6 +416,7 @@ export type KbDatasetUncheckedCreateInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
 }
 
@@ -419,6 +433,7 @@ export type KbDatasetUpdateInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   collection?: Prisma.CollectionUpdateOneRequiredWithoutDatasetsNestedInput
 }
@@ -437,6 +452,7 @@ export type KbDatasetUncheckedUpdateInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -454,6 +470,7 @@ export type KbDatasetCreateManyInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
 }
 
@@ -470,6 +487,7 @@ export type KbDatasetUpdateManyMutationInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -487,6 +505,7 @@ export type KbDatasetUncheckedUpdateManyInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -514,6 +533,7 @@ export type KbDatasetCountOrderByAggregateInput = {
   dataSha256?: Prisma.SortOrder
   createdBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  updatedAt?: Prisma.SortOrder
   finishedAt?: Prisma.SortOrder
 }
 
@@ -535,6 +555,7 @@ export type KbDatasetMaxOrderByAggregateInput = {
   dataSha256?: Prisma.SortOrder
   createdBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  updatedAt?: Prisma.SortOrder
   finishedAt?: Prisma.SortOrder
 }
 
@@ -550,6 +571,7 @@ export type KbDatasetMinOrderByAggregateInput = {
   dataSha256?: Prisma.SortOrder
   createdBy?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
+  updatedAt?: Prisma.SortOrder
   finishedAt?: Prisma.SortOrder
 }
 
@@ -623,6 +645,7 @@ export type KbDatasetCreateWithoutCollectionInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
 }
 
@@ -639,6 +662,7 @@ export type KbDatasetUncheckedCreateWithoutCollectionInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
 }
 
@@ -685,6 +709,7 @@ export type KbDatasetScalarWhereInput = {
   dataSha256?: Prisma.StringNullableFilter<"KbDataset"> | string | null
   createdBy?: Prisma.StringFilter<"KbDataset"> | string
   createdAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
+  updatedAt?: Prisma.DateTimeFilter<"KbDataset"> | Date | string
   finishedAt?: Prisma.DateTimeNullableFilter<"KbDataset"> | Date | string | null
 }
 
@@ -701,6 +726,7 @@ export type KbDatasetCreateManyCollectionInput = {
   dataSha256?: string | null
   createdBy: string
   createdAt?: Date | string
+  updatedAt?: Date | string
   finishedAt?: Date | string | null
 }
 
@@ -717,6 +743,7 @@ export type KbDatasetUpdateWithoutCollectionInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -733,6 +760,7 @@ export type KbDatasetUncheckedUpdateWithoutCollectionInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -749,6 +777,7 @@ export type KbDatasetUncheckedUpdateManyWithoutCollectionInput = {
   dataSha256?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   createdBy?: Prisma.StringFieldUpdateOperationsInput | string
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   finishedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
 
@@ -768,6 +797,7 @@ export type KbDatasetSelect<ExtArgs extends runtime.Types.Extensions.InternalArg
   dataSha256?: boolean
   createdBy?: boolean
   createdAt?: boolean
+  updatedAt?: boolean
   finishedAt?: boolean
   collection?: boolean | Prisma.CollectionDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["kbDataset"]>
@@ -786,6 +816,7 @@ export type KbDatasetSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Ext
   dataSha256?: boolean
   createdBy?: boolean
   createdAt?: boolean
+  updatedAt?: boolean
   finishedAt?: boolean
   collection?: boolean | Prisma.CollectionDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["kbDataset"]>
@@ -804,6 +835,7 @@ export type KbDatasetSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Ext
   dataSha256?: boolean
   createdBy?: boolean
   createdAt?: boolean
+  updatedAt?: boolean
   finishedAt?: boolean
   collection?: boolean | Prisma.CollectionDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["kbDataset"]>
@@ -822,10 +854,11 @@ export type KbDatasetSelectScalar = {
   dataSha256?: boolean
   createdBy?: boolean
   createdAt?: boolean
+  updatedAt?: boolean
   finishedAt?: boolean
 }
 
-export type KbDatasetOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "collectionId" | "model" | "state" | "chunks" | "chunksDone" | "pairs" | "documents" | "notes" | "error" | "dataSha256" | "createdBy" | "createdAt" | "finishedAt", ExtArgs["result"]["kbDataset"]>
+export type KbDatasetOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "collectionId" | "model" | "state" | "chunks" | "chunksDone" | "pairs" | "documents" | "notes" | "error" | "dataSha256" | "createdBy" | "createdAt" | "updatedAt" | "finishedAt", ExtArgs["result"]["kbDataset"]>
 export type KbDatasetInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   collection?: boolean | Prisma.CollectionDefaultArgs<ExtArgs>
 }
@@ -855,6 +888,7 @@ export type $KbDatasetPayload<ExtArgs extends runtime.Types.Extensions.InternalA
     dataSha256: string | null
     createdBy: string
     createdAt: Date
+    updatedAt: Date
     finishedAt: Date | null
   }, ExtArgs["result"]["kbDataset"]>
   composites: {}
@@ -1293,6 +1327,7 @@ export interface KbDatasetFieldRefs {
   readonly dataSha256: Prisma.FieldRef<"KbDataset", 'String'>
   readonly createdBy: Prisma.FieldRef<"KbDataset", 'String'>
   readonly createdAt: Prisma.FieldRef<"KbDataset", 'DateTime'>
+  readonly updatedAt: Prisma.FieldRef<"KbDataset", 'DateTime'>
   readonly finishedAt: Prisma.FieldRef<"KbDataset", 'DateTime'>
 }
     
