@@ -214,7 +214,7 @@ describe('a limit refusal', () => {
       admin,
     );
     const byModel = Object.fromEntries(
-      (seen.data?.limits.data as { model: string | null; refusedBy: unknown[] }[]).map((l) => [
+      ((seen.data?.limits.data ?? []) as { model: string | null; refusedBy: unknown[] }[]).map((l) => [
         l.model ?? '*',
         l.refusedBy,
       ]),

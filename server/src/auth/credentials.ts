@@ -42,7 +42,14 @@ export type TokenFound =
   | {
       ok: true;
       user: ViewerUser;
-      token: { id: string; name: string; role: ViewerUser['role']; callerOnly: boolean; batch: boolean; expiresAt: Date | null };
+      token: {
+        id: string;
+        name: string;
+        role: ViewerUser['role'];
+        callerOnly: boolean;
+        batch: boolean;
+        expiresAt: Date | null;
+      };
     }
   | { ok: false; viewer: Viewer };
 

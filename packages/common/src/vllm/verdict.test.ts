@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { estimateVllmMemory, vllmVerdict } from './verdict.js';
 import table from './text-generation-architectures.json' with { type: 'json' };
+import { estimateVllmMemory, vllmVerdict } from './verdict.js';
 
 describe("vLLM's judgement of a safetensors repository", () => {
   it('knows the architectures of its model registry and names the one it does not', () => {
