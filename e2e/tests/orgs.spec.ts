@@ -98,6 +98,15 @@ test('an admin builds an org on the Organisations page, and a member token calls
   await team.getByRole('form', { name: 'Rename e2e-acme/support/tickets' }).getByLabel('New name').fill('helpdesk');
   await team.getByRole('button', { name: 'Save' }).click();
   await expect(team.getByRole('listitem', { name: 'Project e2e-acme/support/helpdesk' })).toBeVisible();
+  // The team's budget is read where the team is: what is left of each of its limits.
+  const limit = await gql(
+    'mutation { setLimit(scope: "team:e2e-acme/support", limit: { tokensPerDay: 500000, spendPerMonth: 40 }) { __typename ... on Error { message } } }',
+  );
+  expect(limit.data.setLimit.__typename).toBe('Limit');
+  await page.reload();
+  await expect(page.getByTestId('limits-e2e-acme/support')).toHaveText(
+    'Limits: 500,000 of 500,000 tokens today left · 40.00 of 40.00 to spend this month left',
+  );
   for (const width of [1280, 800]) {
     await page.setViewportSize({ width, height: 800 });
     await expectNothingClipped(page.locator('main'));

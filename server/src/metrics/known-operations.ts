@@ -107,6 +107,7 @@ export const KNOWN_OPERATIONS: readonly string[] = [
   'OrgsPage_CreateOrg',
   'OrgsPage_CreateProject',
   'OrgsPage_CreateTeam',
+  'OrgsPage_Limits',
   'OrgsPage_Orgs',
   'OrgsPage_Removal',
   'OrgsPage_Remove',

@@ -5,7 +5,33 @@ import type { Role } from '../../graphql/types';
 import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { ConfirmButton, FormPanel, LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
 import { PageHeader } from '../common/page';
+import { type LimitLeft, LimitsLeft } from '../limits/limits-left';
 import { OrgRemovalPreview, OrgsPage_RemovalQuery } from './org-removal';
+
+/**
+ * Every limit the viewer may read, with what is left of it: each org, team and project shows its own (by the key it
+ * is stored under, "team:<id>"), so a team's budget is read where the team is.
+ */
+export const OrgsPage_LimitsQuery = graphql(`
+  query OrgsPage_Limits {
+    limits {
+      __typename
+      ... on QueryLimitsSuccess { data { id scopeKey model usage { kind limit remaining } } }
+    }
+  }
+`);
+
+type ScopeLimits = ReadonlyMap<string, LimitLeft[]>;
+
+/** The limits read once for the page, by the scope key they are stored under. */
+function useScopeLimits(): ScopeLimits {
+  const [{ data }] = useQuery({ query: OrgsPage_LimitsQuery, requestPolicy: 'cache-and-network' });
+  const byScope = new Map<string, LimitLeft[]>();
+  const answer = data?.limits;
+  if (answer?.__typename === 'QueryLimitsSuccess')
+    for (const l of answer.data) byScope.set(l.scopeKey, [...(byScope.get(l.scopeKey) ?? []), l]);
+  return byScope;
+}
 
 // The organisation tree that decides who may call an adapter or a model: orgs, their teams and projects, the users
 // and API tokens in them, and the knowledge bases. Everyone signed in reads it; admins change it. Every change asks
@@ -121,6 +147,7 @@ function useChange(refresh: () => void) {
 
 export function OrgsPage({ viewer }: { viewer: { role: Role } }) {
   const orgs = useOrgs();
+  const limits = useScopeLimits();
   const admin = viewer.role === 'ADMIN';
   return (
     <section className="orgs-page">
@@ -134,7 +161,9 @@ export function OrgsPage({ viewer }: { viewer: { role: Role } }) {
         orgs.data.orgs.length === 0 ? (
           <p className="muted">No organisations yet.{admin ? ' Create one below.' : ''}</p>
         ) : (
-          orgs.data.orgs.map((o) => <OrgPanel key={o.id} org={o} admin={admin} refresh={orgs.refresh} />)
+          orgs.data.orgs.map((o) => (
+            <OrgPanel key={o.id} org={o} admin={admin} refresh={orgs.refresh} limits={limits} />
+          ))
         )
       ) : orgs.fetching ? (
         <p className="muted">Loading…</p>
@@ -163,16 +192,31 @@ function CreateOrgForm({ refresh }: { refresh: () => void }) {
   );
 }
 
-function OrgPanel({ org, admin, refresh }: { org: Org; admin: boolean; refresh: () => void }) {
+function OrgPanel({
+  org,
+  admin,
+  refresh,
+  limits,
+}: {
+  org: Org;
+  admin: boolean;
+  refresh: () => void;
+  limits: ScopeLimits;
+}) {
+  const left = (kind: 'org' | 'team' | 'project', id: string, path: string) => (
+    <LimitsLeft limits={limits.get(`${kind}:${id}`) ?? []} testId={`limits-${path}`} />
+  );
   const membersAt = (place: string) => org.members.filter((m) => m.place === place);
   return (
     <section className="panel org-panel" aria-label={`Organisation ${org.name}`}>
       <Heading level={2} kind="org" id={org.id} name={org.name} path={org.name} admin={admin} refresh={refresh} />
+      {left('org', org.id, org.name)}
       <Members place={org.name} members={membersAt(org.name)} admin={admin} refresh={refresh} />
       <ul className="org-tree">
         {org.teams.map((t) => (
           <li key={t.id} className="org-team" aria-label={`Team ${t.path}`}>
             <Heading level={3} kind="team" id={t.id} name={t.name} path={t.path} admin={admin} refresh={refresh} />
+            {left('team', t.id, t.path)}
             <Members place={t.path} members={membersAt(t.path)} admin={admin} refresh={refresh} />
             <ul className="org-tree">
               {t.projects.map((p) => (
@@ -186,6 +230,7 @@ function OrgPanel({ org, admin, refresh }: { org: Org; admin: boolean; refresh: 
                     admin={admin}
                     refresh={refresh}
                   />
+                  {left('project', p.id, p.path)}
                   <Members place={p.path} members={membersAt(p.path)} admin={admin} refresh={refresh} />
                 </li>
               ))}

@@ -8,6 +8,7 @@ import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
 import { describeError, FormError_RefusalFragment } from '../common/form-error';
 import { InlineProblem } from '../common/form-parts';
 import { TimeAgo } from '../common/time-ago';
+import { LimitsLeft } from '../limits/limits-left';
 import type { TokensPage_UsageQuery } from './tokens-page';
 
 export type TokenTable_Token = ResultOf<typeof TokenTable_TokenFragment>;
@@ -215,27 +216,7 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
   );
 }
 
-const LIMIT_WORDS: Record<string, string> = {
-  requestsPerMinute: 'requests this minute',
-  tokensPerMinute: 'tokens this minute',
-  concurrentRequests: 'at once',
-  tokensPerDay: 'tokens today',
-  tokensPerMonth: 'tokens this month',
-  spendPerMonth: 'to spend this month',
-};
-
 /** The token's own limits (the Limits page has every scope's): what is left of each, on one muted line. */
 function TokenLimits({ limits }: { limits: TokenTable_Token['limits'] }) {
-  if (!limits.length) return null;
-  const parts = limits.flatMap((l) =>
-    l.usage.map(
-      (u) =>
-        `${u.kind === 'spendPerMonth' ? u.remaining.toFixed(2) : u.remaining.toLocaleString('en')} of ${u.kind === 'spendPerMonth' ? u.limit.toFixed(2) : u.limit.toLocaleString('en')} ${LIMIT_WORDS[u.kind] ?? u.kind} left${l.model ? ` (${l.model})` : ''}`,
-    ),
-  );
-  return (
-    <div className="hint token-limits" data-testid="token-limits">
-      Limits: {parts.join(' · ')}
-    </div>
-  );
+  return <LimitsLeft limits={limits} testId="token-limits" />;
 }
