@@ -98,7 +98,7 @@ export class KbDocuments {
     if (bytes.length === 0) {
       return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${name} is empty`));
     }
-    const read = documentText(name, kind.kind, bytes);
+    const read = await documentText(name, kind.kind, bytes);
     if ('refused' in read)
       return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${read.refused}`));
 

@@ -1,5 +1,3 @@
-import sanitizeHtml from 'sanitize-html';
-
 // What a knowledge-base upload may be, and the text Hangar keeps of it. The text is what a model is later asked
 // to write questions about, so it must be text people wrote: a binary file, a file in another encoding or the
 // scripts of a web page would become pairs that teach noise (or someone's hidden instructions).
@@ -36,11 +34,11 @@ function pdfRefusal(name: string): string {
  * The text of an upload, or why it is refused: no NUL bytes (a binary file), valid UTF-8 (a byte-order mark is
  * dropped), and for HTML the words only, without markup, scripts or styles.
  */
-export function documentText(
+export async function documentText(
   name: string,
   kind: DocumentKind,
   bytes: Uint8Array,
-): { text: string } | { refused: string } {
+): Promise<{ text: string } | { refused: string }> {
   if (bytes.length >= 5 && Buffer.from(bytes.subarray(0, 5)).toString('latin1') === '%PDF-') {
     return { refused: pdfRefusal(name) };
   }
@@ -58,14 +56,16 @@ export function documentText(
       refused: `${name} is not valid UTF-8 (at byte ${firstInvalidUtf8(bytes)}): save it as UTF-8 (for example \`iconv -f latin1 -t utf-8\`) and upload it again`,
     };
   }
-  const text = normalise(kind === 'text/html' ? htmlToText(decoded) : decoded);
+  const text = normalise(kind === 'text/html' ? await htmlToText(decoded) : decoded);
   if (!text.trim())
     return { refused: `${name} holds no text${kind === 'text/html' ? ' once its markup is removed' : ''}` };
   return { text };
 }
 
 /** HTML reduced to its words: block ends become line breaks; scripts, styles and every tag and attribute go. */
-export function htmlToText(html: string): string {
+export async function htmlToText(html: string): Promise<string> {
+  // Imported when an HTML document arrives, not at every start (test/build.test.ts keeps the start's imports lean).
+  const { default: sanitizeHtml } = await import('sanitize-html');
   const broken = html.replace(
     /<(?:br|hr)\b[^>]*>|<\/(?:p|div|h[1-6]|li|tr|pre|blockquote|section|article|header|footer|table|ul|ol|dt|dd)\s*>/gi,
     '$&\n',

@@ -6,6 +6,7 @@ import { FormError, FormError_RefusalFragment } from '../common/form-error';
 import { ConfirmButton, FormPanel, LabelledControl, onFormSubmit, SubmitButton } from '../common/form-parts';
 import { PageHeader } from '../common/page';
 import { type LimitLeft, LimitsLeft } from '../limits/limits-left';
+import { CollectionDocuments } from './collection-documents';
 import { OrgRemovalPreview, OrgsPage_RemovalQuery } from './org-removal';
 
 /**
@@ -583,6 +584,7 @@ function Collections({ org, admin, refresh }: { org: Org; admin: boolean; refres
                   )}
                 </Actions>
               ) : null}
+              <CollectionDocuments org={org.name} collection={k} admin={admin} />
             </li>
           ))}
         </ul>
