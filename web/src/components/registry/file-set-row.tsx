@@ -441,8 +441,10 @@ function SetFiles({ files, label }: { files: FileSetRow_Set['files']; label: str
 function FetchAnswer({ started }: { started: Started }) {
   const vars = { model: started.version.model, version: started.version.version };
   const [{ data }] = useQuery({ query: FileSetRow_VersionQuery, variables: vars, requestPolicy: 'cache-and-network' });
-  useSubscription({ query: FileSetRow_VersionChangedSubscription, variables: vars });
-  const version = data?.mirrorVersion ?? started.version;
+  const [{ data: event }] = useSubscription({ query: FileSetRow_VersionChangedSubscription, variables: vars });
+  // The read and the events race: a read answered before the last event but delivered after it would otherwise
+  // leave "verifying 99.9 %" beside a version the listing shows present. The further along of the two is shown.
+  const version = furtherAlong(event?.mirrorVersionChanged, data?.mirrorVersion) ?? started.version;
   const arriving = arrivingStates.includes(version.state);
   return (
     <div className="fetch-answer">
@@ -462,4 +464,20 @@ function FetchAnswer({ started }: { started: Started }) {
       </p>
     </div>
   );
+}
+
+type ShownVersion = Started['version'];
+
+// How far a version just started has come: its end (present, failed, cancelled) after verifying after fetching.
+const STAGE: Record<string, number> = { QUEUED: 0, PAUSED: 1, FETCHING: 1, VERIFYING: 2 };
+
+/** Of two readings of one version, the one further along (by stage, then bytes); the event on a tie. */
+export function furtherAlong<V extends Pick<ShownVersion, 'state' | 'bytesDone'>>(
+  event: V | null | undefined,
+  read: V | null | undefined,
+): V | undefined {
+  if (!event || !read) return event ?? read ?? undefined;
+  const stage = (v: V) => STAGE[v.state] ?? 3;
+  if (stage(read) !== stage(event)) return stage(read) > stage(event) ? read : event;
+  return read.bytesDone > event.bytesDone ? read : event;
 }

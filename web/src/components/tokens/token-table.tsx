@@ -191,7 +191,8 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
       </td>
       <td className="actions">
         {state === 'active' ? (
-          <>
+          // One or the other, in the width of one button: the table holds nine columns at 1280 px.
+          <div className="token-actions">
             <button
               type="button"
               className="button small"
@@ -204,11 +205,11 @@ function TokenRow({ token, usage }: { token: TokenTable_Token; usage: TokenUsage
               }
             >
               {token.batch ? 'Mark interactive' : 'Mark batch'}
-            </button>{' '}
+            </button>
             <button type="button" className="button small danger" onClick={onRevoke} disabled={fetching}>
               Revoke
             </button>
-          </>
+          </div>
         ) : null}
         <InlineProblem problem={problem} />
       </td>
