@@ -389,7 +389,18 @@ describe('hangar serve', () => {
     expect(step.message).toMatch(
       /^no quantisation asked: took F32, the first by preference that fits on a node now: model:Wide-F32/,
     );
-  }, 60_000);
+    // The job goes on to smoke-test its replica on the same stand-in endpoint the chat tests below read: let it
+    // end first, so its request is not taken for theirs.
+    await until(
+      'the serve job to end',
+      async () => {
+        const job = (await t.gql('query($id: ID!) { serveJob(id: $id) { state } }', { id }, { token: operator })).data
+          ?.serveJob;
+        return job && ['DONE', 'FAILED', 'CANCELLED'].includes(job.state);
+      },
+      60_000,
+    );
+  }, 120_000);
 
   it('answers every line piped to `hangar chat`, keeping the conversation', async () => {
     const r = await hangar(['chat', 'tiny'], asOperator(), 'first question\nsecond question\nthird question\n');
