@@ -101,7 +101,7 @@ export function TokenTable({
   }
   return (
     <DataTable
-      className="stack-narrow"
+      className="stack-narrow tokens"
       columns={['Name', 'Prefix', 'Role', 'Created', 'Expires', 'Last used', 'Last 24 h', 'State', ACTIONS_COLUMN]}
     >
       <tbody>
