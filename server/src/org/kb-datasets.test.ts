@@ -2,7 +2,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import { type ReportingNode, startReportingNode } from '../../test/fixtures/reporting-node.js';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
@@ -259,7 +259,15 @@ it('says a dataset its server left behind failed, rather than RUNNING for good, 
   const moving = await db().kbDataset.create({
     data: { collectionId, model: 'writer', chunks: 3, documents: [], createdBy: 'test', state: 'RUNNING' },
   });
-  expect(await t.app.services.kbDatasets.sweep()).toBe(1);
+  await db().$executeRaw`UPDATE "KbDataset" SET "updatedAt" = now() WHERE id = ${moving.id}::uuid`;
+  // This server's own clock half an hour ahead (an NTP step) must not make the moving one look stale: rows move on
+  // the database's clock and are judged on it.
+  vi.useFakeTimers({ toFake: ['Date'], now: Date.now() + 30 * 60_000 });
+  try {
+    expect(await t.app.services.kbDatasets.sweep()).toBe(1);
+  } finally {
+    vi.useRealTimers();
+  }
   expect(await db().kbDataset.findUniqueOrThrow({ where: { id: left.id } })).toMatchObject({
     state: 'FAILED',
     error: 'its server stopped while it ran (no progress for 15 minutes): start the dataset again',

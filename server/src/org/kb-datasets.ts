@@ -68,8 +68,12 @@ export class KbDatasets {
     return this.sweep();
   }
 
-  /** RUNNING datasets that stopped moving (their server was killed) are FAILED, with why and what to do. */
-  async sweep(now = Date.now()) {
+  /**
+   * RUNNING datasets that stopped moving (their server was killed) are FAILED, with why and what to do. Judged on the
+   * database's clock, as each row's progress is written (db/clock.ts): a server whose own clock runs ahead must not
+   * fail another server's dataset that moved a minute ago.
+   */
+  async sweep(now = this.deps.db.clock.nowMs()) {
     const { count } = await this.deps.db.kbDataset.updateMany({
       where: { state: 'RUNNING', updatedAt: { lt: new Date(now - STALE_MS) } },
       data: {
@@ -205,7 +209,7 @@ export class KbDatasets {
       for (const n of read.notes) notes.push(`${where}: ${n}`);
       await this.deps.db.kbDataset.update({
         where: { id },
-        data: { chunksDone: i + 1, pairs: pairs.length, notes },
+        data: { chunksDone: i + 1, pairs: pairs.length, notes, updatedAt: this.deps.db.clock.now() },
       });
     }
     if (!pairs.length) {

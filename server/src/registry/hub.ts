@@ -125,8 +125,7 @@ export class Hub {
       headers: this.authHeaders(),
     }).catch(() => null);
     if (!res?.ok) return null;
-    const text = await res.text();
-    return text.length > 512 * 1024 ? text.slice(0, 512 * 1024) : text;
+    return (await readCapped(res, 512 * 1024)).text;
   }
 
   /** The repository's config.json (what vLLM reads), or null when it has none or it is not JSON. */
@@ -135,9 +134,9 @@ export class Hub {
       headers: this.authHeaders(),
     }).catch(() => null);
     if (!res?.ok) return null;
-    const text = await res.text();
-    // A config is a few KiB; one far larger is not a config to trust.
-    if (text.length > 1024 * 1024) return null;
+    // A config is a few KiB; one far larger is not a config to trust, and is not read to its end to find out.
+    const { text, cut } = await readCapped(res, 1024 * 1024);
+    if (cut) return null;
     try {
       const parsed: unknown = JSON.parse(text);
       return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)
@@ -166,6 +165,32 @@ export class Hub {
     }
     return { ok: res.ok, reason: res.ok ? null : `the registry answered HTTP ${res.status}` };
   }
+}
+
+/**
+ * At most `max` bytes of a body, as text, and whether there was more: the rest is never read (a repository can hold
+ * a "README.md" of gigabytes, and reading it whole to cut it would hold it all in memory first).
+ */
+async function readCapped(res: Response, max: number): Promise<{ text: string; cut: boolean }> {
+  if (!res.body) return { text: '', cut: false };
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  let cut = false;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    if (size + value.byteLength > max) {
+      chunks.push(value.subarray(0, max - size));
+      cut = true;
+      await reader.cancel().catch(() => {});
+      break;
+    }
+    chunks.push(value);
+    size += value.byteLength;
+  }
+  // A character cut in two at the limit is decoded as U+FFFD, not an error.
+  return { text: Buffer.concat(chunks).toString('utf8'), cut };
 }
 
 async function wrap<T>(hubUrl: string, fn: () => Promise<T>): Promise<T> {
