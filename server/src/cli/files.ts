@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomBytes } from 'node:crypto';
 import { createReadStream, createWriteStream } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
@@ -66,7 +66,9 @@ export async function downloadVerified(c: Where, urlPath: string, dest: string, 
     .catch(() => false);
   const name = dispositionName(res.headers.get('content-disposition'));
   const file = isDir ? path.join(dest, name ?? 'artifact') : dest;
-  const tmp = `${file}.${process.pid}.part`;
+  // A name no earlier run can have left behind: a run killed mid-download leaves its part file, and in a container
+  // the next run often has the same pid. 'wx' still refuses a name someone planted (a link to elsewhere).
+  const tmp = `${file}.${process.pid}.${randomBytes(4).toString('hex')}.part`;
   const hash = createHash('sha256');
   let bytes = 0;
   const hashing = new Transform({

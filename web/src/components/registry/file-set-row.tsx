@@ -471,12 +471,20 @@ type ShownVersion = Started['version'];
 // How far a version just started has come: its end (present, failed, cancelled) after verifying after fetching.
 const STAGE: Record<string, number> = { QUEUED: 0, PAUSED: 1, FETCHING: 1, VERIFYING: 2 };
 
-/** Of two readings of one version, the one further along (by stage, then bytes); the event on a tie. */
-export function furtherAlong<V extends Pick<ShownVersion, 'state' | 'bytesDone'>>(
+/**
+ * Of two readings of one version, the later written one; between two of the same write (progress moves bytes
+ * without writing the row), the one further along (by stage, then bytes); the event on a tie. The write time comes
+ * first because a version can go back: a failed fetch retried is QUEUED again, and a read that still says FAILED
+ * must not hold the answer at FAILED for good.
+ */
+export function furtherAlong<V extends Pick<ShownVersion, 'state' | 'bytesDone' | 'updatedAt'>>(
   event: V | null | undefined,
   read: V | null | undefined,
 ): V | undefined {
   if (!event || !read) return event ?? read ?? undefined;
+  const written = (v: V) => (v.updatedAt ? Date.parse(String(v.updatedAt)) : Number.NaN);
+  const [e, r] = [written(event), written(read)];
+  if (!Number.isNaN(e) && !Number.isNaN(r) && e !== r) return r > e ? read : event;
   const stage = (v: V) => STAGE[v.state] ?? 3;
   if (stage(read) !== stage(event)) return stage(read) > stage(event) ? read : event;
   return read.bytesDone > event.bytesDone ? read : event;
