@@ -1,3 +1,4 @@
+import { coalesced } from '@hangar/common/coalesce';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
 import type { AuditService } from '../audit/audit.service.js';
@@ -60,8 +61,6 @@ export type LimitsServiceDeps = {
 
 export class LimitsService {
   private readonly deps: LimitsServiceDeps;
-  private loading: Promise<void> | undefined;
-  private again = false;
   private unhook: (() => void) | undefined;
   private readonly refusedThisMinute = new Map<
     string,
@@ -104,27 +103,15 @@ export class LimitsService {
   }
 
   /** Reads every limit into the enforcer; a failed read keeps the last rules (the database away: they still hold). */
-  reload(): Promise<void> {
-    if (this.loading) {
-      this.again = true;
-      return this.loading;
+  readonly reload = coalesced(async () => {
+    try {
+      const rows = await this.deps.db.loops.limit.findMany();
+      this.deps.enforcer.setRules(await this.rulesOf(rows));
+    } catch (err) {
+      this.deps.log.warn('limits not read; the last ones stay in force', { error: String(err) });
+      return false;
     }
-    this.loading = (async () => {
-      do {
-        this.again = false;
-        try {
-          const rows = await this.deps.db.loops.limit.findMany();
-          this.deps.enforcer.setRules(await this.rulesOf(rows));
-        } catch (err) {
-          this.deps.log.warn('limits not read; the last ones stay in force', { error: String(err) });
-          return;
-        }
-      } while (this.again);
-    })().finally(() => {
-      this.loading = undefined;
-    });
-    return this.loading;
-  }
+  });
 
   /**
    * The callers this limit refused most over the last minute window (this process's count), each named as a scope

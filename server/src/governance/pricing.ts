@@ -1,3 +1,4 @@
+import { coalesced } from '@hangar/common/coalesce';
 import type { Logger } from '@hangar/common/log';
 
 // What a million tokens of a model costs, for whoever turns tokens into money on the request path (a spend
@@ -30,8 +31,6 @@ export class PricingCache implements Pricing {
   private table: PriceTable;
   private readonly load: () => Promise<PriceTable>;
   private readonly log: Logger | undefined;
-  private loading: Promise<void> | undefined;
-  private again = false;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(deps: { currency: string; load: () => Promise<PriceTable>; log?: Logger }) {
@@ -57,26 +56,14 @@ export class PricingCache implements Pricing {
    * Reads the table again. Calls while a read is under way make one more read after it (a price set during a
    * read is not lost); a failed read keeps the last table (the database away: the last prices hold).
    */
-  refresh(): Promise<void> {
-    if (this.loading) {
-      this.again = true;
-      return this.loading;
+  readonly refresh = coalesced(async () => {
+    try {
+      this.table = await this.load();
+    } catch (err) {
+      this.log?.warn('prices not read; the last ones stay in use', { err: String(err) });
+      return false;
     }
-    this.loading = (async () => {
-      do {
-        this.again = false;
-        try {
-          this.table = await this.load();
-        } catch (err) {
-          this.log?.warn('prices not read; the last ones stay in use', { err: String(err) });
-          return;
-        }
-      } while (this.again);
-    })().finally(() => {
-      this.loading = undefined;
-    });
-    return this.loading;
-  }
+  });
 
   /** Reads now, on every event, and every PRICING_REFRESH_MS until stop(). */
   async start(events?: AsyncIterable<unknown>): Promise<void> {
