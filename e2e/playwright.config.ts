@@ -50,6 +50,8 @@ export default defineConfig({
       HANGAR_HUB_URL: hubUrl,
       // The slow upstream the mirror spec fetches from listens on loopback, which is refused unless listed.
       HANGAR_FETCH_ALLOW: '127.0.0.1',
+      // The autoscaling spec's window: a replica added after two busy seconds, not a minute.
+      HANGAR_SCALE_WINDOW_SECONDS: '2',
     },
   },
 });

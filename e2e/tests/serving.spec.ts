@@ -59,8 +59,14 @@ test('a model served from the console becomes ready on a node agent, with its sm
   await snap(page, '20-nodes-replica-ready');
 
   await page.getByRole('navigation').getByRole('link', { name: 'Models' }).click();
-  await expect(page.getByText(/READY on e2e-cpu · [\d.]+ tok\/s/)).toBeVisible();
+  // What it holds on which card: the plan's figure until the agent measures it on a GPU (this one runs on the CPU).
+  await expect(
+    page.getByText(/READY on e2e-cpu GPU 0: [\d.]+ [KMG]iB of 24 GiB \(planned\) · [\d.]+ tok\/s/),
+  ).toBeVisible();
   await snap(page, '21-models-replica-ready');
+  await page.setViewportSize({ width: 800, height: 800 });
+  await snap(page, '21-models-replica-ready-800');
+  await page.setViewportSize({ width: 1280, height: 800 });
 
   // Stopped from the console's API: the agent stops the replica and says so. The card shows current replicas
   // only, so the stopped one leaves it, and the mode's words say none runs once the agent has reported it.

@@ -9,11 +9,14 @@ export type Target = { url: string; key: string };
 export type Job =
   | { kind: 'latency'; targets: Target[]; rounds: number }
   | { kind: 'stream'; target: Target; streams: number; tokens: number; ms: number }
+  | { kind: 'throughput'; target: Target; connections: number; ms: number }
   | { kind: 'hold'; target: Target; streams: number }
   | { kind: 'release' };
 /** Per target, in the order given: each request's time from sending it to the answer's last byte, in ms. */
 export type LatencyResult = number[][];
 export type StreamResult = { events: number; requests: number; ms: number };
+/** Non-streamed requests answered over `connections` kept-alive connections, each sending its next on an answer. */
+export type ThroughputResult = { requests: number; ms: number; p50: number };
 
 const agents = new Map<string, http.Agent>();
 const agentFor = (origin: string) => {
@@ -142,6 +145,24 @@ async function stream(job: Extract<Job, { kind: 'stream' }>): Promise<StreamResu
   return { events, requests, ms: performance.now() - started };
 }
 
+async function throughput(job: Extract<Job, { kind: 'throughput' }>): Promise<ThroughputResult> {
+  const body = chat({ stream: false, tokens: 8 });
+  const times: number[] = [];
+  const started = performance.now();
+  const deadline = started + job.ms;
+  await Promise.all(
+    Array.from({ length: job.connections }, async () => {
+      while (performance.now() < deadline) {
+        const at = performance.now();
+        await post(job.target, body, () => {});
+        times.push(performance.now() - at);
+      }
+    }),
+  );
+  times.sort((a, b) => a - b);
+  return { requests: times.length, ms: performance.now() - started, p50: times[Math.floor(times.length / 2)] ?? 0 };
+}
+
 const heldRequests: http.ClientRequest[] = [];
 
 /** Opens `streams` streams that the engine holds open, resolving once each has brought its first word. */
@@ -172,6 +193,7 @@ process.on('message', async (job: Job) => {
   try {
     if (job.kind === 'latency') process.send?.({ ok: await latency(job) });
     else if (job.kind === 'stream') process.send?.({ ok: await stream(job) });
+    else if (job.kind === 'throughput') process.send?.({ ok: await throughput(job) });
     else if (job.kind === 'hold') process.send?.({ ok: await hold(job) });
     else {
       // Going away is how a held stream ends: the gateway must abort the engine's side at once.

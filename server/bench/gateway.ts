@@ -1,58 +1,57 @@
-import { type ChildProcess, fork } from 'node:child_process';
-import { randomBytes } from 'node:crypto';
+import { type ChildProcess, fork, spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
-import inspector from 'node:inspector/promises';
+import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
-import v8 from 'node:v8';
-import vm from 'node:vm';
 import { newEngineKey } from '@hangar/agent/control-plane';
-import { createLogger } from '@hangar/common/log';
-import { createApp } from '../src/app.js';
-import { systemActor } from '../src/auth/actor.js';
-import { hashSecret } from '../src/auth/secrets.js';
-import { loadConfig } from '../src/config.js';
-import { benchToken } from './api-token.js';
-import type { Job, LatencyResult, StreamResult, Target } from './gateway-client.js';
+import type { Job, LatencyResult, StreamResult, Target, ThroughputResult } from './gateway-client.js';
 
-// What the gateway costs an application. A stand-in OpenAI engine that answers at once (gateway-engine.ts) is
-// called three ways by one client (gateway-client.ts: Node's http with a keep-alive agent per origin, the same
-// code for every way): directly; through a bare Node reverse proxy (gateway-floor.ts: the least one more Node hop
-// costs); and through a real Hangar (createApp, PostgreSQL, a caller token, a catalog model whose READY replica
-// is the stand-in). Each in a process of its own, so that one's CPU and memory are not billed to another.
-// Side by side, interleaved (which way goes first rotates):
-//   1. added latency of sequential non-streaming requests, round by round: gateway − direct (goal ≤ 0.5 ms at
-//      p50; for reference Bifrost publishes 0.62 ms of overhead, LiteLLM 3.25 ms);
-//   2. chunks per second of 64 concurrent streams, through the gateway against direct (goal ≥ 0.9×);
-//   3. the server's memory with 1000 streams held open through it, against the same server idle.
-//   4. within 1, a second caller with three limits applying to every request (none refusing), against the first:
-//      what checking limits adds (goal ≤ 0.05 ms at p50, #28).
+// What the gateway costs an application, against the physical limit of a reverse proxy. A stand-in OpenAI engine
+// that answers at once (gateway-engine.ts) is called by one client (gateway-client.ts: Node's http with a
+// keep-alive agent per origin, the same code for every way) directly; through nginx as a reverse proxy (upstream
+// keep-alive, the engine key set, no buffering: the least a proxy costs); through a bare Node reverse proxy
+// (gateway-floor.ts: the least one more Node hop costs); and through a real Hangar in its own process, as deployed
+// (gateway-hangar.ts: createApp, PostgreSQL, a caller token, a catalog model whose READY replica is the stand-in).
+// Every one in a process of its own, so that one's CPU and memory are not billed to another. Interleaved (which
+// way goes first rotates), medians:
+//   1. added latency of sequential non-streaming requests, round by round: way − direct (goal: Hangar's p50 ≤ 3×
+//      nginx's, #33); and a second caller with three limits on every request (none refusing): what checking
+//      limits adds (goal ≤ 0.05 ms at p50, #28);
+//   2. requests/s at 16 and 64 connections (goal: Hangar ≥ 0.5× direct at 16), and each proxy's CPU per request
+//      (goal: Hangar ≤ 3× nginx's);
+//   3. chunks/s of 64 concurrent streams and CPU per chunk (goal: Hangar ≤ 1.5× the bare Node proxy's);
+//   4. memory with 1000 streams held open through Hangar and through the floor;
+//   5. the route table at 1 and at 1,000 models each with an adapter: Hangar's idle CPU and added p99.
+// CPU times are read from /proc (user + system, 10 ms ticks) for every proxy alike, over runs long enough for it.
 // Absolute numbers move with the machine, and on a small one the client, the engine and the proxy share its
-// cores: the floor says how much of a gap is the hop itself, and Hangar's CPU time per request and per chunk
-// what the gateway spends whatever the machine.
+// cores (and other work may too: the load average is printed): the ratios side by side are what to read.
 //
-// `tsx bench/gateway.ts [rounds] [stream rounds]`: sequential rounds (default 4000), streaming rounds (default 5).
+// `tsx bench/gateway.ts [rounds] [stream rounds]`: sequential rounds (default 3000), rounds of the rest (default 3).
 // HANGAR_BENCH_PROFILE=<dir> writes Hangar's CPU profiles of the sequential and of the streaming runs there
 // (latency.cpuprofile, streaming.cpuprofile: open them in Chrome's DevTools), to see where a missed goal goes.
 
-const ROUNDS = Number(process.argv[2] ?? 4000);
-const STREAM_ROUNDS = Number(process.argv[3] ?? 5);
+const ROUNDS = Number(process.argv[2] ?? 3000);
+const RATE_ROUNDS = Number(process.argv[3] ?? 3);
 const STREAMS = 64;
 const STREAM_TOKENS = 256;
 const ROUND_MS = 2000;
 const OPEN_STREAMS = 1000;
-const LATENCY_GOAL_MS = 0.5;
-/** What three limits applying to every request may add at p50 (#28). */
+const MANY_MODELS = 1000;
+const IDLE_MS = 5000;
+/** Goals of #33 (against nginx and the floor) and #28 (limits). */
+const NGINX_LATENCY_GOAL = 3;
+const NGINX_CPU_GOAL = 3;
+const DIRECT_RATE_GOAL = 0.5;
+const FLOOR_CHUNK_GOAL = 1.5;
 const LIMITS_GOAL_MS = 0.05;
-const STREAM_GOAL = 0.9;
-const MiB = 1024 * 1024;
 const PROFILE_DIR = process.env.HANGAR_BENCH_PROFILE;
-
-v8.setFlagsFromString('--expose-gc');
-const gc = vm.runInNewContext('gc') as () => void;
+/** HANGAR_BENCH_ONLY=routes: the route table's line alone (5), for comparing its settings side by side. */
+const ROUTES_ONLY = process.env.HANGAR_BENCH_ONLY === 'routes';
+const TICK_MS = 1000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 const here = path.dirname(new URL(import.meta.url).pathname);
-const root = path.join(os.tmpdir(), `hangar-bench-gateway-${process.pid}`);
+const root = path.join(os.tmpdir(), `hangar-bench-gateway-nginx-${process.pid}`);
 await fs.mkdir(root, { recursive: true, mode: 0o755 });
 
 /** A bench process run with tsx, as this one is; `first` is its first message (it is listening). */
@@ -80,233 +79,375 @@ function ask<T>(child: ChildProcess, message: unknown): Promise<T> {
   });
 }
 
+/** A process's CPU time so far (user + system), in ms, from /proc. */
+function cpuMs(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+}
+
+const freePort = () =>
+  new Promise<number>((resolve, reject) => {
+    const s = net.createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as net.AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+
+// ─── nginx as a reverse proxy, installed when missing (as bench/mirror.ts does) ─────────────────────────────────
+
+function findNginx(): string | null {
+  const found = spawnSync('sh', ['-c', 'command -v nginx || ls /usr/sbin/nginx'], { encoding: 'utf8' });
+  return found.status === 0 ? found.stdout.trim().split('\n')[0] || null : null;
+}
+
+function installNginx(): string | null {
+  const existing = findNginx();
+  if (existing) return existing;
+  if (process.getuid?.() !== 0 || spawnSync('sh', ['-c', 'command -v apt-get']).status !== 0) return null;
+  console.log('nginx is missing: installing it with apt-get (once)…');
+  const env = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
+  const install = () =>
+    spawnSync('apt-get', ['install', '-y', '-q', '--no-install-recommends', 'nginx'], { env, stdio: 'ignore' })
+      .status === 0;
+  if (!install()) {
+    spawnSync('apt-get', ['update', '-q'], { env, stdio: 'ignore' });
+    if (!install()) return null;
+  }
+  return findNginx();
+}
+
+/** nginx in front of the engine, one worker (as Hangar is one process), resolving with its URL and worker's pid. */
+async function startNginx(bin: string, engine: string, key: string) {
+  const dir = path.join(root, 'nginx');
+  await fs.mkdir(dir, { recursive: true });
+  const port = await freePort();
+  const upstream = new URL(engine);
+  const n = (p: string) => path.join(dir, p);
+  await fs.writeFile(
+    n('nginx.conf'),
+    `daemon off;
+worker_processes 1;
+pid ${n('nginx.pid')};
+error_log ${n('error.log')} warn;
+events { worker_connections 8192; }
+http {
+  access_log ${n('access.log')};
+  client_body_temp_path ${n('client_body')};
+  proxy_temp_path ${n('proxy')};
+  fastcgi_temp_path ${n('fastcgi')};
+  uwsgi_temp_path ${n('uwsgi')};
+  scgi_temp_path ${n('scgi')};
+  keepalive_requests 1000000;
+  keepalive_timeout 60s;
+  upstream engine { server ${upstream.host}; keepalive 512; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:${port};
+    location /v1/ {
+      proxy_pass http://engine/v1/;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Authorization "Bearer ${key}";
+      proxy_buffering off;
+      proxy_request_buffering off;
+    }
+  }
+}
+`,
+  );
+  const child = spawn(bin, ['-p', dir, '-e', n('error.log'), '-c', n('nginx.conf')], { stdio: 'ignore' });
+  const url = `http://127.0.0.1:${port}/v1`;
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const up = await new Promise<boolean>((resolve) => {
+      const s = net.connect(port, '127.0.0.1', () => {
+        s.destroy();
+        resolve(true);
+      });
+      s.once('error', () => resolve(false));
+    });
+    if (up) break;
+    if (Date.now() > deadline) throw new Error(`nginx did not listen: ${await fs.readFile(n('error.log'), 'utf8')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const children = readFileSync(`/proc/${child.pid}/task/${child.pid}/children`, 'utf8').trim().split(/\s+/);
+  const worker = Number(children[0]);
+  const version = spawnSync(bin, ['-v'], { encoding: 'utf8' })
+    .stderr.trim()
+    .replace(/^nginx version: /, '');
+  return { child, url, worker, version };
+}
+
+// ─── the ways ───────────────────────────────────────────────────────────────────────────────────────────────────
+
 const engineKey = newEngineKey();
 const engine = start('gateway-engine.ts', { HANGAR_BENCH_ENGINE_KEY: engineKey });
 const client = start('gateway-client.ts');
 const { endpoint } = (await engine.first) as { endpoint: string };
 const floor = start('gateway-floor.ts', { HANGAR_BENCH_ENGINE: endpoint, HANGAR_BENCH_ENGINE_KEY: engineKey });
+const hangar = start('gateway-hangar.ts', { HANGAR_BENCH_ENGINE: endpoint, HANGAR_BENCH_ENGINE_KEY: engineKey });
 await client.first;
 const { url: floorUrl } = (await floor.first) as { url: string };
-
-const config = loadConfig({
-  HANGAR_DATA_DIR: root,
-  PORT: '0',
-  HANGAR_LOG_LEVEL: 'warn',
-  HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
-  // The 1000 open streams, and the client's keep-alive sockets besides, all from one address (loopback) and one
-  // caller: the shares that keep one client from starving the rest would cut them at 512.
-  HANGAR_MAX_CONNECTIONS: '4096',
-  HANGAR_MAX_CONNECTIONS_PER_ADDRESS: '4096',
-  HANGAR_MAX_CONNECTIONS_PER_CALLER: '4096',
-});
-const app = await createApp({ config, log: createLogger('warn'), print: () => {} });
-const hangar = await app.start();
-const db = app.db.prisma;
-
-// A caller token made the way an operator makes one for an application.
-const token = await benchToken(hangar, { callerOnly: true });
-
-// The fleet as an agent would have reported it: a node that is online (kept so below: placement counts a node
-// silent for 30 s as gone, and its replica lost), a model, and its READY replica serving on the stand-in.
-const node = await db.node.create({
-  data: {
-    name: 'bench-node',
-    tokenHash: hashSecret(randomBytes(16).toString('hex')),
-    lastSeenAt: new Date(),
-    engines: [{ name: 'llama.cpp', version: 'bench', build: 9999 }],
-  },
-});
-const heartbeat = setInterval(
-  () => void db.node.update({ where: { id: node.id }, data: { lastSeenAt: new Date() } }).catch(() => {}),
-  5000,
-);
-const model = await db.catalogModel.create({
-  data: { name: 'bench', source: 'bench/stand-in', engine: 'llamacpp', minReplicas: 1, maxReplicas: 1 },
-});
-const replica = await db.replica.create({
-  data: { modelId: model.id, nodeId: node.id, state: 'READY', endpoint, engineKey: { create: { key: engineKey } } },
-});
-await app.services.gateway.routes.refresh();
-
-// The same kind of caller with three limits that apply to every request and never refuse one: its key's, its
-// key's on this model, and its org's (#28). What checking them costs is this caller's latency less the other's.
-const limitedToken = await benchToken(hangar, { callerOnly: true });
-const limitedId = (await db.apiToken.findFirst({ orderBy: { createdAt: 'desc' }, select: { id: true } }))?.id as string;
-const org = await db.org.create({ data: { name: 'bench-org' } });
-await db.membership.create({ data: { orgId: org.id, apiTokenId: limitedId } });
-const benchActor = systemActor('bench');
-for (const [scope, model, limit] of [
-  [`key:${limitedId}`, null, { requestsPerMinute: 1_000_000_000 }],
-  [`key:${limitedId}`, 'bench', { tokensPerMinute: 1_000_000_000 }],
-  ['org:bench-org', null, { tokensPerDay: 1_000_000_000_000 }],
-] as const) {
-  const set = await app.services.limits.setLimit(benchActor, { scope, model, limit });
-  if (!set.ok) throw new Error(`bench: setLimit ${scope}: ${set.error.message}`);
-}
+const hangarReady = (await hangar.first) as { url: string; token: string; limitedToken: string };
+const nginxBin = installNginx();
+if (!nginxBin) console.log('\n!!!!!!!! nginx could not be found or installed: its baseline is left out.\n');
+const nginx = nginxBin ? await startNginx(nginxBin, endpoint, engineKey) : undefined;
 
 const direct: Target = { url: endpoint, key: engineKey };
 const bare: Target = { url: floorUrl, key: 'unused: the floor sends the engine key' };
-const gateway: Target = { url: `${hangar}/v1`, key: token };
-const limitedGateway: Target = { url: `${hangar}/v1`, key: limitedToken };
+const viaNginx: Target | undefined = nginx && { url: nginx.url, key: 'unused: nginx sends the engine key' };
+const gateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.token };
+const limitedGateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.limitedToken };
 
-type Usage = { rss: number; heap: number; cpuMs: number };
-/** Hangar's process: memory after a full GC, CPU time so far. */
-const hangarUsage = (): Usage => {
-  gc();
-  const { rss, heapUsed } = process.memoryUsage();
-  const cpu = process.cpuUsage();
-  return { rss, heap: heapUsed, cpuMs: (cpu.user + cpu.system) / 1000 };
+type Way = 'direct' | 'nginx' | 'floor' | 'hangar';
+const ways: [Way, Target][] = [
+  ['direct', direct],
+  ...(viaNginx ? [['nginx', viaNginx] as [Way, Target]] : []),
+  ['floor', bare],
+  ['hangar', gateway],
+];
+const pidOf: Record<Way, number | undefined> = {
+  direct: engine.child.pid,
+  nginx: nginx?.worker,
+  floor: floor.child.pid,
+  hangar: hangar.child.pid,
 };
-const floorUsage = () => ask<Usage>(floor.child, { count: 'usage' });
+
+type Memory = { rss: number; heap: number; cpuMs: number };
+const hangarUsage = () => ask<Memory>(hangar.child, { count: 'usage' });
+const floorUsage = () => ask<Memory>(floor.child, { count: 'usage' });
 const engineHolds = async () => (await ask<{ held: number }>(engine.child, { count: 'held' })).held;
+const hangarInFlight = () => ask<number>(hangar.child, { count: 'inFlight' });
 
 const at = (xs: number[], q: number) => {
   const sorted = [...xs].sort((a, b) => a - b);
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0;
 };
 const median = (xs: number[]) => at(xs, 0.5);
-const until = async (what: string, ok: () => Promise<boolean> | boolean, ms = 30_000) => {
+/** The median and the spread (lowest–highest) of a few rounds. */
+const spread = (xs: number[], f: (x: number) => string) =>
+  `${f(median(xs))} (${f(Math.min(...xs))}–${f(Math.max(...xs))})`;
+const until = async (what: string, ok: () => Promise<boolean>, ms = 30_000) => {
   const deadline = Date.now() + ms;
   while (!(await ok())) {
-    if (Date.now() > deadline) {
-      throw new Error(
-        `${what} did not happen within ${ms} ms (the engine holds ${await engineHolds()} streams, the gateway has ${app.services.gateway.load(replica.id).inFlight} in flight)`,
-      );
-    }
+    if (Date.now() > deadline) throw new Error(`${what} did not happen within ${ms} ms`);
     await new Promise((r) => setTimeout(r, 20));
   }
 };
-/** Runs `fn` under V8's CPU profiler when HANGAR_BENCH_PROFILE is set, writing <name>.cpuprofile. */
 const profiled = async <T>(name: string, fn: () => Promise<T>): Promise<T> => {
   if (!PROFILE_DIR) return fn();
-  const session = new inspector.Session();
-  session.connect();
-  await session.post('Profiler.enable');
-  await session.post('Profiler.setSamplingInterval', { interval: 100 });
-  await session.post('Profiler.start');
+  await fs.mkdir(PROFILE_DIR, { recursive: true });
+  await ask(hangar.child, { profile: 'start' });
   try {
     return await fn();
   } finally {
-    const { profile } = await session.post('Profiler.stop');
-    await fs.mkdir(PROFILE_DIR, { recursive: true });
-    await fs.writeFile(path.join(PROFILE_DIR, `${name}.cpuprofile`), JSON.stringify(profile));
-    session.disconnect();
+    await ask(hangar.child, { profile: 'stop', file: path.join(PROFILE_DIR, `${name}.cpuprofile`) });
   }
 };
 
 /** Memory of the proxy's process idle, then with OPEN_STREAMS streams held open through it. */
-async function openStreams(target: Target, usage: () => Promise<Usage> | Usage) {
+async function openStreams(target: Target, usage: () => Promise<Memory>) {
   await until('the streams before settling', async () => (await engineHolds()) === 0);
   const idle = await usage();
   await ask(client.child, { kind: 'hold', target, streams: OPEN_STREAMS } satisfies Job);
   await until(`${OPEN_STREAMS} streams held by the engine`, async () => (await engineHolds()) === OPEN_STREAMS);
-  const inFlight = app.services.gateway.load(replica.id).inFlight;
   const open = await usage();
   await ask(client.child, { kind: 'release' } satisfies Job);
   // A client that went away aborts the engine's side at once: nothing stays held, nothing in flight.
-  await until(
-    'the held streams closing',
-    async () => (await engineHolds()) === 0 && app.services.gateway.load(replica.id).inFlight === 0,
-  );
-  const closed = await usage();
-  return { idle, open, closed, inFlight };
+  await until('the held streams closing', async () => (await engineHolds()) === 0 && (await hangarInFlight()) === 0);
+  return { idle, open };
 }
+
+/** Hangar's CPU over IDLE_MS with no request: its loops (the route table, placement, usage, …). */
+async function idleCpu(): Promise<number> {
+  const from = cpuMs(pidOf.hangar as number);
+  const started = performance.now();
+  await new Promise((r) => setTimeout(r, IDLE_MS));
+  return ((cpuMs(pidOf.hangar as number) - from) * 1000) / (performance.now() - started);
+}
+
+/** Sequential rounds, every way in turn; added latency per way, round by round against direct. */
+async function sequential(rounds: number, withLimited: boolean) {
+  const targets = [...ways.map(([, t]) => t), ...(withLimited ? [limitedGateway] : [])];
+  const lat = await ask<LatencyResult>(client.child, { kind: 'latency', targets, rounds });
+  const byWay = new Map<Way | 'limited', number[]>();
+  for (const [i, [w]] of ways.entries()) byWay.set(w, lat[i] ?? []);
+  if (withLimited) byWay.set('limited', lat[ways.length] ?? []);
+  const d = byWay.get('direct') ?? [];
+  const added = (w: Way | 'limited') => (byWay.get(w) ?? []).map((x, i) => x - (d[i] ?? 0));
+  return { byWay, added };
+}
+
+const ms = (x: number) => `${x.toFixed(3)} ms`;
+const mib = (x: number) => `${(x / 1024 / 1024).toFixed(1)} MiB`;
+const lines: string[] = [];
+const say = (line: string) => {
+  lines.push(line);
+  console.log(line);
+};
 
 try {
   // Warm up: JIT, every keep-alive pool, the caller cache, the upstream agents.
-  await ask<LatencyResult>(client.child, {
-    kind: 'latency',
-    targets: [direct, bare, gateway, limitedGateway],
-    rounds: 500,
-  });
-  for (const target of [direct, bare, gateway]) {
+  await sequential(500, true);
+  for (const [, target] of ways) {
     await ask<StreamResult>(client.child, { kind: 'stream', target, streams: STREAMS, tokens: 64, ms: 300 });
+    await ask<ThroughputResult>(client.child, { kind: 'throughput', target, connections: 16, ms: 300 });
   }
-
-  // 3. Memory, first: while the heap is still near an idle server's.
-  const floorMemory = await openStreams(bare, floorUsage);
-  const memory = await openStreams(gateway, hangarUsage);
-
-  // What Hangar spends with no request at all (its loops: the route table's refresh, placement, usage, …),
-  // taken out of its CPU per request below.
-  const idleFrom = hangarUsage();
-  const idleStarted = performance.now();
-  await new Promise((r) => setTimeout(r, 3000));
-  const idleCpuPerMs = (hangarUsage().cpuMs - idleFrom.cpuMs) / (performance.now() - idleStarted);
-
-  // 1. Sequential requests, one after another, the three ways in turn.
-  const floorCpu = await floorUsage();
-  const cpu = hangarUsage();
-  const latencyStarted = performance.now();
-  const [latDirect = [], latBare = [], latGateway = [], latLimited = []] = await profiled('latency', () =>
-    ask<LatencyResult>(client.child, {
-      kind: 'latency',
-      targets: [direct, bare, gateway, limitedGateway],
-      rounds: ROUNDS,
-    }),
+  const load = () =>
+    os
+      .loadavg()
+      .map((l) => l.toFixed(2))
+      .join(' ');
+  say(
+    `gateway against its engine called directly, through ${nginx ? nginx.version : '(no nginx)'} and through a bare Node proxy (the floor): one client (Node's http, keep-alive agents), a stand-in engine answering at once, loopback, ${os.cpus().length} cores, load average ${load()} at the start`,
   );
-  const latencyMs = performance.now() - latencyStarted;
-  const cpuPerRequest = (hangarUsage().cpuMs - cpu.cpuMs - idleCpuPerMs * latencyMs) / ROUNDS;
-  const floorCpuPerRequest = ((await floorUsage()).cpuMs - floorCpu.cpuMs) / ROUNDS;
-  const added = latGateway.map((g, i) => g - (latDirect[i] ?? 0));
-  const addedFloor = latBare.map((b, i) => b - (latDirect[i] ?? 0));
-  const limitsAdded = latLimited.map((l, i) => l - (latGateway[i] ?? 0));
 
-  // 2. Streaming throughput, rounds rotating which way goes first.
-  const ways = { direct, bare, gateway };
-  const rates = { direct: [] as number[], bare: [] as number[], gateway: [] as number[] };
-  const cpuPerChunkUs = { bare: [] as number[], gateway: [] as number[] };
-  const names = Object.keys(ways) as (keyof typeof ways)[];
-  await profiled('streaming', async () => {
-    for (let round = 0; round < STREAM_ROUNDS; round++) {
-      for (let k = 0; k < names.length; k++) {
-        const way = names[(k + round) % names.length] as keyof typeof ways;
-        const before = way === 'bare' ? (await floorUsage()).cpuMs : hangarUsage().cpuMs;
-        const r = await ask<StreamResult>(client.child, {
-          kind: 'stream',
-          target: ways[way],
-          streams: STREAMS,
-          tokens: STREAM_TOKENS,
-          ms: ROUND_MS,
-        } satisfies Job);
-        rates[way].push((r.events * 1000) / r.ms);
-        if (way === 'bare') cpuPerChunkUs.bare.push((((await floorUsage()).cpuMs - before) * 1000) / r.events);
-        if (way === 'gateway') cpuPerChunkUs.gateway.push(((hangarUsage().cpuMs - before) * 1000) / r.events);
+  // 5a. Idle, with one model (first: nothing has run through it yet but the warm-up).
+  const idleOne = await idleCpu();
+  if (!ROUTES_ONLY) {
+    // 4. Memory, first: while the heap is still near an idle server's.
+    const floorMemory = await openStreams(bare, floorUsage);
+    const memory = await openStreams(gateway, hangarUsage);
+
+    // 1. Sequential requests.
+    const seq = await profiled('latency', () => sequential(ROUNDS, true));
+    const addedP50 = (w: Way) => median(seq.added(w));
+    for (const [w] of ways.slice(1)) {
+      const x = seq.byWay.get(w) ?? [];
+      say(
+        `  sequential, ${ROUNDS} interleaved rounds: ${w} p50 ${ms(median(x))} p99 ${ms(at(x, 0.99))}, added p50 ${ms(addedP50(w))} p99 ${ms(at(seq.added(w), 0.99))}`,
+      );
+    }
+    const d = seq.byWay.get('direct') ?? [];
+    say(`    direct p50 ${ms(median(d))} p99 ${ms(at(d, 0.99))}`);
+    if (nginx) {
+      const r = addedP50('hangar') / addedP50('nginx');
+      say(
+        `    Hangar's added p50 is ${r.toFixed(1)}× nginx's, ${r <= NGINX_LATENCY_GOAL ? 'meets' : 'MISSES'} the goal ≤ ${NGINX_LATENCY_GOAL}×; ${(addedP50('hangar') / addedP50('floor')).toFixed(1)}× the floor's`,
+      );
+    }
+    const limitsAdded = (seq.byWay.get('limited') ?? []).map((l, i) => l - (seq.byWay.get('hangar')?.[i] ?? 0));
+    say(
+      `    three limits on every request (key, key on the model, org), against the same caller with none: added p50 ${ms(median(limitsAdded))} (round by round), ` +
+        `${median(limitsAdded) <= LIMITS_GOAL_MS ? 'meets' : 'MISSES'} the goal ≤ ${LIMITS_GOAL_MS} ms`,
+    );
+
+    // 2. Requests per second at 16 and 64 connections, and CPU per request; 3. streams. Rounds rotate the order.
+    const rates: Record<string, number[]> = {};
+    const cpuPerRequest: Record<string, number[]> = {};
+    const chunks: Record<string, number[]> = {};
+    const cpuPerChunk: Record<string, number[]> = {};
+    const push = (o: Record<string, number[]>, k: string, v: number) => {
+      o[k] ??= [];
+      o[k].push(v);
+    };
+    for (let round = 0; round < RATE_ROUNDS; round++) {
+      for (let k = 0; k < ways.length; k++) {
+        const [way, target] = ways[(k + round) % ways.length] as [Way, Target];
+        const pid = pidOf[way] as number;
+        for (const connections of [16, 64]) {
+          const before = cpuMs(pid);
+          const r = await ask<ThroughputResult>(client.child, {
+            kind: 'throughput',
+            target,
+            connections,
+            ms: ROUND_MS,
+          });
+          push(rates, `${way} ${connections}`, (r.requests * 1000) / r.ms);
+          push(rates, `${way} ${connections} p50`, r.p50);
+          if (connections === 16 && way !== 'direct') push(cpuPerRequest, way, (cpuMs(pid) - before) / r.requests);
+        }
       }
     }
-  });
-
-  const ms = (x: number) => `${x.toFixed(3)} ms`;
-  const mib = (x: number) => `${(x / MiB).toFixed(1)} MiB`;
-  const perStream = (x: number) => `${((x * 1024) / MiB / OPEN_STREAMS).toFixed(1)} KiB`;
-  const addedP50 = median(added);
-  const [directRate, bareRate, gatewayRate] = [median(rates.direct), median(rates.bare), median(rates.gateway)];
-  const lines = [
-    `gateway against its engine called directly and through a bare Node proxy (the floor): one client (Node's http, keep-alive agents), a stand-in engine answering at once, loopback, ${os.cpus().length} cores`,
-    `  sequential non-streaming, ${ROUNDS} interleaved rounds: direct p50 ${ms(median(latDirect))} p99 ${ms(at(latDirect, 0.99))}; ` +
-      `floor p50 ${ms(median(latBare))} p99 ${ms(at(latBare, 0.99))}; gateway p50 ${ms(median(latGateway))} p99 ${ms(at(latGateway, 0.99))}`,
-    `    added by the gateway (round by round, gateway − direct): p50 ${ms(addedP50)} p99 ${ms(at(added, 0.99))}, ` +
-      `${addedP50 <= LATENCY_GOAL_MS ? 'meets' : 'MISSES'} the goal ≤ ${LATENCY_GOAL_MS} ms (Bifrost publishes 0.62 ms, LiteLLM 3.25 ms); ` +
-      `by the floor: p50 ${ms(median(addedFloor))} p99 ${ms(at(addedFloor, 0.99))}`,
-    `    three limits on every request (key, key on the model, org), against the same caller with none: p50 ${ms(median(latLimited))} against ${ms(median(latGateway))}, ` +
-      `added p50 ${ms(median(limitsAdded))} (round by round), ratio ${(median(latLimited) / median(latGateway)).toFixed(3)}×, ` +
-      `${median(limitsAdded) <= LIMITS_GOAL_MS ? 'meets' : 'MISSES'} the goal ≤ ${LIMITS_GOAL_MS} ms`,
-    `    CPU per request: Hangar ${ms(cpuPerRequest)} (beyond the ${(idleCpuPerMs * 1000).toFixed(0)} ms a second it spends idle), the floor ${ms(floorCpuPerRequest)} (${(cpuPerRequest / floorCpuPerRequest).toFixed(1)}×)`,
-    `  ${STREAMS} concurrent streams of ${STREAM_TOKENS} tokens (${STREAM_ROUNDS} rounds of ${ROUND_MS / 1000} s, medians): direct ${directRate.toFixed(0)} chunks/s; ` +
-      `floor ${bareRate.toFixed(0)} chunks/s (${(bareRate / directRate).toFixed(2)}×); gateway ${gatewayRate.toFixed(0)} chunks/s, ` +
-      `ratio ${(gatewayRate / directRate).toFixed(2)}× ${gatewayRate / directRate >= STREAM_GOAL ? 'meets' : 'MISSES'} the goal ≥ ${STREAM_GOAL}× ` +
-      `(${(gatewayRate / bareRate).toFixed(2)}× the floor)`,
-    `    CPU per chunk: Hangar ${median(cpuPerChunkUs.gateway).toFixed(1)} µs, the floor ${median(cpuPerChunkUs.bare).toFixed(1)} µs`,
-    `  ${OPEN_STREAMS} open streams through the gateway (${memory.inFlight} in flight): RSS ${mib(memory.open.rss)} against ${mib(memory.idle.rss)} idle ` +
-      `(+${mib(memory.open.rss - memory.idle.rss)}, ${perStream(memory.open.rss - memory.idle.rss)} a stream), heap ${mib(memory.open.heap)} against ${mib(memory.idle.heap)} ` +
-      `(+${mib(memory.open.heap - memory.idle.heap)}, ${perStream(memory.open.heap - memory.idle.heap)} a stream); once closed: RSS ${mib(memory.closed.rss)}, heap ${mib(memory.closed.heap)}`,
-    `    the floor: RSS +${mib(floorMemory.open.rss - floorMemory.idle.rss)} (${perStream(floorMemory.open.rss - floorMemory.idle.rss)} a stream), ` +
-      `heap +${mib(floorMemory.open.heap - floorMemory.idle.heap)} (${perStream(floorMemory.open.heap - floorMemory.idle.heap)} a stream)`,
-  ];
-  for (const line of lines) console.log(line);
+    await profiled('streaming', async () => {
+      for (let round = 0; round < RATE_ROUNDS; round++) {
+        for (let k = 0; k < ways.length; k++) {
+          const [way, target] = ways[(k + round) % ways.length] as [Way, Target];
+          const pid = pidOf[way] as number;
+          const before = cpuMs(pid);
+          const r = await ask<StreamResult>(client.child, {
+            kind: 'stream',
+            target,
+            streams: STREAMS,
+            tokens: STREAM_TOKENS,
+            ms: ROUND_MS,
+          } satisfies Job);
+          push(chunks, way, (r.events * 1000) / r.ms);
+          if (way !== 'direct') push(cpuPerChunk, way, ((cpuMs(pid) - before) * 1000) / r.events);
+        }
+      }
+    });
+    const rps = (x: number) => `${(x / 1000).toFixed(2)}k/s`;
+    for (const connections of [16, 64]) {
+      const directRate = median(rates[`direct ${connections}`] ?? []);
+      say(
+        `  ${connections} connections, non-streaming (${RATE_ROUNDS} rounds of ${ROUND_MS / 1000} s, medians (lowest–highest)): ` +
+          ways
+            .map(
+              ([w]) =>
+                `${w} ${spread(rates[`${w} ${connections}`] ?? [], rps)}${w === 'direct' ? '' : ` = ${(median(rates[`${w} ${connections}`] ?? []) / directRate).toFixed(2)}×`} p50 ${ms(median(rates[`${w} ${connections} p50`] ?? []))}`,
+            )
+            .join('; '),
+      );
+    }
+    const hangarAt16 = median(rates['hangar 16'] ?? []) / median(rates['direct 16'] ?? []);
+    say(
+      `    Hangar at 16 connections: ${hangarAt16.toFixed(2)}× direct, ${hangarAt16 >= DIRECT_RATE_GOAL ? 'meets' : 'MISSES'} the goal ≥ ${DIRECT_RATE_GOAL}×`,
+    );
+    const cpu = (w: string) => median(cpuPerRequest[w] ?? []);
+    say(
+      `  CPU per request (at 16 connections, from /proc): ${ways
+        .slice(1)
+        .map(([w]) => `${w} ${spread(cpuPerRequest[w] ?? [], (x) => `${(x * 1000).toFixed(0)} µs`)}`)
+        .join('; ')}` +
+        (nginx
+          ? `; Hangar ${(cpu('hangar') / cpu('nginx')).toFixed(1)}× nginx, ${cpu('hangar') / cpu('nginx') <= NGINX_CPU_GOAL ? 'meets' : 'MISSES'} the goal ≤ ${NGINX_CPU_GOAL}×; ${(cpu('hangar') / cpu('floor')).toFixed(1)}× the floor`
+          : ''),
+    );
+    const directChunks = median(chunks.direct ?? []);
+    say(
+      `  ${STREAMS} concurrent streams of ${STREAM_TOKENS} tokens, chunks/s: ${ways
+        .map(
+          ([w]) =>
+            `${w} ${spread(chunks[w] ?? [], (x) => x.toFixed(0))} (${(median(chunks[w] ?? []) / directChunks).toFixed(2)}×)`,
+        )
+        .join('; ')}`,
+    );
+    const chunkCpu = (w: string) => median(cpuPerChunk[w] ?? []);
+    say(
+      `    CPU per chunk: ${ways
+        .slice(1)
+        .map(([w]) => `${w} ${spread(cpuPerChunk[w] ?? [], (x) => `${x.toFixed(1)} µs`)}`)
+        .join('; ')}; Hangar ${(chunkCpu('hangar') / chunkCpu('floor')).toFixed(2)}× the floor, ` +
+        `${chunkCpu('hangar') / chunkCpu('floor') <= FLOOR_CHUNK_GOAL ? 'meets' : 'MISSES'} the goal ≤ ${FLOOR_CHUNK_GOAL}×`,
+    );
+    const perStream = (x: number) => `${(x / 1024 / OPEN_STREAMS).toFixed(1)} KiB`;
+    say(
+      `  ${OPEN_STREAMS} open streams: Hangar RSS +${mib(memory.open.rss - memory.idle.rss)} (${perStream(memory.open.rss - memory.idle.rss)} a stream), heap +${mib(memory.open.heap - memory.idle.heap)}; ` +
+        `the floor RSS +${mib(floorMemory.open.rss - floorMemory.idle.rss)} (${perStream(floorMemory.open.rss - floorMemory.idle.rss)} a stream), heap +${mib(floorMemory.open.heap - floorMemory.idle.heap)}`,
+    );
+  }
+  // 5b. The same Hangar with 1,000 models, each with an adapter and a READY replica.
+  const seqOne = await sequential(Math.min(ROUNDS, 2000), false);
+  const total = await ask<number>(hangar.child, { models: MANY_MODELS - 1 });
+  // The models' events, and the passes they set off (placement, the route table's read of them), settle first.
+  await new Promise((r) => setTimeout(r, 5000));
+  const idleMany = await profiled('idle-1000-models', idleCpu);
+  const seqMany = await sequential(Math.min(ROUNDS, 2000), false);
+  say(
+    `  route table: 1 model: idle CPU ${idleOne.toFixed(1)} ms/s, added p50 ${ms(median(seqOne.added('hangar')))} p99 ${ms(at(seqOne.added('hangar'), 0.99))}; ` +
+      `${total} models + ${total - 1} adapters: idle CPU ${idleMany.toFixed(1)} ms/s, added p50 ${ms(median(seqMany.added('hangar')))} p99 ${ms(at(seqMany.added('hangar'), 0.99))}`,
+  );
+  say(`  load average at the end: ${load()}`);
 } finally {
-  clearInterval(heartbeat);
+  // Hangar stops on its own when its channel closes (its PostgreSQL with it); the others are killed.
+  const stopped = new Promise((r) => hangar.child.once('exit', r));
+  hangar.child.disconnect();
+  await Promise.race([stopped, new Promise((r) => setTimeout(r, 20_000))]);
   for (const c of [client, floor, engine]) c.child.kill();
-  await app.stop();
+  nginx?.child.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 500));
   await fs.rm(root, { recursive: true, force: true });
 }

@@ -1,13 +1,11 @@
 import http from 'node:http';
-import { parentPort, workerData } from 'node:worker_threads';
 import { openAiClient } from '@hangar/common/test/fixtures/openai-client';
 
-// The application's side of bench/serving.ts, on a thread of its own: a real client is another process on
-// another machine, and parsing its stream on the server's event loop would bill the endpoint for the client.
+// The application's side of bench/serving.ts, in a process of its own (forked, asked over IPC): a real client is
+// another process on another machine, and parsing its stream in the server's process would bill the endpoint for
+// the client.
 
 type Job = {
-  url: string;
-  key: string;
   clients: number;
   requests: number;
   prompt: string;
@@ -15,7 +13,8 @@ type Job = {
   /** openai: the official client; raw: Node's http reading the same stream, to tell the client's cost apart. */
   via: 'openai' | 'raw';
 };
-const { url, key } = workerData as Pick<Job, 'url' | 'key'>;
+const url = process.env.HANGAR_BENCH_URL as string;
+const key = process.env.HANGAR_BENCH_KEY as string;
 const client = openAiClient(url, key);
 
 const agent = new http.Agent({ keepAlive: true });
@@ -78,7 +77,7 @@ async function one(job: Job): Promise<number> {
   return tokens;
 }
 
-parentPort?.on('message', async (job: Job) => {
+process.on('message', async (job: Job) => {
   const started = performance.now();
   const counts = await Promise.all(
     Array.from({ length: job.clients }, async () => {
@@ -88,5 +87,5 @@ parentPort?.on('message', async (job: Job) => {
     }),
   );
   const tokens = counts.reduce((a, b) => a + b, 0);
-  parentPort?.postMessage((tokens * 1000) / (performance.now() - started));
+  process.send?.((tokens * 1000) / (performance.now() - started));
 });

@@ -1,6 +1,6 @@
+import { fork } from 'node:child_process';
 import fs from 'node:fs/promises';
 import path from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { newEngineKey } from '@hangar/agent/control-plane';
 import { LlamaRuntime } from '@hangar/agent/llama-runtime';
 import type { GenerateInput } from '@hangar/agent/openai/engine';
@@ -10,7 +10,7 @@ import { createLogger } from '@hangar/common/log';
 import { writeTinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
 
 // What a node's HTTP layer costs: tokens per second of the tiny llama through the agent's endpoint (the
-// official `openai` client, streaming, over a real socket, on a thread of its own) against the same served
+// official `openai` client, streaming, over a real socket, from a process of its own) against the same served
 // model called in-process, side by side, one client and eight at once. Rounds alternate which goes first; the first round is not
 // counted. Goal: ≥ 0.95× (the endpoint must cost next to nothing beside generation).
 
@@ -27,12 +27,13 @@ const http = createOpenAiServer({ log: createLogger('warn') });
 const key = newEngineKey();
 http.serve(served, key);
 const url = await http.listen({ host: '127.0.0.1', port: 0 });
-// A worker does not inherit tsx's loader for its own entry file: it registers it, then loads the client.
-const clientFile = new URL('./serving-client.ts', import.meta.url).href;
-const worker = new Worker(
-  `(async () => { (await import('tsx/esm/api')).register(); await import(${JSON.stringify(clientFile)}); })()`,
-  { eval: true, workerData: { url, key } },
-);
+// The client is another process, as an application is: on a thread of this one it shared the process's heap,
+// its collector and its allocator with the endpoint it measured.
+const client = fork(new URL('./serving-client.ts', import.meta.url), [], {
+  execArgv: ['--import', 'tsx'],
+  env: { ...process.env, HANGAR_BENCH_URL: url, HANGAR_BENCH_KEY: key },
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+});
 
 const input = (): GenerateInput => ({
   kind: 'completion',
@@ -51,8 +52,8 @@ async function inProcess(): Promise<number> {
 /** Tokens per second of `clients` callers through the endpoint, measured at the client. */
 function throughEndpoint(clients: number, requests: number, via: 'openai' | 'raw'): Promise<number> {
   return new Promise((resolve) => {
-    worker.once('message', resolve);
-    worker.postMessage({ clients, requests, prompt: PROMPT, maxTokens: MAX_TOKENS, via });
+    client.once('message', (rate) => resolve(rate as number));
+    client.send({ clients, requests, prompt: PROMPT, maxTokens: MAX_TOKENS, via });
   });
 }
 
@@ -98,7 +99,7 @@ try {
     );
   }
 } finally {
-  await worker.terminate();
+  client.kill();
   await http.close();
   await served.drain();
   await loaded.dispose();

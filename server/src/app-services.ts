@@ -8,6 +8,7 @@ import type { Config } from './config.js';
 import type { Services } from './context.js';
 import type { Db } from './db/client.js';
 import { FleetService } from './fleet/fleet.service.js';
+import { PeerService } from './fleet/peers.service.js';
 import { UsageService } from './gateway/usage.service.js';
 import { CostService } from './governance/cost.service.js';
 import { buildLimits } from './governance/limits-build.js';
@@ -45,8 +46,16 @@ export function buildServices({
     auth: new AuthService(prisma, config, audit, log, loginLimits),
     access: new AccessService(prisma, audit),
     org: new OrgService({ db: prisma, audit }),
-    fleet: new FleetService({ db: prisma, audit, log, train: trainLedger }),
-    usage: new UsageService({ db: prisma }),
+    fleet: new FleetService({
+      db: prisma,
+      audit,
+      log,
+      train: trainLedger,
+      gpuMemoryMargin: config.gpuMemoryMargin,
+      drainGraceMs: config.drainGraceSeconds * 1000,
+    }),
+    usage: new UsageService({ db: prisma, retention: config.usageRetention, log }),
+    peers: new PeerService({ db: prisma, audit }),
   } as Services;
   services.kb = new KbDocuments({
     db: prisma,

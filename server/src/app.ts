@@ -16,9 +16,14 @@ import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
 import { pendingMigrations } from './db/migrate.js';
+import { databaseBack } from './db/outage.js';
 import { installGpuTime } from './fleet/gpu-time.js';
+import { registerPeerMetrics } from './fleet/peer-metrics.js';
+import { ScalingLoop } from './fleet/scaling-loop.js';
 import { installServingWorkEvents } from './fleet/serving-work.js';
 import { Gateway } from './gateway/gateway.js';
+import { LoadReport } from './gateway/load-report.js';
+import { installUsageRollups } from './gateway/usage-rollup.js';
 import { registerCostMetrics } from './governance/cost-metrics.js';
 import { registerLimitMetrics } from './governance/limits-metrics.js';
 import { attachGraphqlWs } from './graphql/ws.js';
@@ -106,6 +111,8 @@ export async function createApp({
     await installServingWorkEvents(prisma);
     // Before anything changes a replica: the database records each replica's GPU time (fleet/gpu-time.ts).
     await installGpuTime(prisma);
+    // Before the gateway writes usage: the hours and days add up every minute written (gateway/usage-rollup.ts).
+    await installUsageRollups(prisma);
     phase('modelEvents');
     // Before hangar.yaml's models are written: each model and adapter claims its name (served-names.ts).
     await installServedNames(prisma);
@@ -147,6 +154,7 @@ export async function createApp({
   await services.limits.start(pubsub);
   registerLimitMetrics(metrics.registry, services.limits.enforcer);
   const spend = registerCostMetrics(metrics.registry, services.cost.pricing);
+  const peerMetrics = registerPeerMetrics(metrics.registry, services.peers);
   services.gateway = new Gateway({
     limits: services.limits.gate,
     db: prisma,
@@ -162,6 +170,17 @@ export async function createApp({
       spend.count(e);
       tracing?.describeGatewayCall(e);
     },
+  });
+
+  // Autoscaling (fleet/scaling-loop.ts) judges every server's load: this one's is published for it.
+  const loadReport = new LoadReport({ db: prisma, log, counts: () => services.gateway.loadCounts() });
+  const scaling = new ScalingLoop({
+    db: prisma,
+    audit: services.audit,
+    windowMs: config.scaleWindowSeconds * 1000,
+    fleet: services.fleet,
+    onDecision: metrics.observeScaling,
+    log,
   });
 
   const live = new LiveCallers({
@@ -201,6 +220,9 @@ export async function createApp({
     requireToken: config.mirrorRequireToken,
     internalToken: services.mirror.internalToken,
     log,
+    sent: peerMetrics.mirrorSent,
+    bucket: () => services.mirror.bucket,
+    presignSeconds: config.s3PresignSeconds,
   });
   // The same files and token rules, in the Hugging Face Hub's protocol (HF_ENDPOINT=<hangar>/hf).
   const hfFiles = hfRoutes({
@@ -210,6 +232,7 @@ export async function createApp({
     requireToken: config.mirrorRequireToken,
     internalToken: services.mirror.internalToken,
     log,
+    bucket: () => services.mirror.bucket,
     // HANGAR_HF_PULL_THROUGH=on, with a registry to pull from (HANGAR_HUB_URL=off turns it off with the explorer).
     pull:
       config.hfPullThrough && config.hubUrl
@@ -344,7 +367,11 @@ export async function createApp({
           5000,
           'the database',
         );
-        if (!databaseAnswered) log.info('ready: the database answers again');
+        if (!databaseAnswered) {
+          log.info('ready: the database answers again');
+          // The loops and live events still backing off try now: /readyz waits for them too.
+          databaseBack();
+        }
         databaseAnswered = true;
         return pending.length ? `migrations not applied: ${pending.join(', ')}` : undefined;
       } catch (err) {
@@ -419,8 +446,11 @@ export async function createApp({
           // Downloads left unfinished by the last run resume now, not at the first request.
           services.fleet.startPlacement();
           void services.gateway.start();
+          loadReport.start();
+          scaling.start();
           services.serveJobs.start();
           services.train.start();
+          services.usage.pruner.start();
           // Datasets a server that went away left RUNNING are failed, saying so.
           void services.kbDatasets.start().catch((err) => log.warn('kb datasets: sweep failed', { error: err }));
           services.mirror.start(db.embedded).then(() => {
@@ -452,7 +482,9 @@ export async function createApp({
         await trainStopped;
         await datasetsStopped;
         await services.mirror.stop();
+        await scaling.stop();
         await services.fleet.stopPlacement();
+        await loadReport.stop();
         await services.gateway.stop();
         // After the gateway's last request: what it spent is settled, and its unused slices go back.
         await services.limits.stop();
@@ -465,6 +497,7 @@ export async function createApp({
         await tracing?.stop();
         live.stop();
         services.cost.stop();
+        services.usage.pruner.stop();
         services.auth.stopKeepingCredentials();
         await listener.stop();
         await loginLimits.close();

@@ -1,5 +1,7 @@
 import { parseAllowEntry } from '@hangar/common/outbound';
 import { z } from 'zod';
+import { DEFAULT_USAGE_RETENTION, parseUsageRetention } from './gateway/usage-retention-setting.js';
+import { parseStoreSpec } from './mirror/store/store.js';
 
 // What each environment variable accepts, as one zod schema: the rules and messages, none of the reading.
 // config.ts holds the only read of process.env and shapes the parsed values into Config.
@@ -69,6 +71,23 @@ export function parseRate(v: string): number | null | string {
   return bytes;
 }
 
+/**
+ * HANGAR_GPU_MEMORY_MARGIN: a share of each card ("10%") or a size ("512MiB", "1GiB"), as a function of the card's
+ * total MiB giving the MiB kept unbooked on it.
+ */
+const gpuMemoryMargin = z.string().transform((v, ctx) => {
+  const text = v.trim().toLowerCase().replace(/\s+/g, '');
+  const pct = /^(\d+(?:\.\d+)?)%$/.exec(text);
+  if (pct && Number(pct[1]) < 90) return { percent: Number(pct[1]) };
+  const size = /^(\d+(?:\.\d+)?)(mib|gib)$/.exec(text);
+  if (size) return { mib: Number(size[1]) * (size[2] === 'gib' ? 1024 : 1) };
+  ctx.addIssue({
+    code: 'custom',
+    message: 'a share of each card below 90% ("10%") or a size in MiB or GiB ("512MiB", "1GiB")',
+  });
+  return z.NEVER;
+});
+
 export const schema = z.object({
   PORT: port.default(4000),
   HOST: z.string().min(1, 'a host name or address, such as 127.0.0.1').default('127.0.0.1'),
@@ -77,6 +96,20 @@ export const schema = z.object({
     .string()
     .refine((u) => /^postgres(ql)?:\/\//.test(u), 'a postgres:// or postgresql:// connection URL')
     .optional(),
+  // Connections each process may open to PostgreSQL, per pool (db/client.ts). Two at least: one request (or loop)
+  // holding a transaction must leave a connection for the next.
+  HANGAR_DB_POOL_SIZE: z.coerce
+    .number({ error: 'a number of connections' })
+    .int('a whole number of connections')
+    .min(2, 'at least 2')
+    .max(1000, 'at most 1000')
+    .default(20),
+  HANGAR_DB_LOOPS_POOL_SIZE: z.coerce
+    .number({ error: 'a number of connections' })
+    .int('a whole number of connections')
+    .min(2, 'at least 2')
+    .max(1000, 'at most 1000')
+    .default(10),
   HANGAR_PUBLIC_URL: httpUrl.optional(),
   HANGAR_ADMIN_EMAIL: z.string().email('an email address such as admin@example.com').optional(),
   HANGAR_ADMIN_PASSWORD: z.string().min(12, 'at least 12 characters').optional(),
@@ -239,6 +272,26 @@ export const schema = z.object({
     .enum(['off', 'on'], { message: 'off or on: whether /hf fetches what the mirror lacks from HANGAR_HUB_URL' })
     .default('off'),
   HANGAR_MIRROR_FSYNC: bool.default(false),
+  // Where the mirror's bytes live: `file` (under HANGAR_DATA_DIR, the default) or `s3://bucket/prefix`, an
+  // S3-compatible bucket that replicas share (mirror/store/). Credentials, region and endpoint come from the AWS
+  // SDK's own variables (AWS_ACCESS_KEY_ID, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE…).
+  HANGAR_MIRROR_STORE: z
+    .string()
+    .default('file')
+    .transform((v, ctx) => {
+      try {
+        return parseStoreSpec(v);
+      } catch (err) {
+        ctx.addIssue({ code: 'custom', message: (err as Error).message });
+        return z.NEVER;
+      }
+    }),
+  // MinIO and Ceph RGW are often reached with the bucket in the path rather than in the host name.
+  HANGAR_S3_FORCE_PATH_STYLE: bool.default(false),
+  // On: /mirror answers a node with a 302 to a short-lived presigned URL on the bucket, after the owners' rules.
+  HANGAR_S3_PRESIGN: z
+    .enum(['off', 'on'], { message: 'off or on: whether /mirror sends nodes to a presigned URL on the bucket' })
+    .default('off'),
   HANGAR_HUB_TIMEOUT_MS: z.coerce
     .number()
     .int()
@@ -285,6 +338,33 @@ export const schema = z.object({
   // How far above the mean in-flight count the replica a prefix or session names may go before the next one on the
   // ring takes the request (consistent hashing with bounded loads): lower spreads sooner, higher keeps caches warmer.
   HANGAR_GATEWAY_LOAD_FACTOR: z.coerce.number().min(1, 'at least 1').max(10, 'at most 10').default(1.25),
+  HANGAR_GATEWAY_ROUTES_REREAD_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(1, 'at least 1')
+    .max(86_400, 'at most 86400')
+    .default(60),
+  // How long a model's load must stay above (or below) its target before a replica is added (or removed): one busy
+  // minute adds capacity, a burst of seconds does not start a replica that takes longer than that to load.
+  HANGAR_SCALE_WINDOW_SECONDS: z.coerce.number().min(0.5, 'at least 0.5').max(86_400, 'at most 86400').default(60),
+  // How long a replica being removed keeps answering the requests it already has, taking no new ones, before it is
+  // stopped anyway: a long generation finishes rather than being cut by a scale-down.
+  HANGAR_DRAIN_GRACE_SECONDS: z.coerce.number().int().min(0, '0 or more').max(86_400, 'at most 86400').default(120),
+  // GPU memory each card keeps unbooked when placement counts what its replicas hold: the plan's estimate is an
+  // estimate, and CUDA's own buffers grow with load; a card booked to the last MiB fails its next load.
+  HANGAR_GPU_MEMORY_MARGIN: z.string().default('10%').pipe(gpuMemoryMargin),
+  // How long usage is kept per minute, per hour and per day (gateway/usage-retention-setting.ts).
+  HANGAR_USAGE_RETENTION: z
+    .string()
+    .default(DEFAULT_USAGE_RETENTION)
+    .transform((v, ctx) => {
+      const r = parseUsageRetention(v);
+      if (typeof r === 'string') {
+        ctx.addIssue({ code: 'custom', message: r });
+        return z.NEVER;
+      }
+      return r;
+    }),
   // The currency prices and costs are in (governance/cost.service.ts): a code people read, not converted to anything.
   HANGAR_CURRENCY: z
     .string()

@@ -1,6 +1,8 @@
 import path from 'node:path';
 import type { z } from 'zod';
 import { schema } from './config-schema.js';
+import type { UsageRetention } from './gateway/usage-retention-setting.js';
+import type { StoreSpec } from './mirror/store/store.js';
 
 // The only reader of process.env. Every setting is parsed here, once, so a bad value stops start-up with a
 // message naming the variable and what it accepts, instead of surfacing later as a confusing failure.
@@ -13,6 +15,8 @@ export type Config = {
   host: string;
   dataDir: string;
   databaseUrl: string | undefined;
+  /** Connections for requests, and for the background loops, each process may hold (db/client.ts). */
+  dbPoolSizes: { requests: number; loops: number };
   publicUrl: string | undefined;
   adminEmail: string | undefined;
   adminPassword: string | undefined;
@@ -99,6 +103,12 @@ export type Config = {
    * on ext4 and XFS (files cut short) either way.
    */
   mirrorFsync: boolean;
+  /** HANGAR_MIRROR_STORE: the data dir (`file`) or an S3-compatible bucket (mirror/store/store.ts). */
+  mirrorStore: StoreSpec;
+  /** HANGAR_S3_FORCE_PATH_STYLE: the bucket's name in the path (MinIO, Ceph RGW). */
+  s3ForcePathStyle: boolean;
+  /** HANGAR_S3_PRESIGN: seconds a presigned URL for a node holds, or null to stream every file through Hangar. */
+  s3PresignSeconds: number | null;
   hubTimeoutMs: number;
   /** The llama.cpp build assumed when no node has reported one. */
   llamaCppBuild: number | undefined;
@@ -126,8 +136,18 @@ export type Config = {
   gatewayDeadlineSeconds: number;
   /** HANGAR_GATEWAY_LOAD_FACTOR: a replica named by a prefix or session takes requests up to this times the mean. */
   gatewayLoadFactor: number;
+  /** HANGAR_GATEWAY_ROUTES_REREAD_SECONDS: how often the route table reads the whole catalog besides its events. */
+  gatewayRoutesRereadSeconds: number;
+  /** HANGAR_SCALE_WINDOW_SECONDS: how long load stays above or below a model's target before it scales. */
+  scaleWindowSeconds: number;
+  /** HANGAR_DRAIN_GRACE_SECONDS: how long a replica being removed may finish its requests before it is stopped. */
+  drainGraceSeconds: number;
+  /** HANGAR_GPU_MEMORY_MARGIN: what each GPU keeps unbooked, a share of the card or a size in MiB. */
+  gpuMemoryMargin: { percent: number } | { mib: number };
   /** HANGAR_CURRENCY: the currency prices are set and costs reported in ("USD"). */
   currency: string;
+  /** HANGAR_USAGE_RETENTION: how long usage is kept per minute, hour and day (ms; Infinity: for ever). */
+  usageRetention: UsageRetention;
   /**
    * Where /metrics is served without credentials ({host, port}); undefined: on the main port, for an API token.
    */
@@ -186,6 +206,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     host: c.HOST,
     dataDir,
     databaseUrl: c.DATABASE_URL,
+    dbPoolSizes: { requests: c.HANGAR_DB_POOL_SIZE, loops: c.HANGAR_DB_LOOPS_POOL_SIZE },
     publicUrl: c.HANGAR_PUBLIC_URL?.replace(/\/+$/, ''),
     adminEmail: c.HANGAR_ADMIN_EMAIL,
     adminPassword: c.HANGAR_ADMIN_PASSWORD,
@@ -226,6 +247,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     mirrorRequireToken: c.HANGAR_MIRROR_REQUIRE_TOKEN,
     hfPullThrough: c.HANGAR_HF_PULL_THROUGH === 'on',
     mirrorFsync: c.HANGAR_MIRROR_FSYNC,
+    mirrorStore: c.HANGAR_MIRROR_STORE,
+    s3ForcePathStyle: c.HANGAR_S3_FORCE_PATH_STYLE,
+    // Long enough for a node to start a large file, short enough that a URL leaked in a log is soon worthless.
+    s3PresignSeconds: c.HANGAR_S3_PRESIGN === 'on' ? 300 : null,
     hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
     llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
     maxContext: c.HANGAR_MAX_CONTEXT,
@@ -237,7 +262,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayIdleMs: c.HANGAR_GATEWAY_IDLE_MS,
     gatewayDeadlineSeconds: c.HANGAR_GATEWAY_DEADLINE_SECONDS,
     gatewayLoadFactor: c.HANGAR_GATEWAY_LOAD_FACTOR,
+    gatewayRoutesRereadSeconds: c.HANGAR_GATEWAY_ROUTES_REREAD_SECONDS,
+    scaleWindowSeconds: c.HANGAR_SCALE_WINDOW_SECONDS,
+    drainGraceSeconds: c.HANGAR_DRAIN_GRACE_SECONDS,
+    gpuMemoryMargin: c.HANGAR_GPU_MEMORY_MARGIN,
     currency: c.HANGAR_CURRENCY,
+    usageRetention: c.HANGAR_USAGE_RETENTION,
     metricsListen: c.HANGAR_METRICS_LISTEN ? hostPort(c.HANGAR_METRICS_LISTEN) : undefined,
     tracing: tracingOf(c),
   };

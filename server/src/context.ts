@@ -10,6 +10,7 @@ import type { CatalogService } from './catalog/catalog.service.js';
 import type { Config } from './config.js';
 import type { Db } from './db/client.js';
 import type { FleetService } from './fleet/fleet.service.js';
+import type { PeerService } from './fleet/peers.service.js';
 import type { Gateway } from './gateway/gateway.js';
 import type { UsageService } from './gateway/usage.service.js';
 import type { CostService } from './governance/cost.service.js';
@@ -32,6 +33,7 @@ export type Services = {
   kb: KbDocuments;
   kbDatasets: KbDatasets;
   fleet: FleetService;
+  peers: PeerService;
   gateway: Gateway;
   mirror: MirrorService;
   registry: RegistryService;

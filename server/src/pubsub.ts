@@ -2,7 +2,8 @@ import type { Logger } from '@hangar/common/log';
 import { Repeater } from 'graphql-yoga';
 import pg from 'pg';
 import type { Db, Tx } from './db/client.js';
-import { outageBackoffMs, outageReason } from './db/outage.js';
+import { connectionOptions } from './db/connections.js';
+import { databaseBack, outageBackoffMs, outageReason, whenDatabaseAnswers } from './db/outage.js';
 
 // Live updates go through PostgreSQL's NOTIFY. It is transactional: an event sent inside the transaction that
 // made a change is delivered only when that change commits, so a subscriber never hears of a row it cannot
@@ -165,6 +166,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
   let client: pg.Client | undefined;
   let closed = false;
   let retry: NodeJS.Timeout | undefined;
+  let stopWaking: (() => void) | undefined;
   let failures = 0;
   let lostAt: number | null = null;
   let connectedAt = 0;
@@ -182,13 +184,26 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
   const scheduleReconnect = () => {
     if (closed || retry) return;
     failures++;
-    retry = setTimeout(() => {
+    const again = () => {
+      stopWaking?.();
+      stopWaking = undefined;
+      if (!retry) return;
+      clearTimeout(retry);
       retry = undefined;
       void connect();
-    }, outageBackoffMs(failures));
+    };
+    retry = setTimeout(again, outageBackoffMs(failures));
+    // A loop that gets through means the database is back: no need to wait out the backoff.
+    stopWaking = whenDatabaseAnswers(again);
   };
   const connect = async () => {
-    const c = new pg.Client({ connectionString: databaseUrl, keepAlive: true });
+    // A connection attempt gives up after 10 s: a host that does not answer at all (the old primary's machine, gone)
+    // would otherwise hold the reconnection for as long as the kernel waits, minutes.
+    const c = new pg.Client({
+      connectionString: databaseUrl,
+      ...connectionOptions('events'),
+      connectionTimeoutMillis: 10_000,
+    });
     let dropped = false;
     const drop = (err?: unknown) => {
       if (dropped || closed) return;
@@ -225,6 +240,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
     if (lostAt !== null) {
       log.info('live events: listening again', { afterSeconds: Math.round((Date.now() - lostAt) / 1000) });
       lostAt = null;
+      databaseBack();
     }
   };
   await connect();
@@ -234,6 +250,7 @@ export async function listen(databaseUrl: string, pubsub: PubSub, log: Logger): 
     stop: async () => {
       closed = true;
       if (retry) clearTimeout(retry);
+      stopWaking?.();
       await client?.end().catch(() => {});
     },
   };

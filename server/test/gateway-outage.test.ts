@@ -3,7 +3,7 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '@hangar/common/log';
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPrisma } from '../src/db/client.js';
 import { createDatabaseIfMissing } from '../src/db/embedded.js';

@@ -1,5 +1,5 @@
 import fs from 'node:fs/promises';
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { findKnownOperations, knownOperationsFile, printKnownOperations } from '../scripts/known-operations.js';
 import { failureClass } from '../src/metrics/metrics.js';

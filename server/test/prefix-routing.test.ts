@@ -7,7 +7,6 @@ import { loadAgentConfig } from '@hangar/agent/config';
 import { createLogger } from '@hangar/common/log';
 import { openAiClient } from '@hangar/common/test/fixtures/openai-client';
 import { tinyLlama } from '@hangar/common/test/fixtures/tiny-llama';
-import type OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { hashSecret, newSecret } from '../src/auth/secrets.js';
 import { affinityKey } from '../src/gateway/affinity.js';
@@ -48,7 +47,8 @@ const gql = async (query: string, variables: Record<string, unknown> = {}, token
   return r.data as Record<string, any>;
 };
 
-const client = (secret: string): OpenAI => openAiClient(base, secret, { timeoutMs: 90_000 });
+// Typed by the fixture: server's openai and common's are one version but two installs (their optional AWS peers).
+const client = (secret: string) => openAiClient(base, secret, { timeoutMs: 90_000 });
 
 async function until<T>(what: string, check: () => Promise<T | undefined | null | false>, ms = 120_000): Promise<T> {
   const deadline = Date.now() + ms;

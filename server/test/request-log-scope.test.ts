@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '@hangar/common/log';
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';

@@ -1,6 +1,7 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { type Agent, createAgent } from '@hangar/agent/agent';
 import { loadAgentConfig } from '@hangar/agent/config';
 import { createLogger } from '@hangar/common/log';
@@ -16,6 +17,8 @@ import { startTestApp, type TestApp } from './harness.js';
 // the tiny llama GGUF as the base and with the job's GGUF adapter, as the node's replicas would.
 
 const TRAINER = new URL('./fixtures/stand-in-trainer.mjs', import.meta.url).pathname;
+/** Stands in for `vllm serve` (it speaks vLLM's /tokenize, /v1/completions and prompt_logprobs: see the file). */
+const STAND_IN_VLLM = fileURLToPath(new URL('../../packages/agent/test/fixtures/stand-in-engine.mjs', import.meta.url));
 
 let t: TestApp;
 let hub: FakeHub;
@@ -54,7 +57,7 @@ const pairs = (n: number) =>
   ).join('\n');
 
 /** Runs one job through a real agent (llama.cpp on the CPU evaluates it) and returns its id, DONE. */
-async function trainOne(n: number, env: { bScale?: number } = {}) {
+async function trainOne(n: number, env: { bScale?: number; model?: string; vllm?: boolean } = {}) {
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-train-eval-'));
   dirs.push(dir);
   const record = path.join(dir, 'record.json');
@@ -72,6 +75,7 @@ async function trainOne(n: number, env: { bScale?: number } = {}) {
       HANGAR_AGENT_THREADS: '1',
       HANGAR_TRAINER: `${process.execPath} ${TRAINER}`,
       HANGAR_LOG_LEVEL: 'silent',
+      ...(env.vllm ? { HANGAR_AGENT_VLLM_COMMAND: `${process.execPath} ${STAND_IN_VLLM} serve` } : {}),
     }),
     { log: createLogger('silent'), runtime: () => Promise.reject(new Error('no replicas here: this node trains')) },
   );
@@ -82,7 +86,7 @@ async function trainOne(n: number, env: { bScale?: number } = {}) {
     {
       i: {
         name: `eval-${Math.random().toString(36).slice(2, 8)}`,
-        model: 'tiny',
+        model: env.model ?? 'tiny',
         baseRepo: BASE_REPO,
         node: 'gpu-1',
         gpuMiB: 4000,
@@ -323,5 +327,97 @@ describe('a job evaluated against its base on the node', () => {
     );
     await fs.writeFile(siteFile, 'training:\n  publishRequires: NOT_WORSE\n');
     expect((await publish()).__typename).toBe('TrainJobPublished');
+  }, 180_000);
+});
+
+describe("a vLLM model's job, evaluated on vLLM with its PEFT adapter", () => {
+  beforeAll(async () => {
+    // Stopped: no replica is placed, the node only trains. Its weights are the base repository the job trains from.
+    await t.app.db.prisma.catalogModel.create({
+      data: {
+        name: 'tiny-vllm',
+        source: `${base}/mirror/tiny-vllm/v1/`,
+        engine: 'vllm',
+        minReplicas: 0,
+        maxReplicas: 0,
+      },
+    });
+  });
+  afterEach(() => {
+    delete process.env.HANGAR_STAND_IN_ENGINE_RECORD;
+  });
+
+  type Asked = {
+    model: string;
+    prompt: number[];
+    max_tokens: number;
+    temperature: number;
+    seed?: number;
+    prompt_logprobs?: number;
+  };
+  const recording = async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'hangar-train-eval-vllm-'));
+    dirs.push(dir);
+    const file = path.join(dir, 'asked.ndjson');
+    // vLLM is the agent's child: it inherits this.
+    process.env.HANGAR_STAND_IN_ENGINE_RECORD = file;
+    return async () =>
+      (await fs.readFile(file, 'utf8'))
+        .split('\n')
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Asked);
+  };
+
+  it('has the base and the adapter answer every question greedily with the seed, scores prompt_logprobs, and gives a verdict', async () => {
+    const asked = await recording();
+    const { id } = await trainOne(30, { model: 'tiny-vllm', vllm: true });
+    const tj = (await t.gql(EVALUATION, { id }, { token: w.operator })).data?.trainJob;
+    const ev = tj.evaluation;
+    expect(ev.heldOut).toBe(5);
+    expect(['BETTER', 'WORSE', 'NO_CLEAR_DIFFERENCE']).toContain(ev.verdict);
+    expect(ev.questions).toHaveLength(5 + GENERAL_QUESTIONS.length);
+    // Answered by vLLM: the base model, and the adapter as its LoRA module (the stand-in says which answered).
+    for (const q of ev.questions) {
+      expect(q.baseAnswer).toMatch(/^stand-in vllm model=evaluated-base adapter=none/);
+      expect(q.adapterAnswer).toMatch(/^stand-in vllm model=evaluated-base adapter=evaluated-adapter/);
+    }
+    // The log-likelihood is vLLM's: -2 per token under the toy base, a little less under a sane adapter.
+    const ll = ev.metrics.find((m: { set: string; name: string }) => m.set === 'pairs' && m.name === 'logLikelihood');
+    expect(ll.base).toBeCloseTo(-2, 9);
+    expect(ll.adapter).toBeLessThan(-2);
+    expect(ll.adapter).toBeGreaterThan(-2.1);
+
+    // Every question twice per model: a greedy answer with the job's seed, and the reference scored by
+    // prompt_logprobs over the same prompt followed by the reference.
+    const requests = await asked();
+    const questions = ev.questions.length;
+    for (const model of ['evaluated-base', 'evaluated-adapter']) {
+      const answers = requests.filter((r) => r.model === model && r.prompt_logprobs === undefined);
+      const scored = requests.filter((r) => r.model === model && r.prompt_logprobs === 0);
+      expect(answers).toHaveLength(questions);
+      expect(scored).toHaveLength(questions);
+      for (const r of answers) expect(r).toMatchObject({ temperature: 0, seed: 42, max_tokens: 48 });
+      for (const [i, r] of scored.entries()) {
+        expect(r.prompt.slice(0, answers[i]?.prompt.length)).toEqual(answers[i]?.prompt);
+        expect(r.prompt.length).toBeGreaterThan(answers[i]?.prompt.length ?? 0);
+      }
+    }
+  }, 180_000);
+
+  it('refuses to publish a diverged PEFT adapter as WORSE, and publishes it with force and a reason', async () => {
+    const { id } = await trainOne(30, { model: 'tiny-vllm', vllm: true, bScale: 1e30 });
+    const ev = await t.app.db.prisma.trainEvaluation.findUniqueOrThrow({ where: { jobId: id } });
+    expect(ev.verdict, JSON.stringify(ev.metrics)).toBe('WORSE');
+    const publish = (extra = '') =>
+      t.gql(
+        `mutation($id: ID!) { publishTrainJob(id: $id${extra}) { __typename ... on TrainJobPublished { adapter } ... on Error { message } } }`,
+        { id },
+        { token: w.operator },
+      );
+    const refused = (await publish()).data?.publishTrainJob;
+    expect(refused.__typename).toBe('ConflictError');
+    expect(refused.message).toMatch(/on its 5 held-out pairs the adapter is WORSE than its base/);
+    const forced = (await publish(', force: true, reason: "checked by hand"')).data?.publishTrainJob;
+    expect(forced.__typename, JSON.stringify(forced)).toBe('TrainJobPublished');
   }, 180_000);
 });

@@ -1,4 +1,4 @@
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { type ReportingNode, startReportingNode } from './fixtures/reporting-node.js';
 import { type StandInReplica, startStandInReplica } from './fixtures/stand-in-replica.js';

@@ -9,9 +9,12 @@ import { LlamaRuntime } from './llama-runtime.js';
 import { ModelCache } from './model-cache.js';
 import { NodeChannel } from './node-channel.js';
 import { createOpenAiServer } from './openai/http.js';
+import { PeerLink, TransferRate } from './peer-fetch.js';
+import { createPeerServer, peerOrigin } from './peer-server.js';
 import { Runner } from './runner.js';
 import { GraphqlTrainControl, type TrainControl } from './train-control.js';
 import { LlamaEvaluator } from './train-evaluate.js';
+import { VllmEvaluator } from './train-evaluate-vllm.js';
 import { TrainWorker } from './trainer.js';
 
 // `hangar agent`: the heartbeat (this node's inventory, every few seconds), the runner (its replicas) and the
@@ -57,7 +60,25 @@ export function createAgent(
       return runtime;
     });
 
-  const cache = new ModelCache(config.dir, { auth: { origin: new URL(config.url).origin, token: config.nodeToken } });
+  // Weights node to node: the cache asks the control plane which nodes hold a file before the mirror, and the peer
+  // server gives this node's files to others (peer-fetch.ts, peer-server.ts).
+  const peers: PeerLink | null = config.peerListen
+    ? new PeerLink({ url: config.url, token: config.nodeToken, cache: (): ModelCache => cache, log })
+    : null;
+  const cache: ModelCache = new ModelCache(config.dir, {
+    auth: { origin: new URL(config.url).origin, token: config.nodeToken },
+    peers: peers ?? undefined,
+    throttle: config.transferRate ? new TransferRate(config.transferRate) : undefined,
+    onBytes: peers?.counted,
+  });
+  const peerServer = peers
+    ? createPeerServer({
+        cache,
+        log,
+        identity: peers.identity,
+        throttle: config.transferRate ? new TransferRate(config.transferRate) : undefined,
+      })
+    : null;
   // Where applications' requests reach this node's llama.cpp replicas (through the control plane's gateway),
   // each replica under an engine key only the control plane is given.
   const http = createOpenAiServer({ log });
@@ -89,6 +110,11 @@ export function createAgent(
     log,
     gpus: async () => (await readGpus(config.gpus, { warn: log.warn })).gpus,
     evaluator: new LlamaEvaluator({ gpu: config.gpu, threads: config.threads, log }),
+    vllmEvaluator: new VllmEvaluator({
+      command: () => vllmCommand(config.vllmCommand, config.searchPath),
+      readyMs: config.engineReadyMs,
+      log,
+    }),
   });
 
   let llamaEngine: EngineReport | null = null;
@@ -109,9 +135,23 @@ export function createAgent(
     };
   };
 
+  let filesError: string | undefined;
+  /** What this node holds and fetches, for other nodes; a failure is said once and does not fail the heartbeat. */
+  const reportFiles = async () => {
+    try {
+      await peers?.report();
+      filesError = undefined;
+    } catch (err) {
+      const msg = (err as Error).message;
+      if (msg !== filesError) log.warn('could not report this node’s model files to the control plane', { error: msg });
+      filesError = msg;
+    }
+  };
+
   const heartbeat = async () => {
     try {
       await controlPlane.reportNode(await inventory());
+      await reportFiles();
       if (lastError !== '') log.info('reporting to the control plane', { url: config.url });
       // Back after failures: the training worker sends what it kept now (see TrainWorker.controlPlaneBack).
       if (lastError) trainer.controlPlaneBack();
@@ -137,6 +177,10 @@ export function createAgent(
       const advertised = advertiseUrl(config, Number(bound.port));
       endpoint = advertised.url;
       if (advertised.note) log.warn(advertised.note);
+      if (peers && peerServer && config.peerListen) {
+        peers.url = peerOrigin(await peerServer.listen(config.peerListen), advertised.url);
+        log.info('serving model files to other nodes', { at: peers.url });
+      }
       log.info('serving replicas', { listen: `${config.listen.host}:${bound.port}`, endpoint });
       try {
         const rt = await getRuntime();
@@ -166,6 +210,17 @@ export function createAgent(
       try {
         await controlPlane.leave?.();
         log.info('told the control plane this node is leaving');
+        // The control plane drains the serving replicas (it sends them no new request, waits for those they have)
+        // and then asks for each to stop: a request being answered is not cut by the node going away. Waited for
+        // only while its word can reach this node (the work channel is up).
+        if (controlPlane.leave && config.drainGraceMs > 0 && runner.running() > 0) {
+          log.info('waiting for this node’s replicas to drain', { replicas: runner.running() });
+          const drained = await runner.drained(config.drainGraceMs, () => channel.up);
+          if (!drained)
+            log.warn('stopping replicas that did not drain within HANGAR_AGENT_DRAIN_GRACE_SECONDS', {
+              replicas: runner.running(),
+            });
+        }
       } catch (err) {
         log.warn('could not tell the control plane this node is leaving; it shows offline once heartbeats stop', {
           error: (err as Error).message,
@@ -174,6 +229,7 @@ export function createAgent(
       await Promise.all([runner.stopAll(), trainer.stop()]);
       channel.close();
       await http.close();
+      await peerServer?.close();
       if (runtime) await (await runtime.catch(() => undefined))?.dispose();
     },
   };

@@ -124,9 +124,30 @@ const schema = z.object({
     .min(100, 'at least 100')
     .max(600_000, 'at most 600000 (10 minutes): a cancelled job holds its GPU until then')
     .default(10_000),
+  // How long a stopping agent (SIGTERM) waits for the control plane to drain its replicas (no new requests, those
+  // running finish) and ask for each to stop, before it stops the rest itself: a little over the control plane's
+  // HANGAR_DRAIN_GRACE_SECONDS (120), so that its word usually comes first.
+  HANGAR_AGENT_DRAIN_GRACE_SECONDS: z.coerce
+    .number({ error: 'seconds a stopping agent waits for its replicas to drain' })
+    .int('a whole number of seconds')
+    .min(0, '0 (stop at once) or more')
+    .max(86_400, 'at most 86400')
+    .default(130),
   // Loopback by default, like the server's HOST: a node exposes its models to the network only when told to.
   HANGAR_AGENT_LISTEN: listen.default({ host: '127.0.0.1', port: 0 }),
   HANGAR_AGENT_ADVERTISE_URL: advertise.optional(),
+  // Weights node to node (peer-server.ts, peer-fetch.ts): where this node serves its model files to other nodes
+  // (default: the listen host, any free port), whether it fetches from and serves to them at all, and a rate limit
+  // on its model transfers (downloads share one, files served to other nodes another), for tests and benchmarks.
+  HANGAR_AGENT_PEER_LISTEN: listen.optional(),
+  HANGAR_AGENT_PEERS: z.enum(['on', 'off'], { error: 'on (fetch from and serve to other nodes) or off' }).default('on'),
+  HANGAR_AGENT_TRANSFER_RATE: z.coerce
+    .number({
+      error: 'bytes per second for model downloads together (and again for files served), such as 10485760 (10 MiB/s)',
+    })
+    .int('a whole number of bytes per second')
+    .min(65_536, 'at least 65536 (64 KiB/s)')
+    .optional(),
   HANGAR_LOG_LEVEL: z.enum(['debug', 'info', 'warn', 'error', 'silent']).default('info'),
 });
 
@@ -162,6 +183,8 @@ export type AgentConfig = {
   trainer: string[];
   /** How long a stopped trainer gets between SIGTERM and SIGKILL. */
   trainerGraceMs: number;
+  /** HANGAR_AGENT_DRAIN_GRACE_SECONDS in ms: how long a stopping agent lets its replicas drain. */
+  drainGraceMs: number;
   logLevel: 'debug' | 'info' | 'warn' | 'error' | 'silent';
   /** Where the agent's OpenAI-compatible endpoint listens (port 0: any free port, chosen at start). */
   listen: { host: string; port: number };
@@ -169,6 +192,10 @@ export type AgentConfig = {
   advertiseUrl: string | undefined;
   /** PATH, where vllm (or the configured command) is looked for. */
   searchPath: string;
+  /** Where the peer server listens; null: off (HANGAR_AGENT_PEERS=off). Port 0: any free port. */
+  peerListen: { host: string; port: number } | null;
+  /** Bytes per second all model downloads share, and again all files served to other nodes; unset: no limit. */
+  transferRate: number | undefined;
 };
 
 export class AgentConfigError extends Error {
@@ -223,10 +250,16 @@ export function loadAgentConfig(env: Record<string, string | undefined> = proces
     llamaCppBuild: c.HANGAR_AGENT_LLAMACPP_BUILD,
     trainer: trainer?.length ? trainer : DEFAULT_TRAINER,
     trainerGraceMs: c.HANGAR_TRAINER_GRACE_MS,
+    drainGraceMs: c.HANGAR_AGENT_DRAIN_GRACE_SECONDS * 1000,
     logLevel: c.HANGAR_LOG_LEVEL,
     listen: c.HANGAR_AGENT_LISTEN,
     advertiseUrl: c.HANGAR_AGENT_ADVERTISE_URL,
     searchPath: env.PATH ?? '',
+    peerListen:
+      c.HANGAR_AGENT_PEERS === 'off'
+        ? null
+        : (c.HANGAR_AGENT_PEER_LISTEN ?? { host: c.HANGAR_AGENT_LISTEN.host, port: 0 }),
+    transferRate: c.HANGAR_AGENT_TRANSFER_RATE,
   };
 }
 

@@ -33,8 +33,15 @@ export type Assignment = {
   adapters: { name: string; source: string }[];
   /** Requests the replica answers at once (sequences of one context); more wait in its queue. */
   parallel: number;
-  /** The GPU (by the index this agent reported) the replica is placed on; null: the node as a whole. */
+  /** The GPU (by the index this agent reported) the replica is placed on; null: split (gpuIndexes) or the node. */
   gpuIndex?: number | null;
+  /**
+   * The GPUs a model too large for one card is split across, an equal share on each: the engine is given these
+   * cards alone and told to split the model over them. Empty (or absent): gpuIndex, or the node as a whole.
+   */
+  gpuIndexes?: number[];
+  /** The share of each of its cards placement booked for it (vLLM's --gpu-memory-utilization); null: no budget. */
+  gpuMemoryFraction?: number | null;
 };
 
 export type ReplicaState = 'LOADING' | 'READY' | 'FAILED' | 'STOPPED';
@@ -113,6 +120,8 @@ const assignment = z.object({
   adapters: z.array(z.object({ name: z.string().min(1), source: z.string().min(1) })).default([]),
   parallel: z.number().int().min(1).max(64).default(1),
   gpuIndex: z.number().int().min(0).nullish(),
+  gpuIndexes: z.array(z.number().int().min(0)).max(64).default([]),
+  gpuMemoryFraction: z.number().min(0).max(1).nullish(),
 });
 
 // Typed from schema.graphql (src/client/graphql.ts): a field renamed on the server fails tsc and the documents'
@@ -125,14 +134,14 @@ const Agent_ReportNodeMutation = graphql(`
 
 const Agent_AssignmentsQuery = graphql(`
   query Agent_Assignments {
-    nodeAssignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
+    nodeAssignments { replicaId model engine source contextSize desired parallel gpuIndex gpuIndexes gpuMemoryFraction adapters { name source } }
   }
 `);
 
 const Agent_ServingWorkSubscription = graphql(`
   subscription Agent_ServingWork {
     nodeServingWork {
-      assignments { replicaId model engine source contextSize desired parallel gpuIndex adapters { name source } }
+      assignments { replicaId model engine source contextSize desired parallel gpuIndex gpuIndexes gpuMemoryFraction adapters { name source } }
     }
   }
 `);

@@ -34,11 +34,41 @@ export type ModelCacheOptions = {
   /** The first wait between tries; it doubles, up to 10 s. */
   backoffMs?: number;
   onProgress?: (p: { sha256: string; bytesDone: number; bytesTotal: number | null }) => void;
+  /**
+   * Other nodes to fetch a file from before the mirror (weights node to node, peer-fetch.ts): asked once the
+   * mirror has named the file (a HEAD), for mirror sources only. Without it every byte comes from the mirror.
+   */
+  peers?: PeerSourcing;
+  /** A rate every byte downloaded takes from (HANGAR_AGENT_TRANSFER_RATE, a test and benchmark setting). */
+  throttle?: { slice(): number | null; take(bytes: number, signal?: AbortSignal): Promise<void> };
+  /** Told the bytes each download moved, by where they came from (reported as the node's download bytes). */
+  onBytes?: (source: 'mirror' | 'peer', bytes: number) => void;
+};
+
+/** Where the control plane says a file can be had from other nodes (peerSources); null: ask the mirror. */
+export type PeerSourcing = {
+  sources(
+    sha256: string,
+    bytes: number,
+    exclude: string[],
+  ): Promise<{ fromMirror: boolean; sources: { nodeId: string; node: string; url: string; ticket: string }[] } | null>;
+};
+
+/** A file this node is fetching, as other nodes may read it while it arrives (peer-server.ts). */
+export type Growing = {
+  partial: string;
+  total: number;
+  /** Bytes of it on this disk, from the start. */
+  done: number;
+  ended: 'ok' | 'failed' | null;
+  /** Resolves at the next bytes written, or after `ms`. */
+  next(ms: number): Promise<void>;
 };
 
 export class ModelCache {
   private readonly inFlight = new Map<string, Promise<CachedModel>>();
   private readonly setsInFlight = new Map<string, Promise<CachedSet>>();
+  private readonly arriving = new Map<string, Growing & { wake: Set<() => void> }>();
 
   constructor(
     readonly dir: string,
@@ -214,8 +244,13 @@ export class ModelCache {
    */
   private async download(source: string, signal?: AbortSignal): Promise<CachedModel> {
     await fs.mkdir(this.modelsDir, { recursive: true });
+    if (this.o.peers && this.o.auth && new URL(source).origin === this.o.auth.origin) {
+      const named = await this.named(source, signal);
+      if (named) return this.downloadShared(source, named, signal);
+    }
     const attempts = this.o.attempts ?? 6;
     let reused: CachedModel | undefined;
+    const counted = this.counter('mirror');
     const result = await resumableDownload({
       url: source,
       partialPath: (sha256) => path.join(this.modelsDir, `${sha256}.gguf.part`),
@@ -229,8 +264,11 @@ export class ModelCache {
         reused = head.upstreamSha256 ? await this.verified(head.upstreamSha256) : undefined;
         return reused ? { held: true } : null;
       },
-      onProgress: ({ upstreamSha256, bytesDone, bytesTotal }) => {
-        if (upstreamSha256) this.o.onProgress?.({ sha256: upstreamSha256, bytesDone, bytesTotal });
+      throttle: this.o.throttle,
+      onProgress: (p) => {
+        counted(p);
+        if (p.upstreamSha256)
+          this.o.onProgress?.({ sha256: p.upstreamSha256, bytesDone: p.bytesDone, bytesTotal: p.bytesTotal });
       },
     });
     if (result.ok && result.held && reused) {
@@ -256,6 +294,192 @@ export class ModelCache {
     throw new ModelCacheError(`${source}: ${result.reason}`);
   }
 
+  /**
+   * Weights node to node: the file the mirror names (by a HEAD: its sha256 and size, no bytes) is fetched from
+   * the nodes the control plane offers, each tried in turn and resumed from where the last stopped (one partial,
+   * by sha256, whatever the source), then from the mirror: when none is offered (this node is the one to fetch
+   * it from there), when all failed, or when the control plane cannot be asked. The sha256 the mirror published
+   * is checked either way; a peer's own ETag is not believed.
+   */
+  private async downloadShared(
+    source: string,
+    named: { sha256: string; bytes: number },
+    signal?: AbortSignal,
+  ): Promise<CachedModel> {
+    const { sha256, bytes } = named;
+    const held = await this.verified(sha256);
+    if (held) return held;
+    const partial = path.join(this.modelsDir, `${sha256}.gguf.part`);
+    // There before the control plane hears of this fetch: a node sent here for its bytes must find the file.
+    await fs.appendFile(partial, '');
+    const g = this.startArriving(sha256, partial, bytes);
+    try {
+      const exclude: string[] = [];
+      // A few rounds: each asks again without the nodes that failed, so a node gone mid-transfer is replaced.
+      for (let round = 0; round < 4; round++) {
+        signal?.throwIfAborted();
+        const plan = await this.o.peers?.sources(sha256, bytes, exclude).catch(() => null);
+        if (!plan || plan.fromMirror || !plan.sources.length) break;
+        for (const s of plan.sources) {
+          const result = await this.transfer(s.url, { authorization: `Bearer ${s.ticket}` }, named, partial, 'peer', {
+            signal,
+            peer: true,
+          });
+          if (result.ok) return await this.enter(result, g);
+          if (result.kind === 'cancelled') throw signal?.reason ?? new Error('cancelled');
+          exclude.push(s.nodeId);
+        }
+      }
+      const result = await this.transfer(source, this.authFor(source), named, partial, 'mirror', { signal });
+      if (result.ok) return await this.enter(result, g);
+      if (result.kind === 'cancelled') throw signal?.reason ?? new Error('cancelled');
+      if (result.kind === 'status')
+        throw new ModelCacheError(
+          `${source}: the mirror answered ${result.status}${result.text ? `: ${result.text}` : ''}`,
+        );
+      if (result.kind === 'mismatch' && result.got)
+        throw new ModelCacheError(
+          `the downloaded file's sha256 is ${result.got.sha256}, but the mirror says ${sha256}: the bytes were changed on the way, so the file was not kept`,
+        );
+      throw new ModelCacheError(`${source}: ${result.reason}`);
+    } finally {
+      this.endArriving(sha256, g);
+    }
+  }
+
+  /** One source's try at the file, into the shared partial, counting its bytes as that source's. */
+  private transfer(
+    url: string,
+    headers: Record<string, string>,
+    named: { sha256: string; bytes: number },
+    partial: string,
+    from: 'mirror' | 'peer',
+    o: { signal?: AbortSignal; peer?: boolean },
+  ) {
+    const counted = this.counter(from);
+    const g = this.arriving.get(named.sha256);
+    return resumableDownload({
+      url,
+      partialPath: partial,
+      headers,
+      // Another node is given two tries in a row that bring nothing, quickly: the next source is waiting.
+      attempts: o.peer
+        ? { maxAttempts: 2, backoffMs: () => 200 }
+        : { maxAttempts: this.o.attempts ?? 6, backoffMs: (n) => this.retryWaitMs(n) },
+      stallMs: this.o.stallMs ?? 30_000,
+      expect: { sha256: named.sha256, size: named.bytes },
+      fsync: true,
+      throttle: this.o.throttle,
+      signal: o.signal,
+      onProgress: (p) => {
+        counted(p);
+        if (g) {
+          g.done = p.bytesDone;
+          for (const w of g.wake) w();
+        }
+        this.o.onProgress?.({ sha256: named.sha256, bytesDone: p.bytesDone, bytesTotal: p.bytesTotal });
+      },
+    });
+  }
+
+  /** A verified partial, into the cache under its sha256. */
+  private async enter(result: { partialPath: string; sha256: string; size: number }, g: Growing): Promise<CachedModel> {
+    const file = this.fileFor(result.sha256);
+    await fs.rename(result.partialPath, file);
+    g.ended = 'ok';
+    return { file, sha256: result.sha256, bytes: result.size, reused: false };
+  }
+
+  /** Counts the bytes a download moves: the growth of its offset between two reports (a resume's start is not). */
+  private counter(from: 'mirror' | 'peer') {
+    let last: number | null = null;
+    return (p: { bytesDone: number }) => {
+      if (last !== null && p.bytesDone > last) this.o.onBytes?.(from, p.bytesDone - last);
+      last = p.bytesDone;
+    };
+  }
+
+  /** What the mirror says a file is, from a HEAD: its sha256 (ETag) and size; null when it will not say. */
+  private async named(source: string, signal?: AbortSignal): Promise<{ sha256: string; bytes: number } | null> {
+    try {
+      const res = await fetch(source, {
+        method: 'HEAD',
+        headers: this.authFor(source),
+        signal: anySignal(signal, AbortSignal.timeout(this.o.stallMs ?? 30_000)),
+      });
+      const sha256 = res.headers.get('etag')?.replace(/^"|"$/g, '') ?? '';
+      const bytes = Number(res.headers.get('content-length'));
+      if (res.status !== 200 || !/^[0-9a-f]{64}$/.test(sha256) || !Number.isSafeInteger(bytes)) return null;
+      return { sha256, bytes };
+    } catch (err) {
+      if (signal?.aborted) throw signal.reason ?? err;
+      return null;
+    }
+  }
+
+  private startArriving(sha256: string, partial: string, total: number) {
+    const wake = new Set<() => void>();
+    const g: Growing & { wake: Set<() => void> } = {
+      partial,
+      total,
+      done: 0,
+      ended: null,
+      wake,
+      next: (ms) =>
+        new Promise<void>((resolve) => {
+          const done = () => {
+            clearTimeout(timer);
+            wake.delete(done);
+            resolve();
+          };
+          const timer = setTimeout(done, ms);
+          wake.add(done);
+        }),
+    };
+    this.arriving.set(sha256, g);
+    return g;
+  }
+
+  private endArriving(sha256: string, g: Growing & { wake: Set<() => void> }) {
+    if (g.ended === null) g.ended = 'failed';
+    for (const w of g.wake) w();
+    if (this.arriving.get(sha256) === g) this.arriving.delete(sha256);
+  }
+
+  /** A file this node is fetching now, for other nodes to read as it arrives. */
+  growing(sha256: string): Growing | undefined {
+    return this.arriving.get(sha256);
+  }
+
+  /** Files being fetched now, by sha256 (reported to the control plane). */
+  fetchingFiles(): { sha256: string; bytes: number }[] {
+    return [...this.arriving.entries()].map(([sha256, g]) => ({ sha256, bytes: g.total }));
+  }
+
+  /**
+   * A whole file in the cache, by its name alone: it entered verified, and hashing gigabytes again for every
+   * node that asks would cost more than the asker's own check, which it makes anyway.
+   */
+  async heldFile(sha256: string): Promise<{ file: string; bytes: number } | undefined> {
+    if (!/^[0-9a-f]{64}$/.test(sha256)) return undefined;
+    const file = this.fileFor(sha256);
+    const st = await fs.stat(file).catch(() => undefined);
+    return st?.isFile() ? { file, bytes: st.size } : undefined;
+  }
+
+  /** Every whole file in the cache (reported to the control plane, for other nodes to fetch). */
+  async heldFiles(): Promise<{ sha256: string; bytes: number }[]> {
+    const names = await fs.readdir(this.modelsDir).catch(() => [] as string[]);
+    const out: { sha256: string; bytes: number }[] = [];
+    for (const name of names) {
+      const m = name.match(/^([0-9a-f]{64})\.gguf$/);
+      if (!m?.[1]) continue;
+      const held = await this.heldFile(m[1]);
+      if (held) out.push({ sha256: m[1], bytes: held.bytes });
+    }
+    return out;
+  }
+
   /** The node token, for the control plane's own mirror only. */
   private authFor(url: string): Record<string, string> {
     return this.o.auth && new URL(url).origin === this.o.auth.origin
@@ -268,7 +492,7 @@ export class ModelCache {
    * or a person's hand can change it since, and a replica that loads wrong weights fails in confusing ways.
    * A file that no longer matches is removed and fetched again.
    */
-  private fileFor(sha256: string) {
+  fileFor(sha256: string) {
     return path.join(this.modelsDir, `${sha256}.gguf`);
   }
 

@@ -91,6 +91,8 @@ export async function runExternal(runner: ExternalHost, r: Replica, signal: Abor
   const a = r.assignment;
   const ext = runner.o.external ?? { host: '127.0.0.1' };
   const resolve = (source: string) => new URL(source, `${runner.o.baseUrl}/`).toString();
+  const cards = placedCards(a);
+  const splitOver = a.gpuIndexes?.length ?? 0;
   let kind: EngineKind;
   let command: string[];
   let args: string[];
@@ -121,10 +123,10 @@ export async function runExternal(runner: ExternalHost, r: Replica, signal: Abor
       modules.set(adapter.name, { source: adapter.source, note: adapter.name });
     }
     said = weights.reused ? ' (weights from the cache)' : '';
-    args = vllmArgs(a, weights.dir, paths, rank);
+    args = vllmArgs(a, weights.dir, paths, rank, splitOver);
     // vLLM refuses to start with LoRA enabled for a model it has no LoRA support for: it is started again
     // without, and serves the base model.
-    withoutAdapters = vllmArgs(a, weights.dir, null);
+    withoutAdapters = vllmArgs(a, weights.dir, null, 0, splitOver);
   } else {
     kind = 'llama-server';
     command = ext.llamaServer ?? [];
@@ -149,6 +151,7 @@ export async function runExternal(runner: ExternalHost, r: Replica, signal: Abor
       file: cached.file,
       contextSize: Math.min(a.contextSize ?? DEFAULT_CONTEXT, MAX_CONTEXT),
       parallel: a.parallel ?? 1,
+      splitOver,
     };
     args = llamaServerArgs({ ...base, adapters: files });
     if (files.length) withoutAdapters = llamaServerArgs({ ...base, adapters: [] });
@@ -172,8 +175,8 @@ export async function runExternal(runner: ExternalHost, r: Replica, signal: Abor
         HANGAR_MODEL_SOURCE: a.source,
         HANGAR_CONTEXT_SIZE: a.contextSize == null ? '' : String(a.contextSize),
         // Placed on one GPU of several: the engine sees that card alone, so two replicas on a two-GPU node
-        // do not both load onto the first.
-        ...(a.gpuIndex != null ? { CUDA_VISIBLE_DEVICES: String(a.gpuIndex) } : {}),
+        // do not both load onto the first; split, it sees the cards of its split and no others.
+        ...(cards ? { CUDA_VISIBLE_DEVICES: cards } : {}),
         // vLLM's /v1/load_lora_adapter and /v1/unload_lora_adapter exist only with this set: an adapter
         // published while the replica runs is loaded there (behind the engine key, which only the agent and the
         // control plane hold).
@@ -218,11 +221,17 @@ export async function runExternal(runner: ExternalHost, r: Replica, signal: Abor
     r.answers = () => accepted;
     r.startedWith = a.adapters ?? [];
   }
-  r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${a.gpuIndex != null ? ` on GPU ${a.gpuIndex}` : ''}${said}`;
+  r.loadNote = `${kind} answers on port ${engine.port} (pid ${engine.pid})${cards ? ` on GPU ${cards}` : ''}${splitOver > 1 ? `, split ${splitOver} ways` : ''}${said}`;
   runner.set(r, 'READY', {
     message: runner.messageOf(r),
     served: { endpoint: `http://${host}:${engine.port}/v1`, engineKey },
   });
+}
+
+/** The cards a replica was placed on, as CUDA_VISIBLE_DEVICES lists them ("0", "2,3"); null: the node's own. */
+export function placedCards(a: Pick<Assignment, 'gpuIndex' | 'gpuIndexes'>): string | null {
+  if (a.gpuIndexes?.length) return a.gpuIndexes.join(',');
+  return a.gpuIndex != null ? String(a.gpuIndex) : null;
 }
 
 /**

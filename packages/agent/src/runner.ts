@@ -13,7 +13,7 @@ import type { LlamaRuntime } from './llama-runtime.js';
 import type { ModelCache } from './model-cache.js';
 import type { OpenAiServer } from './openai/http.js';
 import { LlamaServedModel } from './openai/llama-model.js';
-import { type ExternalHost, refuseForNow, runExternal } from './runner-external.js';
+import { type ExternalHost, placedCards, refuseForNow, runExternal } from './runner-external.js';
 
 // Makes this node run what the control plane assigns to it. The assignments are pushed over the agent's channel
 // (ControlPlane.pushed) the moment they change, and read every couple of seconds only while that channel is down
@@ -120,6 +120,17 @@ const aborted = (signal: AbortSignal) =>
 /** What a READY report carries beyond the state: the control plane smoke-tests `endpoint` with `engineKey`. */
 export type Served = Pick<ReplicaReport, 'endpoint' | 'engineKey' | 'gpuLayers' | 'totalLayers' | 'vramUsedBytes'>;
 
+/**
+ * Where an in-process replica was placed, for its message. node-llama-cpp 3.22 cannot pick a model's devices, so
+ * a split replica spreads over every card this process sees (llama.cpp's default split, by free memory); an exact
+ * split over the placed cards alone needs llama-server (HANGAR_AGENT_LLAMA_SERVER), which is given them.
+ */
+function placedWords(a: Assignment): string {
+  const cards = placedCards(a);
+  if (!cards) return '';
+  return a.gpuIndexes && a.gpuIndexes.length > 1 ? `, placed split across GPUs ${cards}` : `, placed on GPU ${cards}`;
+}
+
 /** A context larger than this is not needed to prove a model loads and generates, and costs memory on a node. */
 export const MAX_CONTEXT = 2048;
 export const DEFAULT_CONTEXT = 512;
@@ -196,6 +207,33 @@ export class Runner {
    */
   afterHeartbeat(): Promise<void> {
     return this.unpush ? this.flush() : this.poll();
+  }
+
+  /** Replicas loading or serving here. */
+  running(): number {
+    let n = 0;
+    for (const r of this.replicas.values()) if (r.state === 'LOADING' || r.state === 'READY') n++;
+    return n;
+  }
+
+  /**
+   * Resolves once no replica here is loading or serving (the control plane drained and stopped them, with their
+   * stops reported), true; or false after `ms`, or once `heard()` (the control plane can reach this node) has been
+   * false for three seconds: a control plane that went away asks for no stop.
+   */
+  async drained(ms: number, heard: () => boolean = () => true): Promise<boolean> {
+    const deadline = Date.now() + ms;
+    let deafSince: number | undefined;
+    while (Date.now() < deadline) {
+      if (this.running() === 0 && [...this.replicas.values()].every((r) => r.reported === r.version)) return true;
+      if (heard()) deafSince = undefined;
+      else {
+        deafSince ??= Date.now();
+        if (Date.now() - deafSince >= 3000) break;
+      }
+      await sleep(100);
+    }
+    return this.running() === 0;
   }
 
   /** What the runner holds, for tests and logs. */
@@ -342,7 +380,7 @@ export class Runner {
         report = { endpoint: serving.endpoint(), engineKey, gpuLayers, totalLayers, vramUsedBytes };
       }
       r.answers = () => served.adapters();
-      r.loadNote = `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${a.gpuIndex != null ? `, placed on GPU ${a.gpuIndex}` : ''}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`;
+      r.loadNote = `loaded with a ${loaded.context.contextSize}-token context${parallel > 1 ? ` for ${parallel} requests at once` : ''}${cached.reused ? ' (from the cache)' : ''}${placedWords(a)}${loaded.memory.gpuLayers ? `, ${loaded.memory.gpuLayers} of ${loaded.memory.totalLayers} layers on the GPU` : ''}; in-process it made ${smoke.tokens} tokens in ${Math.round(smoke.ms)} ms`;
       this.set(r, 'READY', {
         message: this.messageOf(r),
         smokeText: smoke.text,

@@ -33,7 +33,10 @@ export async function splitHeldOut(dataPath: string, ev: EvalPart | undefined, d
 
 export type EvaluateAfterTrainingDeps = {
   control: Pick<TrainControl, 'download' | 'reportEvaluation'>;
+  /** llama.cpp, for the GGUF adapter of a model llama.cpp serves. */
   evaluator: AdapterEvaluator;
+  /** vLLM, for the PEFT adapter of a model vLLM serves (train-evaluate-vllm.ts). */
+  vllmEvaluator?: AdapterEvaluator;
   log: Logger;
   /** Where catalog models fetched to evaluate are kept between jobs (a model is gigabytes). */
   cacheDir: string;
@@ -46,12 +49,21 @@ export type EvaluateAfterTrainingDeps = {
  */
 export async function evaluateAfterTraining(
   deps: EvaluateAfterTrainingDeps,
-  job: { id: string; dir: string; signal: AbortSignal },
+  job: {
+    id: string;
+    dir: string;
+    signal: AbortSignal;
+    /** The base weights the trainer read and the PEFT adapter it wrote: what vLLM evaluates. */
+    baseDir?: string;
+    outDir?: string;
+    gpuIndex?: number;
+  },
   spec: TrainSpec,
   progress: Progress,
 ) {
   const ev = spec.eval;
   if (!ev) return;
+  if (ev.engine === 'vllm') return evaluateOnVllm(deps, job, ev, progress);
   if (!ev.model) {
     progress.event('warn', `the adapter was not evaluated against its base: ${ev.model_note ?? 'no model to run'}`);
     return;
@@ -75,10 +87,7 @@ export async function evaluateAfterTraining(
         signal: job.signal,
       },
     );
-    const questions: EvalQuestion[] = [
-      ...ev.pairs.map((p) => ({ set: 'pairs' as const, ...p })),
-      ...ev.general.map((p) => ({ set: 'general' as const, ...p })),
-    ];
+    const questions = questionsOf(ev);
     progress.setMessage(
       `evaluating the adapter against its base: ${questions.length} questions, each answered by both`,
     );
@@ -89,14 +98,65 @@ export async function evaluateAfterTraining(
       maxTokens: ev.max_tokens,
       seed: ev.seed,
       signal: job.signal,
+      gpuIndex: job.gpuIndex,
       onProgress: (done, total) =>
         progress.setMessage(`evaluating the adapter against its base: ${done} of ${total} answers`),
     });
     await deps.control.reportEvaluation(job.id, answers);
   } catch (err) {
-    job.signal.throwIfAborted();
-    const message = (err as Error).message;
-    deps.log.warn('the adapter could not be evaluated', { jobId: job.id, error: message });
-    progress.event('warn', `the adapter was not evaluated against its base: ${message}`);
+    notEvaluated(deps, job, progress, err);
+  }
+}
+
+const questionsOf = (ev: EvalPart): EvalQuestion[] => [
+  ...ev.pairs.map((p) => ({ set: 'pairs' as const, ...p })),
+  ...ev.general.map((p) => ({ set: 'general' as const, ...p })),
+];
+
+/** An evaluation that could not run: the job stays DONE, its events say why. Only a cancel ends it otherwise. */
+function notEvaluated(
+  deps: EvaluateAfterTrainingDeps,
+  job: { id: string; signal: AbortSignal },
+  progress: Progress,
+  err: unknown,
+) {
+  job.signal.throwIfAborted();
+  const message = (err as Error).message;
+  deps.log.warn('the adapter could not be evaluated', { jobId: job.id, error: message });
+  progress.event('warn', `the adapter was not evaluated against its base: ${message}`);
+}
+
+/**
+ * A vLLM model's job: its PEFT adapter, as the trainer wrote it, on the base weights the trainer read (both are on
+ * this node already), served by vLLM as the model's replicas will serve the published adapter.
+ */
+async function evaluateOnVllm(
+  deps: EvaluateAfterTrainingDeps,
+  job: { id: string; signal: AbortSignal; baseDir?: string; outDir?: string; gpuIndex?: number },
+  ev: EvalPart,
+  progress: Progress,
+) {
+  if (!deps.control.reportEvaluation) return;
+  try {
+    if (!deps.vllmEvaluator || !job.baseDir || !job.outDir)
+      throw new Error('this agent cannot run vLLM to evaluate a PEFT adapter');
+    const questions = questionsOf(ev);
+    progress.setMessage(
+      `evaluating the adapter against its base on vLLM: ${questions.length} questions, each answered by both`,
+    );
+    const answers = await deps.vllmEvaluator.answer({
+      modelPath: job.baseDir,
+      adapterPath: job.outDir,
+      questions,
+      maxTokens: ev.max_tokens,
+      seed: ev.seed,
+      signal: job.signal,
+      gpuIndex: job.gpuIndex,
+      onProgress: (done, total) =>
+        progress.setMessage(`evaluating the adapter against its base on vLLM: ${done} of ${total} answers`),
+    });
+    await deps.control.reportEvaluation(job.id, answers);
+  } catch (err) {
+    notEvaluated(deps, job, progress, err);
   }
 }

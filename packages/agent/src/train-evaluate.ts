@@ -20,8 +20,12 @@ export type EvalAnswer = {
 };
 
 export type EvaluateInput = {
+  /** The base: the catalog model's GGUF for llama.cpp; the directory of its weights for vLLM. */
   modelPath: string;
+  /** The new adapter: its GGUF for llama.cpp; the PEFT directory for vLLM. */
   adapterPath: string;
+  /** The GPU the job trained on, when the node has several: an engine the evaluator starts sees that one alone. */
+  gpuIndex?: number;
   questions: EvalQuestion[];
   maxTokens: number;
   seed: number;

@@ -64,6 +64,9 @@ const trainSpec = z.looseObject({
       model_note: z.string().nullable(),
       max_tokens: z.number().int().min(1).max(4096),
       min_questions: z.number().int().min(0),
+      // Which engine evaluates: llama.cpp with the GGUF adapter, or vLLM with the PEFT one. Absent from older
+      // control planes, which asked for llama.cpp only.
+      engine: z.enum(['llamacpp', 'vllm']).optional(),
     })
     .optional(),
 });

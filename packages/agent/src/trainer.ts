@@ -54,6 +54,8 @@ export type TrainWorkerOptions = {
   gpus?: () => Promise<Gpu[]>;
   /** Answers the held-out questions with the base and the adapter after the upload (train-evaluate.ts). */
   evaluator?: AdapterEvaluator;
+  /** The same on vLLM, for a model vLLM serves (train-evaluate-vllm.ts). */
+  vllmEvaluator?: AdapterEvaluator;
 };
 
 export type Gpu = { index: number; name: string; totalMiB: number; freeMiB: number };
@@ -387,10 +389,11 @@ export class TrainWorker {
         {
           control: this.o.control,
           evaluator: this.o.evaluator,
+          vllmEvaluator: this.o.vllmEvaluator,
           log: this.o.log,
           cacheDir: path.join(this.o.workDir, 'eval-models'),
         },
-        { id: job.id, dir, signal: job.abort.signal },
+        { id: job.id, dir, signal: job.abort.signal, baseDir, outDir: out, gpuIndex: job.gpu?.index },
         spec,
         progress,
       );

@@ -1,5 +1,6 @@
 import pg from 'pg';
 import { RateLimiterPostgres, RateLimiterRes } from 'rate-limiter-flexible';
+import { connectionOptions, SIGN_IN_POOL_SIZE } from '../db/connections.js';
 import { hashSecret } from './secrets.js';
 
 // Without a limit a guesser got 17–34 tries a second at the console's password. Refused sign-ins are counted
@@ -30,7 +31,7 @@ export class LoginLimits {
 
   constructor(databaseUrl: string) {
     // A small pool of its own: the library speaks to pg directly, and sign-ins are few.
-    this.pool = new pg.Pool({ connectionString: databaseUrl, max: 4 });
+    this.pool = new pg.Pool({ connectionString: databaseUrl, max: SIGN_IN_POOL_SIZE, ...connectionOptions('signIns') });
     this.pool.on('error', () => {
       // An idle connection dropped (the database restarted): the pool opens another on the next query.
     });

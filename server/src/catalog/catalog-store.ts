@@ -104,9 +104,15 @@ export function adapterOfJob(db: Client, trainJobId: string) {
   return db.adapter.findFirst({ where: { trainJobId }, select: { name: true } });
 }
 
-/** Every catalog model with its adapters' names and owners: the catalog's half of the gateway's route table. */
-export function routingModels(db: Client) {
-  return db.catalogModel.findMany({ include: { adapters: { select: { name: true, owner: true } } } });
+/**
+ * Every catalog model (or those of `ids`) with its adapters' names and owners: the catalog's half of the gateway's
+ * route table, read whole at start and now and then, and model by model as their events come.
+ */
+export function routingModels(db: Client, ids?: readonly string[]) {
+  return db.catalogModel.findMany({
+    ...(ids ? { where: { id: { in: [...ids] } } } : {}),
+    include: { adapters: { select: { name: true, owner: true } } },
+  });
 }
 
 /**

@@ -36,6 +36,7 @@ import {
 import { type LastRequestDb, recordLastRequest } from './last-request.js';
 import { modeOf, scaling } from './mode.js';
 import { type ModelRoutingDeps, setFallbacks, setRouting } from './model-routing.js';
+import { setScaling } from './model-scaling.js';
 import { isNameClash, ServedNames } from './served-names.js';
 
 // The catalog's rules: what a model may be served from, its mode, owner and hangar.yaml entries. Kept as one class
@@ -320,7 +321,8 @@ export class CatalogService {
               : m.awakeUntil;
         const updated = await tx.catalogModel.update({
           where: { id: m.id },
-          data: { ...s, parallel, awakeUntil },
+          // A fixed count: the autoscaler's target goes (setModelScaling sets one again).
+          data: { ...s, parallel, awakeUntil, targetInFlight: null },
         });
         const key = mirrorKeyOf(m.source);
         if (key) await notify(tx, 'mirrorVersion', key);
@@ -384,6 +386,26 @@ export class CatalogService {
   async setRouting(actor: Actor, input: { name: string; policy: string }): Promise<Result<CatalogModel>> {
     const m = await this.routedModel(actor, input.name);
     return m.ok ? setRouting(this.routingDeps(), actor, m.value, input.policy) : m;
+  }
+
+  /** setModelScaling: the bounds and target of the model's autoscaling (model-scaling.ts). */
+  async setScaling(
+    actor: Actor,
+    input: { name: string; minReplicas: number; maxReplicas: number; targetInFlight: number },
+  ): Promise<Result<CatalogModel>> {
+    const m = await this.routedModel(actor, input.name);
+    if (!m.ok) return m;
+    return setScaling(
+      {
+        db: this.deps.db,
+        audit: this.deps.audit,
+        place: () => this.deps.fleet.place(),
+        declaredIn: (n) => this.declaredIn(n),
+      },
+      actor,
+      m.value,
+      input,
+    );
   }
 
   /** setModelFallbacks: the models that answer in its place when it cannot (model-routing.ts). */

@@ -1,6 +1,7 @@
 import { PrismaPg } from '@prisma/adapter-pg';
 import { PrismaClient } from '../generated/prisma/client.js';
 import { DatabaseClock } from './clock.js';
+import { connectionOptions } from './connections.js';
 
 /**
  * The requests' client, with the loops' beside it as `loops` (see createPrisma). The loops' client has itself as
@@ -23,6 +24,7 @@ export type Tx = Parameters<Parameters<PrismaClient['$transaction']>[0]>[0];
  * work when the database went away could leave a pool of five with none.
  */
 export const POOL_SIZES = { requests: 20, loops: 10 };
+// HANGAR_DB_POOL_SIZE and HANGAR_DB_LOOPS_POOL_SIZE set them (config.ts); these are their defaults.
 
 /**
  * Two clients on two pools: `db` for requests, `db.loops` for the background loops. Each loop's work (a pass, a
@@ -33,8 +35,10 @@ export const POOL_SIZES = { requests: 20, loops: 10 };
  * quarter of an event's delay at 1000 of them (bench/subscriptions.ts). `$disconnect` ends both.
  */
 export function createPrisma(databaseUrl: string, sizes = POOL_SIZES): Db {
-  const requests = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.requests }) });
-  const loops = new PrismaClient({ adapter: new PrismaPg({ connectionString: databaseUrl, max: sizes.loops }) });
+  const pool = (name: 'requests' | 'loops') =>
+    new PrismaPg({ connectionString: databaseUrl, max: sizes[name], ...connectionOptions(name) });
+  const requests = new PrismaClient({ adapter: pool('requests') });
+  const loops = new PrismaClient({ adapter: pool('loops') });
   const clock = new DatabaseClock(loops);
   const loopsDb = Object.defineProperties(loops, { loops: { get: () => loopsDb }, clock: { value: clock } }) as Db;
   const disconnectLoops = loops.$disconnect.bind(loops);

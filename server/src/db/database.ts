@@ -41,7 +41,7 @@ export async function openDatabase(config: Config, log: Logger): Promise<Databas
     await stopEmbedded?.();
     throw err;
   }
-  const prisma = createPrisma(url);
+  const prisma = createPrisma(url, config.dbPoolSizes);
   return {
     prisma,
     url,

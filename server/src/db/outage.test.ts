@@ -31,6 +31,31 @@ describe('isDatabaseUnreachable', () => {
     expect(isDatabaseUnreachable(viaPg)).toBe(true);
   });
 
+  it('is true for a write a standby refuses (the session reached the old primary, now read-only)', async () => {
+    // A hot standby refuses writes with SQLSTATE 25006, as any read-only transaction does: here, one made so.
+    const viaPrisma = await database.prisma
+      .$transaction(async (tx) => {
+        await tx.$executeRawUnsafe('SET TRANSACTION READ ONLY');
+        await tx.user.create({ data: { email: 'ro@example.com', name: 'RO', passwordHash: 'x', role: 'VIEWER' } });
+      })
+      .catch((e: unknown) => e);
+    expect(String(viaPrisma)).toMatch(/read-only transaction/);
+    expect(isDatabaseUnreachable(viaPrisma)).toBe(true);
+    const client = new pg.Client({ connectionString: database.url });
+    await client.connect();
+    const viaPg = await client
+      .query('BEGIN READ ONLY')
+      .then(() =>
+        client.query(
+          `INSERT INTO "User" (id, email, name, "passwordHash", role) VALUES (gen_random_uuid(), 'ro2@example.com', 'RO', 'x', 'VIEWER')`,
+        ),
+      )
+      .catch((e: unknown) => e);
+    await client.end();
+    expect((viaPg as { code?: string }).code).toBe('25006');
+    expect(isDatabaseUnreachable(viaPg)).toBe(true);
+  });
+
   it('is true for a session the server ends (an administrator, a restart)', async () => {
     const victim = new pg.Client({ connectionString: database.url });
     victim.on('error', () => {});
@@ -81,6 +106,28 @@ describe('LoopHealth', () => {
       'test loop: the database is unreachable; paused until it answers again',
       'test loop: the database is back; resumed',
     ]);
+  });
+
+  it('tries again at once when another loop finds the database back, not after its own backoff', async () => {
+    // Backoffs of a minute: only the wake can make these due again within the test.
+    const placement = new LoopHealth('placement', undefined, () => 60_000);
+    const downloads = new LoopHealth('downloads', undefined, () => 60_000);
+    const prisma = createPrisma(await nowhere());
+    const refused = await prisma.$queryRaw`SELECT 1`.catch((e: unknown) => e);
+    await prisma.$disconnect();
+    expect(placement.failed(refused)).toBe(true);
+    expect(downloads.failed(refused)).toBe(true);
+    expect([placement.due(), downloads.due()]).toEqual([false, false]);
+    // Placement ticks every 5 s: its pass is run when the database is back, not at its next tick.
+    let passes = 0;
+    placement.whenBack(() => passes++);
+    // The downloads' next try got through.
+    downloads.ok();
+    expect(placement.due()).toBe(true);
+    await expect.poll(() => passes).toBe(1);
+    expect(placement.paused).not.toBeNull();
+    placement.ok();
+    expect(placement.paused).toBeNull();
   });
 
   it('retries a write until it gets through, and gives up with Stopped on shutdown', async () => {

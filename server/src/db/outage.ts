@@ -20,9 +20,12 @@ const SOCKET_CODES = new Set([
 const ADAPTER_KINDS = new Set(['DatabaseNotReachable', 'ConnectionClosed', 'SocketTimeout', 'TooManyConnections']);
 // Prisma's own codes for a server it cannot reach or that closed on it, and for a pool with no free connection.
 const PRISMA_CODES = new Set(['P1001', 'P1002', 'P1017', 'P2024']);
-// PostgreSQL's: connection exceptions (08…), the server shutting down, crashed or still starting (57P01-03), and
-// too many connections (53300).
-const isPgOutageCode = (code: string) => /^08/.test(code) || ['57P01', '57P02', '57P03', '53300'].includes(code);
+// PostgreSQL's: connection exceptions (08…), the server shutting down, crashed or still starting (57P01-03), too
+// many connections (53300), and a write refused as read-only (25006): Hangar opens no read-only transaction, so
+// that is a standby answering, the old primary demoted or a load balancer that has not yet moved to the new one.
+// Tried again after a backoff, it reaches the primary.
+const isPgOutageCode = (code: string) =>
+  /^08/.test(code) || ['57P01', '57P02', '57P03', '53300', '25006'].includes(code);
 // node-postgres reports a connection cut under a query with plain Errors carrying no code.
 const MESSAGES =
   /Connection terminated|connection error and is not queryable|Can't reach database server|timeout exceeded when trying to connect|the database system is (starting up|shutting down|in recovery|not yet accepting)|terminating connection due to administrator command|Client was closed and is not queryable/i;
@@ -70,6 +73,24 @@ export class Stopped extends Error {
 // outage costs one try every 5 s per loop.
 export const outageBackoffMs = (failures: number) => backoffMs(failures, { baseMs: 250, maxMs: 5000 });
 
+// Everything in this process backing off until the database answers: the loops' LoopHealth and the LISTEN
+// connection's retry. A failover takes the database away for the seconds the new primary needs, and each of
+// them, backing off up to 5 s, would find it back at a different moment; /readyz, which waits for all of them,
+// said "waiting for the database" for 5 s after the first write got through (the Patroni failover test). So the
+// first to get through tells the others, and they try again at once.
+const waiting = new Set<() => void>();
+
+/** Something reached the database after an outage: whatever still backs off tries again now. */
+export function databaseBack() {
+  for (const wake of [...waiting]) wake();
+}
+
+/** Calls `wake` when something else in this process reaches the database; the return stops that. */
+export function whenDatabaseAnswers(wake: () => void): () => void {
+  waiting.add(wake);
+  return () => waiting.delete(wake);
+}
+
 /**
  * One background loop's view of the database. A failed try for want of the database is logged once per outage
  * (not once per tick), the loop backs off before the next, and the return is logged once too. /readyz reads
@@ -81,6 +102,8 @@ export class LoopHealth {
   private failures = 0;
   /** When the next try is due, on the monotonic clock: a jump of the wall clock must not stretch a backoff. */
   private nextAt = 0;
+  private stopWaking: (() => void) | undefined;
+  private retryNow: (() => void) | undefined;
 
   constructor(
     readonly name: string,
@@ -95,6 +118,7 @@ export class LoopHealth {
 
   /** A try reached the database. */
   ok() {
+    const wasPaused = this.since !== null;
     if (this.since !== null) {
       this.log?.info(`${this.name}: the database is back; resumed`, {
         pausedSeconds: Math.round((Date.now() - this.since) / 1000),
@@ -103,6 +127,9 @@ export class LoopHealth {
     this.since = null;
     this.failures = 0;
     this.nextAt = 0;
+    this.stopWaking?.();
+    this.stopWaking = undefined;
+    if (wasPaused) databaseBack();
   }
 
   /**
@@ -119,9 +146,27 @@ export class LoopHealth {
         reason: this.reason,
       });
     }
+    // Tried again as soon as anything else in the process gets through, rather than after the backoff.
+    this.stopWaking ??= whenDatabaseAnswers(() => {
+      this.nextAt = 0;
+      const retry = this.retryNow;
+      // Not inside the caller's ok(): the loop's own pass, on its own.
+      if (retry) setImmediate(() => this.retryNow === retry && retry());
+    });
     this.failures++;
     this.nextAt = performance.now() + this.backoff(this.failures);
     return true;
+  }
+
+  /**
+   * For a loop whose ticks are far apart (placement's 5 s): its pass, run as soon as the database is found back
+   * rather than at the next tick. The return stops that (the loop is stopping).
+   */
+  whenBack(retry: () => void): () => void {
+    this.retryNow = retry;
+    return () => {
+      if (this.retryNow === retry) this.retryNow = undefined;
+    };
   }
 
   /** Since when this loop has been waiting for the database, or null while it runs. */

@@ -233,15 +233,20 @@ describe('waking a model whose replica is being stopped', () => {
     expect(mine).toBeTruthy();
     const id = mine?.replicaId as string;
     await db().replica.update({ where: { id }, data: { state: 'READY' } });
-    // Its idle time runs out: asked to stop; the agent has not polled yet.
+    // Its idle time runs out: it drains first (fleet/drain.ts), taking no new requests, before its agent is asked
+    // to stop it.
     await db().catalogModel.update({ where: { name: 'sleepy' }, data: { awakeUntil: new Date(Date.now() - 1000) } });
     await t.app.services.fleet.place();
-    expect(await db().replica.findUniqueOrThrow({ where: { id } })).toMatchObject({ desired: 'STOP', state: 'READY' });
+    expect(await db().replica.findUniqueOrThrow({ where: { id } })).toMatchObject({
+      desired: 'RUN',
+      state: 'READY',
+      drainingSince: expect.any(Date),
+    });
     const woken = await t.gql('mutation { wakeModel(name: "sleepy") { __typename } }', {}, { token: operator });
     expect(woken.data?.wakeModel.__typename).toBe('Model');
     await t.app.services.fleet.place();
     const rows = await db().replica.findMany({ where: { model: { name: 'sleepy' } } });
-    expect(rows.map((r) => [r.id, r.state, r.desired])).toEqual([[id, 'READY', 'RUN']]);
+    expect(rows.map((r) => [r.id, r.state, r.desired, r.drainingSince])).toEqual([[id, 'READY', 'RUN', null]]);
     expect(await assignments('other')).toContainEqual({ replicaId: id, model: 'sleepy', desired: 'RUN' });
   });
 });

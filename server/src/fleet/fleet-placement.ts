@@ -3,6 +3,8 @@ import { modelsForPlacement } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { LoopHealth } from '../db/outage.js';
 import type { Node } from '../generated/prisma/client.js';
+import { drainsFirst, finishDrains, placementView, stillDraining } from './drain.js';
+import type { GpuMargin } from './gpu-room.js';
 import { decide } from './placement.js';
 
 // The placement pass: which replicas run where, applied to the database. One part of the fleet service
@@ -27,17 +29,28 @@ export type FleetPlacementDeps = {
   /** The fleet loops' view of the database (shared with the smoke tests): a pass that cannot reach it says so. */
   health: LoopHealth;
   log?: Logger;
+  /** HANGAR_GPU_MEMORY_MARGIN: what each card keeps unbooked (gpu-room.ts; default 10 %). */
+  margin?: GpuMargin;
+  /** HANGAR_DRAIN_GRACE_SECONDS in ms: how long a replica being removed may finish its requests. */
+  drainGraceMs?: number;
 };
 
 export class FleetPlacement {
   private readonly db: Db;
   private readonly health: LoopHealth;
   private readonly log: Logger | undefined;
+  private readonly margin: GpuMargin | undefined;
+  private readonly drainGraceMs: number;
+  /** Replicas still draining after the last pass: the scaling loop asks for passes while there are any. */
+  draining = 0;
+  private drainTimer: NodeJS.Timeout | undefined;
   private placing: Promise<void> | undefined;
   private next: Promise<void> | undefined;
 
-  constructor({ db, health, log }: FleetPlacementDeps) {
+  constructor({ db, health, log, margin, drainGraceMs }: FleetPlacementDeps) {
     this.db = db;
+    this.drainGraceMs = drainGraceMs ?? 120_000;
+    this.margin = margin;
     this.health = health;
     // Its lines are the placement loop's, also when a request asked for a pass: the pass serves every request since.
     this.log = log && withFields(log, { loop: 'placement' });
@@ -50,7 +63,15 @@ export class FleetPlacement {
   place(): Promise<void> {
     if (!this.placing) {
       this.placing = this.pass()
-        .then(() => this.health.ok())
+        .then(() => {
+          this.health.ok();
+          // A drain under way finishes at a pass after its last request: soon, not at the loop's next tick.
+          if (this.draining > 0 && !this.drainTimer)
+            this.drainTimer = setTimeout(() => {
+              this.drainTimer = undefined;
+              void this.place();
+            }, 1000).unref();
+        })
         .catch((err) => {
           // The database out of reach is logged once and the pass tried again later; anything else is a bug.
           if (!this.health.failed(err)) this.log?.error('the placement pass failed', { error: err });
@@ -69,6 +90,7 @@ export class FleetPlacement {
 
   /** Resolves once the pass running now, and the one asked for after it, have ended (the server is stopping). */
   async settled(): Promise<void> {
+    clearTimeout(this.drainTimer);
     await this.next;
     await this.placing;
   }
@@ -80,22 +102,39 @@ export class FleetPlacement {
     await this.db.loops.$transaction(async (tx) => {
       // With several server replicas, one places at a time; the others find the work done.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
-      const [models, nodes, replicas] = await Promise.all([
+      const [models, nodes, replicas, scaled] = await Promise.all([
         modelsForPlacement(tx),
         tx.node.findMany(),
         tx.replica.findMany(),
+        tx.modelScale.findMany({ select: { modelId: true, replicas: true } }),
       ]);
+      // An autoscaled model wants what its load asked for (scaling-loop.ts); the others their fixed count.
+      const scaledOf = new Map(scaled.map((s) => [s.modelId, s.replicas]));
       const actions = decide(
-        models,
+        models.map((m) => ({ ...m, scaledReplicas: m.targetInFlight != null ? (scaledOf.get(m.id) ?? null) : null })),
         nodes.map((n) => ({ ...n, online: onlineAt(n, now.getTime()) })),
-        replicas,
+        placementView(replicas),
         now,
+        { margin: this.margin },
       );
-      for (const l of actions.lost)
+      const byId = new Map(replicas.map((r) => [r.id, r]));
+      for (const l of actions.lost) {
+        // A replica draining on a node whose agent left is still answering its last requests (drain.ts).
+        const r = byId.get(l.replicaId);
+        if (r && stillDraining(r, now, this.drainGraceMs)) continue;
         await tx.replica.update({ where: { id: l.replicaId }, data: { state: 'LOST', message: l.message } });
+      }
       const online = new Set(nodes.filter((n) => onlineAt(n, now.getTime())).map((n) => n.id));
       for (const id of actions.stop) {
         const r = replicas.find((x) => x.id === id);
+        // One that may be answering requests takes no new ones and finishes those first (drain.ts).
+        if (r && drainsFirst(r, online)) {
+          await tx.replica.update({
+            where: { id },
+            data: { drainingSince: now, message: 'draining: takes no new requests, finishing those it has' },
+          });
+          continue;
+        }
         // Nobody is running a replica that was never placed, or whose node is gone: it is stopped as of now.
         const direct = !r?.nodeId || !online.has(r.nodeId) || r.state === 'PENDING';
         await tx.replica.update({
@@ -103,9 +142,16 @@ export class FleetPlacement {
           data: direct ? { desired: 'STOP', state: 'STOPPED', message: 'stopped' } : { desired: 'STOP' },
         });
       }
-      for (const id of actions.keep) await tx.replica.update({ where: { id }, data: { desired: 'RUN' } });
+      for (const id of actions.keep)
+        await tx.replica.update({ where: { id }, data: { desired: 'RUN', drainingSince: null } });
+      this.draining = await finishDrains(tx, replicas, now, this.drainGraceMs);
       for (const p of actions.place) {
-        const data = { nodeId: p.nodeId, message: p.message, gpuIndex: p.gpuIndex ?? null };
+        const data = {
+          nodeId: p.nodeId,
+          message: p.message,
+          gpuIndex: p.gpuIndex ?? null,
+          gpuIndexes: p.gpuIndexes ?? [],
+        };
         if (p.replicaId) await tx.replica.update({ where: { id: p.replicaId }, data });
         else await tx.replica.create({ data: { modelId: p.modelId, ...data } });
       }

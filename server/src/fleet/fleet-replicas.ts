@@ -85,7 +85,8 @@ export class FleetReplicas {
           { desired: 'STOP', state: { in: ['PENDING', 'LOADING', 'READY'] } },
         ],
       },
-      include: { model: { include: { adapters: { orderBy: { name: 'asc' } } } } },
+      // The node's cards: the share of each a replica was booked is what vLLM is told it may take.
+      include: { model: { include: { adapters: { orderBy: { name: 'asc' } } } }, node: { select: { gpus: true } } },
       orderBy: { createdAt: 'asc' },
     });
   }

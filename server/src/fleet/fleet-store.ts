@@ -39,13 +39,16 @@ export function replicasOfModel(db: Client, modelId: string) {
 
 /**
  * The fleet's half of the gateway's route table: every replica wanted running and not yet gone, and those that
- * failed since `failedSince` (why nothing serves a model), newest first, with their node's name and engine key.
+ * failed since `failedSince` (why nothing serves a model), newest first, with their node's name and engine key;
+ * with `modelIds`, those of these models only (the route table reads a model again when its event comes).
  */
-export function routingReplicas(db: Client, failedSince: Date) {
+export function routingReplicas(db: Client, failedSince: Date, modelIds?: readonly string[]) {
   return db.replica.findMany({
     where: {
+      ...(modelIds ? { modelId: { in: [...modelIds] } } : {}),
       OR: [
-        { desired: 'RUN', state: { in: ['PENDING', 'LOADING', 'READY'] } },
+        // A draining replica (fleet/drain.ts) finishes what it has and is sent nothing new.
+        { desired: 'RUN', drainingSince: null, state: { in: ['PENDING', 'LOADING', 'READY'] } },
         { state: 'FAILED', updatedAt: { gt: failedSince } },
       ],
     },
@@ -58,4 +61,14 @@ export function routingReplicas(db: Client, failedSince: Date) {
 export async function nodesByIds(db: Client, ids: string[]) {
   const nodes = ids.length ? await db.node.findMany({ where: { id: { in: [...new Set(ids)] } } }) : [];
   return new Map(nodes.map((n) => [n.id, n]));
+}
+
+/** A model's serving replicas that take requests (READY, wanted, not draining), by model id: the autoscaler's count. */
+export async function readyReplicaCounts(db: Client): Promise<Map<string, number>> {
+  const rows = await db.replica.groupBy({
+    by: ['modelId'],
+    where: { state: 'READY', desired: 'RUN', drainingSince: null },
+    _count: { _all: true },
+  });
+  return new Map(rows.map((r) => [r.modelId, r._count._all]));
 }

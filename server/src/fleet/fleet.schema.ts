@@ -4,6 +4,7 @@ import { ConflictError, NotFoundError, unwrap, ValidationError } from '../lib/er
 import { seenOnly, sees, sightOf } from '../org/visible.js';
 import { builder } from '../schema/builder.js';
 import { currentOnNode } from './current.js';
+import { bookedShare, cardsOf, heldByReplica } from './gpu-room.js';
 import { type NodeEngine, type NodeGpu, nodeEngines, nodeGpus } from './node-inventory.js';
 import { servingWorkOf } from './serving-work.js';
 
@@ -24,6 +25,22 @@ const EngineInfo = builder.objectRef<NodeEngine>('EngineInfo').implement({
       nullable: true,
       description: "llama.cpp's build number, which decides what it loads.",
     }),
+  }),
+});
+
+type ReplicaCardShape = { index: number; name: string; totalBytes: number; heldBytes: number; measured: boolean };
+const ReplicaCard = builder.objectRef<ReplicaCardShape>('ReplicaCard').implement({
+  description: 'One GPU a replica sits on, and what it holds there.',
+  fields: (t) => ({
+    index: t.exposeInt('index', { description: 'The GPU as its agent numbers them.' }),
+    name: t.exposeString('name', { description: 'The GPU as its agent reported it ("RTX 4090").' }),
+    totalBytes: t.field({ type: 'Bytes', description: "The card's memory in all.", resolve: (c) => c.totalBytes }),
+    heldBytes: t.field({
+      type: 'Bytes',
+      description: "The replica's share on this card: measured once loaded (measured), planned before.",
+      resolve: (c) => c.heldBytes,
+    }),
+    measured: t.exposeBoolean('measured', { description: 'Whether heldBytes was measured by its agent.' }),
   }),
 });
 
@@ -154,7 +171,51 @@ export const ReplicaRef = builder.prismaObject('Replica', {
     }),
     gpuIndex: t.exposeInt('gpuIndex', {
       nullable: true,
-      description: "The node's GPU it was placed on (as the agent numbers them); null: the node as a whole.",
+      description:
+        "The node's GPU it was placed on (as the agent numbers them); null: split across several (gpus), or the node as a whole.",
+    }),
+    gpus: t.intList({
+      description:
+        "The node's GPUs it sits on: its one card, the cards a model too large for one is split across (an equal share on each), or every card of a node taken as a whole; empty before it is placed and on a node without a GPU.",
+      select: { node: { select: { gpus: true } } },
+      resolve: (r) => (r.node ? cardsOf(r, r.node) : []),
+    }),
+    memoryBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description:
+        "What it holds on its GPUs in all, as placement books it: its agent's measurement once loaded with layers on a GPU (memoryMeasured), else its model's planned memory; null when neither is known.",
+      select: { model: { select: { memoryBytes: true } } },
+      resolve: (r) => {
+        const held = heldByReplica(r, r.model.memoryBytes);
+        return held.measured || r.model.memoryBytes != null ? Math.round(held.mib * 2 ** 20) : null;
+      },
+    }),
+    memoryMeasured: t.boolean({
+      description: 'Whether memoryBytes is what its agent measured after loading (true) or the plan (false).',
+      resolve: (r) => heldByReplica(r, null).measured,
+    }),
+    cards: t.field({
+      type: [ReplicaCard],
+      description:
+        'What it holds on each card it sits on, beside the card\'s size: "GPU 0: 7.9 GiB of 24.0 GiB". Its memoryBytes in equal shares over its cards.',
+      select: { node: { select: { gpus: true } }, model: { select: { memoryBytes: true } } },
+      resolve: (r) => {
+        if (!r.node) return [];
+        const indexes = cardsOf(r, r.node);
+        const held = heldByReplica(r, r.model.memoryBytes);
+        const gpus = nodeGpus(r.node);
+        return indexes.map((index) => {
+          const g = gpus.find((x) => x.index === index);
+          return {
+            index,
+            name: g?.name ?? 'GPU',
+            totalBytes: Math.round((g?.totalMiB ?? 0) * 2 ** 20),
+            heldBytes: Math.round((held.mib / indexes.length) * 2 ** 20),
+            measured: held.measured,
+          };
+        });
+      },
     }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
   }),
@@ -187,7 +248,17 @@ const Assignment = builder.objectRef<AssignmentRow>('Assignment').implement({
     gpuIndex: t.exposeInt('gpuIndex', {
       nullable: true,
       description:
-        'The GPU (its index as the agent reported it) the replica is placed on and must run on alone; null: the node as a whole.',
+        'The GPU (its index as the agent reported it) the replica is placed on and must run on alone; null: split across gpuIndexes, or the node as a whole.',
+    }),
+    gpuIndexes: t.exposeIntList('gpuIndexes', {
+      description:
+        "The GPUs a model too large for one card is split across, an equal share on each (llama.cpp's tensor split, vLLM's tensor parallelism): the replica runs on these cards together and no others; empty: gpuIndex, or the node as a whole.",
+    }),
+    gpuMemoryFraction: t.float({
+      nullable: true,
+      description:
+        "The share of each of its cards placement booked for it, for engines that take a budget (vLLM's --gpu-memory-utilization): other replicas may hold the rest. Null on the node as a whole, or when the plan gives no size.",
+      resolve: (a) => bookedShare(a, a.node, a.model.memoryBytes),
     }),
     adapters: t.field({
       type: [AssignmentAdapter],

@@ -14,6 +14,7 @@ import { notify } from '../pubsub.js';
 import type { TrainLedger } from '../train/train-ledger.js';
 import { count, FleetPlacement, NODE_ONLINE_MS, onlineAt, PLACEMENT_LOCK } from './fleet-placement.js';
 import { FleetReplicas } from './fleet-replicas.js';
+import type { GpuMargin } from './gpu-room.js';
 import { nodeEngines, nodeGpus } from './node-inventory.js';
 import { SmokeTests } from './smoke-tests.js';
 
@@ -56,6 +57,10 @@ export type FleetDeps = {
   log?: Logger;
   /** Training's ledger: a node removed with force fails its jobs the way training fails any job (train-ledger.ts). */
   train: Pick<TrainLedger, 'failNodeJobs' | 'jobsOnNode'>;
+  /** HANGAR_GPU_MEMORY_MARGIN, for the placement pass. */
+  gpuMemoryMargin?: GpuMargin;
+  /** HANGAR_DRAIN_GRACE_SECONDS in ms, for the placement pass's draining (drain.ts). */
+  drainGraceMs?: number;
 };
 
 export class FleetService {
@@ -69,16 +74,17 @@ export class FleetService {
   private readonly smokes: SmokeTests;
   private readonly replicas: FleetReplicas;
   private timer: NodeJS.Timeout | undefined;
+  private stopRetrying: (() => void) | undefined;
   private agentUrlOf: () => string = () => 'http://localhost:4000';
   private readonly log?: Logger;
 
-  constructor({ db, audit, log, train }: FleetDeps) {
+  constructor({ db, audit, log, train, gpuMemoryMargin, drainGraceMs }: FleetDeps) {
     this.db = db;
     this.log = log;
     this.audit = audit;
     this.train = train;
     this.health = new LoopHealth('placement', log);
-    this.placement = new FleetPlacement({ db, health: this.health, log });
+    this.placement = new FleetPlacement({ db, health: this.health, log, margin: gpuMemoryMargin, drainGraceMs });
     this.smokes = new SmokeTests({ db, audit, health: this.health, placement: this.placement, log });
     this.replicas = new FleetReplicas({ db, audit, placement: this.placement, smokes: this.smokes });
   }
@@ -103,13 +109,21 @@ export class FleetService {
     }, everyMs);
     this.placement.place();
     void this.smokes.claim();
+    // After a database outage, the pass runs when the database is found back, not up to 5 s later.
+    this.stopRetrying = this.health.whenBack(() => void this.placement.place());
   }
   async stopPlacement() {
     clearInterval(this.timer);
+    this.stopRetrying?.();
     // The smoke tests are aborted at once; the placement pass running now is waited for.
     const smokes = this.smokes.stop();
     await this.placement.settled();
     await smokes;
+  }
+
+  /** Replicas still draining after the last placement pass (drain.ts). */
+  draining(): number {
+    return this.placement.draining;
   }
 
   /** See FleetPlacement.place: one pass now, or the one after the pass running. */
@@ -343,20 +357,29 @@ export class FleetService {
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       // Compared with lastSeenAt, so on the same clock.
       const n = await tx.node.update({ where: { id }, data: { leftAt: this.db.clock.now() } });
+      // Serving ones drain (drain.ts): the gateway sends them nothing new, the agent finishes their requests and
+      // stops each when the placement pass asks, while replacements are placed elsewhere. Loading ones hold none.
+      const draining = await tx.replica.updateMany({
+        where: { nodeId: id, state: 'READY', desired: 'RUN', drainingSince: null },
+        data: {
+          drainingSince: this.db.clock.now(),
+          message: `draining: node ${n.name} is shutting down; finishing the requests it has`,
+        },
+      });
       const lost = await tx.replica.updateMany({
-        where: { nodeId: id, state: { in: ['LOADING', 'READY'] } },
+        where: { nodeId: id, state: { in: ['LOADING', 'READY'] }, drainingSince: null },
         data: { state: 'LOST', message: `node ${n.name} is shutting down (its agent said so)` },
       });
       await tx.engineKey.deleteMany({ where: { replica: { nodeId: id, state: 'LOST' } } });
       // Placed here but not started: back in line for another node.
       await tx.replica.updateMany({
         where: { nodeId: id, state: 'PENDING' },
-        data: { nodeId: null, gpuIndex: null, message: `node ${n.name} is shutting down` },
+        data: { nodeId: null, gpuIndex: null, gpuIndexes: [], message: `node ${n.name} is shutting down` },
       });
       await this.audit.done(tx, actor, {
         action: 'leaveNode',
         target: n.name,
-        message: `the agent is stopping${lost.count ? `; ${count(lost.count, 'replica')} to place elsewhere` : ''}`,
+        message: `the agent is stopping${draining.count ? `; ${count(draining.count, 'replica')} draining` : ''}${lost.count + draining.count ? `; ${count(lost.count + draining.count, 'replica')} to place elsewhere` : ''}`,
       });
       await notify(tx, 'trainWork', n.id);
       return n;

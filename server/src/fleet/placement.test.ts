@@ -44,7 +44,7 @@ describe('placement', () => {
   it('places on the node with the most room that fits, one replica per node', () => {
     const a = decide(
       [model({ minReplicas: 2, maxReplicas: 2 })],
-      [node('gpu-1', 12), node('gpu-2', 20), node('gpu-3', 8)],
+      [node('gpu-1', 14), node('gpu-2', 20), node('gpu-3', 8)],
       [],
       now,
     );
@@ -54,7 +54,12 @@ describe('placement', () => {
   it('says why a replica is pending', () => {
     const a = decide([model()], [node('gpu-1', 6), node('gpu-2', 7.5)], [], now);
     expect(a.place).toEqual([
-      { modelId: 'm1', nodeId: null, message: 'fits on no node: needs 10.0 GiB, the most free is 7.5 GiB on gpu-2' },
+      {
+        modelId: 'm1',
+        nodeId: null,
+        message:
+          'fits on no node: needs 10.0 GiB, the most room is 5.1 GiB on gpu-2 GPU 0 (of 24.0 GiB: 16.5 GiB in use outside Hangar, 2.4 GiB kept free by HANGAR_GPU_MEMORY_MARGIN). It is placed once a card (or the cards of one node together) has that room: when a replica there stops, a node with more GPU memory joins, or HANGAR_GPU_MEMORY_MARGIN is lowered',
+      },
     ]);
     expect(decide([model()], [node('gpu-1', 20, { online: false })], [], now).place[0]?.message).toBe(
       'no node is online',
@@ -73,7 +78,13 @@ describe('placement', () => {
       now,
     );
     expect(a.place).toEqual([
-      { modelId: 'm1', nodeId: null, message: 'fits on no node: needs 10.0 GiB, the most free is 5.0 GiB on gpu-1' },
+      {
+        modelId: 'm1',
+        nodeId: null,
+        message: expect.stringMatching(
+          /^fits on no node: needs 10\.0 GiB, the most room is 2\.6 GiB on gpu-1 GPU 0 \(of 24\.0 GiB: 10\.0 GiB held by 1 replica, 9\.0 GiB in use outside Hangar, /,
+        ),
+      },
     ]);
   });
 
@@ -144,7 +155,7 @@ describe('a node with several GPUs', () => {
   it('prefers another machine for the second copy, and counts what is promised per GPU', () => {
     const spread = decide(
       [model({ minReplicas: 2, maxReplicas: 2 })],
-      [twoGpus('gpu-1', [20, 20]), node('gpu-2', 12)],
+      [twoGpus('gpu-1', [20, 20]), node('gpu-2', 16)],
       [],
       now,
     );
@@ -163,9 +174,9 @@ describe('a node with several GPUs', () => {
     expect(promised.place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 1 }]);
   });
 
-  it('takes the node as a whole for a model that fits only split across its GPUs', () => {
+  it('splits a model too large for one card across the cards of one node that hold it together', () => {
     const a = decide([model({ memoryBytes: BigInt(30 * GiB) })], [twoGpus('gpu-1', [20, 20])], [], now);
-    expect(a.place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null }]);
+    expect(a.place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndexes: [0, 1] }]);
   });
 });
 
@@ -178,5 +189,112 @@ describe('a wake while a replica is being stopped', () => {
     expect(a.place).toEqual([]);
     // Asleep, it is left to stop.
     expect(decide([model({ minReplicas: 0, maxReplicas: 1 })], [node('gpu-1', 20)], [stopping], now).keep).toEqual([]);
+  });
+});
+
+describe('placement by memory, not by card', () => {
+  const card = (freeGiB = 24) => ({ index: 0, name: 'RTX 4090', totalMiB: 24 * 1024, freeMiB: freeGiB * 1024 });
+  const oneCard = (id: string, freeGiB = 24) => node(id, 0, { gpus: [card(freeGiB)] });
+  const cards = (id: string, n: number) =>
+    node(id, 0, { gpus: Array.from({ length: n }, (_, index) => ({ ...card(), index })) });
+  const eight = (o: Partial<PlacementModel> = {}) =>
+    model({ memoryBytes: BigInt(8 * GiB), minReplicas: 3, maxReplicas: 3, ...o });
+
+  it('puts two 8 GiB replicas on one 24 GiB card, and the third waits saying why and what would make it fit', () => {
+    const a = decide([eight()], [oneCard('gpu-1')], [], now);
+    expect(a.place).toEqual([
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 0 },
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 0 },
+      {
+        modelId: 'm1',
+        nodeId: null,
+        message:
+          'fits on no node: needs 8.0 GiB, the most room is 5.6 GiB on gpu-1 GPU 0 (of 24.0 GiB: 16.0 GiB held by 2 replicas, 2.4 GiB kept free by HANGAR_GPU_MEMORY_MARGIN). It is placed once a card (or the cards of one node together) has that room: when a replica there stops, a node with more GPU memory joins, or HANGAR_GPU_MEMORY_MARGIN is lowered',
+      },
+    ]);
+    // Without a margin the third fits to the last MiB; a margin given as a size keeps it out again.
+    expect(
+      decide([eight()], [oneCard('gpu-1')], [], now, { margin: { percent: 0 } }).place.map((p) => p.nodeId),
+    ).toEqual(['gpu-1', 'gpu-1', 'gpu-1']);
+    expect(decide([eight()], [oneCard('gpu-1')], [], now, { margin: { mib: 512 } }).place.at(-1)?.nodeId).toBeNull();
+  });
+
+  it('books what loaded replicas measured, the plan before, and a replica asked to stop until it has', () => {
+    const loaded = (id: string, vramGiB: number, gpuLayers = 33) =>
+      replica({
+        id,
+        nodeId: 'gpu-1',
+        gpuIndex: 0,
+        state: 'READY',
+        servingAt: now,
+        gpuLayers,
+        vramUsedBytes: BigInt(vramGiB * GiB),
+      });
+    // Two replicas that really hold 5 GiB each (the card reports 10 GiB in use): room for a third of 8 GiB.
+    const measured = [loaded('a', 5), loaded('b', 5)];
+    expect(decide([eight()], [oneCard('gpu-1', 14)], measured, now).place).toEqual([
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndex: 0 },
+    ]);
+    // Loaded on llama.cpp's CPU build (no layer on a GPU), their 0 bytes say nothing of the card: the plan counts.
+    const onCpu = [loaded('a', 0, 0), loaded('b', 0, 0)];
+    expect(decide([eight()], [oneCard('gpu-1')], onCpu, now).place).toEqual([
+      expect.objectContaining({ nodeId: null, message: expect.stringContaining('16.0 GiB held by 2 replicas') }),
+    ]);
+    // Still loading: its plan is booked, so a pass while it loads does not promise its memory again.
+    const loading = replica({ id: 'c', modelId: 'm2', nodeId: 'gpu-1', gpuIndex: 0, state: 'LOADING' });
+    const other = model({ id: 'm2', name: 'other', memoryBytes: BigInt(16 * GiB) });
+    expect(
+      decide([eight({ minReplicas: 1, maxReplicas: 1 }), other], [oneCard('gpu-1')], [loading], now).place,
+    ).toEqual([
+      expect.objectContaining({ nodeId: null, message: expect.stringContaining('16.0 GiB held by 1 replica') }),
+    ]);
+    // Asked to stop, but its agent has not stopped it yet: its memory is still taken.
+    const stopping = { ...loaded('d', 16), modelId: 'm2', desired: 'STOP' as const };
+    expect(
+      decide([eight({ minReplicas: 1, maxReplicas: 1 }), other], [oneCard('gpu-1', 8)], [stopping], now).place,
+    ).toEqual([expect.objectContaining({ nodeId: null })]);
+  });
+
+  it('keeps off what the card reports in use outside Hangar', () => {
+    const a = decide([eight({ minReplicas: 1, maxReplicas: 1 })], [oneCard('gpu-1', 10)], [], now);
+    expect(a.place[0]?.message).toMatch(
+      /^fits on no node: needs 8\.0 GiB, the most room is 7\.6 GiB on gpu-1 GPU 0 \(of 24\.0 GiB: 14\.0 GiB in use outside Hangar, /,
+    );
+  });
+
+  it('splits over the fewest cards of one node that hold the model together, never across nodes', () => {
+    const big = (gib: number, o: Partial<PlacementModel> = {}) => model({ memoryBytes: BigInt(gib * GiB), ...o });
+    expect(decide([big(30)], [cards('gpu-1', 4)], [], now).place).toEqual([
+      { modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndexes: [0, 1] },
+    ]);
+    expect(decide([big(50)], [cards('gpu-1', 4)], [], now).place[0]?.gpuIndexes).toEqual([0, 1, 2]);
+    // vLLM's tensor parallelism takes 2, 4 or 8 cards: 50 GiB goes on four.
+    const vllm = { engines: [{ name: 'vllm', version: null, build: null }] };
+    expect(
+      decide(
+        [big(50, { engine: 'vllm' })],
+        [cards('gpu-1', 4)].map((n) => ({ ...n, ...vllm })),
+        [],
+        now,
+      ).place[0]?.gpuIndexes,
+    ).toEqual([0, 1, 2, 3]);
+    // One card on each of two nodes: together they would hold it, but a model is split within one node only.
+    const apart = decide([big(30)], [oneCard('gpu-1'), oneCard('gpu-2')], [], now);
+    expect(apart.place).toEqual([
+      expect.objectContaining({
+        nodeId: null,
+        message: expect.stringMatching(/^fits on no node: needs 30\.0 GiB, the most room is 21\.6 GiB on gpu-1 GPU 0/),
+      }),
+    ]);
+    // A split replica books its share on each of its cards: 15 GiB of each. What is left of the two (6.6 GiB on
+    // each) takes another split of 8 GiB, not one of 16.
+    const split = replica({ id: 's', modelId: 'm2', nodeId: 'gpu-1', gpuIndexes: [0, 1], state: 'LOADING' });
+    const nodes = [cards('gpu-1', 2)];
+    const beside = (gib: number) =>
+      decide([big(gib, { minReplicas: 1, maxReplicas: 1 }), big(30, { id: 'm2', name: 'big' })], nodes, [split], now);
+    expect(beside(8).place).toEqual([{ modelId: 'm1', nodeId: 'gpu-1', message: null, gpuIndexes: [0, 1] }]);
+    expect(beside(16).place).toEqual([
+      expect.objectContaining({ nodeId: null, message: expect.stringContaining('15.0 GiB held by 1 replica') }),
+    ]);
   });
 });

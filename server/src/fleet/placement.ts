@@ -1,5 +1,6 @@
 import type { CatalogModel, Node, Replica } from '../generated/prisma/client.js';
-import { freeMiB, nodeGpus, runsEngine } from './node-inventory.js';
+import { type Card, GpuLedger, type GpuMargin, gib, type RoomReplica, roomMiB, roomWords } from './gpu-room.js';
+import { noGpuReason, runsEngine } from './node-inventory.js';
 
 // Where replicas go, as a pure decision over what the database says: which models want how many replicas, which
 // nodes are online with how much free GPU memory, and which replicas exist. The pass (fleet-placement.ts) applies it.
@@ -7,16 +8,30 @@ import { freeMiB, nodeGpus, runsEngine } from './node-inventory.js';
 export type PlacementModel = Pick<
   CatalogModel,
   'id' | 'name' | 'engine' | 'memoryBytes' | 'minReplicas' | 'maxReplicas' | 'awakeUntil'
->;
-export type PlacementNode = Pick<Node, 'id' | 'name' | 'gpus' | 'engines'> & { online: boolean };
-export type PlacementReplica = Pick<Replica, 'id' | 'modelId' | 'nodeId' | 'state' | 'desired' | 'createdAt'> & {
-  updatedAt?: Date;
-  gpuIndex?: number | null;
+> & {
+  /** The count the autoscaler chose (scaling.ts), for a model with a target; kept within min (or awake) and max. */
+  scaledReplicas?: number | null;
 };
+export type PlacementNode = Pick<Node, 'id' | 'name' | 'gpus' | 'engines'> & { online: boolean };
+export type PlacementReplica = Pick<Replica, 'id' | 'modelId' | 'nodeId' | 'state' | 'desired' | 'createdAt'> &
+  Omit<RoomReplica, 'modelId' | 'nodeId' | 'state' | 'gpuIndex'> & {
+    updatedAt?: Date;
+    gpuIndex?: number | null;
+  };
 
 export type Actions = {
-  /** `gpuIndex` absent: the node as a whole (it reports no GPU, or the model fits only split across its GPUs). */
-  place: { modelId: string; nodeId: string | null; message: string | null; replicaId?: string; gpuIndex?: number }[];
+  /**
+   * `gpuIndex`: the one card it goes on; `gpuIndexes`: the cards of one node a model too large for one card is
+   * split across; neither: the node as a whole (it reports no GPU).
+   */
+  place: {
+    modelId: string;
+    nodeId: string | null;
+    message: string | null;
+    replicaId?: string;
+    gpuIndex?: number;
+    gpuIndexes?: number[];
+  }[];
   stop: string[];
   lost: { replicaId: string; message: string }[];
   /**
@@ -29,11 +44,24 @@ export type Actions = {
 const ACTIVE = new Set(['PENDING', 'LOADING', 'READY']);
 const MiB = 2 ** 20;
 
-/** How many replicas a model wants now: ALWAYS its count, ON_DEMAND one while woken, STOPPED none. */
-export function wanted(m: Pick<PlacementModel, 'minReplicas' | 'maxReplicas' | 'awakeUntil'>, now: Date): number {
+export type DecideOptions = {
+  /** HANGAR_GPU_MEMORY_MARGIN: what each card keeps unbooked (default 10 %). */
+  margin?: GpuMargin;
+};
+
+/**
+ * How many replicas a model wants now: ALWAYS its count, ON_DEMAND one while woken, STOPPED none; an autoscaled
+ * model what its load asked for, within those bounds.
+ */
+export function wanted(
+  m: Pick<PlacementModel, 'minReplicas' | 'maxReplicas' | 'awakeUntil' | 'scaledReplicas'>,
+  now: Date,
+): number {
   if (m.maxReplicas === 0) return 0;
-  if (m.minReplicas === 0) return m.awakeUntil && m.awakeUntil > now ? 1 : 0;
-  return m.minReplicas;
+  const floor = m.minReplicas === 0 ? (m.awakeUntil && m.awakeUntil > now ? 1 : 0) : m.minReplicas;
+  // Autoscaled: as many as the load asked for, never under the floor (asleep stays asleep) nor over max.
+  if (floor > 0 && m.scaledReplicas != null) return Math.min(m.maxReplicas, Math.max(floor, m.scaledReplicas));
+  return floor;
 }
 
 const engineName = (e: PlacementModel['engine']) => (e === 'llamacpp' ? 'llama.cpp' : 'vllm');
@@ -43,22 +71,14 @@ export function decide(
   nodes: PlacementNode[],
   replicas: PlacementReplica[],
   now = new Date(),
+  o: DecideOptions = {},
 ): Actions {
   const actions: Actions = { place: [], stop: [], lost: [], keep: [] };
   const byId = new Map(nodes.map((n) => [n.id, n]));
-  // Memory already promised to replicas still loading (not yet in the agent's own free figures): on each node,
-  // and on each GPU for those placed on one (keyed node:index).
-  const promised = new Map<string, number>();
-  const promise = (nodeId: string, gpuIndex: number | null | undefined, mib: number) => {
-    promised.set(nodeId, (promised.get(nodeId) ?? 0) + mib);
-    if (gpuIndex != null) promised.set(`${nodeId}:${gpuIndex}`, (promised.get(`${nodeId}:${gpuIndex}`) ?? 0) + mib);
-  };
   const modelById = new Map(models.map((m) => [m.id, m]));
-  for (const r of replicas) {
-    if (r.nodeId && (r.state === 'PENDING' || r.state === 'LOADING') && r.desired === 'RUN') {
-      promise(r.nodeId, r.gpuIndex, Number(modelById.get(r.modelId)?.memoryBytes ?? 0n) / MiB);
-    }
-  }
+  // What every card holds (measured once loaded, planned before) and has room for; each replica placed below is
+  // booked on it at once, so one pass never promises a card twice.
+  const ledger = new GpuLedger(nodes, replicas, (id) => modelById.get(id)?.memoryBytes, o.margin);
 
   for (const m of models) {
     const mine = replicas.filter((r) => r.modelId === m.id);
@@ -108,50 +128,69 @@ export function decide(
         )
         .map((r) => r.nodeId),
     );
-    // Where this model already runs: a GPU holds one replica of it, a node taken as a whole holds one.
-    const usedGpus = new Set(active.filter((r) => r.gpuIndex != null).map((r) => `${r.nodeId}:${r.gpuIndex}`));
-    const wholeNode = new Set(active.filter((r) => r.nodeId && r.gpuIndex == null).map((r) => r.nodeId));
+    // A node that reports no GPU is taken as a whole (it runs on its CPU), once; a card holds as many replicas as
+    // its room allows, of this model or others.
+    const wholeNode = new Set(
+      active.filter((r) => r.nodeId && r.gpuIndex == null && !r.gpuIndexes?.length).map((r) => r.nodeId),
+    );
     const holds = new Set(active.map((r) => r.nodeId).filter(Boolean));
-    const choose = (): { node: PlacementNode | null; gpuIndex?: number; message: string | null } => {
-      const eligible = nodes.filter(
-        (n) => n.online && runsEngine(n, engine) && !failedOn.has(n.id) && !wholeNode.has(n.id),
-      );
-      const nodeFree = (n: PlacementNode) => freeMiB(n) - (promised.get(n.id) ?? 0);
-      // One replica per GPU that holds it alone; a node with several such GPUs takes several. A node that does
-      // not yet hold the model comes first: two copies on two machines outlive one machine going down.
-      const perGpu = eligible.flatMap((n) =>
-        nodeGpus(n)
-          .filter((g) => !usedGpus.has(`${n.id}:${g.index}`))
-          .map((g) => ({
-            n,
-            gpuIndex: g.index as number | undefined,
-            free: Math.min(g.freeMiB - (promised.get(`${n.id}:${g.index}`) ?? 0), nodeFree(n)),
-          })),
-      );
-      // Else the node as a whole (llama.cpp splits a model across its GPUs; a node with no GPU runs on its CPU),
-      // once per node.
-      const whole = eligible
-        .filter((n) => !holds.has(n.id))
-        .map((n) => ({ n, gpuIndex: undefined, free: nodeFree(n) }));
-      const order = (a: { n: PlacementNode; free: number }, b: { n: PlacementNode; free: number }) =>
-        Number(holds.has(a.n.id)) - Number(holds.has(b.n.id)) || b.free - a.free;
+    type Option = { n: PlacementNode; gpus: number[]; room: number; here: number; card?: Card };
+    const choose = (): { node: PlacementNode | null; gpus: number[]; message: string | null } => {
+      const eligible = nodes.filter((n) => n.online && runsEngine(n, engine) && !failedOn.has(n.id));
+      const single: Option[] = [];
+      const split: Option[] = [];
+      const whole: Option[] = [];
+      for (const n of eligible) {
+        const cards = ledger.of(n.id);
+        if (!cards.length) {
+          if (!wholeNode.has(n.id)) whole.push({ n, gpus: [], room: 0, here: 0 });
+          continue;
+        }
+        for (const c of cards)
+          single.push({ n, gpus: [c.index], room: roomMiB(c), here: c.models.get(m.id) ?? 0, card: c });
+        // Too large for one card: split over the k roomiest cards of one node, an equal share on each (vLLM's
+        // tensor parallelism shards evenly, and llama.cpp is told the same split), so the k-th must hold its share.
+        // vLLM splits only over 2, 4 or 8 cards: attention heads divide by those, not by 3.
+        const byRoom = [...cards].sort((a, b) => roomMiB(b) - roomMiB(a));
+        for (let k = 2; k <= byRoom.length; k++) {
+          if (m.engine === 'vllm' && ![2, 4, 8].includes(k)) continue;
+          const gpus = byRoom.slice(0, k).map((c) => c.index);
+          split.push({ n, gpus: gpus.sort((a, b) => a - b), room: roomMiB(byRoom[k - 1] as Card) * k, here: 0 });
+        }
+      }
+      // A node that does not yet hold the model comes first (two copies on two machines outlive one machine going
+      // down), then a card that does not, then the most room.
+      const order = (a: Option, b: Option) =>
+        Number(holds.has(a.n.id)) - Number(holds.has(b.n.id)) || a.here - b.here || b.room - a.room;
       const fitting =
-        perGpu.filter((c) => c.free >= neededMiB).sort(order)[0] ??
-        whole.filter((c) => c.free >= neededMiB).sort(order)[0];
-      if (fitting) return { node: fitting.n, gpuIndex: fitting.gpuIndex, message: null };
-      const candidates = whole.length ? whole : perGpu;
+        single.filter((c) => c.room >= neededMiB).sort(order)[0] ??
+        split.filter((c) => c.room >= neededMiB).sort((a, b) => a.gpus.length - b.gpus.length || order(a, b))[0] ??
+        whole.filter((c) => c.room >= neededMiB).sort(order)[0];
+      if (fitting) return { node: fitting.n, gpus: fitting.gpus, message: null };
       const online = nodes.filter((n) => n.online);
-      if (!online.length) return { node: null, message: 'no node is online' };
-      if (!online.some((n) => runsEngine(n, engine))) return { node: null, message: `no online node runs ${engine}` };
-      const best = candidates.sort((a, b) => b.free - a.free)[0];
-      if (!best)
+      if (!online.length) return { node: null, gpus: [], message: 'no node is online' };
+      if (!online.some((n) => runsEngine(n, engine)))
+        return { node: null, gpus: [], message: `no online node runs ${engine}` };
+      const best = single.sort((a, b) => b.room - a.room)[0];
+      if (!best) {
+        const bare = whole[0];
         return {
           node: null,
-          message: `every node that runs ${engine} already has a replica of ${m.name} or failed to load it lately`,
+          gpus: [],
+          message: bare
+            ? `fits on no node: ${noGpuReason(bare.n.name, neededMiB)}`
+            : `every node that runs ${engine} already has a replica of ${m.name} or failed to load it lately`,
         };
+      }
+      const most = split.sort((a, b) => b.room - a.room)[0];
+      const together =
+        most && most.room > best.room
+          ? `; split over ${most.gpus.length} cards of ${most.n.name}, ${gib(Math.max(0, most.room))}`
+          : '';
       return {
         node: null,
-        message: `fits on no node: needs ${gib(neededMiB)}, the most free is ${gib(Math.max(0, best.free))} on ${best.n.name}`,
+        gpus: [],
+        message: `fits on no node: needs ${gib(neededMiB)}, the most room is ${roomWords(best.card as Card)}${together}. It is placed once a card (or the cards of one node together) has that room: when a replica there stops, a node with more GPU memory joins, or HANGAR_GPU_MEMORY_MARGIN is lowered`,
       };
     };
     // Unplaced replicas first (they keep their place in line), then new ones. A replica placed on a node that went
@@ -163,11 +202,11 @@ export function decide(
     const taken = (c: ReturnType<typeof choose>) => {
       if (!c.node) return;
       holds.add(c.node.id);
-      if (c.gpuIndex === undefined) wholeNode.add(c.node.id);
-      else usedGpus.add(`${c.node.id}:${c.gpuIndex}`);
-      promise(c.node.id, c.gpuIndex, neededMiB);
+      if (!c.gpus.length) wholeNode.add(c.node.id);
+      else ledger.book(c.node.id, c.gpus, neededMiB, m.id);
     };
-    const placed = (c: ReturnType<typeof choose>) => (c.gpuIndex === undefined ? {} : { gpuIndex: c.gpuIndex });
+    const placed = (c: ReturnType<typeof choose>) =>
+      c.gpus.length === 1 ? { gpuIndex: c.gpus[0] } : c.gpus.length > 1 ? { gpuIndexes: c.gpus } : {};
     for (const r of unplaced) {
       const c = choose();
       actions.place.push({
@@ -187,8 +226,4 @@ export function decide(
     }
   }
   return actions;
-}
-
-function gib(mib: number) {
-  return `${(mib / 1024).toFixed(1)} GiB`;
 }

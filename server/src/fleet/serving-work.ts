@@ -18,7 +18,8 @@ const FUNCTION = `
 CREATE OR REPLACE FUNCTION hangar_serving_work_changed() RETURNS trigger AS $$
 BEGIN
   IF TG_OP = 'UPDATE' AND NEW."nodeId" IS NOT DISTINCT FROM OLD."nodeId" AND NEW.desired = OLD.desired
-     AND NEW.state = OLD.state AND NEW."gpuIndex" IS NOT DISTINCT FROM OLD."gpuIndex" THEN
+     AND NEW.state = OLD.state AND NEW."gpuIndex" IS NOT DISTINCT FROM OLD."gpuIndex"
+     AND NEW."gpuIndexes" IS NOT DISTINCT FROM OLD."gpuIndexes" THEN
     RETURN NULL;
   END IF;
   IF TG_OP <> 'INSERT' AND OLD."nodeId" IS NOT NULL THEN
@@ -57,6 +58,8 @@ const sent = (a: AssignmentRow) => [
   a.model.parallel,
   a.desired,
   a.gpuIndex,
+  a.gpuIndexes,
+  a.model.memoryBytes?.toString(),
   a.model.adapters.map((x) => [x.name, x.source]),
 ];
 

@@ -1,7 +1,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { freePort } from '@hangar/common/free-port';
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startReportingNode } from '../../test/fixtures/reporting-node.js';
 import { type StandInReplica, startStandInReplica } from '../../test/fixtures/stand-in-replica.js';

@@ -1,7 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage, ServerResponse } from 'node:http';
 import path from 'node:path';
-import { pipeline } from 'node:stream/promises';
 import type { Logger } from '@hangar/common/log';
 import {
   ApiError,
@@ -26,7 +25,18 @@ import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
 import { refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
 import { admitOrFallBack, fallbackTargets, withModel } from './fallbacks.js';
-import { estimatePromptTokens, JsonTap, SseTap, send, UpstreamUnreached, type Usage, usageOfJson } from './proxy.js';
+import type { LoadCounts } from './load-report.js';
+import {
+  estimatePromptTokens,
+  JsonTap,
+  readWhole,
+  SseTap,
+  send,
+  UpstreamUnreached,
+  type Usage,
+  usageOfAnswer,
+} from './proxy.js';
+import { relay } from './relay.js';
 import { HashRing, loadBound } from './ring.js';
 import { type RouteModel, type RouteReplica, RouteTable, type Target } from './routes.js';
 import { type Outcome, type UsageEvent, UsageRecorder } from './usage.js';
@@ -85,7 +95,12 @@ export class Gateway {
   private turn = 0;
 
   constructor(private readonly deps: GatewayDeps) {
-    this.routes = new RouteTable({ db: deps.db, log: deps.log });
+    this.routes = new RouteTable({
+      db: deps.db,
+      log: deps.log,
+      events: { pubsub: deps.pubsub, listeningSince: deps.listeningSince },
+      rereadMs: deps.config.gatewayRoutesRereadSeconds * 1000,
+    });
     this.usage = new UsageRecorder({
       db: deps.db,
       log: deps.log,
@@ -133,6 +148,15 @@ export class Gateway {
   /** Requests in this process waiting for a model to start. */
   waiting(model: string): number {
     return this.waitingFor.get(model) ?? 0;
+  }
+
+  /** What this process holds open, for the load it publishes to the autoscaler (load-report.ts). */
+  loadCounts(): LoadCounts {
+    return {
+      inFlight: this.inFlight,
+      waiting: this.waitingFor,
+      modelId: (name) => this.routes.lookup(name)?.model.id,
+    };
   }
 
   /**
@@ -446,9 +470,7 @@ export class Gateway {
             const headersAt = performance.now();
             let whole: Buffer;
             try {
-              const chunks: Buffer[] = [];
-              for await (const chunk of upstream) chunks.push(chunk as Buffer);
-              whole = Buffer.concat(chunks);
+              whole = await readWhole(upstream, length);
             } catch (err) {
               if (abort.signal.aborted) {
                 outcome = 'aborted';
@@ -461,7 +483,7 @@ export class Gateway {
               sendError(res, midAnswer(target.model.name, err));
               return;
             }
-            usage = usageOfJson(whole);
+            usage = usageOfAnswer(whole);
             firstAt = headersAt;
             res.writeHead(status, { ...headers, 'content-length': String(whole.length) });
             res.end(whole);
@@ -475,12 +497,10 @@ export class Gateway {
           try {
             // Not pipeline(upstream, tap, res): on a replica's failure that destroys the client's response too,
             // so the client would hear no reason and the failure would count as the client leaving. The client
-            // going away is what the abort signal says (it aborts the upstream request, ending this pipeline).
-            tap.pipe(res);
-            await pipeline(upstream, tap);
+            // going away is what the abort signal says (it aborts the upstream request, ending the relay).
+            await relay(upstream, res, tap);
             outcome = status < 400 ? 'ok' : 'error';
           } catch (err) {
-            tap.unpipe(res);
             if (abort.signal.aborted || res.destroyed) {
               outcome = res.writableFinished ? 'ok' : 'aborted';
             } else {

@@ -1,7 +1,7 @@
 import { Readable } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import { describe, expect, it } from 'vitest';
-import { estimatePromptTokens, SseTap, UsageScanner } from './proxy.js';
+import { describe, expect, it, vi } from 'vitest';
+import { estimatePromptTokens, SseTap, UsageScanner, usageOfAnswer } from './proxy.js';
 
 // The tap every streamed answer goes through, fed the bytes an engine sends cut at every place a read can cut
 // them: inside a multi-byte character, inside the blank line that ends an event, inside the usage chunk. What
@@ -108,6 +108,55 @@ describe('UsageScanner', () => {
       const scanner = new UsageScanner();
       scanner.push(Buffer.from(text));
       expect(scanner.usage).toBeNull();
+    }
+  });
+});
+
+describe('usageOfAnswer', () => {
+  const text = 'A long answer. '.repeat(200);
+  const completion = (extra: Record<string, unknown> = {}) => ({
+    id: 'chatcmpl-1',
+    object: 'chat.completion',
+    choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: 'stop' }],
+    ...extra,
+  });
+  const usage = {
+    prompt_tokens: 9,
+    completion_tokens: 7,
+    total_tokens: 16,
+    prompt_tokens_details: { cached_tokens: 4 },
+  };
+
+  it("reads an engine's usage from the answer's tail, parsing only the usage object", () => {
+    const parse = vi.spyOn(JSON, 'parse');
+    try {
+      for (const answer of [JSON.stringify(completion({ usage })), JSON.stringify(completion({ usage }), null, 2)]) {
+        parse.mockClear();
+        expect(usageOfAnswer(Buffer.from(answer))).toEqual({ promptTokens: 9, completionTokens: 7, cachedTokens: 4 });
+        // The answer is not parsed a second time: one parse, of the usage's few bytes.
+        expect(parse.mock.calls.map(([arg]) => String(arg).length < 200)).toEqual([true]);
+      }
+    } finally {
+      parse.mockRestore();
+    }
+  });
+
+  it('takes only a top-level usage, wherever it is, as the whole parse does', () => {
+    const cases: [unknown, unknown][] = [
+      // Not last: the whole answer is parsed.
+      [
+        { usage, ...completion() },
+        { promptTokens: 9, completionTokens: 7, cachedTokens: 4 },
+      ],
+      // A "usage" key deeper down, last in the answer, is not the answer's.
+      [completion({ extra: { usage } }), null],
+      [{ ...completion({ extra: { usage } }), usage: null }, null],
+      // Inside the text it is escaped, never a key.
+      [{ choices: [{ message: { content: 'say "usage":{"prompt_tokens":1}}' } }] }, null],
+      [completion({ usage: null }), null],
+    ];
+    for (const [answer, expected] of cases) {
+      expect(usageOfAnswer(Buffer.from(JSON.stringify(answer)))).toEqual(expected);
     }
   });
 });

@@ -11,6 +11,37 @@ const agents = {
   'https:': new https.Agent({ keepAlive: true, maxSockets: Number.POSITIVE_INFINITY, maxFreeSockets: 256 }),
 };
 
+type UpstreamTarget = {
+  transport: typeof http | typeof https;
+  agent: http.Agent;
+  protocol: string;
+  hostname: string;
+  port: string;
+  path: string;
+};
+/** Replicas' URLs, parsed once each (a URL parse per request showed in the gateway's profile); few, and bounded. */
+const targets = new Map<string, UpstreamTarget>();
+
+function targetOf(endpoint: string, route: string): UpstreamTarget {
+  const key = `${endpoint}\n${route}`;
+  let target = targets.get(key);
+  if (!target) {
+    const url = new URL(`${endpoint.replace(/\/+$/, '')}${route}`);
+    const https_ = url.protocol === 'https:';
+    target = {
+      transport: https_ ? https : http,
+      agent: agents[https_ ? 'https:' : 'http:'],
+      protocol: url.protocol,
+      hostname: url.hostname.replace(/^\[|\]$/g, ''),
+      port: url.port,
+      path: `${url.pathname}${url.search}`,
+    };
+    if (targets.size >= 4096) targets.clear();
+    targets.set(key, target);
+  }
+  return target;
+}
+
 /** Why a replica was given up on before it sent anything: the request may go to another one. */
 export class UpstreamUnreached extends Error {
   override name = 'UpstreamUnreached';
@@ -31,19 +62,26 @@ export function send(o: {
   signal: AbortSignal;
 }): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
-    const url = new URL(`${o.endpoint.replace(/\/+$/, '')}${o.route}`);
-    const transport = url.protocol === 'https:' ? https : http;
-    const req = transport.request(url, {
+    if (o.signal.aborted) return reject(o.signal.reason);
+    const target = targetOf(o.endpoint, o.route);
+    const req = target.transport.request({
+      protocol: target.protocol,
+      hostname: target.hostname,
+      port: target.port,
+      path: target.path,
       method: 'POST',
-      agent: agents[url.protocol as 'http:' | 'https:'],
+      agent: target.agent,
       headers: {
         'content-type': 'application/json',
         'content-length': o.body.length,
         accept: o.stream ? 'text/event-stream' : 'application/json',
         authorization: `Bearer ${o.engineKey}`,
       },
-      signal: o.signal,
     });
+    // Not http.request's own `signal` option, which wraps each request in listeners added and removed again: the
+    // signal is the forward's own, and dies with it, so one listener that destroys the request does (the answer
+    // with it, mid-stream included).
+    o.signal.addEventListener('abort', () => req.destroy(o.signal.reason as Error), { once: true });
     const timer = setTimeout(() => {
       req.destroy(new UpstreamUnreached(`no answer within ${o.firstByteMs} ms (HANGAR_GATEWAY_FIRST_BYTE_MS)`));
     }, o.firstByteMs);
@@ -57,6 +95,32 @@ export function send(o: {
       reject(new UpstreamUnreached((err as NodeJS.ErrnoException).code ?? err.message));
     });
     req.end(o.body);
+  });
+}
+
+/**
+ * An answer of `length` bytes (its Content-Length), read whole: by its events, without an async iterator's promise
+ * per chunk (most answers are one chunk). Rejects as the stream errs, or when it ends short of `length`.
+ */
+export function readWhole(answer: IncomingMessage, length: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    let first: Buffer | undefined;
+    let chunks: Buffer[] | undefined;
+    answer.on('data', (chunk: Buffer) => {
+      if (!first) first = chunk;
+      else if (chunks) chunks.push(chunk);
+      else chunks = [first, chunk];
+    });
+    answer.once('end', () => {
+      const whole = chunks ? Buffer.concat(chunks) : (first ?? Buffer.alloc(0));
+      if (whole.length < length) reject(new Error(`the answer ended after ${whole.length} of its ${length} bytes`));
+      else resolve(whole);
+    });
+    answer.once('error', reject);
+    // Destroyed without an error (the request was): 'close' without 'end'.
+    answer.once('close', () => {
+      if (!answer.readableEnded) reject(new Error('the answer was cut off'));
+    });
   });
 }
 
@@ -125,6 +189,16 @@ export class SseTap extends Transform {
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) {
+    const out = this.passOn(chunk);
+    done(null, out.length ? out : undefined);
+  }
+
+  override _flush(done: TransformCallback) {
+    done(null, this.rest() ?? undefined);
+  }
+
+  /** What of `chunk` goes on to the client now (the whole events in it, less a usage chunk it did not ask for). */
+  passOn(chunk: Buffer): Buffer | string {
     this.firstEventAt ??= performance.now();
     const bytes = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
     // Only whole events are looked into: a usage chunk split across reads is still found. Cut at the bytes of
@@ -134,13 +208,13 @@ export class SseTap extends Transform {
     const end = n >= 2 && bytes[n - 1] === 10 && bytes[n - 2] === 10 ? n - 2 : bytes.lastIndexOf(EVENT_END);
     if (end < 0) {
       this.pending = bytes;
-      return done();
+      return EMPTY;
     }
     this.pending = end + 2 < bytes.length ? bytes.subarray(end + 2) : EMPTY;
     const events = end + 2 < bytes.length ? bytes.subarray(0, end + 2) : bytes;
     this.delivered += tokenChunks(events);
     // The common case, a token's chunk: the same bytes go on, undecoded and uncopied (this runs per token).
-    if (events.indexOf(USAGE_MARK) < 0) return done(null, events);
+    if (events.indexOf(USAGE_MARK) < 0) return events;
     let out = '';
     for (const event of events.toString('utf8').split('\n\n')) {
       if (!event) continue;
@@ -158,11 +232,12 @@ export class SseTap extends Transform {
       }
       out += `${event}\n\n`;
     }
-    done(null, out);
+    return out;
   }
 
-  override _flush(done: TransformCallback) {
-    done(null, this.pending.length ? this.pending : undefined);
+  /** What is left when the stream ends: bytes after the last whole event, passed on as they came. */
+  rest(): Buffer | null {
+    return this.pending.length ? this.pending : null;
   }
 
   /**
@@ -208,6 +283,53 @@ function tokenChunks(events: Buffer): number {
   return count;
 }
 
+const USAGE_AT = Buffer.from('"usage"');
+
+/**
+ * The usage of a whole JSON answer, read from its tail: engines write `usage` as the top-level object's last key,
+ * so the object after the last `"usage"` is parsed alone, not the answer a second time (its text can be long). Taken
+ * only when that object closes the answer's top level (then a `}` and the end follow it); otherwise, and for any
+ * doubt, the whole answer is parsed (usageOfJson).
+ */
+export function usageOfAnswer(bytes: Buffer): Usage | null {
+  const at = bytes.lastIndexOf(USAGE_AT);
+  // A `"usage"` inside a string would be escaped (\"usage\"): this one is a key.
+  if (at > 0 && bytes[at - 1] !== BACKSLASH) {
+    let i = at + USAGE_AT.length;
+    while (i < bytes.length && bytes[i]! <= 0x20) i++;
+    if (bytes[i] === 0x3a) {
+      i++;
+      while (i < bytes.length && bytes[i]! <= 0x20) i++;
+      if (bytes[i] === 0x7b) {
+        const from = i;
+        let depth = 0;
+        for (; i < bytes.length; i++) {
+          const b = bytes[i];
+          // A usage object holds numbers and objects: a string in it (a quote) is a doubt, settled by the whole parse.
+          if (b === QUOTE) {
+            // Keys are strings: skip to the closing quote (a key has no escapes in an engine's usage).
+            const close = bytes.indexOf(QUOTE, i + 1);
+            if (close < 0 || bytes.subarray(i + 1, close).includes(BACKSLASH)) break;
+            i = close;
+          } else if (b === 0x7b) depth++;
+          else if (b === 0x7d && --depth === 0) break;
+        }
+        if (depth === 0 && i < bytes.length) {
+          const to = i + 1;
+          let j = to;
+          while (j < bytes.length && bytes[j]! <= 0x20) j++;
+          if (bytes[j] === 0x7d) {
+            j++;
+            while (j < bytes.length && bytes[j]! <= 0x20) j++;
+            if (j === bytes.length) return usageOfJson(bytes.subarray(from, to), true);
+          }
+        }
+      }
+    }
+  }
+  return usageOfJson(bytes);
+}
+
 /** The usage of a whole JSON answer (or, with `isUsage`, the usage object itself); null when none or not JSON. */
 export function usageOfJson(bytes: Buffer, isUsage = false): Usage | null {
   try {
@@ -231,9 +353,17 @@ export class JsonTap extends Transform {
   }
 
   override _transform(chunk: Buffer, _enc: BufferEncoding, done: TransformCallback) {
+    done(null, this.passOn(chunk));
+  }
+
+  passOn(chunk: Buffer): Buffer {
     this.firstByteAt ??= performance.now();
     this.scanner.push(chunk);
-    done(null, chunk);
+    return chunk;
+  }
+
+  rest(): null {
+    return null;
   }
 
   /** The engine's usage; without one (cut short, or an engine that reports none) the prompt, estimated. */

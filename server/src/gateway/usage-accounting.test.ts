@@ -1,4 +1,4 @@
-import OpenAI from 'openai';
+import { OpenAI } from '@hangar/common/test/fixtures/openai-client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   DIMENSIONS,

@@ -35,7 +35,11 @@ withUsageFields(UsagePointRef);
 export const UsageRef = builder.objectRef<Usage>('Usage').implement({
   description: 'Usage per step from `from` (its minute) to `to`, every step present, and the totals over all of it.',
   fields: (t) => ({
-    from: t.expose('from', { type: 'DateTime', description: "The first step's start: `from` down to its minute." }),
+    from: t.expose('from', {
+      type: 'DateTime',
+      description:
+        "The first step's start: `from` down to its minute; down to its hour (or day) where usage that old is kept per hour (or day) alone (HANGAR_USAGE_RETENTION).",
+    }),
     to: t.expose('to', { type: 'DateTime' }),
     step: t.exposeInt('stepMinutes', { description: 'Minutes per point.' }),
     points: t.field({ type: [UsagePointRef], resolve: (u) => u.points }),

@@ -1,3 +1,4 @@
+import type { Logger } from '@hangar/common/log';
 import { tokenIdsOfUserSql } from '../access/access-store.js';
 import { roleAtLeast, type Viewer } from '../auth/viewer.js';
 import { seenByOwnersSql } from '../catalog/catalog-store.js';
@@ -5,6 +6,14 @@ import type { Db } from '../db/client.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { USAGE_BUCKETS_MS } from './usage.js';
+import { UsagePruner } from './usage-retention.js';
+import {
+  DEFAULT_USAGE_RETENTION,
+  horizonsAt,
+  parseUsageRetention,
+  type UsageRetention,
+} from './usage-retention-setting.js';
+import { fromSpans, type Horizons, LEVELS, type Level, planPieces, type Span, utc } from './usage-rollup.js';
 
 /** The longest range one query reads: usage is kept per minute, and a month of it is what a chart compares. */
 export const USAGE_MAX_DAYS = 31;
@@ -14,7 +23,8 @@ export const USAGE_MAX_STEP_MINUTES = 1440;
 export const USAGE_MAX_POINTS = 1440;
 
 const MINUTE_MS = 60_000;
-const DAY_MS = 24 * 60 * MINUTE_MS;
+const HOUR_MS = 60 * MINUTE_MS;
+const DAY_MS = 24 * HOUR_MS;
 
 export type UsageTotals = {
   requests: number;
@@ -73,16 +83,51 @@ type Row = {
 
 type Sums = Omit<Row, 'bin' | 'buckets'> & { buckets: number[] };
 
+export type UsageServiceDeps = {
+  db: Db;
+  /** HANGAR_USAGE_RETENTION: how long minutes, hours and days are kept (usage-retention.ts); its default if absent. */
+  retention?: UsageRetention;
+  /** Where the pruning loop says what it did; none: it says nothing. */
+  log?: Logger;
+};
+
 /**
- * Reads the per-minute usage the gateway records (UsageMinute), summed per step in PostgreSQL. Who asks decides
- * what is read: OPERATOR and above read every caller's; a VIEWER reads their own tokens' and sessions' alone,
- * and a filter for someone else's token reads as no usage at all, so a token id reveals nothing about its owner.
+ * Reads the usage the gateway records per minute (UsageMinute) and its rollups per hour and per day (UsageHour,
+ * UsageDay: usage-rollup.ts), summed per step in PostgreSQL from the coarsest rows that make up each step exactly.
+ * Who asks decides what is read: OPERATOR and above read every caller's; a VIEWER reads their own tokens' and
+ * sessions' alone, and a filter for someone else's token reads as no usage at all, so a token id reveals nothing
+ * about its owner.
  */
 export class UsageService {
+  /** Deletes what is past the retention (started and stopped with the server, app.ts). */
+  readonly pruner: UsagePruner;
   private readonly db: Db;
+  private readonly retention: UsageRetention;
 
-  constructor(deps: { db: Db }) {
+  constructor(deps: UsageServiceDeps) {
     this.db = deps.db;
+    this.retention = deps.retention ?? (parseUsageRetention(DEFAULT_USAGE_RETENTION) as UsageRetention);
+    this.pruner = new UsagePruner({ db: deps.db, retention: this.retention, log: deps.log ?? silent });
+  }
+
+  /** From when minutes and hours are still kept, now. */
+  horizons(): Horizons {
+    return horizonsAt(this.retention, this.db.clock.nowMs());
+  }
+
+  /**
+   * For reads that need the minutes themselves (the cost report divides each minute's GPU time among its calls):
+   * refuses a range that starts before the minutes still kept, saying from when they are.
+   */
+  minutesKept(from: Date): Result<void> {
+    const { minutesFrom } = this.horizons();
+    if (from.getTime() >= minutesFrom) return ok(undefined);
+    return fail(
+      new ValidationError(
+        'from',
+        `usage per minute is kept from ${new Date(minutesFrom).toISOString()} on (HANGAR_USAGE_RETENTION); from ${from.toISOString()} is earlier: ask from then on, or keep minutes longer`,
+      ),
+    );
   }
 
   /**
@@ -90,7 +135,7 @@ export class UsageService {
    * (absent: an admin, all), so asking for a team's adapter by name reads as asking for one never called.
    */
   async usage(viewer: Viewer, filter: UsageFilter, owners?: string[]): Promise<Result<Usage>> {
-    const range = checkRange(filter);
+    const range = checkRange(filter, this.horizons());
     if (!range.ok) return range;
     const { from, to, stepMinutes } = range.value;
     const stepMs = stepMinutes * MINUTE_MS;
@@ -118,17 +163,24 @@ export class UsageService {
     toIn: Date,
   ): Promise<Result<Map<string, UsageTotals>>> {
     // Totals have no steps: the 31 days a token's usage is documented to cover are one sum, not 44,640 points.
-    const range = checkSpan({ from: fromIn, to: toIn });
+    const range = checkSpan({ from: fromIn, to: toIn }, this.horizons());
     if (!range.ok) return range;
     const { from, to } = range.value;
     const ids = [...new Set(tokenIds)];
-    const rows = ids.length
-      ? await this.db.$queryRaw<(Omit<Row, 'bin'> & { tokenId: string })[]>`
+    // One step, the whole range: its days, hours and edge minutes (usage-rollup.ts), each level summed per token.
+    const pieces = planPieces(from.getTime(), to.getTime(), Number.POSITIVE_INFINITY, this.horizons());
+    const parts = levelsOf(pieces).map(
+      ([level, spans]) => Prisma.sql`
           SELECT "tokenId", ${this.sumColumns()}, ${histogramSum()} AS buckets
-          FROM "UsageMinute"
-          WHERE "tokenId" IN (${Prisma.join(ids)}) AND ${this.window(from, to)} AND ${this.restriction(viewer)}
-          GROUP BY "tokenId"`
-      : [];
+          FROM ${fromSpans(level, spans, [Prisma.sql`"tokenId" IN (${Prisma.join(ids)})`, this.restriction(viewer)])}
+          GROUP BY "tokenId"`,
+    );
+    const rows =
+      ids.length && parts.length
+        ? await this.db.$queryRaw<(Omit<Row, 'bin'> & { tokenId: string })[]>`
+          SELECT "tokenId", ${this.sumColumns()}, ${histogramSum('buckets')} AS buckets
+          FROM (${Prisma.join(parts, ' UNION ALL ')}) l GROUP BY "tokenId"`
+        : [];
     const byToken = new Map(rows.map((r) => [r.tokenId, r]));
     const span = to.getTime() - from.getTime();
     return ok(
@@ -179,33 +231,51 @@ export class UsageService {
     stepMs: number,
     owners?: string[],
   ): Promise<Row[]> {
-    const where = [this.window(from, to), this.restriction(viewer)];
-    if (owners) where.push(seenOnly(owners));
-    if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
-    if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
-    if (filter.replica != null) where.push(Prisma.sql`"replicaId" = ${filter.replica}`);
-    if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
-    // Steps are counted from `from` (its minute), so the first point starts where the range does. Rows are grouped
-    // by date_bin (timestamp arithmetic, cheap per row); the step's number is worked out once per step, outside.
-    const origin = Prisma.sql`(to_timestamp(${from.getTime() / 1000}) AT TIME ZONE 'UTC')`;
+    // Steps are counted from `from` (its minute), so the first point starts where the range does. Each step is
+    // read as the days, hours and edge minutes that make it up (usage-rollup.ts): a rollup row lies inside one step.
+    // Rows are grouped by date_bin (timestamp arithmetic, cheap per row); the step's number is worked out once per
+    // step, outside, after the levels' sums are added.
+    const origin = utc(from.getTime());
     const stepMinutes = Math.round(stepMs / MINUTE_MS);
+    const pieces = planPieces(from.getTime(), to.getTime(), stepMs, this.horizons());
+    const parts = levelsOf(pieces).map(([level, spans]) => {
+      const where = [this.restriction(viewer)];
+      if (owners) where.push(seenOnly(owners, level));
+      if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
+      if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
+      if (filter.replica != null) where.push(Prisma.sql`"replicaId" = ${filter.replica}`);
+      if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
+      const at = Prisma.raw(`"${LEVELS[level].at}"`);
+      return Prisma.sql`
+        SELECT date_bin(make_interval(mins => ${stepMinutes}::int), ${at}, ${origin}) AS at,
+          ${this.sumColumns()}, ${histogramSum()} AS buckets
+        FROM ${fromSpans(level, spans, where)}
+        GROUP BY 1`;
+    });
+    if (!parts.length) return Promise.resolve([]);
     return this.db.$queryRaw<Row[]>`
       SELECT floor((extract(epoch FROM g.at) * 1000 - ${from.getTime()}) / ${stepMs})::int AS bin, g.*
       FROM (
-        SELECT date_bin(make_interval(mins => ${stepMinutes}::int), "minute", ${origin}) AS at,
-          ${this.sumColumns()}, ${histogramSum()} AS buckets
-        FROM "UsageMinute" WHERE ${Prisma.join(where, ' AND ')}
-        GROUP BY 1
+        SELECT at, ${this.sumColumns()}, ${histogramSum('buckets')} AS buckets
+        FROM (${Prisma.join(parts, ' UNION ALL ')}) l
+        GROUP BY at
       ) g ORDER BY 1`;
   }
 
-  // Sums as float8: JSON numbers, exact to 2^53 tokens, where bigint would arrive as BigInt.
+  // Sums as float8: JSON numbers, exact to 2^53 tokens, where bigint would arrive as BigInt. Each value is cast
+  // before it is added: a sum of bigint is numeric, several times slower to add than float8 (the rollups are bigint).
   private sumColumns() {
-    return Prisma.sql`sum("requests")::float8 AS "requests", sum("errors")::float8 AS "errors",
-      sum("aborted")::float8 AS "aborted", sum("promptTokens")::float8 AS "promptTokens",
-      sum("completionTokens")::float8 AS "completionTokens", sum("cachedTokens")::float8 AS "cachedTokens",
-      sum("ttftMsSum")::float8 AS "ttftMsSum",
-      sum("ttftCount")::float8 AS "ttftCount"`;
+    const cols = [
+      'requests',
+      'errors',
+      'aborted',
+      'promptTokens',
+      'completionTokens',
+      'cachedTokens',
+      'ttftMsSum',
+      'ttftCount',
+    ];
+    return Prisma.raw(cols.map((c) => `sum("${c}"::float8) AS "${c}"`).join(', '));
   }
 
   // "minute" is a UTC timestamp without a zone: the bounds are made the same way, whatever the session's zone.
@@ -226,11 +296,23 @@ export class UsageService {
   }
 }
 
-/** from < to and at most 31 days apart; from moved to the start of its minute. */
-function checkSpan(filter: Pick<UsageFilter, 'from' | 'to'>): Result<{ from: Date; to: Date }> {
+/**
+ * from < to and at most 31 days apart; from moved to the start of its minute. Where the range reaches back past the
+ * minutes still kept (`kept`, HANGAR_USAGE_RETENTION), its ends there move out to their hour (past the hours kept,
+ * their day): the grain usage is kept at then.
+ */
+function checkSpan(filter: Pick<UsageFilter, 'from' | 'to'>, kept?: Horizons): Result<{ from: Date; to: Date }> {
   // The range starts at its minute: usage is kept per minute, and a step must not straddle two of them.
-  const from = new Date(Math.floor(filter.from.getTime() / MINUTE_MS) * MINUTE_MS);
-  const to = filter.to;
+  let fromMs = Math.floor(filter.from.getTime() / MINUTE_MS) * MINUTE_MS;
+  let toMs = filter.to.getTime();
+  if (kept) {
+    if (fromMs < kept.minutesFrom) fromMs = Math.floor(fromMs / HOUR_MS) * HOUR_MS;
+    if (fromMs < kept.hoursFrom) fromMs = Math.floor(fromMs / DAY_MS) * DAY_MS;
+    if (toMs < kept.minutesFrom) toMs = Math.ceil(toMs / HOUR_MS) * HOUR_MS;
+    if (toMs < kept.hoursFrom) toMs = Math.ceil(toMs / DAY_MS) * DAY_MS;
+  }
+  const from = new Date(fromMs);
+  const to = toMs === filter.to.getTime() ? filter.to : new Date(toMs);
   if (!(to.getTime() > filter.from.getTime())) {
     return fail(
       new ValidationError(
@@ -251,9 +333,12 @@ function checkSpan(filter: Pick<UsageFilter, 'from' | 'to'>): Result<{ from: Dat
   return ok({ from, to });
 }
 
-/** A span checkSpan accepts, and a step that gives at most USAGE_MAX_POINTS points. */
-function checkRange(filter: Pick<UsageFilter, 'from' | 'to' | 'step'>) {
-  const span = checkSpan(filter);
+/**
+ * A span checkSpan accepts, and a step that gives at most USAGE_MAX_POINTS points; over a range reaching back past
+ * the minutes kept, a step of whole hours (past the hours kept, of a day).
+ */
+function checkRange(filter: Pick<UsageFilter, 'from' | 'to' | 'step'>, kept: Horizons) {
+  const span = checkSpan(filter, kept);
   if (!span.ok) return span;
   const { from, to } = span.value;
   const spanMs = to.getTime() - from.getTime();
@@ -263,6 +348,17 @@ function checkRange(filter: Pick<UsageFilter, 'from' | 'to' | 'step'>) {
       new ValidationError(
         'step',
         `step is whole minutes from 1 to ${USAGE_MAX_STEP_MINUTES} (a day): ${filter.step} is not accepted`,
+      ),
+    );
+  }
+  const coarser = from.getTime() < kept.hoursFrom ? 1440 : from.getTime() < kept.minutesFrom ? 60 : 1;
+  if (stepMinutes % coarser !== 0) {
+    const grain = coarser === 60 ? 'hour' : 'day';
+    const since = new Date(coarser === 60 ? kept.minutesFrom : kept.hoursFrom).toISOString();
+    return fail(
+      new ValidationError(
+        'step',
+        `before ${since} usage is kept per ${grain} (HANGAR_USAGE_RETENTION): a step of ${stepMinutes} minutes splits its ${grain}s; use a step of ${coarser === 60 ? 'whole hours (60, 120, … minutes)' : '1440 minutes'}, or a from after ${since}`,
       ),
     );
   }
@@ -366,17 +462,26 @@ export function percentileMs(buckets: readonly number[], q: number): number | nu
  * writes them so and its upsert adds two such arrays index by index (usage.ts). No subquery per row here (one to sum
  * a longer array's extra buckets, say): it would make the statement parallel-restricted, half the speed on 2 cores.
  */
-function histogramSum() {
+function histogramSum(column = '"durationBuckets"') {
   const cells = USAGE_BUCKETS_MS.map(
-    (_, i) => Prisma.sql`sum(coalesce("durationBuckets"[${Prisma.raw(String(i + 1))}], 0))`,
+    (_, i) => Prisma.sql`sum(coalesce(${Prisma.raw(column)}[${Prisma.raw(String(i + 1))}], 0)::float8)`,
   );
   return Prisma.sql`ARRAY[${Prisma.join(cells, ', ')}]::float8[]`;
 }
+
+const table = (level: Level) => Prisma.raw(`"${LEVELS[level].table}"`);
+
+/** The levels that have pieces to read, coarsest first. */
+function levelsOf(pieces: Record<Level, Span[]>): [Level, Span[]][] {
+  return (['day', 'hour', 'minute'] as const).filter((l) => pieces[l].length).map((l) => [l, pieces[l]]);
+}
+
+const silent = { debug() {}, info() {}, warn() {}, error() {} } as unknown as Logger;
 
 /**
  * Rows of models and adapters these owners admit, or nobody owns: the catalog's owner filter (catalog-store.ts),
  * in the same statement (no query per row).
  */
-function seenOnly(owners: string[]) {
-  return seenByOwnersSql(Prisma.sql`"UsageMinute"`, owners);
+function seenOnly(owners: string[], level: Level = 'minute') {
+  return seenByOwnersSql(table(level), owners);
 }

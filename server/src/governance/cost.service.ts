@@ -166,6 +166,9 @@ export class CostService {
     const range = checkRange(input);
     if (!range.ok) return range;
     const { from, to, stepMs } = range.value;
+    // Calls are priced minute by minute: a range whose minutes were pruned (HANGAR_USAGE_RETENTION) is refused.
+    const kept = this.deps.usage.minutesKept(from);
+    if (!kept.ok) return kept;
     const by = [...new Set(input.by ?? [])];
     let only: OwnerRef | undefined;
     if (input.scope != null) {

@@ -8,6 +8,8 @@ import type { Edge } from '../http/routes.js';
 import type { HangarError } from '../lib/errors.js';
 import type { MirrorPaths } from '../mirror/paths.js';
 import { mirrorCaller, mirrorCredentials, sendStoredFile } from '../mirror/serve.js';
+import { sendStoreBlob } from '../mirror/store/send-blob.js';
+import type { MirrorStore } from '../mirror/store/store.js';
 import { ggufManifest, type HfFile, type HfMirror, type HfSnapshot, isCommit, lfsPointer } from './hf.service.js';
 import { isMiss, mayPullThrough, type PullThrough, withUpstream } from './pull-through.js';
 
@@ -31,6 +33,8 @@ type Deps = {
   log: Logger;
   /** HANGAR_HF_PULL_THROUGH=on with a Hub to pull from; null serves only what the mirror holds. */
   pull?: PullThrough | null;
+  /** The bucket the files are in (HANGAR_MIRROR_STORE=s3://…), once the storage is open; null on `file`. */
+  bucket?: () => MirrorStore | null;
 };
 
 /** The Hub's answer to a failed request: its status, X-Error-Code and message, and `{ error }` as JSON. */
@@ -171,7 +175,7 @@ export function hfAuthorization(req: IncomingMessage): string | null {
   return req.headers.authorization?.replace(/^(Bearer\s+)hf_(hg[a-z]_)/i, '$1$2') ?? null;
 }
 
-export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pull }: Deps) {
+export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pull, bucket }: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer' | 'log'>) => {
     // The edge's logger, when there is one: its lines carry the request's id.
     const requestLog = edge?.log ?? log;
@@ -277,6 +281,24 @@ export function hfRoutes({ hf, paths, auth, requireToken, internalToken, log, pu
     if (!file.stored)
       return hubError(req, res, 404, `${file.path} is not in Hangar's mirror`, { code: 'EntryNotFound' });
     const stored = file.stored;
+    const store = bucket?.() ?? null;
+    if (store)
+      return sendStoreBlob(req, res, {
+        store,
+        sha256: file.sha256 ?? '',
+        cacheControl:
+          route.revision === snapshot.commit ? 'public, max-age=31536000, immutable' : 'public, max-age=300',
+        headers: {
+          'x-repo-commit': snapshot.commit,
+          'x-linked-etag': `"${file.sha256}"`,
+          'x-linked-size': file.size,
+        },
+        missing: () =>
+          hubError(req, res, 404, `${file.path} is listed in the mirror but missing from its bucket`, {
+            code: 'EntryNotFound',
+          }),
+        log: requestLog,
+      });
     const onDisk = paths.file(stored.model, stored.version, stored.file);
     // The names come from the mirror's own rows (checked when fetched); checked once more, since this is the one
     // place a Hub path turns into a path on disk.

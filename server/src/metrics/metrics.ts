@@ -55,6 +55,7 @@ export class Metrics {
   private readonly gatewayDuration: Histogram<'model'>;
   private readonly gatewayFirstToken: Histogram<'model'>;
   private readonly subscriptionResults: Counter<'how'>;
+  private readonly scalingDecisions: Counter<'model' | 'direction'>;
   private snapshot: { at: number; value: Promise<Snapshot | undefined> } | undefined;
 
   constructor(private readonly deps: MetricsDeps) {
@@ -85,6 +86,12 @@ export class Metrics {
       labelNames: ['how'],
       registers,
     });
+    this.scalingDecisions = new Counter({
+      name: 'hangar_scaling_decisions_total',
+      help: 'Replicas the autoscaler added (direction="up") or drained and removed (direction="down"), by model; counted by the server that decided',
+      labelNames: ['model', 'direction'],
+      registers,
+    });
     this.gatewayFirstToken = new Histogram({
       name: 'hangar_gateway_time_to_first_byte_seconds',
       help: "From a request's arrival to the replica's first byte of answer, by model",
@@ -106,6 +113,11 @@ export class Metrics {
   /** Counts one gateway request; the gateway's usage recorder calls it for every request it accounts. */
   observeSubscriptionResult = (how: 'executed' | 'shared') => {
     this.subscriptionResults.inc({ how });
+  };
+
+  /** Counts one autoscaler decision (fleet/scaling-loop.ts). */
+  observeScaling = (model: string, direction: 'up' | 'down') => {
+    this.scalingDecisions.inc({ model, direction });
   };
 
   observeGateway = (e: UsageEvent) => {

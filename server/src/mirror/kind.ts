@@ -1,7 +1,7 @@
 import { knownTensorTypes } from '@hangar/common/gguf/catalog';
 import { factsOf } from '@hangar/common/gguf/facts';
 import { readGguf } from '@hangar/common/gguf/reader';
-import { fileSource } from '@hangar/common/gguf/source';
+import { type ByteSource, fileSource } from '@hangar/common/gguf/source';
 import { headerKind } from '../registry/look.js';
 
 // What a mirrored version holds, read from its files' own headers (general.type, adapter.type, a clip
@@ -26,10 +26,15 @@ const laterShard = (file: string) => /-(?!0*1-)\d{5}-of-\d{5}\.gguf$/i.test(file
  * kind null: it is read again next time rather than recorded as something it may not be.
  */
 export async function readFileKind(onDisk: string, file: string): Promise<FileWhat> {
+  return readKindFrom(() => fileSource(onDisk), file);
+}
+
+/** readFileKind from any source of the file's bytes (a bucket's blob read by range: on-bucket.ts). */
+export async function readKindFrom(open: () => Promise<ByteSource>, file: string): Promise<FileWhat> {
   if (!isGguf(file))
     return { kind: /(^|\/)adapter_config\.json$/.test(file) ? 'ADAPTER' : 'OTHER', architecture: null };
   if (laterShard(file)) return { kind: 'OTHER', architecture: null };
-  const src = await fileSource(onDisk).catch(() => null);
+  const src = await open().catch(() => null);
   if (!src) return { kind: null, architecture: null };
   try {
     const facts = factsOf(await readGguf(src, knownTensorTypes));

@@ -14,13 +14,15 @@ import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/er
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
 import type { MirrorGround } from './ground.js';
-import { readFileKind } from './kind.js';
+import { type FileWhat, readFileKind } from './kind.js';
 import type { MirrorReads } from './mirror-reads.js';
 import { type MirrorVersionView, NO_RETRY, nameInput, sha256, versionKey } from './mirror-view.js';
+import { discardBucketWrite, readBlobKind } from './on-bucket.js';
 import { versionOwner } from './owned.js';
 import { fileName, type MirrorPaths } from './paths.js';
 import type { MirrorSpace } from './space.js';
 import type { MirrorStorage } from './storage.js';
+import { blobKey, inOrder, type MirrorStore } from './store/store.js';
 import type { TransferDone, TransferFailed } from './transfer.js';
 
 // Bytes arriving in the mirror: a file Hangar made (upload), and a transfer's end (finish): verified bytes moved
@@ -134,6 +136,12 @@ export class MirrorLanding {
             startedAt: new Date(),
           },
         });
+    if (this.storage.bucket) {
+      const kept = await this.uploadToBucket(this.storage.bucket, row.id, body, parsed.value);
+      if (!kept.ok) return kept;
+      await this.recordUpload(actor, row.id, { model, version, file }, kept.value);
+      return ok((await this.reads.version(model, version)) as MirrorVersionView);
+    }
     const partial = this.paths.partial(row.id);
     await fs.mkdir(path.dirname(partial), { recursive: true });
     const { createHash } = await import('node:crypto');
@@ -171,9 +179,59 @@ export class MirrorLanding {
     await this.promote(row, partial);
     // What it holds, from its header, with the state that makes it listed: never a present file of unknown kind.
     const what = await readFileKind(this.paths.file(model, version, file), file);
+    await this.recordUpload(actor, row.id, { model, version, file }, { size, digest, expected, what });
+    return ok((await this.reads.version(model, version)) as MirrorVersionView);
+  }
+
+  /**
+   * An upload into the bucket (HANGAR_MIRROR_STORE=s3://…): written by the store under its sha256 as it streams,
+   * checked against what was announced, and dropped again when it does not match.
+   */
+  private async uploadToBucket(
+    bucket: MirrorStore,
+    id: string,
+    body: AsyncIterable<Uint8Array>,
+    announced: { file: string; sha256?: string | null; size?: number | null },
+  ): Promise<Result<{ size: number; digest: string; expected: string | null; what: FileWhat }>> {
+    // A failed earlier upload of this row must not be continued: an upload has no Range to resume from.
+    await discardBucketWrite(this.db, bucket, id);
+    const w = inOrder(await bucket.openWrite(id));
+    try {
+      for await (const chunk of body) await w.write(chunk);
+    } catch (err) {
+      const size = w.offset;
+      await w.discard().catch(() => {});
+      await this.db.mirrorFile.update({
+        where: { id },
+        data: { state: 'FAILED', error: `the upload broke off after ${size} bytes: ${(err as Error).message}` },
+      });
+      throw err;
+    }
+    const done = await w.finish();
+    const expected = announced.sha256 ?? null;
+    const badSize = announced.size != null && announced.size !== done.size;
+    if ((expected && expected !== done.sha256) || badSize) {
+      if (!done.held) await bucket.remove(done.sha256);
+      const error = badSize
+        ? `the upload was ${done.size} bytes; ${announced.size} were announced`
+        : `sha256 mismatch: ${expected} was announced, the bytes hash to ${done.sha256}`;
+      await this.db.mirrorFile.update({ where: { id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      return fail(new ValidationError('sha256', error));
+    }
+    const what = await readBlobKind(bucket, done.sha256, done.size, announced.file);
+    return ok({ size: done.size, digest: done.sha256, expected, what });
+  }
+
+  /** An upload's bytes are kept: the row is PRESENT with what they hold, audited in the same transaction. */
+  private async recordUpload(
+    actor: Actor,
+    id: string,
+    { model, version, file }: { model: string; version: string; file: string },
+    { size, digest, expected, what }: { size: number; digest: string; expected: string | null; what: FileWhat },
+  ) {
     await this.db.$transaction(async (tx) => {
       await tx.mirrorFile.update({
-        where: { id: row.id },
+        where: { id },
         data: {
           state: 'PRESENT',
           ...what,
@@ -194,7 +252,6 @@ export class MirrorLanding {
       });
       await notify(tx, 'mirrorVersion', versionKey(model, version));
     });
-    return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
 
   /**
@@ -234,8 +291,16 @@ export class MirrorLanding {
           // Paused keeps its partial for the resume (and one resumed at once may already be another worker's);
           // only a cancelled or removed file's bytes are of no more use.
           const now = await this.db.loops.mirrorFile.findUnique({ where: { id: row.id } }).catch(() => undefined);
-          if (now === null || now?.state === 'CANCELLED') await fs.rm(partial, { force: true });
-          else if (now?.state === 'PAUSED') {
+          if (now === null || now?.state === 'CANCELLED') {
+            await fs.rm(partial, { force: true });
+            if (this.storage.bucket)
+              await discardBucketWrite(this.db, this.storage.bucket, row.id).catch((err) =>
+                this.log.warn("could not discard a cancelled download's upload in the bucket", {
+                  id: row.id,
+                  error: err,
+                }),
+              );
+          } else if (now?.state === 'PAUSED' && !this.storage.bucket) {
             const kept = await fs.stat(partial).then(
               (st) => st.size,
               () => 0,
@@ -331,7 +396,9 @@ export class MirrorLanding {
       await tell();
       return;
     }
-    await this.promote(row, partial, copy?.path);
+    const bucket = this.storage.bucket;
+    // In a bucket the row names the blob by its sha256: there is nothing to move or link.
+    if (!bucket) await this.promote(row, partial, copy?.path);
     if (copy)
       this.log.info('the mirror already held these bytes: linked, not stored twice', {
         file: `${row.model}/${row.version}/${row.file}`,
@@ -339,7 +406,9 @@ export class MirrorLanding {
         from: copy.path,
         downloaded: !result.held,
       });
-    const what = await readFileKind(this.paths.file(row.model, row.version, row.file), row.file);
+    const what = bucket
+      ? await readBlobKind(bucket, result.sha256, size, row.file)
+      : await readFileKind(this.paths.file(row.model, row.version, row.file), row.file);
     await write(() =>
       this.db.loops.mirrorFile.updateMany({
         where: whileOurs,
@@ -384,11 +453,17 @@ export class MirrorLanding {
     for (const r of rows) {
       const owned = await versionOwner(this.db.loops, r.model, r.version);
       if (owned && !(reader && this.mayRead && (await this.mayRead(reader, owned.owner)))) continue;
-      const file = this.paths.file(r.model, r.version, r.file);
-      const size = await fs.stat(file).then(
-        (st) => st.size,
-        () => null,
-      );
+      const bucket = this.storage.bucket;
+      const file = bucket ? `${bucket.where}/${blobKey(sha)}` : this.paths.file(r.model, r.version, r.file);
+      const size = bucket
+        ? await bucket.stat(sha).then(
+            (st) => st?.size ?? null,
+            () => null,
+          )
+        : await fs.stat(file).then(
+            (st) => st.size,
+            () => null,
+          );
       if (size !== null && (r.bytesTotal === null || BigInt(size) === r.bytesTotal))
         return { path: file, size, owned: owned !== null };
     }

@@ -11,6 +11,7 @@ import { notify } from '../pubsub.js';
 import type { MirrorGround } from './ground.js';
 import type { MirrorLanding } from './mirror-landing.js';
 import { isHubUrl, NO_RETRY, versionKey } from './mirror-view.js';
+import { fetchToBucket } from './on-bucket.js';
 import type { MirrorPaths } from './paths.js';
 import type { MirrorSpace } from './space.js';
 import type { MirrorStorage } from './storage.js';
@@ -76,7 +77,8 @@ export class MirrorWorkers {
   /** Picks up what a previous run left: unfinished files resume from their partials; vanished files are failed. */
   async start(embedded: boolean) {
     if (!this.storage.id) await this.storage.open();
-    await fs.mkdir(this.paths.partials, { recursive: true });
+    const bucket = this.storage.bucket;
+    if (!bucket) await fs.mkdir(this.paths.partials, { recursive: true });
     if (embedded) {
       // The embedded database is this process's alone, so any lease in it is from a run that has ended.
       await this.db.mirrorFile.updateMany({
@@ -88,10 +90,15 @@ export class MirrorWorkers {
     for (const r of await this.db.mirrorFile.findMany({ where: { state: 'PRESENT', storageId: this.storage.id } })) {
       // A file deleted by hand, or cut short by a crash of the machine before the disk had it all (what ext4 and
       // XFS leave of bytes that were only in memory), must not go on looking ready.
-      const size = await fs.stat(this.paths.file(r.model, r.version, r.file)).then(
-        (st) => st.size,
-        () => null,
-      );
+      const size = bucket
+        ? await bucket.stat(r.actualSha256 ?? '').then(
+            (st) => st?.size ?? null,
+            () => null,
+          )
+        : await fs.stat(this.paths.file(r.model, r.version, r.file)).then(
+            (st) => st.size,
+            () => null,
+          );
       const error =
         size === null
           ? 'the file is no longer on disk (removed by hand?): retry fetches it again'
@@ -321,7 +328,38 @@ export class MirrorWorkers {
         .renew(this.db.loops, row.id, this.owner, Prisma.sql`state = 'FETCHING'`)
         .then((stillOurs) => !stillOurs && abortLocal(), writeFailed);
     }, this.leases.leaseMs / 3);
-    const result = await this.transfer({
+    const bucket = this.storage.bucket;
+    const result = await (bucket
+      ? fetchToBucket({
+          store: bucket,
+          id: row.id,
+          url: row.sourceUrl,
+          expectedSha256: row.expectedSha256,
+          headers: hubAuthorization(row.sourceUrl, this.config),
+          guard: this.outbound,
+          maxAttempts: this.config.mirrorAttempts,
+          signal,
+          onProgress: (bytesDone, bytesTotal) => persist({ bytesDone, bytesTotal, etag: null }),
+        })
+      : this.transferToDisk(row, signal, partial, persist, onRetry)
+    ).finally(() => {
+      clearInterval(heartbeat);
+      clearInterval(quiet);
+    });
+    await persisting;
+    if (paused && !result.ok && result.reason === 'cancelled') return 'paused';
+    return result;
+  }
+
+  /** Today's transfer into the partial under the data dir (`file`), with the mirror's bandwidth, stall and retry. */
+  private transferToDisk(
+    row: MirrorFile,
+    signal: AbortSignal,
+    partial: string,
+    persist: (progress: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => void,
+    onRetry: (retry: RetryState | null) => void,
+  ) {
+    return this.transfer({
       url: row.sourceUrl,
       partialPath: partial,
       expectedSize: row.bytesTotal === null ? null : Number(row.bytesTotal),
@@ -345,12 +383,6 @@ export class MirrorWorkers {
       },
       reserveSpace: (bytes) => this.space.reserve(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
       log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
-    }).finally(() => {
-      clearInterval(heartbeat);
-      clearInterval(quiet);
     });
-    await persisting;
-    if (paused && !result.ok && result.reason === 'cancelled') return 'paused';
-    return result;
   }
 }

@@ -38,10 +38,12 @@ import {
   versionKey,
 } from './mirror-view.js';
 import { fileLeases, MirrorWorkers } from './mirror-worker.js';
+import { discardBucketWrite, removeUnheldBlobs } from './on-bucket.js';
 import { versionOwner } from './owned.js';
 import { fileFromUrl, fileName, MirrorPaths } from './paths.js';
 import { MirrorSpace } from './space.js';
 import { MirrorStorage } from './storage.js';
+import type { MirrorStore } from './store/store.js';
 import { transfer } from './transfer.js';
 
 // The mirror: versions of models fetched once into the server's disk and served to nodes from there. This file
@@ -85,6 +87,9 @@ export class MirrorService {
   readonly health: LoopHealth;
   /** Free bytes on the mirror's filesystem; replaced in tests that need a disk of a given size. */
   diskFree: () => Promise<number> = async () => {
+    // A bucket tells no limit (S3 has none to ask for; a quota is the operator's to watch): no fetch is refused
+    // for room, and the console shows no free figure it could trust.
+    if (this.storage.bucket) return Number.MAX_SAFE_INTEGER;
     await fs.mkdir(this.paths.root, { recursive: true });
     const stats = await fs.statfs(this.paths.root);
     return stats.bavail * stats.bsize;
@@ -120,7 +125,14 @@ export class MirrorService {
     this.limit = limit;
     const paths = this.paths;
     const owner = this.owner;
-    this.storage = new MirrorStorage({ db, paths, dataDir: config.dataDir, log });
+    this.storage = new MirrorStorage({
+      db,
+      paths,
+      dataDir: config.dataDir,
+      log,
+      store: config.mirrorStore,
+      forcePathStyle: config.s3ForcePathStyle,
+    });
     // Through the field, not its value now: a test that replaces diskFree is heard by every part.
     this.space = new MirrorSpace({ db, paths, owner, diskFree: () => this.diskFree() });
     this.reads = new MirrorReads({ db, paths });
@@ -154,6 +166,10 @@ export class MirrorService {
   /** This replica's mirror storage (storage.ts), known once openStorage() has accepted it. */
   get storageId(): string | null {
     return this.storage.id;
+  }
+  /** The bucket the files are kept in (HANGAR_MIRROR_STORE=s3://…), once openStorage(); null on `file`. */
+  get bucket(): MirrorStore | null {
+    return this.storage.bucket;
   }
 
   /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
@@ -217,6 +233,16 @@ export class MirrorService {
     // First: a transfer the workers abort from here on is a shutdown, put back in the queue, not a cancel.
     this.shutdown.abort();
     await this.workers.stop();
+    this.storage.bucket?.close();
+  }
+
+  /** A file's partial bytes, of no more use (cancelled, removed, refetched with force): on disk or in the bucket. */
+  private async dropPartial(id: string) {
+    await fs.rm(this.paths.partial(id), { force: true });
+    if (this.storage.bucket)
+      await discardBucketWrite(this.db, this.storage.bucket, id).catch((err) =>
+        this.log.warn("could not discard a download's upload in the bucket", { id, error: err }),
+      );
   }
 
   /** Keeps a file Hangar made (a trained adapter) in the mirror, verified like a fetch (mirror-landing.ts). */
@@ -393,7 +419,7 @@ export class MirrorService {
     // Files being refetched with force lose their old partials: a partial of the old upstream is no use.
     for (const f of toStart) {
       const row = existing.get(f.file);
-      if (row) await fs.rm(this.paths.partial(row.id), { force: true });
+      if (row) await this.dropPartial(row.id);
     }
     for (const row of linking) {
       const copy = pinned.get(row.file) as { path: string; size: number };
@@ -451,7 +477,7 @@ export class MirrorService {
     });
     for (const r of rows) {
       this.workers.abort(r.id);
-      await fs.rm(this.paths.partial(r.id), { force: true });
+      await this.dropPartial(r.id);
     }
     return ok((await this.reads.version(model, version)) as MirrorVersionView);
   }
@@ -644,8 +670,15 @@ export class MirrorService {
     });
     for (const r of rows) {
       this.workers.abort(r.id);
-      await fs.rm(this.paths.partial(r.id), { force: true });
+      await this.dropPartial(r.id);
     }
+    // In a bucket, blobs are shared by sha256: each goes once no remaining row names it.
+    if (this.storage.bucket)
+      await removeUnheldBlobs(
+        this.db,
+        this.storage.bucket,
+        rows.map((r) => r.actualSha256),
+      );
     await fs.rm(this.paths.version(model, version), { recursive: true, force: true });
     await fs.rmdir(path.dirname(this.paths.version(model, version))).catch(() => {});
     return ok({ model, version, files: rows.length, bytes });

@@ -52,7 +52,13 @@ const SPARE_MAX = 64;
  * 0.43× nginx to more than nginx with sendfile gets (bench/mirror.ts). Backpressure is the pool: with every block
  * with a slow socket, reading waits. A client that hangs up ends it quietly.
  */
-async function sendRange(file: string, start: number, end: number, res: ServerResponse) {
+async function sendRange(
+  file: string,
+  start: number,
+  end: number,
+  res: ServerResponse,
+  onSent?: (bytes: number) => void,
+) {
   const fh = await fs.open(file, 'r');
   const whole = end - start + 1 >= SEND_BLOCK;
   const size = Math.min(SEND_BLOCK, end - start + 1);
@@ -89,7 +95,10 @@ async function sendRange(file: string, start: number, end: number, res: ServerRe
       at += bytesRead;
       const block = buf;
       res.write(bytesRead === size ? block : block.subarray(0, bytesRead), (err) => {
-        if (!err) back(block);
+        if (!err) {
+          onSent?.(bytesRead);
+          back(block);
+        }
         resume();
       });
     }
@@ -117,6 +126,8 @@ export async function sendStoredFile(
     headers?: Record<string, string | number>;
     missing: () => void;
     log: Logger;
+    /** Told the bytes of each block the socket took (/metrics). */
+    onSent?: (bytes: number) => void;
   },
 ) {
   const { onDisk, log } = o;
@@ -162,7 +173,7 @@ export async function sendStoredFile(
     return;
   }
   try {
-    await sendRange(onDisk, start, end, res);
+    await sendRange(onDisk, start, end, res, o.onSent);
   } catch (err) {
     res.destroy(); // the Content-Length promised bytes that will not come: the client must see a cut, not an end
     log.warn('serving a mirror file failed', { file: onDisk, error: err });

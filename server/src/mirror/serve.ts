@@ -11,6 +11,8 @@ import type { MirrorService } from './mirror.service.js';
 import { versionOwner } from './owned.js';
 import type { MirrorPaths } from './paths.js';
 import { sendStoredFile } from './send-file.js';
+import { sendStoreBlob } from './store/send-blob.js';
+import type { MirrorStore } from './store/store.js';
 
 // GET/HEAD /mirror/<model>/<version>/<file>: what the nodes load weights from (and …/<version>/, the version's
 // files as JSON, for a node fetching a set whole). Only PRESENT files, whose bytes
@@ -32,6 +34,12 @@ type Deps = {
   requireToken: boolean;
   internalToken: string;
   log: Logger;
+  /** Counts the bytes of files sent (/metrics: hangar_mirror_sent_bytes_total). */
+  sent?: (bytes: number) => void;
+  /** The bucket the files are in (HANGAR_MIRROR_STORE=s3://…), known once the storage is open; null on `file`. */
+  bucket?: () => MirrorStore | null;
+  /** HANGAR_S3_PRESIGN: seconds of the presigned URL a node is sent to instead of the bytes; null streams them. */
+  presignSeconds?: number | null;
 };
 
 // Range parsing and the file sender live in send-file.ts; re-exported so importers keep this path.
@@ -77,7 +85,18 @@ export function mirrorCredentials(req: IncomingMessage, authorization = req.head
  * The handler of GET/HEAD /mirror/…; `edge` (http/routes.ts) brings the caller it identified, and without one
  * (a test mounting the handler on its own socket) the caller is identified here, by the same credentials.
  */
-export function serveMirror({ db, paths, auth, owners, requireToken, internalToken, log }: Deps) {
+export function serveMirror({
+  db,
+  paths,
+  auth,
+  owners,
+  requireToken,
+  internalToken,
+  log,
+  sent,
+  bucket,
+  presignSeconds,
+}: Deps) {
   return async (req: IncomingMessage, res: ServerResponse, pathname: string, edge?: Pick<Edge, 'viewer' | 'log'>) => {
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       res.writeHead(405, { allow: 'GET, HEAD' }).end();
@@ -125,12 +144,27 @@ export function serveMirror({ db, paths, auth, owners, requireToken, internalTok
         row ? `${model}/${version}/${file} is ${row.state.toLowerCase()}, not present` : 'no such file in the mirror',
       );
     }
+    const store = bucket?.() ?? null;
+    if (store)
+      return sendStoreBlob(req, res, {
+        store,
+        sha256: row.actualSha256,
+        fileName: file.split('/').at(-1),
+        cacheControl: owned ? 'private, max-age=300' : 'public, max-age=300',
+        // Only a node is sent to the bucket (the owners' rules above have let it through): a person's browser or a
+        // script gets the bytes from Hangar, as on `file`.
+        presignSeconds: viewer.kind === 'node' ? (presignSeconds ?? null) : null,
+        missing: () => notFound(`${model}/${version}/${file} is listed but missing from its bucket`),
+        onSent: sent,
+        log: edge?.log ?? log,
+      });
     return sendStoredFile(req, res, {
       onDisk: paths.file(model, version, file),
       sha256: row.actualSha256,
       // An owned adapter must not sit in a shared cache for the next caller, whoever they are.
       cacheControl: owned ? 'private, max-age=300' : 'public, max-age=300',
       missing: () => notFound(`${model}/${version}/${file} is listed but missing on disk`),
+      onSent: sent,
       // The edge's logger, when there is one: its lines carry the request's id.
       log: edge?.log ?? log,
     });

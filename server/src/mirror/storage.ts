@@ -4,6 +4,7 @@ import path from 'node:path';
 import type { Logger } from '@hangar/common/log';
 import type { Db } from '../db/client.js';
 import type { MirrorPaths } from './paths.js';
+import { type MirrorStore, openMirrorStore, type StoreSpec } from './store/store.js';
 
 // Which storage the mirror's bytes are on. Replicas that share a database must share the mirror's storage; a
 // replica started on other storage (another HANGAR_DATA_DIR, or a mount that is not there yet) would otherwise
@@ -79,16 +80,33 @@ export async function holdsAnything(dir: string): Promise<boolean> {
 export class MirrorStorage {
   /** Null until open(): nothing is claimed or judged before the storage is known. */
   id: string | null = null;
+  /**
+   * The bucket the mirror's bytes are kept in (HANGAR_MIRROR_STORE=s3://…), known once open(); null on `file`,
+   * where every part goes on using the data dir as before (mirror/on-bucket.ts holds the bucket's side).
+   */
+  bucket: MirrorStore | null = null;
   private readonly db: Db;
   private readonly paths: MirrorPaths;
   private readonly dataDir: string;
   private readonly log: Logger;
+  private readonly spec: StoreSpec;
+  private readonly forcePathStyle: boolean;
 
-  constructor(o: { db: Db; paths: MirrorPaths; dataDir: string; log: Logger }) {
+  constructor(o: {
+    db: Db;
+    paths: MirrorPaths;
+    dataDir: string;
+    log: Logger;
+    /** HANGAR_MIRROR_STORE; none is `file`. */
+    store?: StoreSpec;
+    forcePathStyle?: boolean;
+  }) {
     this.db = o.db;
     this.paths = o.paths;
     this.dataDir = o.dataDir;
     this.log = o.log;
+    this.spec = o.store ?? { kind: 'file' };
+    this.forcePathStyle = o.forcePathStyle ?? false;
   }
 
   /**
@@ -97,6 +115,7 @@ export class MirrorStorage {
    * there. Either way, judging the files from here would fail every one of them. Run before the workers start.
    */
   async open() {
+    if (this.spec.kind === 's3') return this.openBucket(this.spec);
     const root = this.paths.root;
     const idFile = this.paths.storageIdFile;
     const where = `${root} (HANGAR_DATA_DIR=${this.dataDir})`;
@@ -150,5 +169,42 @@ export class MirrorStorage {
       { timeout: 30_000 },
     );
     this.id = id;
+  }
+
+  /**
+   * On a bucket the id is the bucket's own (an object beside the blobs, written once by the first replica), so
+   * replicas with separate data dirs find the same one; files recorded on another storage are refused as above.
+   */
+  private async openBucket(spec: Extract<StoreSpec, { kind: 's3' }>) {
+    const store = await openMirrorStore({
+      spec,
+      root: this.paths.root,
+      db: this.db,
+      forcePathStyle: this.forcePathStyle,
+    });
+    // The bucket's id when a replica wrote one; else this replica writes it (claim answers whichever holds).
+    const id = await store
+      .storageId()
+      .then((known) => known ?? store.claimStorageId())
+      .catch((err: Error) => {
+        store.close();
+        throw new MirrorStorageError(
+          `the mirror's bucket ${store.where} cannot be reached (${err.message}): check HANGAR_MIRROR_STORE, AWS_ENDPOINT_URL, AWS_REGION and the credentials, and start again. Nothing was changed.`,
+        );
+      });
+    const others = await this.db.mirrorFile.groupBy({
+      by: ['storageId'],
+      where: { storageId: { not: id } },
+      _count: true,
+    });
+    if (others.length) {
+      store.close();
+      throw new MirrorStorageError(
+        `this replica's mirror storage is the bucket ${store.where} (${id}), but the database's mirror holds files on ${others.map((o) => `${o.storageId ?? 'storage without an id'} (${o._count} files)`).join(', ')}. Replicas that share a database share one mirror storage: start this one with the same HANGAR_MIRROR_STORE as the others. Nothing was changed.`,
+      );
+    }
+    this.bucket = store;
+    this.id = id;
+    this.log.info('the mirror keeps its files in a bucket', { storage: id, store: store.where });
   }
 }

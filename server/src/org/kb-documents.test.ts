@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, expect, it } from 'vitest';
+import { passwordPdf, scannedPdf, textPdf } from '../../test/fixtures/pdfs.js';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 
 // A knowledge-base collection holds documents: text, Markdown and HTML (as its words), within a size per document
@@ -126,19 +127,52 @@ it('holds text, Markdown and HTML documents, an HTML page as its words without s
   expect(await db().auditEvent.count({ where: { action: 'removeDocument', target: 'handbook/shipping.md' } })).toBe(1);
 });
 
-it('refuses PDFs, binary files, other encodings, other kinds and files over the limits, saying why and what is accepted', async () => {
-  const refusal = async (name: string, content: string | Uint8Array) => {
-    const r = await add(name, content);
-    expect(r.__typename, JSON.stringify(r)).toMatch(/Error$/);
-    return r.message as string;
-  };
-  expect(await refusal('manual.pdf', '%PDF-1.7 ...')).toMatch(
-    /manual\.pdf is a PDF, which Hangar does not read: upload text \(\.txt\), Markdown \(\.md, \.markdown\) or HTML \(\.html, \.htm\), in UTF-8\. Convert it to text first \(for example `pdftotext manual\.pdf`\)/,
+const refusal = async (name: string, content: string | Uint8Array) => {
+  const r = await add(name, content);
+  expect(r.__typename, JSON.stringify(r)).toMatch(/Error$/);
+  return r.message as string;
+};
+
+it('holds a PDF as the text of its pages, and refuses one with a password, a scan, or a file that is not one, saying why', async () => {
+  // Written by pdf-lib, read by PDF.js: a real PDF with a text layer, as a word processor exports one.
+  const pdf = await textPdf([
+    ['Repairs under warranty are free.', 'Send the device with its receipt.'],
+    ['Refunds reach the card within 5 days.'],
+  ]);
+  const doc = await add('repairs.pdf', pdf);
+  expect(doc).toMatchObject({ __typename: 'CollectionDocument', mediaType: 'application/pdf', bytes: pdf.length });
+  expect(doc.text).toMatch(
+    /^Repairs under warranty are free\.\nSend the device with its receipt\.\n\nRefunds reach the card within 5 days\.$/,
   );
-  // A PDF under a text file's name is still a PDF.
-  expect(await refusal('manual.txt', '%PDF-1.4\n%\xe2\xe3\xcf\xd3')).toMatch(/manual\.txt is a PDF/);
+  expect(await db().auditEvent.count({ where: { action: 'addDocument', target: 'handbook/repairs.pdf' } })).toBe(1);
+  // A PDF under a text file's name is read as the PDF it is.
+  const renamed = await add('repairs-copy.txt', pdf);
+  expect(renamed).toMatchObject({ mediaType: 'application/pdf', text: doc.text });
+
+  expect(await refusal('secret.pdf', await passwordPdf())).toMatch(
+    /input\.contentBase64: secret\.pdf is encrypted with a password, so Hangar cannot read its text: remove the password \(for example `qpdf --decrypt/,
+  );
+  expect(await refusal('scan.pdf', await scannedPdf(3))).toMatch(
+    /scan\.pdf has no text to read on any of its 3 pages: it is probably a scan \(pages of images\)\. Run OCR on it first \(for example `ocrmypdf scan\.pdf out\.pdf`\)/,
+  );
+  expect(await refusal('manual.pdf', 'just some text')).toMatch(
+    /manual\.pdf is named as a PDF but is not one \(it does not start with %PDF-\)/,
+  );
+  expect(await refusal('broken.pdf', '%PDF-1.7\nnot the rest of a PDF\n')).toMatch(
+    /broken\.pdf is not a PDF that can be read/,
+  );
+  // Nothing refused was kept; the two read are removed again, leaving the collection's share to the next test.
+  for (const d of [doc, renamed]) {
+    const r = await gql(`mutation($id: ID!) { removeDocument(id: $id) { ${ERR} } }`, { id: d.id }, member);
+    expect(r.removeDocument.__typename).toBe('Collection');
+  }
+  const names = (await db().collectionDocument.findMany({ select: { name: true } })).map((d) => d.name).sort();
+  expect(names).toEqual(['returns.txt', 'warranty.html']);
+});
+
+it('refuses binary files, other encodings, other kinds and files over the limits, saying why and what is accepted', async () => {
   expect(await refusal('notes.docx', 'PK\x03\x04')).toMatch(
-    /a document is text \(\.txt\), Markdown .* "notes\.docx" is none of these/,
+    /a document is text \(\.txt\), Markdown .* or PDF \(\.pdf\) with text; "notes\.docx" is none of these/,
   );
   expect(
     await refusal('image.txt', new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 13])),

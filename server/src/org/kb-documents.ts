@@ -7,6 +7,7 @@ import type { Db, Tx } from '../db/client.js';
 import type { Collection, CollectionDocument } from '../generated/prisma/client.js';
 import { ConflictError, fail, NotFoundError, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
+import { PDF_LIMITS, type PdfLimits } from './kb-pdf.js';
 import { documentText, kindOf } from './kb-text.js';
 import { isId } from './org-lookup.js';
 import { ownerKey } from './org-owners.js';
@@ -15,7 +16,12 @@ import { ownerKey } from './org-owners.js';
 // as its user, an API token as its own key, admins) reads and changes its documents; anyone else is answered as
 // if the collection did not exist, so another team learns neither its documents nor that it is there.
 
-export type KbLimits = { documentMaxBytes: number; collectionMaxBytes: number };
+/** `pdf`: the page count and reading time a PDF may take (kb-pdf.ts PDF_LIMITS unless given, as by tests). */
+export type KbLimits = {
+  documentMaxBytes: number;
+  collectionMaxBytes: number;
+  pdf?: Partial<Omit<PdfLimits, 'maxTextBytes'>>;
+};
 export type KbDocumentsDeps = {
   db: Db;
   audit: AuditService;
@@ -98,7 +104,12 @@ export class KbDocuments {
     if (bytes.length === 0) {
       return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${name} is empty`));
     }
-    const read = await documentText(name, kind.kind, bytes);
+    const read = await documentText(name, kind.kind, bytes, {
+      ...PDF_LIMITS,
+      ...this.limits.pdf,
+      // A PDF's text may be as large as a text document: no larger, however well its streams compress.
+      maxTextBytes: documentMaxBytes,
+    });
     if ('refused' in read)
       return fail(new ValidationError('input.contentBase64', `input.contentBase64: ${read.refused}`));
 
@@ -132,7 +143,7 @@ export class KbDocuments {
         data: {
           collectionId: collection.id,
           name,
-          mediaType: kind.kind,
+          mediaType: read.kind,
           bytes: bytes.length,
           sha256: createHash('sha256').update(bytes).digest('hex'),
           text: read.text,

@@ -2,7 +2,9 @@
 // to write questions about, so it must be text people wrote: a binary file, a file in another encoding or the
 // scripts of a web page would become pairs that teach noise (or someone's hidden instructions).
 
-export type DocumentKind = 'text/plain' | 'text/markdown' | 'text/html';
+import { isPdf, type PdfLimits, pdfText } from './kb-pdf.js';
+
+export type DocumentKind = 'text/plain' | 'text/markdown' | 'text/html' | 'application/pdf';
 
 const KINDS: Record<string, DocumentKind> = {
   txt: 'text/plain',
@@ -11,36 +13,38 @@ const KINDS: Record<string, DocumentKind> = {
   markdown: 'text/markdown',
   html: 'text/html',
   htm: 'text/html',
+  pdf: 'application/pdf',
 };
 
-export const ACCEPTED = 'text (.txt), Markdown (.md, .markdown) or HTML (.html, .htm), in UTF-8';
+export const ACCEPTED =
+  'text (.txt), Markdown (.md, .markdown) or HTML (.html, .htm) in UTF-8, or PDF (.pdf) with text';
 
 /** The kind a document's name says it is, or why it is not accepted. */
 export function kindOf(name: string): { kind: DocumentKind } | { refused: string } {
   const ext = /\.([A-Za-z0-9]+)$/.exec(name)?.[1]?.toLowerCase();
-  if (ext === 'pdf') return { refused: pdfRefusal(name) };
   const kind = ext ? KINDS[ext] : undefined;
   if (!kind) return { refused: `a document is ${ACCEPTED}; "${name}" is none of these (its name says which)` };
   return { kind };
 }
 
-// No PDF reader is among Hangar's dependencies; a half-read PDF (columns interleaved, ligatures lost) would give
-// the model garbled passages to write pairs about, so it is refused rather than guessed at.
-function pdfRefusal(name: string): string {
-  return `${name} is a PDF, which Hangar does not read: upload ${ACCEPTED}. Convert it to text first (for example \`pdftotext ${name}\`) and upload the .txt`;
-}
-
 /**
- * The text of an upload, or why it is refused: no NUL bytes (a binary file), valid UTF-8 (a byte-order mark is
- * dropped), and for HTML the words only, without markup, scripts or styles.
+ * The text of an upload and what it really is, or why it is refused: a PDF's text layer (kb-pdf.ts), whatever its
+ * name says; otherwise no NUL bytes (a binary file), valid UTF-8 (a byte-order mark is dropped), and for HTML the
+ * words only, without markup, scripts or styles.
  */
 export async function documentText(
   name: string,
   kind: DocumentKind,
   bytes: Uint8Array,
-): Promise<{ text: string } | { refused: string }> {
-  if (bytes.length >= 5 && Buffer.from(bytes.subarray(0, 5)).toString('latin1') === '%PDF-') {
-    return { refused: pdfRefusal(name) };
+  pdfLimits: PdfLimits,
+): Promise<{ text: string; kind: DocumentKind } | { refused: string }> {
+  // By its bytes, not its name: a PDF renamed .txt is still a PDF, and its text is what to keep.
+  if (isPdf(bytes)) {
+    const read = await pdfText(name, bytes, pdfLimits);
+    return 'refused' in read ? read : { text: normalise(read.text), kind: 'application/pdf' };
+  }
+  if (kind === 'application/pdf') {
+    return { refused: `${name} is named as a PDF but is not one (it does not start with %PDF-): upload ${ACCEPTED}` };
   }
   const nul = bytes.indexOf(0);
   if (nul >= 0) {
@@ -59,7 +63,7 @@ export async function documentText(
   const text = normalise(kind === 'text/html' ? await htmlToText(decoded) : decoded);
   if (!text.trim())
     return { refused: `${name} holds no text${kind === 'text/html' ? ' once its markup is removed' : ''}` };
-  return { text };
+  return { text, kind };
 }
 
 /** HTML reduced to its words: block ends become line breaks; scripts, styles and every tag and attribute go. */

@@ -7,12 +7,13 @@ import { CollectionRef } from './org.schema.js';
 // one who may not gets null, as for a document or collection that does not exist.
 
 export const CollectionDocumentRef = builder.prismaObject('CollectionDocument', {
-  description: "A document a knowledge-base collection holds, as text (an HTML page's words, without its markup).",
+  description:
+    "A document a knowledge-base collection holds, as text (an HTML page's words, without its markup; a PDF's text layer).",
   fields: (t) => ({
     id: t.exposeID('id'),
     name: t.exposeString('name'),
     mediaType: t.exposeString('mediaType', {
-      description: 'text/plain, text/markdown or text/html: what was uploaded.',
+      description: 'text/plain, text/markdown, text/html or application/pdf: what was uploaded.',
     }),
     bytes: t.exposeInt('bytes', { description: "The upload's size in bytes." }),
     sha256: t.exposeString('sha256', { description: "The upload's SHA-256." }),
@@ -60,7 +61,7 @@ builder.mutationFields((t) => ({
   addDocument: t.field({
     type: CollectionDocumentRef,
     description:
-      'Adds a text, Markdown or HTML document to a collection the caller may read. Refused: PDF and other kinds, NUL bytes, invalid UTF-8, a document over HANGAR_KB_DOCUMENT_MAX_BYTES, a collection over HANGAR_KB_COLLECTION_MAX_BYTES, a name the collection already has.',
+      'Adds a text, Markdown, HTML or PDF document to a collection the caller may read. Refused: other kinds, NUL bytes, invalid UTF-8, a PDF that is encrypted, has no text (a scan), is unreadable or too long, a document over HANGAR_KB_DOCUMENT_MAX_BYTES, a collection over HANGAR_KB_COLLECTION_MAX_BYTES, a name the collection already has.',
     authScopes: { operator: true },
     errors: { types: [ValidationError, NotFoundError, ConflictError] },
     args: { input: t.arg({ type: AddDocumentInput, required: true }) },

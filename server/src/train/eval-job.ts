@@ -1,5 +1,6 @@
 import fs from 'node:fs/promises';
 import { z } from 'zod';
+import { modelByName } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { TrainJob } from '../generated/prisma/client.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
@@ -87,6 +88,11 @@ export type EvalSpec = {
   /** The longest answer generated, in tokens. */
   max_tokens: number;
   min_questions: number;
+  /**
+   * Which engine answers: llama.cpp with the GGUF adapter on `model`, or vLLM (the model's engine) with the PEFT
+   * adapter on the base weights the node trained from. Agents before it read only `model` and `model_note`.
+   */
+  engine: 'llamacpp' | 'vllm';
 };
 
 export async function evalSpec(
@@ -106,7 +112,10 @@ export async function evalSpec(
       : [];
   let model: EvalSpec['model'] = null;
   let note: string | null = null;
-  if (!job.gguf) note = 'the job makes no llama.cpp adapter; the node evaluates with llama.cpp only';
+  // A vLLM model's adapter is evaluated as it will be served: the PEFT adapter on vLLM.
+  const vllm = (await modelByName(deps.db, job.model))?.engine === 'vllm';
+  if (vllm) note = 'the model is served by vLLM, and this agent evaluates with llama.cpp only: update the agent';
+  else if (!job.gguf) note = 'the job makes no llama.cpp adapter; the node evaluates with llama.cpp only';
   else {
     const local = await catalogGguf(deps.db, deps.mirror, job.model);
     if (local.ok) model = { url: local.source, size: (await fs.stat(local.file)).size };
@@ -121,5 +130,6 @@ export async function evalSpec(
     model_note: note,
     max_tokens: 48,
     min_questions: MIN_HELD_OUT,
+    engine: vllm ? 'vllm' : 'llamacpp',
   };
 }

@@ -121,6 +121,41 @@ describe('external engines', () => {
     );
   });
 
+  it('starts a model split across two GPUs on those cards alone, told the split: llama-server and vLLM', async () => {
+    type Listed = { data: { stand_in_cuda_visible_devices: string | null; stand_in_split: Record<string, unknown> }[] };
+    const listed = async (r: { endpoint?: string | null; engineKey?: string | null }) =>
+      (
+        (await (
+          await fetch(`${r.endpoint}/models`, { headers: { authorization: `Bearer ${r.engineKey}` } })
+        ).json()) as Listed
+      ).data[0];
+    const llama = setup({ llamaServer: engine() });
+    llama.cp.assign({ replicaId: 'split-llama', source: up.url('tiny.gguf'), gpuIndex: null, gpuIndexes: [2, 3] });
+    const ready = await llama.until('split-llama', 'READY');
+    expect(ready.message).toMatch(/^llama-server answers on port \d+ \(pid \d+\) on GPU 2,3, split 2 ways$/);
+    expect(await listed(ready)).toMatchObject({
+      stand_in_cuda_visible_devices: '2,3',
+      stand_in_split: { mode: 'layer', tensorSplit: '1,1', tensorParallel: null },
+    });
+
+    const vllm = setup({ vllm: engine('serve') });
+    vllm.cp.assign({
+      replicaId: 'split-vllm',
+      model: 'org/tiny',
+      engine: 'vllm',
+      source: setUrl('org-tiny/v1/'),
+      gpuIndexes: [0, 1, 2, 3],
+      // Placement booked 15 % of each card: vLLM must not take its default 90 %.
+      gpuMemoryFraction: 0.15,
+    });
+    const tp = await vllm.until('split-vllm', 'READY');
+    expect(tp.message).toContain('on GPU 0,1,2,3, split 4 ways');
+    expect(await listed(tp)).toMatchObject({
+      stand_in_cuda_visible_devices: '0,1,2,3',
+      stand_in_split: { tensorParallel: 4, gpuMemoryUtilization: 0.15 },
+    });
+  });
+
   it('runs llama-server on a port it assigns with a key it makes, READY once /health answers, stopped on STOP', async () => {
     const { cp, runner, until } = setup({ llamaServer: engine('--stand-in-load-ms', '300') });
     cp.assign({

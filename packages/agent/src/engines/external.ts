@@ -185,8 +185,19 @@ export function urlHost(host: string) {
  * `cache_prompt` defaults to true, so a slot keeps its KV state and a request reuses the longest matching start of
  * the slot it lands in; the gateway's prefix routing sends a conversation to the replica that holds it.
  */
-export function llamaServerArgs(o: { file: string; contextSize: number; parallel: number; adapters: string[] }) {
+export function llamaServerArgs(o: {
+  file: string;
+  contextSize: number;
+  parallel: number;
+  adapters: string[];
+  /** Cards the model is split across (the engine sees those alone, by CUDA_VISIBLE_DEVICES); 0 or 1: none. */
+  splitOver?: number;
+}) {
   const args = ['-m', o.file, '-c', String(o.contextSize * o.parallel), '-np', String(o.parallel)];
+  // Placement booked an equal share on each card: llama.cpp's own split follows free memory, which on a card
+  // shared with other replicas is not what was booked, so the split is said outright, layer by layer.
+  if (o.splitOver && o.splitOver > 1)
+    args.push('--split-mode', 'layer', '--tensor-split', Array(o.splitOver).fill('1').join(','));
   for (const f of o.adapters) args.push('--lora', f);
   if (o.adapters.length) args.push('--lora-init-without-apply');
   return args;
@@ -203,15 +214,21 @@ const VLLM_LORA_RANKS = [8, 16, 32, 64, 128, 256, 320, 512];
  * is 16; the trainer's ranks go to 256); one loaded later above it is refused by vLLM, by name.
  */
 export function vllmArgs(
-  a: Pick<Assignment, 'model' | 'contextSize'>,
+  a: Pick<Assignment, 'model' | 'contextSize' | 'gpuMemoryFraction'>,
   weights: string,
   adapters: string[] | null,
   rank = 0,
+  /** Cards the model is split across (tensor parallelism, one shard on each); 0 or 1: one card. */
+  splitOver = 0,
 ) {
   // Prefix caching named even where it is vLLM's default (V1): a conversation's earlier turns are not computed again
   // on the replica the gateway's prefix routing keeps it on.
   const args = [weights, '--served-model-name', a.model, '--enable-prefix-caching'];
   if (a.contextSize) args.push('--max-model-len', String(a.contextSize));
+  if (splitOver > 1) args.push('--tensor-parallel-size', String(splitOver));
+  // vLLM takes 90 % of each card it sees unless told: on a card shared with other replicas it may take only the
+  // share placement booked for it.
+  if (a.gpuMemoryFraction) args.push('--gpu-memory-utilization', String(a.gpuMemoryFraction));
   if (adapters) {
     args.push('--enable-lora');
     const fits = VLLM_LORA_RANKS.find((r) => r >= rank);

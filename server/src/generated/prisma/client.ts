@@ -62,10 +62,25 @@ export type ApiToken = Prisma.ApiTokenModel
  */
 export type Node = Prisma.NodeModel
 /**
+ * Model NodeFile
+ * 
+ */
+export type NodeFile = Prisma.NodeFileModel
+/**
+ * Model NodePeer
+ * 
+ */
+export type NodePeer = Prisma.NodePeerModel
+/**
  * Model MirrorFile
  * 
  */
 export type MirrorFile = Prisma.MirrorFileModel
+/**
+ * Model MirrorUpload
+ * 
+ */
+export type MirrorUpload = Prisma.MirrorUploadModel
 /**
  * Model HubRef
  * 
@@ -76,6 +91,16 @@ export type HubRef = Prisma.HubRefModel
  * 
  */
 export type CatalogModel = Prisma.CatalogModelModel
+/**
+ * Model ModelScale
+ * 
+ */
+export type ModelScale = Prisma.ModelScaleModel
+/**
+ * Model GatewayLoad
+ * 
+ */
+export type GatewayLoad = Prisma.GatewayLoadModel
 /**
  * Model Adapter
  * 
@@ -186,6 +211,16 @@ export type UsageMinute = Prisma.UsageMinuteModel
  * 
  */
 export type UsageSpool = Prisma.UsageSpoolModel
+/**
+ * Model UsageHour
+ * 
+ */
+export type UsageHour = Prisma.UsageHourModel
+/**
+ * Model UsageDay
+ * 
+ */
+export type UsageDay = Prisma.UsageDayModel
 /**
  * Model Limit
  * 

@@ -22,6 +22,8 @@ function model(name: string) {
     parallel: 1,
     mode: 'ALWAYS',
     wantedReplicas: 1,
+    minReplicas: 1,
+    targetInFlight: null,
     declared: false,
     declaredIn: null,
     modeMessage: 'always: the replicas it wants run',

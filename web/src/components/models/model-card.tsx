@@ -48,6 +48,8 @@ export const ModelCard_ModelFragment = graphql(`
     parallel
     mode
     wantedReplicas
+    minReplicas
+    targetInFlight
     declared
     declaredIn {
       file
@@ -82,6 +84,12 @@ export const ModelCard_ModelFragment = graphql(`
       gpuLayers
       totalLayers
       vramUsedBytes
+      memoryMeasured
+      cards {
+        index
+        totalBytes
+        heldBytes
+      }
       updatedAt
       node {
         id
@@ -174,10 +182,21 @@ export function AwakeUntil({
 export function replicaText(r: ModelCard_Replica): string {
   const explained = r.message != null && (r.state === 'PENDING' || r.state === 'LOST');
   let text: string = r.state;
-  if (r.node && !explained) text += ` on ${r.node.name}`;
+  if (r.node && !explained) text += ` on ${r.node.name}${cardWords(r)}`;
   text += smokeWords(r);
   if (r.message) text += `: ${r.message}`;
   return text;
+}
+
+/**
+ * What the replica holds on which of its node's cards: " GPU 0: 7.9 GiB of 24 GiB"; split, " GPU 0: 15 GiB of
+ * 24 GiB, GPU 1: 15 GiB of 24 GiB"; "(planned)" until its agent has measured it on the card, since until then it
+ * is the estimate placement booked. Nothing on a node without a GPU.
+ */
+export function cardWords(r: Pick<ModelCard_Replica, 'cards' | 'memoryMeasured'>): string {
+  if (!r.cards?.length) return '';
+  const each = r.cards.map((c) => `GPU ${c.index}: ${formatBytes(c.heldBytes)} of ${formatBytes(c.totalBytes)}`);
+  return ` ${each.join(', ')}${r.memoryMeasured ? '' : ' (planned)'}`;
 }
 
 /**
@@ -188,7 +207,8 @@ export function smokeWords(
   r: Pick<
     ModelCard_Replica,
     'state' | 'tokensPerSecond' | 'timeToFirstTokenMs' | 'smokeText' | 'vramUsedBytes' | 'gpuLayers' | 'totalLayers'
-  >,
+  > &
+    Partial<Pick<ModelCard_Replica, 'cards' | 'memoryMeasured'>>,
 ): string {
   if (r.state !== 'READY') return '';
   let text = '';
@@ -196,7 +216,8 @@ export function smokeWords(
   if (r.timeToFirstTokenMs != null) text += ` · first token ${Math.round(r.timeToFirstTokenMs)} ms`;
   // No layer on the card is a replica on the CPU: "0 B on GPU" would read as a broken measurement.
   if (r.gpuLayers === 0) text += ' · on the CPU';
-  else if (r.vramUsedBytes != null) {
+  // Measured and placed on cards, the cards already say it (cardWords).
+  else if (r.vramUsedBytes != null && !(r.memoryMeasured && r.cards?.length)) {
     const layers =
       r.gpuLayers != null && r.totalLayers != null && r.gpuLayers < r.totalLayers
         ? ` (${r.gpuLayers} of ${r.totalLayers} layers)`
@@ -330,7 +351,7 @@ export function ModelCard({
         </div>
         <div>
           <dt>Replicas</dt>
-          <dd>{model.mode === 'STOPPED' ? 'none wanted' : `${model.wantedReplicas} wanted`}</dd>
+          <dd>{replicasWanted(model)}</dd>
         </div>
         <div>
           <dt>At once</dt>
@@ -505,4 +526,11 @@ function RemoveModel({ name, onClose }: { name: string; onClose: () => void }) {
       Its nodes stop its replicas; its files stay in the mirror.
     </ConfirmDialog>
   );
+}
+
+/** An autoscaled model wants a range, not its most: "1–3, autoscaled" (the Autoscaling panel has the target). */
+function replicasWanted(m: Pick<ModelCard_Model, 'mode' | 'wantedReplicas' | 'minReplicas' | 'targetInFlight'>) {
+  if (m.mode === 'STOPPED') return 'none wanted';
+  if (m.targetInFlight == null) return `${m.wantedReplicas} wanted`;
+  return `${m.minReplicas}–${m.wantedReplicas}, autoscaled`;
 }

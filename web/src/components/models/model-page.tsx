@@ -4,6 +4,7 @@ import { useRefetchOnReconnect } from '../../graphql/use-reconnect';
 import { FormError } from '../common/form-error';
 import { PageLink } from '../common/page-link';
 import { ModelCard, ModelCard_ModelFragment } from './model-card';
+import { ModelScaling, ModelScaling_ModelFragment } from './model-scaling';
 import { ModelsPage_ChangedSubscription } from './models-page';
 import { Playground } from './playground';
 
@@ -12,10 +13,11 @@ export const ModelPage_ModelQuery = graphql(
   query ModelPage_Model($name: String!) {
     model(name: $name) {
       ...ModelCard_Model
+      ...ModelScaling_Model
     }
   }
 `,
-  [ModelCard_ModelFragment],
+  [ModelCard_ModelFragment, ModelScaling_ModelFragment],
 );
 
 /** One model: its card, as on the Models page, and a playground to call it or one of its adapters. */
@@ -70,6 +72,7 @@ export function ModelPage({
             fetchImpl={fetchImpl}
           />
           <ModelCard model={model} canChange={canChange} onModelPage />
+          <ModelScaling model={model} canChange={canChange} />
         </>
       ) : null}
     </section>

@@ -24,6 +24,8 @@ function replica(id: string, state: string, over: Record<string, unknown> = {}) 
     gpuLayers: null,
     totalLayers: null,
     vramUsedBytes: null,
+    memoryMeasured: false,
+    cards: [],
     updatedAt: now,
     node: null,
     ...over,
@@ -47,6 +49,8 @@ function model(name: string, over: Record<string, unknown> = {}) {
     parallel: 1,
     mode: 'ALWAYS',
     wantedReplicas: 2,
+    minReplicas: 2,
+    targetInFlight: null,
     declared: false,
     declaredIn: null,
     modeMessage: 'always: the replicas it wants run',
@@ -170,6 +174,47 @@ describe('ModelsPage', () => {
     expect(within(qwenCard).getByText('4 requests per replica')).toBeInTheDocument();
   });
 
+  it('says what each replica holds on which card of its node: measured, planned, or split over two', async () => {
+    const card24 = (index: number, heldBytes: number) => ({
+      __typename: 'ReplicaCard',
+      index,
+      totalBytes: 24 * GiB,
+      heldBytes,
+    });
+    const shared = model('qwen3-8b', {
+      replicas: [
+        replica('r1', 'READY', {
+          node: node('node-a'),
+          vramUsedBytes: 7.9 * GiB,
+          gpuLayers: 37,
+          totalLayers: 37,
+          memoryMeasured: true,
+          cards: [card24(0, 7.9 * GiB)],
+        }),
+        replica('r2', 'LOADING', { node: node('node-a'), cards: [card24(0, 8 * GiB)] }),
+        replica('r3', 'PENDING', {
+          message: 'fits on no node: needs 8.0 GiB, the most room is 5.6 GiB on node-a GPU 0',
+        }),
+      ],
+    });
+    const split = model('llama-70b', {
+      replicas: [replica('s1', 'READY', { node: node('node-b'), cards: [card24(0, 15 * GiB), card24(1, 15 * GiB)] })],
+    });
+    renderPage(fakeClient([answer(ModelsPage_ModelsQuery, () => ({ models: [shared, split] }))]));
+    const chipsOf = async (name: string) =>
+      within(within(await card(name)).getByRole('list', { name: `Replicas of ${name}` }))
+        .getAllByRole('listitem')
+        .map((c) => c.textContent);
+    expect(await chipsOf('qwen3-8b')).toEqual([
+      'READY on node-a GPU 0: 7.9 GiB of 24 GiB',
+      'LOADING on node-a GPU 0: 8.0 GiB of 24 GiB (planned)',
+      'PENDING: fits on no node: needs 8.0 GiB, the most room is 5.6 GiB on node-a GPU 0',
+    ]);
+    expect(await chipsOf('llama-70b')).toEqual([
+      'READY on node-b GPU 0: 15 GiB of 24 GiB, GPU 1: 15 GiB of 24 GiB (planned)',
+    ]);
+  });
+
   it('sets how many requests a replica answers at once, sending only a change', async () => {
     const fake = fakeClient([
       answer(ModelsPage_ModelsQuery, () => ({ models: [model('qwen3-8b')] })),
@@ -189,6 +234,20 @@ describe('ModelsPage', () => {
     expect(fake.sent(ModelCard_SetModeMutation).map((op) => op.variables)).toEqual([
       { name: 'qwen3-8b', mode: 'ALWAYS', replicas: 2, parallel: 8 },
     ]);
+  });
+
+  it('says an autoscaled model wants a range of replicas, not its most', async () => {
+    const fake = fakeClient([
+      answer(ModelsPage_ModelsQuery, () => ({
+        models: [
+          model('coder', { mode: 'ALWAYS', wantedReplicas: 3, minReplicas: 1, targetInFlight: 2 }),
+          model('qwen3-8b', { mode: 'ALWAYS', wantedReplicas: 2, minReplicas: 2, targetInFlight: null }),
+        ],
+      })),
+    ]);
+    renderPage(fake);
+    await within(await card('coder')).findByText('1–3, autoscaled');
+    await within(await card('qwen3-8b')).findByText('2 wanted');
   });
 
   it('changes a model’s mode and replicas with the button, and shows the new mode', async () => {

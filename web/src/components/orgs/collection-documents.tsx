@@ -29,7 +29,12 @@ export const CollectionDocuments_RemoveMutation = graphql(
   [FormError_RefusalFragment],
 );
 
-const KIND: Record<string, string> = { 'text/plain': 'text', 'text/markdown': 'Markdown', 'text/html': 'HTML' };
+const KIND: Record<string, string> = {
+  'text/plain': 'text',
+  'text/markdown': 'Markdown',
+  'text/html': 'HTML',
+  'application/pdf': 'PDF',
+};
 
 /** Bytes as a person reads a file's size. */
 function size(bytes: number): string {
@@ -161,10 +166,10 @@ export function CollectionDocuments({
       )}
       {admin ? (
         <label className="form-row">
-          <span>Upload a document (.txt, .md, .html) to {collection.name}</span>
+          <span>Upload a document (.txt, .md, .html, .pdf) to {collection.name}</span>
           <input
             type="file"
-            accept=".txt,.text,.md,.markdown,.html,.htm,text/plain,text/markdown,text/html"
+            accept=".txt,.text,.md,.markdown,.html,.htm,.pdf,text/plain,text/markdown,text/html,application/pdf"
             disabled={busy}
             onChange={(e) => upload(e.currentTarget)}
           />

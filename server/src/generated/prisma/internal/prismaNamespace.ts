@@ -401,9 +401,14 @@ export const ModelName = {
   Session: 'Session',
   ApiToken: 'ApiToken',
   Node: 'Node',
+  NodeFile: 'NodeFile',
+  NodePeer: 'NodePeer',
   MirrorFile: 'MirrorFile',
+  MirrorUpload: 'MirrorUpload',
   HubRef: 'HubRef',
   CatalogModel: 'CatalogModel',
+  ModelScale: 'ModelScale',
+  GatewayLoad: 'GatewayLoad',
   Adapter: 'Adapter',
   ServedName: 'ServedName',
   EngineKey: 'EngineKey',
@@ -426,6 +431,8 @@ export const ModelName = {
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
   UsageSpool: 'UsageSpool',
+  UsageHour: 'UsageHour',
+  UsageDay: 'UsageDay',
   Limit: 'Limit',
   LimitWindow: 'LimitWindow',
   Price: 'Price',
@@ -445,7 +452,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "mirrorFile" | "hubRef" | "catalogModel" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "kbDataset" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "limit" | "limitWindow" | "price" | "gpuTime"
+    modelProps: "user" | "session" | "apiToken" | "node" | "nodeFile" | "nodePeer" | "mirrorFile" | "mirrorUpload" | "hubRef" | "catalogModel" | "modelScale" | "gatewayLoad" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "kbDataset" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "usageHour" | "usageDay" | "limit" | "limitWindow" | "price" | "gpuTime"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -745,6 +752,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    NodeFile: {
+      payload: Prisma.$NodeFilePayload<ExtArgs>
+      fields: Prisma.NodeFileFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.NodeFileFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.NodeFileFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        findFirst: {
+          args: Prisma.NodeFileFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.NodeFileFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        findMany: {
+          args: Prisma.NodeFileFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>[]
+        }
+        create: {
+          args: Prisma.NodeFileCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        createMany: {
+          args: Prisma.NodeFileCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.NodeFileCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>[]
+        }
+        delete: {
+          args: Prisma.NodeFileDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        update: {
+          args: Prisma.NodeFileUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        deleteMany: {
+          args: Prisma.NodeFileDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.NodeFileUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.NodeFileUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>[]
+        }
+        upsert: {
+          args: Prisma.NodeFileUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodeFilePayload>
+        }
+        aggregate: {
+          args: Prisma.NodeFileAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateNodeFile>
+        }
+        groupBy: {
+          args: Prisma.NodeFileGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.NodeFileGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.NodeFileCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.NodeFileCountAggregateOutputType> | number
+        }
+      }
+    }
+    NodePeer: {
+      payload: Prisma.$NodePeerPayload<ExtArgs>
+      fields: Prisma.NodePeerFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.NodePeerFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.NodePeerFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        findFirst: {
+          args: Prisma.NodePeerFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.NodePeerFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        findMany: {
+          args: Prisma.NodePeerFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>[]
+        }
+        create: {
+          args: Prisma.NodePeerCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        createMany: {
+          args: Prisma.NodePeerCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.NodePeerCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>[]
+        }
+        delete: {
+          args: Prisma.NodePeerDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        update: {
+          args: Prisma.NodePeerUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        deleteMany: {
+          args: Prisma.NodePeerDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.NodePeerUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.NodePeerUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>[]
+        }
+        upsert: {
+          args: Prisma.NodePeerUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$NodePeerPayload>
+        }
+        aggregate: {
+          args: Prisma.NodePeerAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateNodePeer>
+        }
+        groupBy: {
+          args: Prisma.NodePeerGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.NodePeerGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.NodePeerCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.NodePeerCountAggregateOutputType> | number
+        }
+      }
+    }
     MirrorFile: {
       payload: Prisma.$MirrorFilePayload<ExtArgs>
       fields: Prisma.MirrorFileFieldRefs
@@ -816,6 +971,80 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         count: {
           args: Prisma.MirrorFileCountArgs<ExtArgs>
           result: runtime.Types.Utils.Optional<Prisma.MirrorFileCountAggregateOutputType> | number
+        }
+      }
+    }
+    MirrorUpload: {
+      payload: Prisma.$MirrorUploadPayload<ExtArgs>
+      fields: Prisma.MirrorUploadFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.MirrorUploadFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.MirrorUploadFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        findFirst: {
+          args: Prisma.MirrorUploadFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.MirrorUploadFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        findMany: {
+          args: Prisma.MirrorUploadFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>[]
+        }
+        create: {
+          args: Prisma.MirrorUploadCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        createMany: {
+          args: Prisma.MirrorUploadCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.MirrorUploadCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>[]
+        }
+        delete: {
+          args: Prisma.MirrorUploadDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        update: {
+          args: Prisma.MirrorUploadUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        deleteMany: {
+          args: Prisma.MirrorUploadDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.MirrorUploadUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.MirrorUploadUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>[]
+        }
+        upsert: {
+          args: Prisma.MirrorUploadUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$MirrorUploadPayload>
+        }
+        aggregate: {
+          args: Prisma.MirrorUploadAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateMirrorUpload>
+        }
+        groupBy: {
+          args: Prisma.MirrorUploadGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.MirrorUploadGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.MirrorUploadCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.MirrorUploadCountAggregateOutputType> | number
         }
       }
     }
@@ -964,6 +1193,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         count: {
           args: Prisma.CatalogModelCountArgs<ExtArgs>
           result: runtime.Types.Utils.Optional<Prisma.CatalogModelCountAggregateOutputType> | number
+        }
+      }
+    }
+    ModelScale: {
+      payload: Prisma.$ModelScalePayload<ExtArgs>
+      fields: Prisma.ModelScaleFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.ModelScaleFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.ModelScaleFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        findFirst: {
+          args: Prisma.ModelScaleFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.ModelScaleFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        findMany: {
+          args: Prisma.ModelScaleFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>[]
+        }
+        create: {
+          args: Prisma.ModelScaleCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        createMany: {
+          args: Prisma.ModelScaleCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.ModelScaleCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>[]
+        }
+        delete: {
+          args: Prisma.ModelScaleDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        update: {
+          args: Prisma.ModelScaleUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        deleteMany: {
+          args: Prisma.ModelScaleDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.ModelScaleUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.ModelScaleUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>[]
+        }
+        upsert: {
+          args: Prisma.ModelScaleUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$ModelScalePayload>
+        }
+        aggregate: {
+          args: Prisma.ModelScaleAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateModelScale>
+        }
+        groupBy: {
+          args: Prisma.ModelScaleGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ModelScaleGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.ModelScaleCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.ModelScaleCountAggregateOutputType> | number
+        }
+      }
+    }
+    GatewayLoad: {
+      payload: Prisma.$GatewayLoadPayload<ExtArgs>
+      fields: Prisma.GatewayLoadFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.GatewayLoadFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.GatewayLoadFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        findFirst: {
+          args: Prisma.GatewayLoadFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.GatewayLoadFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        findMany: {
+          args: Prisma.GatewayLoadFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>[]
+        }
+        create: {
+          args: Prisma.GatewayLoadCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        createMany: {
+          args: Prisma.GatewayLoadCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.GatewayLoadCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>[]
+        }
+        delete: {
+          args: Prisma.GatewayLoadDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        update: {
+          args: Prisma.GatewayLoadUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        deleteMany: {
+          args: Prisma.GatewayLoadDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.GatewayLoadUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.GatewayLoadUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>[]
+        }
+        upsert: {
+          args: Prisma.GatewayLoadUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$GatewayLoadPayload>
+        }
+        aggregate: {
+          args: Prisma.GatewayLoadAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateGatewayLoad>
+        }
+        groupBy: {
+          args: Prisma.GatewayLoadGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.GatewayLoadGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.GatewayLoadCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.GatewayLoadCountAggregateOutputType> | number
         }
       }
     }
@@ -2595,6 +2972,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    UsageHour: {
+      payload: Prisma.$UsageHourPayload<ExtArgs>
+      fields: Prisma.UsageHourFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageHourFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageHourFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        findFirst: {
+          args: Prisma.UsageHourFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageHourFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        findMany: {
+          args: Prisma.UsageHourFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>[]
+        }
+        create: {
+          args: Prisma.UsageHourCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        createMany: {
+          args: Prisma.UsageHourCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageHourCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>[]
+        }
+        delete: {
+          args: Prisma.UsageHourDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        update: {
+          args: Prisma.UsageHourUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageHourDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageHourUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageHourUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageHourUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageHourPayload>
+        }
+        aggregate: {
+          args: Prisma.UsageHourAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageHour>
+        }
+        groupBy: {
+          args: Prisma.UsageHourGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageHourGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageHourCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageHourCountAggregateOutputType> | number
+        }
+      }
+    }
+    UsageDay: {
+      payload: Prisma.$UsageDayPayload<ExtArgs>
+      fields: Prisma.UsageDayFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageDayFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageDayFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        findFirst: {
+          args: Prisma.UsageDayFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageDayFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        findMany: {
+          args: Prisma.UsageDayFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>[]
+        }
+        create: {
+          args: Prisma.UsageDayCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        createMany: {
+          args: Prisma.UsageDayCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageDayCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>[]
+        }
+        delete: {
+          args: Prisma.UsageDayDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        update: {
+          args: Prisma.UsageDayUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageDayDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageDayUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageDayUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageDayUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPayload>
+        }
+        aggregate: {
+          args: Prisma.UsageDayAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageDay>
+        }
+        groupBy: {
+          args: Prisma.UsageDayGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageDayGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageDayCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageDayCountAggregateOutputType> | number
+        }
+      }
+    }
     Limit: {
       payload: Prisma.$LimitPayload<ExtArgs>
       fields: Prisma.LimitFieldRefs
@@ -2994,6 +3519,30 @@ export const NodeScalarFieldEnum = {
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]
 
 
+export const NodeFileScalarFieldEnum = {
+  nodeId: 'nodeId',
+  sha256: 'sha256',
+  bytes: 'bytes',
+  held: 'held',
+  since: 'since',
+  updatedAt: 'updatedAt'
+} as const
+
+export type NodeFileScalarFieldEnum = (typeof NodeFileScalarFieldEnum)[keyof typeof NodeFileScalarFieldEnum]
+
+
+export const NodePeerScalarFieldEnum = {
+  nodeId: 'nodeId',
+  url: 'url',
+  key: 'key',
+  mirrorBytes: 'mirrorBytes',
+  peerBytes: 'peerBytes',
+  reportedAt: 'reportedAt'
+} as const
+
+export type NodePeerScalarFieldEnum = (typeof NodePeerScalarFieldEnum)[keyof typeof NodePeerScalarFieldEnum]
+
+
 export const MirrorFileScalarFieldEnum = {
   id: 'id',
   model: 'model',
@@ -3027,6 +3576,20 @@ export const MirrorFileScalarFieldEnum = {
 export type MirrorFileScalarFieldEnum = (typeof MirrorFileScalarFieldEnum)[keyof typeof MirrorFileScalarFieldEnum]
 
 
+export const MirrorUploadScalarFieldEnum = {
+  id: 'id',
+  key: 'key',
+  uploadId: 'uploadId',
+  bytesDone: 'bytesDone',
+  hashState: 'hashState',
+  parts: 'parts',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type MirrorUploadScalarFieldEnum = (typeof MirrorUploadScalarFieldEnum)[keyof typeof MirrorUploadScalarFieldEnum]
+
+
 export const HubRefScalarFieldEnum = {
   repo: 'repo',
   ref: 'ref',
@@ -3057,11 +3620,36 @@ export const CatalogModelScalarFieldEnum = {
   owner: 'owner',
   routing: 'routing',
   fallbacks: 'fallbacks',
+  targetInFlight: 'targetInFlight',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
 
 export type CatalogModelScalarFieldEnum = (typeof CatalogModelScalarFieldEnum)[keyof typeof CatalogModelScalarFieldEnum]
+
+
+export const ModelScaleScalarFieldEnum = {
+  modelId: 'modelId',
+  replicas: 'replicas',
+  trend: 'trend',
+  trendSince: 'trendSince',
+  trendSum: 'trendSum',
+  trendSamples: 'trendSamples',
+  sampledAt: 'sampledAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type ModelScaleScalarFieldEnum = (typeof ModelScaleScalarFieldEnum)[keyof typeof ModelScaleScalarFieldEnum]
+
+
+export const GatewayLoadScalarFieldEnum = {
+  server: 'server',
+  replicas: 'replicas',
+  queued: 'queued',
+  at: 'at'
+} as const
+
+export type GatewayLoadScalarFieldEnum = (typeof GatewayLoadScalarFieldEnum)[keyof typeof GatewayLoadScalarFieldEnum]
 
 
 export const AdapterScalarFieldEnum = {
@@ -3116,6 +3704,8 @@ export const ReplicaScalarFieldEnum = {
   vramUsedBytes: 'vramUsedBytes',
   adapters: 'adapters',
   gpuIndex: 'gpuIndex',
+  gpuIndexes: 'gpuIndexes',
+  drainingSince: 'drainingSince',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -3400,6 +3990,54 @@ export const UsageSpoolScalarFieldEnum = {
 export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
 
 
+export const UsageHourScalarFieldEnum = {
+  id: 'id',
+  hour: 'hour',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageHourScalarFieldEnum = (typeof UsageHourScalarFieldEnum)[keyof typeof UsageHourScalarFieldEnum]
+
+
+export const UsageDayScalarFieldEnum = {
+  id: 'id',
+  day: 'day',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageDayScalarFieldEnum = (typeof UsageDayScalarFieldEnum)[keyof typeof UsageDayScalarFieldEnum]
+
+
 export const LimitScalarFieldEnum = {
   id: 'id',
   scope: 'scope',
@@ -3628,6 +4266,20 @@ export type FloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, '
  * Reference to a field of type 'Float[]'
  */
 export type ListFloatFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Float[]'>
+    
+
+
+/**
+ * Reference to a field of type 'Bytes'
+ */
+export type BytesFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Bytes'>
+    
+
+
+/**
+ * Reference to a field of type 'Bytes[]'
+ */
+export type ListBytesFieldRefInput<$PrismaModel> = FieldRefInputType<$PrismaModel, 'Bytes[]'>
     
 
 
@@ -3939,9 +4591,14 @@ export type GlobalOmitConfig = {
   session?: Prisma.SessionOmit
   apiToken?: Prisma.ApiTokenOmit
   node?: Prisma.NodeOmit
+  nodeFile?: Prisma.NodeFileOmit
+  nodePeer?: Prisma.NodePeerOmit
   mirrorFile?: Prisma.MirrorFileOmit
+  mirrorUpload?: Prisma.MirrorUploadOmit
   hubRef?: Prisma.HubRefOmit
   catalogModel?: Prisma.CatalogModelOmit
+  modelScale?: Prisma.ModelScaleOmit
+  gatewayLoad?: Prisma.GatewayLoadOmit
   adapter?: Prisma.AdapterOmit
   servedName?: Prisma.ServedNameOmit
   engineKey?: Prisma.EngineKeyOmit
@@ -3964,6 +4621,8 @@ export type GlobalOmitConfig = {
   loginLimit?: Prisma.LoginLimitOmit
   usageMinute?: Prisma.UsageMinuteOmit
   usageSpool?: Prisma.UsageSpoolOmit
+  usageHour?: Prisma.UsageHourOmit
+  usageDay?: Prisma.UsageDayOmit
   limit?: Prisma.LimitOmit
   limitWindow?: Prisma.LimitWindowOmit
   price?: Prisma.PriceOmit

@@ -55,9 +55,14 @@ export const ModelName = {
   Session: 'Session',
   ApiToken: 'ApiToken',
   Node: 'Node',
+  NodeFile: 'NodeFile',
+  NodePeer: 'NodePeer',
   MirrorFile: 'MirrorFile',
+  MirrorUpload: 'MirrorUpload',
   HubRef: 'HubRef',
   CatalogModel: 'CatalogModel',
+  ModelScale: 'ModelScale',
+  GatewayLoad: 'GatewayLoad',
   Adapter: 'Adapter',
   ServedName: 'ServedName',
   EngineKey: 'EngineKey',
@@ -80,6 +85,8 @@ export const ModelName = {
   LoginLimit: 'LoginLimit',
   UsageMinute: 'UsageMinute',
   UsageSpool: 'UsageSpool',
+  UsageHour: 'UsageHour',
+  UsageDay: 'UsageDay',
   Limit: 'Limit',
   LimitWindow: 'LimitWindow',
   Price: 'Price',
@@ -166,6 +173,30 @@ export const NodeScalarFieldEnum = {
 export type NodeScalarFieldEnum = (typeof NodeScalarFieldEnum)[keyof typeof NodeScalarFieldEnum]
 
 
+export const NodeFileScalarFieldEnum = {
+  nodeId: 'nodeId',
+  sha256: 'sha256',
+  bytes: 'bytes',
+  held: 'held',
+  since: 'since',
+  updatedAt: 'updatedAt'
+} as const
+
+export type NodeFileScalarFieldEnum = (typeof NodeFileScalarFieldEnum)[keyof typeof NodeFileScalarFieldEnum]
+
+
+export const NodePeerScalarFieldEnum = {
+  nodeId: 'nodeId',
+  url: 'url',
+  key: 'key',
+  mirrorBytes: 'mirrorBytes',
+  peerBytes: 'peerBytes',
+  reportedAt: 'reportedAt'
+} as const
+
+export type NodePeerScalarFieldEnum = (typeof NodePeerScalarFieldEnum)[keyof typeof NodePeerScalarFieldEnum]
+
+
 export const MirrorFileScalarFieldEnum = {
   id: 'id',
   model: 'model',
@@ -199,6 +230,20 @@ export const MirrorFileScalarFieldEnum = {
 export type MirrorFileScalarFieldEnum = (typeof MirrorFileScalarFieldEnum)[keyof typeof MirrorFileScalarFieldEnum]
 
 
+export const MirrorUploadScalarFieldEnum = {
+  id: 'id',
+  key: 'key',
+  uploadId: 'uploadId',
+  bytesDone: 'bytesDone',
+  hashState: 'hashState',
+  parts: 'parts',
+  createdAt: 'createdAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type MirrorUploadScalarFieldEnum = (typeof MirrorUploadScalarFieldEnum)[keyof typeof MirrorUploadScalarFieldEnum]
+
+
 export const HubRefScalarFieldEnum = {
   repo: 'repo',
   ref: 'ref',
@@ -229,11 +274,36 @@ export const CatalogModelScalarFieldEnum = {
   owner: 'owner',
   routing: 'routing',
   fallbacks: 'fallbacks',
+  targetInFlight: 'targetInFlight',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
 
 export type CatalogModelScalarFieldEnum = (typeof CatalogModelScalarFieldEnum)[keyof typeof CatalogModelScalarFieldEnum]
+
+
+export const ModelScaleScalarFieldEnum = {
+  modelId: 'modelId',
+  replicas: 'replicas',
+  trend: 'trend',
+  trendSince: 'trendSince',
+  trendSum: 'trendSum',
+  trendSamples: 'trendSamples',
+  sampledAt: 'sampledAt',
+  updatedAt: 'updatedAt'
+} as const
+
+export type ModelScaleScalarFieldEnum = (typeof ModelScaleScalarFieldEnum)[keyof typeof ModelScaleScalarFieldEnum]
+
+
+export const GatewayLoadScalarFieldEnum = {
+  server: 'server',
+  replicas: 'replicas',
+  queued: 'queued',
+  at: 'at'
+} as const
+
+export type GatewayLoadScalarFieldEnum = (typeof GatewayLoadScalarFieldEnum)[keyof typeof GatewayLoadScalarFieldEnum]
 
 
 export const AdapterScalarFieldEnum = {
@@ -288,6 +358,8 @@ export const ReplicaScalarFieldEnum = {
   vramUsedBytes: 'vramUsedBytes',
   adapters: 'adapters',
   gpuIndex: 'gpuIndex',
+  gpuIndexes: 'gpuIndexes',
+  drainingSince: 'drainingSince',
   createdAt: 'createdAt',
   updatedAt: 'updatedAt'
 } as const
@@ -570,6 +642,54 @@ export const UsageSpoolScalarFieldEnum = {
 } as const
 
 export type UsageSpoolScalarFieldEnum = (typeof UsageSpoolScalarFieldEnum)[keyof typeof UsageSpoolScalarFieldEnum]
+
+
+export const UsageHourScalarFieldEnum = {
+  id: 'id',
+  hour: 'hour',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageHourScalarFieldEnum = (typeof UsageHourScalarFieldEnum)[keyof typeof UsageHourScalarFieldEnum]
+
+
+export const UsageDayScalarFieldEnum = {
+  id: 'id',
+  day: 'day',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageDayScalarFieldEnum = (typeof UsageDayScalarFieldEnum)[keyof typeof UsageDayScalarFieldEnum]
 
 
 export const LimitScalarFieldEnum = {

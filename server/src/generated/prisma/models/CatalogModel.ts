@@ -34,6 +34,7 @@ export type CatalogModelAvgAggregateOutputType = {
   idleSeconds: number | null
   parallel: number | null
   measuredMemoryBytes: number | null
+  targetInFlight: number | null
 }
 
 export type CatalogModelSumAggregateOutputType = {
@@ -44,6 +45,7 @@ export type CatalogModelSumAggregateOutputType = {
   idleSeconds: number | null
   parallel: number | null
   measuredMemoryBytes: bigint | null
+  targetInFlight: number | null
 }
 
 export type CatalogModelMinAggregateOutputType = {
@@ -64,6 +66,7 @@ export type CatalogModelMinAggregateOutputType = {
   lastRequestAt: Date | null
   owner: string | null
   routing: $Enums.RoutingPolicy | null
+  targetInFlight: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -86,6 +89,7 @@ export type CatalogModelMaxAggregateOutputType = {
   lastRequestAt: Date | null
   owner: string | null
   routing: $Enums.RoutingPolicy | null
+  targetInFlight: number | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -110,6 +114,7 @@ export type CatalogModelCountAggregateOutputType = {
   owner: number
   routing: number
   fallbacks: number
+  targetInFlight: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -124,6 +129,7 @@ export type CatalogModelAvgAggregateInputType = {
   idleSeconds?: true
   parallel?: true
   measuredMemoryBytes?: true
+  targetInFlight?: true
 }
 
 export type CatalogModelSumAggregateInputType = {
@@ -134,6 +140,7 @@ export type CatalogModelSumAggregateInputType = {
   idleSeconds?: true
   parallel?: true
   measuredMemoryBytes?: true
+  targetInFlight?: true
 }
 
 export type CatalogModelMinAggregateInputType = {
@@ -154,6 +161,7 @@ export type CatalogModelMinAggregateInputType = {
   lastRequestAt?: true
   owner?: true
   routing?: true
+  targetInFlight?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -176,6 +184,7 @@ export type CatalogModelMaxAggregateInputType = {
   lastRequestAt?: true
   owner?: true
   routing?: true
+  targetInFlight?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -200,6 +209,7 @@ export type CatalogModelCountAggregateInputType = {
   owner?: true
   routing?: true
   fallbacks?: true
+  targetInFlight?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -311,6 +321,7 @@ export type CatalogModelGroupByOutputType = {
   owner: string | null
   routing: $Enums.RoutingPolicy
   fallbacks: string[]
+  targetInFlight: number | null
   createdAt: Date
   updatedAt: Date
   _count: CatalogModelCountAggregateOutputType | null
@@ -358,11 +369,13 @@ export type CatalogModelWhereInput = {
   owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
   routing?: Prisma.EnumRoutingPolicyFilter<"CatalogModel"> | $Enums.RoutingPolicy
   fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
+  targetInFlight?: Prisma.FloatNullableFilter<"CatalogModel"> | number | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
   replicas?: Prisma.ReplicaListRelationFilter
   servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
+  scale?: Prisma.XOR<Prisma.ModelScaleNullableScalarRelationFilter, Prisma.ModelScaleWhereInput> | null
 }
 
 export type CatalogModelOrderByWithRelationInput = {
@@ -385,11 +398,13 @@ export type CatalogModelOrderByWithRelationInput = {
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
   routing?: Prisma.SortOrder
   fallbacks?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   adapters?: Prisma.AdapterOrderByRelationAggregateInput
   replicas?: Prisma.ReplicaOrderByRelationAggregateInput
   servedName?: Prisma.ServedNameOrderByWithRelationInput
+  scale?: Prisma.ModelScaleOrderByWithRelationInput
 }
 
 export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
@@ -415,11 +430,13 @@ export type CatalogModelWhereUniqueInput = Prisma.AtLeast<{
   owner?: Prisma.StringNullableFilter<"CatalogModel"> | string | null
   routing?: Prisma.EnumRoutingPolicyFilter<"CatalogModel"> | $Enums.RoutingPolicy
   fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
+  targetInFlight?: Prisma.FloatNullableFilter<"CatalogModel"> | number | null
   createdAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"CatalogModel"> | Date | string
   adapters?: Prisma.AdapterListRelationFilter
   replicas?: Prisma.ReplicaListRelationFilter
   servedName?: Prisma.XOR<Prisma.ServedNameNullableScalarRelationFilter, Prisma.ServedNameWhereInput> | null
+  scale?: Prisma.XOR<Prisma.ModelScaleNullableScalarRelationFilter, Prisma.ModelScaleWhereInput> | null
 }, "id" | "name">
 
 export type CatalogModelOrderByWithAggregationInput = {
@@ -442,6 +459,7 @@ export type CatalogModelOrderByWithAggregationInput = {
   owner?: Prisma.SortOrderInput | Prisma.SortOrder
   routing?: Prisma.SortOrder
   fallbacks?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.CatalogModelCountOrderByAggregateInput
@@ -474,6 +492,7 @@ export type CatalogModelScalarWhereWithAggregatesInput = {
   owner?: Prisma.StringNullableWithAggregatesFilter<"CatalogModel"> | string | null
   routing?: Prisma.EnumRoutingPolicyWithAggregatesFilter<"CatalogModel"> | $Enums.RoutingPolicy
   fallbacks?: Prisma.StringNullableListFilter<"CatalogModel">
+  targetInFlight?: Prisma.FloatNullableWithAggregatesFilter<"CatalogModel"> | number | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"CatalogModel"> | Date | string
 }
@@ -498,11 +517,13 @@ export type CatalogModelCreateInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateInput = {
@@ -525,11 +546,13 @@ export type CatalogModelUncheckedCreateInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUpdateInput = {
@@ -552,11 +575,13 @@ export type CatalogModelUpdateInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateInput = {
@@ -579,11 +604,13 @@ export type CatalogModelUncheckedUpdateInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUncheckedUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelCreateManyInput = {
@@ -606,6 +633,7 @@ export type CatalogModelCreateManyInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -630,6 +658,7 @@ export type CatalogModelUpdateManyMutationInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -654,6 +683,7 @@ export type CatalogModelUncheckedUpdateManyInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -686,6 +716,7 @@ export type CatalogModelCountOrderByAggregateInput = {
   owner?: Prisma.SortOrder
   routing?: Prisma.SortOrder
   fallbacks?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -698,6 +729,7 @@ export type CatalogModelAvgOrderByAggregateInput = {
   idleSeconds?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   measuredMemoryBytes?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
 }
 
 export type CatalogModelMaxOrderByAggregateInput = {
@@ -718,6 +750,7 @@ export type CatalogModelMaxOrderByAggregateInput = {
   lastRequestAt?: Prisma.SortOrder
   owner?: Prisma.SortOrder
   routing?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -740,6 +773,7 @@ export type CatalogModelMinOrderByAggregateInput = {
   lastRequestAt?: Prisma.SortOrder
   owner?: Prisma.SortOrder
   routing?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -752,6 +786,7 @@ export type CatalogModelSumOrderByAggregateInput = {
   idleSeconds?: Prisma.SortOrder
   parallel?: Prisma.SortOrder
   measuredMemoryBytes?: Prisma.SortOrder
+  targetInFlight?: Prisma.SortOrder
 }
 
 export type CatalogModelScalarRelationFilter = {
@@ -779,6 +814,20 @@ export type EnumRoutingPolicyFieldUpdateOperationsInput = {
 export type CatalogModelUpdatefallbacksInput = {
   set?: string[]
   push?: string | string[]
+}
+
+export type CatalogModelCreateNestedOneWithoutScaleInput = {
+  create?: Prisma.XOR<Prisma.CatalogModelCreateWithoutScaleInput, Prisma.CatalogModelUncheckedCreateWithoutScaleInput>
+  connectOrCreate?: Prisma.CatalogModelCreateOrConnectWithoutScaleInput
+  connect?: Prisma.CatalogModelWhereUniqueInput
+}
+
+export type CatalogModelUpdateOneRequiredWithoutScaleNestedInput = {
+  create?: Prisma.XOR<Prisma.CatalogModelCreateWithoutScaleInput, Prisma.CatalogModelUncheckedCreateWithoutScaleInput>
+  connectOrCreate?: Prisma.CatalogModelCreateOrConnectWithoutScaleInput
+  upsert?: Prisma.CatalogModelUpsertWithoutScaleInput
+  connect?: Prisma.CatalogModelWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.CatalogModelUpdateToOneWithWhereWithoutScaleInput, Prisma.CatalogModelUpdateWithoutScaleInput>, Prisma.CatalogModelUncheckedUpdateWithoutScaleInput>
 }
 
 export type CatalogModelCreateNestedOneWithoutAdaptersInput = {
@@ -825,6 +874,134 @@ export type CatalogModelUpdateOneRequiredWithoutReplicasNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.CatalogModelUpdateToOneWithWhereWithoutReplicasInput, Prisma.CatalogModelUpdateWithoutReplicasInput>, Prisma.CatalogModelUncheckedUpdateWithoutReplicasInput>
 }
 
+export type CatalogModelCreateWithoutScaleInput = {
+  id?: string
+  name: string
+  source: string
+  engine: $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: number | null
+  memoryBytes?: bigint | number | null
+  minReplicas?: number
+  maxReplicas?: number
+  idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
+  declared?: boolean
+  awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
+  owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
+  replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
+}
+
+export type CatalogModelUncheckedCreateWithoutScaleInput = {
+  id?: string
+  name: string
+  source: string
+  engine: $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: number | null
+  memoryBytes?: bigint | number | null
+  minReplicas?: number
+  maxReplicas?: number
+  idleSeconds?: number
+  parallel?: number
+  measuredMemoryBytes?: bigint | number | null
+  measuredAt?: Date | string | null
+  declared?: boolean
+  awakeUntil?: Date | string | null
+  lastRequestAt?: Date | string | null
+  owner?: string | null
+  routing?: $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
+  createdAt?: Date | string
+  updatedAt?: Date | string
+  adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
+  replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
+  servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
+}
+
+export type CatalogModelCreateOrConnectWithoutScaleInput = {
+  where: Prisma.CatalogModelWhereUniqueInput
+  create: Prisma.XOR<Prisma.CatalogModelCreateWithoutScaleInput, Prisma.CatalogModelUncheckedCreateWithoutScaleInput>
+}
+
+export type CatalogModelUpsertWithoutScaleInput = {
+  update: Prisma.XOR<Prisma.CatalogModelUpdateWithoutScaleInput, Prisma.CatalogModelUncheckedUpdateWithoutScaleInput>
+  create: Prisma.XOR<Prisma.CatalogModelCreateWithoutScaleInput, Prisma.CatalogModelUncheckedCreateWithoutScaleInput>
+  where?: Prisma.CatalogModelWhereInput
+}
+
+export type CatalogModelUpdateToOneWithWhereWithoutScaleInput = {
+  where?: Prisma.CatalogModelWhereInput
+  data: Prisma.XOR<Prisma.CatalogModelUpdateWithoutScaleInput, Prisma.CatalogModelUncheckedUpdateWithoutScaleInput>
+}
+
+export type CatalogModelUpdateWithoutScaleInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  engine?: Prisma.EnumEngineFieldUpdateOperationsInput | $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  memoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
+  replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
+}
+
+export type CatalogModelUncheckedUpdateWithoutScaleInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  source?: Prisma.StringFieldUpdateOperationsInput | string
+  engine?: Prisma.EnumEngineFieldUpdateOperationsInput | $Enums.Engine
+  profile?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  contextSize?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  memoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  minReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  maxReplicas?: Prisma.IntFieldUpdateOperationsInput | number
+  idleSeconds?: Prisma.IntFieldUpdateOperationsInput | number
+  parallel?: Prisma.IntFieldUpdateOperationsInput | number
+  measuredMemoryBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  measuredAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  declared?: Prisma.BoolFieldUpdateOperationsInput | boolean
+  awakeUntil?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  lastRequestAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
+  fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
+  replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
+  servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
+}
+
 export type CatalogModelCreateWithoutAdaptersInput = {
   id?: string
   name: string
@@ -845,10 +1022,12 @@ export type CatalogModelCreateWithoutAdaptersInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
@@ -871,10 +1050,12 @@ export type CatalogModelUncheckedCreateWithoutAdaptersInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelCreateOrConnectWithoutAdaptersInput = {
@@ -913,10 +1094,12 @@ export type CatalogModelUpdateWithoutAdaptersInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
@@ -939,10 +1122,12 @@ export type CatalogModelUncheckedUpdateWithoutAdaptersInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUncheckedUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelCreateWithoutServedNameInput = {
@@ -965,10 +1150,12 @@ export type CatalogModelCreateWithoutServedNameInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaCreateNestedManyWithoutModelInput
+  scale?: Prisma.ModelScaleCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateWithoutServedNameInput = {
@@ -991,10 +1178,12 @@ export type CatalogModelUncheckedCreateWithoutServedNameInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutModelInput
+  scale?: Prisma.ModelScaleUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelCreateOrConnectWithoutServedNameInput = {
@@ -1033,10 +1222,12 @@ export type CatalogModelUpdateWithoutServedNameInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUpdateManyWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateWithoutServedNameInput = {
@@ -1059,10 +1250,12 @@ export type CatalogModelUncheckedUpdateWithoutServedNameInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUncheckedUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelCreateWithoutReplicasInput = {
@@ -1085,10 +1278,12 @@ export type CatalogModelCreateWithoutReplicasInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelUncheckedCreateWithoutReplicasInput = {
@@ -1111,10 +1306,12 @@ export type CatalogModelUncheckedCreateWithoutReplicasInput = {
   owner?: string | null
   routing?: $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelCreatefallbacksInput | string[]
+  targetInFlight?: number | null
   createdAt?: Date | string
   updatedAt?: Date | string
   adapters?: Prisma.AdapterUncheckedCreateNestedManyWithoutModelInput
   servedName?: Prisma.ServedNameUncheckedCreateNestedOneWithoutModelInput
+  scale?: Prisma.ModelScaleUncheckedCreateNestedOneWithoutModelInput
 }
 
 export type CatalogModelCreateOrConnectWithoutReplicasInput = {
@@ -1153,10 +1350,12 @@ export type CatalogModelUpdateWithoutReplicasInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUpdateOneWithoutModelNestedInput
 }
 
 export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
@@ -1179,10 +1378,12 @@ export type CatalogModelUncheckedUpdateWithoutReplicasInput = {
   owner?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
   routing?: Prisma.EnumRoutingPolicyFieldUpdateOperationsInput | $Enums.RoutingPolicy
   fallbacks?: Prisma.CatalogModelUpdatefallbacksInput | string[]
+  targetInFlight?: Prisma.NullableFloatFieldUpdateOperationsInput | number | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   adapters?: Prisma.AdapterUncheckedUpdateManyWithoutModelNestedInput
   servedName?: Prisma.ServedNameUncheckedUpdateOneWithoutModelNestedInput
+  scale?: Prisma.ModelScaleUncheckedUpdateOneWithoutModelNestedInput
 }
 
 
@@ -1245,11 +1446,13 @@ export type CatalogModelSelect<ExtArgs extends runtime.Types.Extensions.Internal
   owner?: boolean
   routing?: boolean
   fallbacks?: boolean
+  targetInFlight?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
   servedName?: boolean | Prisma.CatalogModel$servedNameArgs<ExtArgs>
+  scale?: boolean | Prisma.CatalogModel$scaleArgs<ExtArgs>
   _count?: boolean | Prisma.CatalogModelCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["catalogModel"]>
 
@@ -1273,6 +1476,7 @@ export type CatalogModelSelectCreateManyAndReturn<ExtArgs extends runtime.Types.
   owner?: boolean
   routing?: boolean
   fallbacks?: boolean
+  targetInFlight?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1297,6 +1501,7 @@ export type CatalogModelSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.
   owner?: boolean
   routing?: boolean
   fallbacks?: boolean
+  targetInFlight?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }, ExtArgs["result"]["catalogModel"]>
@@ -1321,15 +1526,17 @@ export type CatalogModelSelectScalar = {
   owner?: boolean
   routing?: boolean
   fallbacks?: boolean
+  targetInFlight?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "owner" | "routing" | "fallbacks" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
+export type CatalogModelOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "name" | "source" | "engine" | "profile" | "contextSize" | "memoryBytes" | "minReplicas" | "maxReplicas" | "idleSeconds" | "parallel" | "measuredMemoryBytes" | "measuredAt" | "declared" | "awakeUntil" | "lastRequestAt" | "owner" | "routing" | "fallbacks" | "targetInFlight" | "createdAt" | "updatedAt", ExtArgs["result"]["catalogModel"]>
 export type CatalogModelInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   adapters?: boolean | Prisma.CatalogModel$adaptersArgs<ExtArgs>
   replicas?: boolean | Prisma.CatalogModel$replicasArgs<ExtArgs>
   servedName?: boolean | Prisma.CatalogModel$servedNameArgs<ExtArgs>
+  scale?: boolean | Prisma.CatalogModel$scaleArgs<ExtArgs>
   _count?: boolean | Prisma.CatalogModelCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type CatalogModelIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -1341,6 +1548,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     adapters: Prisma.$AdapterPayload<ExtArgs>[]
     replicas: Prisma.$ReplicaPayload<ExtArgs>[]
     servedName: Prisma.$ServedNamePayload<ExtArgs> | null
+    scale: Prisma.$ModelScalePayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1362,6 +1570,7 @@ export type $CatalogModelPayload<ExtArgs extends runtime.Types.Extensions.Intern
     owner: string | null
     routing: $Enums.RoutingPolicy
     fallbacks: string[]
+    targetInFlight: number | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["catalogModel"]>
@@ -1761,6 +1970,7 @@ export interface Prisma__CatalogModelClient<T, Null = never, ExtArgs extends run
   adapters<T extends Prisma.CatalogModel$adaptersArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$adaptersArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$AdapterPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   replicas<T extends Prisma.CatalogModel$replicasArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$replicasArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ReplicaPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   servedName<T extends Prisma.CatalogModel$servedNameArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$servedNameArgs<ExtArgs>>): Prisma.Prisma__ServedNameClient<runtime.Types.Result.GetResult<Prisma.$ServedNamePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
+  scale<T extends Prisma.CatalogModel$scaleArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.CatalogModel$scaleArgs<ExtArgs>>): Prisma.Prisma__ModelScaleClient<runtime.Types.Result.GetResult<Prisma.$ModelScalePayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1809,6 +2019,7 @@ export interface CatalogModelFieldRefs {
   readonly owner: Prisma.FieldRef<"CatalogModel", 'String'>
   readonly routing: Prisma.FieldRef<"CatalogModel", 'RoutingPolicy'>
   readonly fallbacks: Prisma.FieldRef<"CatalogModel", 'String[]'>
+  readonly targetInFlight: Prisma.FieldRef<"CatalogModel", 'Float'>
   readonly createdAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"CatalogModel", 'DateTime'>
 }
@@ -2268,6 +2479,25 @@ export type CatalogModel$servedNameArgs<ExtArgs extends runtime.Types.Extensions
    */
   include?: Prisma.ServedNameInclude<ExtArgs> | null
   where?: Prisma.ServedNameWhereInput
+}
+
+/**
+ * CatalogModel.scale
+ */
+export type CatalogModel$scaleArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the ModelScale
+   */
+  select?: Prisma.ModelScaleSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the ModelScale
+   */
+  omit?: Prisma.ModelScaleOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.ModelScaleInclude<ExtArgs> | null
+  where?: Prisma.ModelScaleWhereInput
 }
 
 /**

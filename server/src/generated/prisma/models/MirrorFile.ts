@@ -868,14 +868,6 @@ export type EnumMirrorFileStateFieldUpdateOperationsInput = {
   set?: $Enums.MirrorFileState
 }
 
-export type BigIntFieldUpdateOperationsInput = {
-  set?: bigint | number
-  increment?: bigint | number
-  decrement?: bigint | number
-  multiply?: bigint | number
-  divide?: bigint | number
-}
-
 export type IntFieldUpdateOperationsInput = {
   set?: number
   increment?: number

@@ -266,6 +266,8 @@ export type NodeWhereInput = {
   createdAt?: Prisma.DateTimeFilter<"Node"> | Date | string
   replicas?: Prisma.ReplicaListRelationFilter
   trainJobs?: Prisma.TrainJobListRelationFilter
+  files?: Prisma.NodeFileListRelationFilter
+  peer?: Prisma.XOR<Prisma.NodePeerNullableScalarRelationFilter, Prisma.NodePeerWhereInput> | null
 }
 
 export type NodeOrderByWithRelationInput = {
@@ -283,6 +285,8 @@ export type NodeOrderByWithRelationInput = {
   createdAt?: Prisma.SortOrder
   replicas?: Prisma.ReplicaOrderByRelationAggregateInput
   trainJobs?: Prisma.TrainJobOrderByRelationAggregateInput
+  files?: Prisma.NodeFileOrderByRelationAggregateInput
+  peer?: Prisma.NodePeerOrderByWithRelationInput
 }
 
 export type NodeWhereUniqueInput = Prisma.AtLeast<{
@@ -303,6 +307,8 @@ export type NodeWhereUniqueInput = Prisma.AtLeast<{
   createdAt?: Prisma.DateTimeFilter<"Node"> | Date | string
   replicas?: Prisma.ReplicaListRelationFilter
   trainJobs?: Prisma.TrainJobListRelationFilter
+  files?: Prisma.NodeFileListRelationFilter
+  peer?: Prisma.XOR<Prisma.NodePeerNullableScalarRelationFilter, Prisma.NodePeerWhereInput> | null
 }, "id" | "name" | "tokenHash">
 
 export type NodeOrderByWithAggregationInput = {
@@ -358,6 +364,8 @@ export type NodeCreateInput = {
   createdAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
   trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerCreateNestedOneWithoutNodeInput
 }
 
 export type NodeUncheckedCreateInput = {
@@ -375,6 +383,8 @@ export type NodeUncheckedCreateInput = {
   createdAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
   trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileUncheckedCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerUncheckedCreateNestedOneWithoutNodeInput
 }
 
 export type NodeUpdateInput = {
@@ -392,6 +402,8 @@ export type NodeUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
   trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUpdateOneWithoutNodeNestedInput
 }
 
 export type NodeUncheckedUpdateInput = {
@@ -409,6 +421,8 @@ export type NodeUncheckedUpdateInput = {
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
   trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUncheckedUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUncheckedUpdateOneWithoutNodeNestedInput
 }
 
 export type NodeCreateManyInput = {
@@ -505,6 +519,11 @@ export type NodeSumOrderByAggregateInput = {
   diskFreeBytes?: Prisma.SortOrder
 }
 
+export type NodeScalarRelationFilter = {
+  is?: Prisma.NodeWhereInput
+  isNot?: Prisma.NodeWhereInput
+}
+
 export type NodeNullableScalarRelationFilter = {
   is?: Prisma.NodeWhereInput | null
   isNot?: Prisma.NodeWhereInput | null
@@ -516,6 +535,34 @@ export type NullableBigIntFieldUpdateOperationsInput = {
   decrement?: bigint | number
   multiply?: bigint | number
   divide?: bigint | number
+}
+
+export type NodeCreateNestedOneWithoutFilesInput = {
+  create?: Prisma.XOR<Prisma.NodeCreateWithoutFilesInput, Prisma.NodeUncheckedCreateWithoutFilesInput>
+  connectOrCreate?: Prisma.NodeCreateOrConnectWithoutFilesInput
+  connect?: Prisma.NodeWhereUniqueInput
+}
+
+export type NodeUpdateOneRequiredWithoutFilesNestedInput = {
+  create?: Prisma.XOR<Prisma.NodeCreateWithoutFilesInput, Prisma.NodeUncheckedCreateWithoutFilesInput>
+  connectOrCreate?: Prisma.NodeCreateOrConnectWithoutFilesInput
+  upsert?: Prisma.NodeUpsertWithoutFilesInput
+  connect?: Prisma.NodeWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.NodeUpdateToOneWithWhereWithoutFilesInput, Prisma.NodeUpdateWithoutFilesInput>, Prisma.NodeUncheckedUpdateWithoutFilesInput>
+}
+
+export type NodeCreateNestedOneWithoutPeerInput = {
+  create?: Prisma.XOR<Prisma.NodeCreateWithoutPeerInput, Prisma.NodeUncheckedCreateWithoutPeerInput>
+  connectOrCreate?: Prisma.NodeCreateOrConnectWithoutPeerInput
+  connect?: Prisma.NodeWhereUniqueInput
+}
+
+export type NodeUpdateOneRequiredWithoutPeerNestedInput = {
+  create?: Prisma.XOR<Prisma.NodeCreateWithoutPeerInput, Prisma.NodeUncheckedCreateWithoutPeerInput>
+  connectOrCreate?: Prisma.NodeCreateOrConnectWithoutPeerInput
+  upsert?: Prisma.NodeUpsertWithoutPeerInput
+  connect?: Prisma.NodeWhereUniqueInput
+  update?: Prisma.XOR<Prisma.XOR<Prisma.NodeUpdateToOneWithWhereWithoutPeerInput, Prisma.NodeUpdateWithoutPeerInput>, Prisma.NodeUncheckedUpdateWithoutPeerInput>
 }
 
 export type NodeCreateNestedOneWithoutReplicasInput = {
@@ -550,6 +597,182 @@ export type NodeUpdateOneWithoutTrainJobsNestedInput = {
   update?: Prisma.XOR<Prisma.XOR<Prisma.NodeUpdateToOneWithWhereWithoutTrainJobsInput, Prisma.NodeUpdateWithoutTrainJobsInput>, Prisma.NodeUncheckedUpdateWithoutTrainJobsInput>
 }
 
+export type NodeCreateWithoutFilesInput = {
+  id?: string
+  name: string
+  tokenHash: string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: bigint | number | null
+  agentVersion?: string | null
+  lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
+  createdAt?: Date | string
+  replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
+  trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerCreateNestedOneWithoutNodeInput
+}
+
+export type NodeUncheckedCreateWithoutFilesInput = {
+  id?: string
+  name: string
+  tokenHash: string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: bigint | number | null
+  agentVersion?: string | null
+  lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
+  createdAt?: Date | string
+  replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
+  trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerUncheckedCreateNestedOneWithoutNodeInput
+}
+
+export type NodeCreateOrConnectWithoutFilesInput = {
+  where: Prisma.NodeWhereUniqueInput
+  create: Prisma.XOR<Prisma.NodeCreateWithoutFilesInput, Prisma.NodeUncheckedCreateWithoutFilesInput>
+}
+
+export type NodeUpsertWithoutFilesInput = {
+  update: Prisma.XOR<Prisma.NodeUpdateWithoutFilesInput, Prisma.NodeUncheckedUpdateWithoutFilesInput>
+  create: Prisma.XOR<Prisma.NodeCreateWithoutFilesInput, Prisma.NodeUncheckedCreateWithoutFilesInput>
+  where?: Prisma.NodeWhereInput
+}
+
+export type NodeUpdateToOneWithWhereWithoutFilesInput = {
+  where?: Prisma.NodeWhereInput
+  data: Prisma.XOR<Prisma.NodeUpdateWithoutFilesInput, Prisma.NodeUncheckedUpdateWithoutFilesInput>
+}
+
+export type NodeUpdateWithoutFilesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
+  trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUpdateOneWithoutNodeNestedInput
+}
+
+export type NodeUncheckedUpdateWithoutFilesInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
+  trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUncheckedUpdateOneWithoutNodeNestedInput
+}
+
+export type NodeCreateWithoutPeerInput = {
+  id?: string
+  name: string
+  tokenHash: string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: bigint | number | null
+  agentVersion?: string | null
+  lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
+  createdAt?: Date | string
+  replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
+  trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileCreateNestedManyWithoutNodeInput
+}
+
+export type NodeUncheckedCreateWithoutPeerInput = {
+  id?: string
+  name: string
+  tokenHash: string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: bigint | number | null
+  agentVersion?: string | null
+  lastSeenAt?: Date | string | null
+  leftAt?: Date | string | null
+  tokenChangedAt?: Date | string | null
+  tokenRevokedAt?: Date | string | null
+  createdAt?: Date | string
+  replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
+  trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileUncheckedCreateNestedManyWithoutNodeInput
+}
+
+export type NodeCreateOrConnectWithoutPeerInput = {
+  where: Prisma.NodeWhereUniqueInput
+  create: Prisma.XOR<Prisma.NodeCreateWithoutPeerInput, Prisma.NodeUncheckedCreateWithoutPeerInput>
+}
+
+export type NodeUpsertWithoutPeerInput = {
+  update: Prisma.XOR<Prisma.NodeUpdateWithoutPeerInput, Prisma.NodeUncheckedUpdateWithoutPeerInput>
+  create: Prisma.XOR<Prisma.NodeCreateWithoutPeerInput, Prisma.NodeUncheckedCreateWithoutPeerInput>
+  where?: Prisma.NodeWhereInput
+}
+
+export type NodeUpdateToOneWithWhereWithoutPeerInput = {
+  where?: Prisma.NodeWhereInput
+  data: Prisma.XOR<Prisma.NodeUpdateWithoutPeerInput, Prisma.NodeUncheckedUpdateWithoutPeerInput>
+}
+
+export type NodeUpdateWithoutPeerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
+  trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUpdateManyWithoutNodeNestedInput
+}
+
+export type NodeUncheckedUpdateWithoutPeerInput = {
+  id?: Prisma.StringFieldUpdateOperationsInput | string
+  name?: Prisma.StringFieldUpdateOperationsInput | string
+  tokenHash?: Prisma.StringFieldUpdateOperationsInput | string
+  gpus?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  engines?: Prisma.JsonNullValueInput | runtime.InputJsonValue
+  diskFreeBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
+  agentVersion?: Prisma.NullableStringFieldUpdateOperationsInput | string | null
+  lastSeenAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  leftAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenChangedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
+  createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
+  replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
+  trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUncheckedUpdateManyWithoutNodeNestedInput
+}
+
 export type NodeCreateWithoutReplicasInput = {
   id?: string
   name: string
@@ -564,6 +787,8 @@ export type NodeCreateWithoutReplicasInput = {
   tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   trainJobs?: Prisma.TrainJobCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerCreateNestedOneWithoutNodeInput
 }
 
 export type NodeUncheckedCreateWithoutReplicasInput = {
@@ -580,6 +805,8 @@ export type NodeUncheckedCreateWithoutReplicasInput = {
   tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   trainJobs?: Prisma.TrainJobUncheckedCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileUncheckedCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerUncheckedCreateNestedOneWithoutNodeInput
 }
 
 export type NodeCreateOrConnectWithoutReplicasInput = {
@@ -612,6 +839,8 @@ export type NodeUpdateWithoutReplicasInput = {
   tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   trainJobs?: Prisma.TrainJobUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUpdateOneWithoutNodeNestedInput
 }
 
 export type NodeUncheckedUpdateWithoutReplicasInput = {
@@ -628,6 +857,8 @@ export type NodeUncheckedUpdateWithoutReplicasInput = {
   tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   trainJobs?: Prisma.TrainJobUncheckedUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUncheckedUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUncheckedUpdateOneWithoutNodeNestedInput
 }
 
 export type NodeCreateWithoutTrainJobsInput = {
@@ -644,6 +875,8 @@ export type NodeCreateWithoutTrainJobsInput = {
   tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerCreateNestedOneWithoutNodeInput
 }
 
 export type NodeUncheckedCreateWithoutTrainJobsInput = {
@@ -660,6 +893,8 @@ export type NodeUncheckedCreateWithoutTrainJobsInput = {
   tokenRevokedAt?: Date | string | null
   createdAt?: Date | string
   replicas?: Prisma.ReplicaUncheckedCreateNestedManyWithoutNodeInput
+  files?: Prisma.NodeFileUncheckedCreateNestedManyWithoutNodeInput
+  peer?: Prisma.NodePeerUncheckedCreateNestedOneWithoutNodeInput
 }
 
 export type NodeCreateOrConnectWithoutTrainJobsInput = {
@@ -692,6 +927,8 @@ export type NodeUpdateWithoutTrainJobsInput = {
   tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUpdateOneWithoutNodeNestedInput
 }
 
 export type NodeUncheckedUpdateWithoutTrainJobsInput = {
@@ -708,6 +945,8 @@ export type NodeUncheckedUpdateWithoutTrainJobsInput = {
   tokenRevokedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   replicas?: Prisma.ReplicaUncheckedUpdateManyWithoutNodeNestedInput
+  files?: Prisma.NodeFileUncheckedUpdateManyWithoutNodeNestedInput
+  peer?: Prisma.NodePeerUncheckedUpdateOneWithoutNodeNestedInput
 }
 
 
@@ -718,11 +957,13 @@ export type NodeUncheckedUpdateWithoutTrainJobsInput = {
 export type NodeCountOutputType = {
   replicas: number
   trainJobs: number
+  files: number
 }
 
 export type NodeCountOutputTypeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   replicas?: boolean | NodeCountOutputTypeCountReplicasArgs
   trainJobs?: boolean | NodeCountOutputTypeCountTrainJobsArgs
+  files?: boolean | NodeCountOutputTypeCountFilesArgs
 }
 
 /**
@@ -749,6 +990,13 @@ export type NodeCountOutputTypeCountTrainJobsArgs<ExtArgs extends runtime.Types.
   where?: Prisma.TrainJobWhereInput
 }
 
+/**
+ * NodeCountOutputType without action
+ */
+export type NodeCountOutputTypeCountFilesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  where?: Prisma.NodeFileWhereInput
+}
+
 
 export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetSelect<{
   id?: boolean
@@ -765,6 +1013,8 @@ export type NodeSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs = r
   createdAt?: boolean
   replicas?: boolean | Prisma.Node$replicasArgs<ExtArgs>
   trainJobs?: boolean | Prisma.Node$trainJobsArgs<ExtArgs>
+  files?: boolean | Prisma.Node$filesArgs<ExtArgs>
+  peer?: boolean | Prisma.Node$peerArgs<ExtArgs>
   _count?: boolean | Prisma.NodeCountOutputTypeDefaultArgs<ExtArgs>
 }, ExtArgs["result"]["node"]>
 
@@ -817,6 +1067,8 @@ export type NodeOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = run
 export type NodeInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   replicas?: boolean | Prisma.Node$replicasArgs<ExtArgs>
   trainJobs?: boolean | Prisma.Node$trainJobsArgs<ExtArgs>
+  files?: boolean | Prisma.Node$filesArgs<ExtArgs>
+  peer?: boolean | Prisma.Node$peerArgs<ExtArgs>
   _count?: boolean | Prisma.NodeCountOutputTypeDefaultArgs<ExtArgs>
 }
 export type NodeIncludeCreateManyAndReturn<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {}
@@ -827,6 +1079,8 @@ export type $NodePayload<ExtArgs extends runtime.Types.Extensions.InternalArgs =
   objects: {
     replicas: Prisma.$ReplicaPayload<ExtArgs>[]
     trainJobs: Prisma.$TrainJobPayload<ExtArgs>[]
+    files: Prisma.$NodeFilePayload<ExtArgs>[]
+    peer: Prisma.$NodePeerPayload<ExtArgs> | null
   }
   scalars: runtime.Types.Extensions.GetPayloadResult<{
     id: string
@@ -1237,6 +1491,8 @@ export interface Prisma__NodeClient<T, Null = never, ExtArgs extends runtime.Typ
   readonly [Symbol.toStringTag]: "PrismaPromise"
   replicas<T extends Prisma.Node$replicasArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Node$replicasArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$ReplicaPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
   trainJobs<T extends Prisma.Node$trainJobsArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Node$trainJobsArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$TrainJobPayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  files<T extends Prisma.Node$filesArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Node$filesArgs<ExtArgs>>): Prisma.PrismaPromise<runtime.Types.Result.GetResult<Prisma.$NodeFilePayload<ExtArgs>, T, "findMany", GlobalOmitOptions> | Null>
+  peer<T extends Prisma.Node$peerArgs<ExtArgs> = {}>(args?: Prisma.Subset<T, Prisma.Node$peerArgs<ExtArgs>>): Prisma.Prisma__NodePeerClient<runtime.Types.Result.GetResult<Prisma.$NodePeerPayload<ExtArgs>, T, "findUniqueOrThrow", GlobalOmitOptions> | null, null, ExtArgs, GlobalOmitOptions>
   /**
    * Attaches callbacks for the resolution and/or rejection of the Promise.
    * @param onfulfilled The callback to execute when the Promise is resolved.
@@ -1716,6 +1972,49 @@ export type Node$trainJobsArgs<ExtArgs extends runtime.Types.Extensions.Internal
   take?: number
   skip?: number
   distinct?: Prisma.TrainJobScalarFieldEnum | Prisma.TrainJobScalarFieldEnum[]
+}
+
+/**
+ * Node.files
+ */
+export type Node$filesArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the NodeFile
+   */
+  select?: Prisma.NodeFileSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the NodeFile
+   */
+  omit?: Prisma.NodeFileOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.NodeFileInclude<ExtArgs> | null
+  where?: Prisma.NodeFileWhereInput
+  orderBy?: Prisma.NodeFileOrderByWithRelationInput | Prisma.NodeFileOrderByWithRelationInput[]
+  cursor?: Prisma.NodeFileWhereUniqueInput
+  take?: number
+  skip?: number
+  distinct?: Prisma.NodeFileScalarFieldEnum | Prisma.NodeFileScalarFieldEnum[]
+}
+
+/**
+ * Node.peer
+ */
+export type Node$peerArgs<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
+  /**
+   * Select specific fields to fetch from the NodePeer
+   */
+  select?: Prisma.NodePeerSelect<ExtArgs> | null
+  /**
+   * Omit specific fields from the NodePeer
+   */
+  omit?: Prisma.NodePeerOmit<ExtArgs> | null
+  /**
+   * Choose, which related nodes to fetch as well
+   */
+  include?: Prisma.NodePeerInclude<ExtArgs> | null
+  where?: Prisma.NodePeerWhereInput
 }
 
 /**

@@ -33,6 +33,7 @@ export type ReplicaAvgAggregateOutputType = {
   totalLayers: number | null
   vramUsedBytes: number | null
   gpuIndex: number | null
+  gpuIndexes: number | null
 }
 
 export type ReplicaSumAggregateOutputType = {
@@ -42,6 +43,7 @@ export type ReplicaSumAggregateOutputType = {
   totalLayers: number | null
   vramUsedBytes: bigint | null
   gpuIndex: number | null
+  gpuIndexes: number[]
 }
 
 export type ReplicaMinAggregateOutputType = {
@@ -62,6 +64,7 @@ export type ReplicaMinAggregateOutputType = {
   totalLayers: number | null
   vramUsedBytes: bigint | null
   gpuIndex: number | null
+  drainingSince: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -84,6 +87,7 @@ export type ReplicaMaxAggregateOutputType = {
   totalLayers: number | null
   vramUsedBytes: bigint | null
   gpuIndex: number | null
+  drainingSince: Date | null
   createdAt: Date | null
   updatedAt: Date | null
 }
@@ -107,6 +111,8 @@ export type ReplicaCountAggregateOutputType = {
   vramUsedBytes: number
   adapters: number
   gpuIndex: number
+  gpuIndexes: number
+  drainingSince: number
   createdAt: number
   updatedAt: number
   _all: number
@@ -120,6 +126,7 @@ export type ReplicaAvgAggregateInputType = {
   totalLayers?: true
   vramUsedBytes?: true
   gpuIndex?: true
+  gpuIndexes?: true
 }
 
 export type ReplicaSumAggregateInputType = {
@@ -129,6 +136,7 @@ export type ReplicaSumAggregateInputType = {
   totalLayers?: true
   vramUsedBytes?: true
   gpuIndex?: true
+  gpuIndexes?: true
 }
 
 export type ReplicaMinAggregateInputType = {
@@ -149,6 +157,7 @@ export type ReplicaMinAggregateInputType = {
   totalLayers?: true
   vramUsedBytes?: true
   gpuIndex?: true
+  drainingSince?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -171,6 +180,7 @@ export type ReplicaMaxAggregateInputType = {
   totalLayers?: true
   vramUsedBytes?: true
   gpuIndex?: true
+  drainingSince?: true
   createdAt?: true
   updatedAt?: true
 }
@@ -194,6 +204,8 @@ export type ReplicaCountAggregateInputType = {
   vramUsedBytes?: true
   adapters?: true
   gpuIndex?: true
+  gpuIndexes?: true
+  drainingSince?: true
   createdAt?: true
   updatedAt?: true
   _all?: true
@@ -304,6 +316,8 @@ export type ReplicaGroupByOutputType = {
   vramUsedBytes: bigint | null
   adapters: string[]
   gpuIndex: number | null
+  gpuIndexes: number[]
+  drainingSince: Date | null
   createdAt: Date
   updatedAt: Date
   _count: ReplicaCountAggregateOutputType | null
@@ -350,6 +364,8 @@ export type ReplicaWhereInput = {
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
   gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
+  gpuIndexes?: Prisma.IntNullableListFilter<"Replica">
+  drainingSince?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -376,6 +392,8 @@ export type ReplicaOrderByWithRelationInput = {
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   adapters?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuIndexes?: Prisma.SortOrder
+  drainingSince?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   model?: Prisma.CatalogModelOrderByWithRelationInput
@@ -405,6 +423,8 @@ export type ReplicaWhereUniqueInput = Prisma.AtLeast<{
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
   gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
+  gpuIndexes?: Prisma.IntNullableListFilter<"Replica">
+  drainingSince?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   model?: Prisma.XOR<Prisma.CatalogModelScalarRelationFilter, Prisma.CatalogModelWhereInput>
@@ -431,6 +451,8 @@ export type ReplicaOrderByWithAggregationInput = {
   vramUsedBytes?: Prisma.SortOrderInput | Prisma.SortOrder
   adapters?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrderInput | Prisma.SortOrder
+  gpuIndexes?: Prisma.SortOrder
+  drainingSince?: Prisma.SortOrderInput | Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
   _count?: Prisma.ReplicaCountOrderByAggregateInput
@@ -462,6 +484,8 @@ export type ReplicaScalarWhereWithAggregatesInput = {
   vramUsedBytes?: Prisma.BigIntNullableWithAggregatesFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
   gpuIndex?: Prisma.IntNullableWithAggregatesFilter<"Replica"> | number | null
+  gpuIndexes?: Prisma.IntNullableListFilter<"Replica">
+  drainingSince?: Prisma.DateTimeNullableWithAggregatesFilter<"Replica"> | Date | string | null
   createdAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeWithAggregatesFilter<"Replica"> | Date | string
 }
@@ -483,6 +507,8 @@ export type ReplicaCreateInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -509,6 +535,8 @@ export type ReplicaUncheckedCreateInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -531,6 +559,8 @@ export type ReplicaUpdateInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -557,6 +587,8 @@ export type ReplicaUncheckedUpdateInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -581,6 +613,8 @@ export type ReplicaCreateManyInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -602,6 +636,8 @@ export type ReplicaUpdateManyMutationInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -625,6 +661,8 @@ export type ReplicaUncheckedUpdateManyInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -642,6 +680,14 @@ export type ReplicaOrderByRelationAggregateInput = {
 export type ReplicaScalarRelationFilter = {
   is?: Prisma.ReplicaWhereInput
   isNot?: Prisma.ReplicaWhereInput
+}
+
+export type IntNullableListFilter<$PrismaModel = never> = {
+  equals?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel> | null
+  has?: number | Prisma.IntFieldRefInput<$PrismaModel> | null
+  hasEvery?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  hasSome?: number[] | Prisma.ListIntFieldRefInput<$PrismaModel>
+  isEmpty?: boolean
 }
 
 export type ReplicaCountOrderByAggregateInput = {
@@ -663,6 +709,8 @@ export type ReplicaCountOrderByAggregateInput = {
   vramUsedBytes?: Prisma.SortOrder
   adapters?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrder
+  gpuIndexes?: Prisma.SortOrder
+  drainingSince?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -674,6 +722,7 @@ export type ReplicaAvgOrderByAggregateInput = {
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrder
+  gpuIndexes?: Prisma.SortOrder
 }
 
 export type ReplicaMaxOrderByAggregateInput = {
@@ -694,6 +743,7 @@ export type ReplicaMaxOrderByAggregateInput = {
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrder
+  drainingSince?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -716,6 +766,7 @@ export type ReplicaMinOrderByAggregateInput = {
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrder
+  drainingSince?: Prisma.SortOrder
   createdAt?: Prisma.SortOrder
   updatedAt?: Prisma.SortOrder
 }
@@ -727,6 +778,7 @@ export type ReplicaSumOrderByAggregateInput = {
   totalLayers?: Prisma.SortOrder
   vramUsedBytes?: Prisma.SortOrder
   gpuIndex?: Prisma.SortOrder
+  gpuIndexes?: Prisma.SortOrder
 }
 
 export type ReplicaCreateNestedManyWithoutNodeInput = {
@@ -831,6 +883,10 @@ export type ReplicaCreateadaptersInput = {
   set: string[]
 }
 
+export type ReplicaCreategpuIndexesInput = {
+  set: number[]
+}
+
 export type EnumReplicaStateFieldUpdateOperationsInput = {
   set?: $Enums.ReplicaState
 }
@@ -842,6 +898,11 @@ export type EnumReplicaDesiredFieldUpdateOperationsInput = {
 export type ReplicaUpdateadaptersInput = {
   set?: string[]
   push?: string | string[]
+}
+
+export type ReplicaUpdategpuIndexesInput = {
+  set?: number[]
+  push?: number | number[]
 }
 
 export type ReplicaCreateWithoutNodeInput = {
@@ -861,6 +922,8 @@ export type ReplicaCreateWithoutNodeInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -885,6 +948,8 @@ export type ReplicaUncheckedCreateWithoutNodeInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -938,6 +1003,8 @@ export type ReplicaScalarWhereInput = {
   vramUsedBytes?: Prisma.BigIntNullableFilter<"Replica"> | bigint | number | null
   adapters?: Prisma.StringNullableListFilter<"Replica">
   gpuIndex?: Prisma.IntNullableFilter<"Replica"> | number | null
+  gpuIndexes?: Prisma.IntNullableListFilter<"Replica">
+  drainingSince?: Prisma.DateTimeNullableFilter<"Replica"> | Date | string | null
   createdAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
   updatedAt?: Prisma.DateTimeFilter<"Replica"> | Date | string
 }
@@ -959,6 +1026,8 @@ export type ReplicaCreateWithoutModelInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   node?: Prisma.NodeCreateNestedOneWithoutReplicasInput
@@ -983,6 +1052,8 @@ export type ReplicaUncheckedCreateWithoutModelInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   engineKey?: Prisma.EngineKeyUncheckedCreateNestedOneWithoutReplicaInput
@@ -1031,6 +1102,8 @@ export type ReplicaCreateWithoutEngineKeyInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
   model: Prisma.CatalogModelCreateNestedOneWithoutReplicasInput
@@ -1056,6 +1129,8 @@ export type ReplicaUncheckedCreateWithoutEngineKeyInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1093,6 +1168,8 @@ export type ReplicaUpdateWithoutEngineKeyInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1118,6 +1195,8 @@ export type ReplicaUncheckedUpdateWithoutEngineKeyInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1140,6 +1219,8 @@ export type ReplicaCreateManyNodeInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1161,6 +1242,8 @@ export type ReplicaUpdateWithoutNodeInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   model?: Prisma.CatalogModelUpdateOneRequiredWithoutReplicasNestedInput
@@ -1185,6 +1268,8 @@ export type ReplicaUncheckedUpdateWithoutNodeInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1208,6 +1293,8 @@ export type ReplicaUncheckedUpdateManyWithoutNodeInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1230,6 +1317,8 @@ export type ReplicaCreateManyModelInput = {
   vramUsedBytes?: bigint | number | null
   adapters?: Prisma.ReplicaCreateadaptersInput | string[]
   gpuIndex?: number | null
+  gpuIndexes?: Prisma.ReplicaCreategpuIndexesInput | number[]
+  drainingSince?: Date | string | null
   createdAt?: Date | string
   updatedAt?: Date | string
 }
@@ -1251,6 +1340,8 @@ export type ReplicaUpdateWithoutModelInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   node?: Prisma.NodeUpdateOneWithoutReplicasNestedInput
@@ -1275,6 +1366,8 @@ export type ReplicaUncheckedUpdateWithoutModelInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   engineKey?: Prisma.EngineKeyUncheckedUpdateOneWithoutReplicaNestedInput
@@ -1298,6 +1391,8 @@ export type ReplicaUncheckedUpdateManyWithoutModelInput = {
   vramUsedBytes?: Prisma.NullableBigIntFieldUpdateOperationsInput | bigint | number | null
   adapters?: Prisma.ReplicaUpdateadaptersInput | string[]
   gpuIndex?: Prisma.NullableIntFieldUpdateOperationsInput | number | null
+  gpuIndexes?: Prisma.ReplicaUpdategpuIndexesInput | number[]
+  drainingSince?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
   createdAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   updatedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
 }
@@ -1323,6 +1418,8 @@ export type ReplicaSelect<ExtArgs extends runtime.Types.Extensions.InternalArgs 
   vramUsedBytes?: boolean
   adapters?: boolean
   gpuIndex?: boolean
+  gpuIndexes?: boolean
+  drainingSince?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1349,6 +1446,8 @@ export type ReplicaSelectCreateManyAndReturn<ExtArgs extends runtime.Types.Exten
   vramUsedBytes?: boolean
   adapters?: boolean
   gpuIndex?: boolean
+  gpuIndexes?: boolean
+  drainingSince?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1374,6 +1473,8 @@ export type ReplicaSelectUpdateManyAndReturn<ExtArgs extends runtime.Types.Exten
   vramUsedBytes?: boolean
   adapters?: boolean
   gpuIndex?: boolean
+  gpuIndexes?: boolean
+  drainingSince?: boolean
   createdAt?: boolean
   updatedAt?: boolean
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
@@ -1399,11 +1500,13 @@ export type ReplicaSelectScalar = {
   vramUsedBytes?: boolean
   adapters?: boolean
   gpuIndex?: boolean
+  gpuIndexes?: boolean
+  drainingSince?: boolean
   createdAt?: boolean
   updatedAt?: boolean
 }
 
-export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "adapters" | "gpuIndex" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
+export type ReplicaOmit<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = runtime.Types.Extensions.GetOmit<"id" | "modelId" | "nodeId" | "state" | "desired" | "message" | "endpoint" | "servingAt" | "smokeLeaseUntil" | "smokeText" | "tokensPerSecond" | "timeToFirstTokenMs" | "smokedAt" | "gpuLayers" | "totalLayers" | "vramUsedBytes" | "adapters" | "gpuIndex" | "gpuIndexes" | "drainingSince" | "createdAt" | "updatedAt", ExtArgs["result"]["replica"]>
 export type ReplicaInclude<ExtArgs extends runtime.Types.Extensions.InternalArgs = runtime.Types.Extensions.DefaultArgs> = {
   model?: boolean | Prisma.CatalogModelDefaultArgs<ExtArgs>
   node?: boolean | Prisma.Replica$nodeArgs<ExtArgs>
@@ -1444,6 +1547,8 @@ export type $ReplicaPayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     vramUsedBytes: bigint | null
     adapters: string[]
     gpuIndex: number | null
+    gpuIndexes: number[]
+    drainingSince: Date | null
     createdAt: Date
     updatedAt: Date
   }, ExtArgs["result"]["replica"]>
@@ -1890,6 +1995,8 @@ export interface ReplicaFieldRefs {
   readonly vramUsedBytes: Prisma.FieldRef<"Replica", 'BigInt'>
   readonly adapters: Prisma.FieldRef<"Replica", 'String[]'>
   readonly gpuIndex: Prisma.FieldRef<"Replica", 'Int'>
+  readonly gpuIndexes: Prisma.FieldRef<"Replica", 'Int[]'>
+  readonly drainingSince: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly createdAt: Prisma.FieldRef<"Replica", 'DateTime'>
   readonly updatedAt: Prisma.FieldRef<"Replica", 'DateTime'>
 }

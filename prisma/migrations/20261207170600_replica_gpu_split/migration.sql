@@ -1,0 +1,2 @@
+-- AlterTable
+ALTER TABLE "Replica" ADD COLUMN     "gpuIndexes" INTEGER[] DEFAULT ARRAY[]::INTEGER[];
