@@ -46,9 +46,15 @@ async function chat(model: string): Promise<{ status: number; text: string }> {
   }
 }
 
-/** Statements that read the whole catalog: its models, not those of some ids. */
+/**
+ * The route table's whole reads: its replicas' query (running ones, and those failed since a time) not narrowed to
+ * some models. Told apart by that shape: the placement pass reads the catalog whole too, on its own clock.
+ */
 const readsWholeCatalog = (statements: string[]) =>
-  statements.filter((s) => /FROM "public"\."CatalogModel"/.test(s) && !/"CatalogModel"\."id" IN/.test(s));
+  statements.filter(
+    (s) =>
+      /FROM "public"\."Replica"/.test(s) && /"Replica"\."updatedAt" >/.test(s) && !/"Replica"\."modelId" IN/.test(s),
+  );
 
 /** Waits (bounded) until the table says `ok`, recording every statement meanwhile. */
 async function reaches(ok: () => boolean) {
@@ -223,6 +229,29 @@ describe('the route table by events', () => {
       expect(
         await waitUntil(() => table.lookup('unheard')?.model.replicas.length === 1, { timeoutMs: 10_000, pollMs: 20 }),
       ).toBe(true);
+    } finally {
+      table.stop();
+    }
+  });
+
+  it('keeps reading after a read asked for with nothing left to read (a burst taken by the read before it)', async () => {
+    const table = new RouteTable({
+      db: t.app.db.prisma,
+      log: createLogger('silent'),
+      events: { pubsub: makePubSub(), listeningSince: () => Date.now() },
+      rereadMs: 86_400_000,
+    });
+    await table.start();
+    const bounded = (p: Promise<void>) =>
+      Promise.race([p.then(() => 'read'), new Promise((r) => setTimeout(() => r('stuck'), 10_000))]);
+    try {
+      // As a burst's timer firing after the read under way took its models: nothing is left to read.
+      expect(await bounded(table.refreshModels([]))).toBe('read');
+      await db().catalogModel.create({
+        data: { name: 'after-empty', source: 'http://mirror.example/mirror/x/v1/model.gguf', engine: 'llamacpp' },
+      });
+      expect(await bounded(table.refresh())).toBe('read');
+      expect(table.lookup('after-empty')).toBeDefined();
     } finally {
       table.stop();
     }

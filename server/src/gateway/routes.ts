@@ -85,7 +85,7 @@ export class RouteTable {
   private readonly wantIds = new Set<string>();
   /** Reads asked for so far, and those the reads under way cover; a read asked for during one waits for the next. */
   private asked = 0;
-  private reading: Promise<void> | undefined;
+  private reading = false;
   private readonly waiting: { upTo: number; resolve: () => void }[] = [];
   /** The events' connection as last seen, and when the whole catalog was last read. */
   private heardSince: number | undefined;
@@ -185,7 +185,11 @@ export class RouteTable {
   private read(): Promise<void> {
     const upTo = ++this.asked;
     const done = new Promise<void>((resolve) => this.waiting.push({ upTo, resolve }));
-    this.reading ??= this.readUntilDone();
+    // Set before the loop starts: with nothing to read it ends at once, synchronously, and clears it itself.
+    if (!this.reading) {
+      this.reading = true;
+      void this.readUntilDone();
+    }
     return done;
   }
 
@@ -211,12 +215,14 @@ export class RouteTable {
         // What was not read is read whole at the next tick (or the next event): none of it is lost.
         if (!all) for (const id of ids) this.wantIds.add(id);
         this.readAllAt = 0;
-        this.answer(upTo);
         break;
       }
       this.answer(upTo);
     }
-    this.reading = undefined;
+    // Nothing more to read (or the database did not answer: the last snapshot stays, as refresh() promises): every
+    // caller still waiting has what there is.
+    this.answer(this.asked);
+    this.reading = false;
   }
 
   private answer(upTo: number) {
