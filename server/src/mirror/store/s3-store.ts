@@ -1,22 +1,28 @@
 import type { Readable } from 'node:stream';
-import {
-  AbortMultipartUploadCommand,
-  CompleteMultipartUploadCommand,
-  CopyObjectCommand,
-  CreateMultipartUploadCommand,
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadObjectCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  S3Client,
-  UploadPartCommand,
-  UploadPartCopyCommand,
-} from '@aws-sdk/client-s3';
-import { getSignedUrl } from '@aws-sdk/s3-request-presigner';
-import { createSHA256, type IHasher } from 'hash-wasm';
+import type { S3Client } from '@aws-sdk/client-s3';
+import type { IHasher } from 'hash-wasm';
 import type { Db } from '../../db/client.js';
 import { type BlobWrite, blobKey, inOrder, type MirrorStore, type StoreUsage } from './store.js';
+
+// The AWS SDK and hash-wasm, loaded by loadS3Sdk() before the first S3Store: imported statically here, the server's
+// bundle (scripts/build.mjs inlines this module) would load them at every start, bucket or not (test/build.test.ts).
+type Sdk = {
+  s3: typeof import('@aws-sdk/client-s3');
+  presigner: typeof import('@aws-sdk/s3-request-presigner');
+  hashWasm: typeof import('hash-wasm');
+};
+let loaded: Sdk | null = null;
+export async function loadS3Sdk() {
+  loaded ??= {
+    s3: await import('@aws-sdk/client-s3'),
+    presigner: await import('@aws-sdk/s3-request-presigner'),
+    hashWasm: await import('hash-wasm'),
+  };
+}
+function sdk(): Sdk {
+  if (!loaded) throw new Error('the S3 store is used before loadS3Sdk()');
+  return loaded;
+}
 
 // The mirror's bytes in an S3-compatible bucket, through the AWS SDK (credentials, region and endpoint from its
 // standard variables: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_ENDPOINT_URL, AWS_PROFILE…).
@@ -69,7 +75,7 @@ export class S3Store implements MirrorStore {
     this.partBytes = o.partBytes ?? 8 * 1024 * 1024;
     this.where = `s3://${o.bucket}/${o.prefix}`;
     // Checksums only where S3 requires them: MinIO, Ceph RGW and older gateways refuse the SDK's default CRC32s.
-    this.client = new S3Client({
+    this.client = new (sdk().s3.S3Client)({
       forcePathStyle: o.forcePathStyle,
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
@@ -85,10 +91,12 @@ export class S3Store implements MirrorStore {
     const key = this.key(`uploads/${id}`);
     let row = await this.db.mirrorUpload.findUnique({ where: { id } });
     if (!row) {
-      const created = await this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: key }));
+      const created = await this.client.send(
+        new (sdk().s3.CreateMultipartUploadCommand)({ Bucket: this.bucket, Key: key }),
+      );
       row = await this.db.mirrorUpload.create({ data: { id, key, uploadId: created.UploadId as string } });
     }
-    const hash: IHasher = await createSHA256();
+    const hash: IHasher = await sdk().hashWasm.createSHA256();
     hash.init();
     if (row.hashState) hash.load(new Uint8Array(row.hashState));
     if (row.uploadId === COMPLETED) return this.completed(id, key, Number(row.bytesDone), hash);
@@ -123,7 +131,15 @@ export class S3Store implements MirrorStore {
       const part = { n, etag: '', size: body.length };
       parts.push(part);
       const sent = store.client
-        .send(new UploadPartCommand({ Bucket: store.bucket, Key: key, UploadId: uploadId, PartNumber: n, Body: body }))
+        .send(
+          new (sdk().s3.UploadPartCommand)({
+            Bucket: store.bucket,
+            Key: key,
+            UploadId: uploadId,
+            PartNumber: n,
+            Body: body,
+          }),
+        )
         .then((r) => {
           part.etag = r.ETag as string;
         });
@@ -179,7 +195,7 @@ export class S3Store implements MirrorStore {
         const { state, sha256 } = final;
         if (complete) return store.place(id, key, sha256, offset);
         await store.client.send(
-          new CompleteMultipartUploadCommand({
+          new (sdk().s3.CompleteMultipartUploadCommand)({
             Bucket: store.bucket,
             Key: key,
             UploadId: uploadId,
@@ -203,13 +219,18 @@ export class S3Store implements MirrorStore {
       },
       async discard() {
         await Promise.all(inFlight.splice(0));
+        let refused: unknown = null;
         await store.client
-          .send(new AbortMultipartUploadCommand({ Bucket: store.bucket, Key: key, UploadId: uploadId }))
+          .send(new (sdk().s3.AbortMultipartUploadCommand)({ Bucket: store.bucket, Key: key, UploadId: uploadId }))
           .catch((err) => {
-            if (!notFound(err)) throw err;
+            if (!notFound(err)) refused = err;
           });
         failed = null;
+        // The checkpoint goes whatever the bucket said: a discarded write is never continued. Parts a bucket
+        // would not abort (s3rver has no AbortMultipartUpload) are left to its lifecycle rule
+        // (AbortIncompleteMultipartUpload), and the caller hears why.
         await finished();
+        if (refused) throw refused;
       },
     });
   }
@@ -224,7 +245,7 @@ export class S3Store implements MirrorStore {
       finish: () => this.place(id, key, hash.digest('hex'), size),
       close: async () => {},
       discard: async () => {
-        await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }));
+        await this.client.send(new (sdk().s3.DeleteObjectCommand)({ Bucket: this.bucket, Key: key }));
         await this.db.mirrorUpload.delete({ where: { id } }).catch(() => {});
       },
     });
@@ -234,7 +255,7 @@ export class S3Store implements MirrorStore {
   private async place(id: string, key: string, sha256: string, size: number) {
     const held = (await this.stat(sha256)) !== null;
     if (!held) await this.copy(key, this.key(blobKey(sha256)), size);
-    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: key }));
+    await this.client.send(new (sdk().s3.DeleteObjectCommand)({ Bucket: this.bucket, Key: key }));
     await this.db.mirrorUpload.delete({ where: { id } }).catch(() => {});
     return { sha256, size, held };
   }
@@ -243,16 +264,18 @@ export class S3Store implements MirrorStore {
   private async copy(from: string, to: string, size: number) {
     const source = `${this.bucket}/${encodeURIComponent(from).replace(/%2F/g, '/')}`;
     if (size <= COPY_LIMIT) {
-      await this.client.send(new CopyObjectCommand({ Bucket: this.bucket, Key: to, CopySource: source }));
+      await this.client.send(new (sdk().s3.CopyObjectCommand)({ Bucket: this.bucket, Key: to, CopySource: source }));
       return;
     }
-    const { UploadId } = await this.client.send(new CreateMultipartUploadCommand({ Bucket: this.bucket, Key: to }));
+    const { UploadId } = await this.client.send(
+      new (sdk().s3.CreateMultipartUploadCommand)({ Bucket: this.bucket, Key: to }),
+    );
     try {
       const parts: { PartNumber: number; ETag: string }[] = [];
       for (let start = 0, n = 1; start < size; start += COPY_PART, n++) {
         const end = Math.min(size, start + COPY_PART) - 1;
         const r = await this.client.send(
-          new UploadPartCopyCommand({
+          new (sdk().s3.UploadPartCopyCommand)({
             Bucket: this.bucket,
             Key: to,
             UploadId,
@@ -264,7 +287,7 @@ export class S3Store implements MirrorStore {
         parts.push({ PartNumber: n, ETag: r.CopyPartResult?.ETag as string });
       }
       await this.client.send(
-        new CompleteMultipartUploadCommand({
+        new (sdk().s3.CompleteMultipartUploadCommand)({
           Bucket: this.bucket,
           Key: to,
           UploadId,
@@ -273,7 +296,7 @@ export class S3Store implements MirrorStore {
       );
     } catch (err) {
       await this.client
-        .send(new AbortMultipartUploadCommand({ Bucket: this.bucket, Key: to, UploadId }))
+        .send(new (sdk().s3.AbortMultipartUploadCommand)({ Bucket: this.bucket, Key: to, UploadId }))
         .catch(() => {});
       throw err;
     }
@@ -282,7 +305,7 @@ export class S3Store implements MirrorStore {
   async stat(sha256: string) {
     try {
       const head = await this.client.send(
-        new HeadObjectCommand({ Bucket: this.bucket, Key: this.key(blobKey(sha256)) }),
+        new (sdk().s3.HeadObjectCommand)({ Bucket: this.bucket, Key: this.key(blobKey(sha256)) }),
       );
       return { size: Number(head.ContentLength ?? 0) };
     } catch (err) {
@@ -293,7 +316,7 @@ export class S3Store implements MirrorStore {
 
   async read(sha256: string, range?: { start: number; end: number }): Promise<Readable> {
     const got = await this.client.send(
-      new GetObjectCommand({
+      new (sdk().s3.GetObjectCommand)({
         Bucket: this.bucket,
         Key: this.key(blobKey(sha256)),
         Range: range ? `bytes=${range.start}-${range.end}` : undefined,
@@ -303,7 +326,7 @@ export class S3Store implements MirrorStore {
   }
 
   async remove(sha256: string) {
-    await this.client.send(new DeleteObjectCommand({ Bucket: this.bucket, Key: this.key(blobKey(sha256)) }));
+    await this.client.send(new (sdk().s3.DeleteObjectCommand)({ Bucket: this.bucket, Key: this.key(blobKey(sha256)) }));
   }
 
   /** The blobs' bytes, listed (a bucket tells no free space: freeBytes is null). */
@@ -312,7 +335,11 @@ export class S3Store implements MirrorStore {
     let token: string | undefined;
     do {
       const page = await this.client.send(
-        new ListObjectsV2Command({ Bucket: this.bucket, Prefix: this.key('blobs/'), ContinuationToken: token }),
+        new (sdk().s3.ListObjectsV2Command)({
+          Bucket: this.bucket,
+          Prefix: this.key('blobs/'),
+          ContinuationToken: token,
+        }),
       );
       for (const o of page.Contents ?? []) usedBytes += Number(o.Size ?? 0);
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
@@ -324,7 +351,7 @@ export class S3Store implements MirrorStore {
     let text: string;
     try {
       const got = await this.client.send(
-        new GetObjectCommand({ Bucket: this.bucket, Key: this.key('.hangar-storage-id') }),
+        new (sdk().s3.GetObjectCommand)({ Bucket: this.bucket, Key: this.key('.hangar-storage-id') }),
       );
       text = (await got.Body?.transformToString()) ?? '';
     } catch (err) {
@@ -347,7 +374,7 @@ export class S3Store implements MirrorStore {
     const id = crypto.randomUUID();
     try {
       await this.client.send(
-        new PutObjectCommand({
+        new (sdk().s3.PutObjectCommand)({
           Bucket: this.bucket,
           Key: this.key('.hangar-storage-id'),
           Body: `${id}\n`,
@@ -362,9 +389,9 @@ export class S3Store implements MirrorStore {
   }
 
   async presign(sha256: string, o: { seconds: number; fileName?: string }) {
-    return getSignedUrl(
+    return sdk().presigner.getSignedUrl(
       this.client,
-      new GetObjectCommand({
+      new (sdk().s3.GetObjectCommand)({
         Bucket: this.bucket,
         Key: this.key(blobKey(sha256)),
         ResponseContentDisposition: o.fileName

@@ -99,7 +99,8 @@ export async function openMirrorStore(o: {
     const { FileStore } = await import('./file-store.js');
     return new FileStore({ root: o.root });
   }
-  const { S3Store } = await import('./s3-store.js');
+  const { S3Store, loadS3Sdk } = await import('./s3-store.js');
+  await loadS3Sdk();
   return new S3Store({
     bucket: o.spec.bucket,
     prefix: o.spec.prefix,
