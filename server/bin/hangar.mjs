@@ -33,6 +33,9 @@ if (command === 'agent') {
     process.exit(2);
   }
 } else if (command === 'server') await run('../dist/main.js', '../src/main.ts');
+// Moves a `file` mirror into a bucket with the server stopped: it opens the database itself, as the server does.
+else if (command === 'mirror' && process.argv[3] === 'migrate')
+  await run('../dist/mirror-migrate.js', '../src/mirror/migrate-main.ts');
 // Every other command is the CLI (docs/cli.md); a build without its bundle runs its TypeScript.
 else if (existsSync(new URL('../dist/cli.js', import.meta.url))) await run('../dist/cli.js', '../src/cli/run.ts');
 else {

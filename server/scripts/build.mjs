@@ -76,6 +76,8 @@ export async function buildServer() {
       // `hangar <command>` (bin/hangar.mjs runs dist/cli.js when it is there).
       ...(existsSync(path.join(serverDir, 'src/cli/run.ts')) ? { cli: 'src/cli/run.ts' } : {}),
       telemetry: 'src/telemetry/tracing.ts',
+      // `hangar mirror migrate` (bin/hangar.mjs): opens the database, so not part of the CLI's bundle.
+      'mirror-migrate': 'src/mirror/migrate-main.ts',
     },
     outdir: next,
     bundle: true,

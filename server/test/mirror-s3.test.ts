@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import path from 'node:path';
 import { ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
@@ -23,6 +24,14 @@ const FILES: FakeFile[] = [
   // Past @huggingface/hub's 1 MB in-memory threshold, so it reads it with Range requests.
   { path: 'model.safetensors', head: bytes(1_300_000, 11), size: 0, lfs: true },
 ].map((f) => ({ ...f, size: f.head.length }));
+// A real GGUF (llama's vocabulary, a header llama.cpp reads), fetched into the bucket to be planned and served.
+const GGUF_REPO = 'acme/bucketed-gguf';
+const GGUF: FakeFile = (() => {
+  const head = readFileSync(
+    new URL('../../packages/common/test/fixtures/gguf/ggml-vocab-llama-spm.gguf', import.meta.url),
+  );
+  return { path: 'model.gguf', head, size: head.length, lfs: true };
+})();
 const sha = (p: string) => fileSha256(FILES.find((f) => f.path === p) as FakeFile);
 
 let s3: S3Fixture;
@@ -43,13 +52,13 @@ async function filesUnder(dir: string): Promise<string[]> {
   return entries.filter((e) => e.isFile()).map((e) => path.join(e.parentPath, e.name));
 }
 
-async function fetched(model: string, version: string, files: FakeFile[]) {
+async function fetched(model: string, version: string, files: FakeFile[], repo = REPO) {
   const r = await t.gql(
     'mutation($m: String!, $v: String!, $s: [MirrorSourceInput!]!) { fetchToMirror(model: $m, version: $v, sources: $s) { __typename ... on Error { message } } }',
     {
       m: model,
       v: version,
-      s: files.map((f) => ({ url: `${hub.url}/${REPO}/resolve/${COMMIT}/${f.path}`, file: f.path })),
+      s: files.map((f) => ({ url: `${hub.url}/${repo}/resolve/${COMMIT}/${f.path}`, file: f.path })),
     },
     { token },
   );
@@ -72,6 +81,7 @@ beforeAll(async () => {
   up = await startUpstream();
   hub = await startFakeHub();
   hub.repos.set(REPO, { id: REPO, sha: COMMIT, files: FILES });
+  hub.repos.set(GGUF_REPO, { id: GGUF_REPO, sha: COMMIT, files: [GGUF] });
   t = await startTestApp({
     HANGAR_HUB_URL: hub.url,
     HANGAR_MIRROR_STORE: `s3://${s3.bucket}/mirror`,
@@ -242,6 +252,44 @@ describe('the mirror on an S3 bucket (HANGAR_MIRROR_STORE=s3://…)', () => {
     }
     expect((await t.app.db.prisma.mirrorFile.findUniqueOrThrow({ where: { id } })).state).toBe('CANCELLED');
   }, 120_000);
+
+  it('plans and serves a GGUF fetched into the bucket from its header read in the bucket, not the data dir', async () => {
+    const [row] = await fetched('bucket-gguf', 'v1', [GGUF], GGUF_REPO);
+    expect(row?.actualSha256).toBe(fileSha256(GGUF));
+    expect(await objects()).toContain(`mirror/blobs/sha256/${fileSha256(GGUF).slice(0, 2)}/${fileSha256(GGUF)}`);
+    // A row verified before kinds were recorded: its kind is read again, from the blob.
+    await t.app.db.prisma.mirrorFile.update({ where: { id: row?.id }, data: { kind: null } });
+    const plan = await t.gql(
+      '{ servePlan(model: "bucket-gguf", version: "v1") { __typename ... on ServePlan { engine architecture source } ... on Error { message } } }',
+      {},
+      { token },
+    );
+    expect(plan.data?.servePlan, JSON.stringify(plan)).toMatchObject({
+      __typename: 'ServePlan',
+      engine: 'llamacpp',
+      architecture: 'llama',
+    });
+    expect(plan.data?.servePlan.source).toMatch(/\/mirror\/bucket-gguf\/v1\/model\.gguf$/);
+    expect((await t.app.db.prisma.mirrorFile.findUnique({ where: { id: row?.id } }))?.kind).toBe('MODEL');
+    const served = await t.gql(
+      'mutation { serveMirrorVersion(model: "bucket-gguf", version: "v1") { __typename ... on ServePlaced { model { name engine source } } ... on Error { message } } }',
+      {},
+      { token },
+    );
+    expect(served.data?.serveMirrorVersion, JSON.stringify(served)).toMatchObject({
+      __typename: 'ServePlaced',
+      model: { name: 'bucket-gguf', engine: 'llamacpp' },
+    });
+  });
+
+  it("reads a model's config.json from the bucket, as training's adapter check does", async () => {
+    const config = FILES.find((f) => f.path === 'config.json') as FakeFile;
+    const [row] = await fetched('bucket-config', 'v1', [config]);
+    // What train/artifacts.ts's PEFT check reads (the vLLM model's hidden size), through the mirror.
+    expect(JSON.parse(await t.app.services.mirror.readText(row as NonNullable<typeof row>))).toEqual({
+      model_type: 'llama',
+    });
+  });
 
   it('refuses a store, a presign or a path-style setting it does not know, naming the variable', () => {
     const base = { HANGAR_DATA_DIR: '/nonexistent' };

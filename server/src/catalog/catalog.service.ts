@@ -3,7 +3,6 @@ import { knownTensorTypes, newestBuild } from '@hangar/common/gguf/catalog';
 import { factsOf } from '@hangar/common/gguf/facts';
 import { estimateMemory, type MemoryEstimate } from '@hangar/common/gguf/memory';
 import { readGguf } from '@hangar/common/gguf/reader';
-import { fileSource } from '@hangar/common/gguf/source';
 import { type Verdict, verdictFor } from '@hangar/common/gguf/verdict';
 import type { Logger } from '@hangar/common/log';
 import { z } from 'zod';
@@ -154,12 +153,12 @@ export class CatalogService {
     }
     // The first shard carries the metadata, and is what llama.cpp is pointed at.
     const first = [...ggufs].sort((a, b) => a.file.localeCompare(b.file))[0] as (typeof ggufs)[number];
-    const src = await fileSource(this.deps.mirror.paths.file(model, version, first.file)).catch(() => null);
+    // From the data dir or, on HANGAR_MIRROR_STORE=s3://…, from its blob by Range: the mirror keeps the bytes.
+    const src = await this.deps.mirror.openBytes(first).catch(() => null);
     if (!src) {
+      const where = this.deps.mirror.bucket ? "in the mirror's bucket" : 'on disk (removed by hand?)';
       return fail(
-        new ConflictError(
-          `${model}/${version}/${first.file} is listed as present but is not on disk (removed by hand?): fetch it again`,
-        ),
+        new ConflictError(`${model}/${version}/${first.file} is listed as present but is not ${where}: fetch it again`),
       );
     }
     let facts: ReturnType<typeof factsOf>;

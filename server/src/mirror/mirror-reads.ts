@@ -1,10 +1,13 @@
+import { type ByteSource, fileSource } from '@hangar/common/gguf/source';
 import { mirrorSourceUses } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import type { MirrorFile } from '../generated/prisma/client.js';
-import { readFileKind } from './kind.js';
+import { type FileWhat, readFileKind } from './kind.js';
 import { type MirrorVersionView, mirrorVersionsIn, sourceKey, type VersionUse, view } from './mirror-view.js';
+import { blobSource, readBlobKind } from './on-bucket.js';
 import type { MirrorPaths } from './paths.js';
 import { compareVersions, modelFamily, versionProgress } from './progress.js';
+import type { MirrorStore } from './store/store.js';
 
 // What reads the mirror's rows: versions, families, what each file holds, who uses what. Writes nothing but a
 // file's kind once it is known (withKinds); the rest of the service composes it (mirror.service.ts).
@@ -15,10 +18,42 @@ const CHANGED_READ_MAX = 500;
 export class MirrorReads {
   private readonly db: Db;
   private readonly paths: MirrorPaths;
+  /** The bucket the bytes are in (HANGAR_MIRROR_STORE=s3://…), known once the storage is open; null on `file`. */
+  private readonly bucket: () => MirrorStore | null;
 
-  constructor(o: { db: Db; paths: MirrorPaths }) {
+  constructor(o: { db: Db; paths: MirrorPaths; bucket: () => MirrorStore | null }) {
     this.db = o.db;
     this.paths = o.paths;
+    this.bucket = o.bucket;
+  }
+
+  /**
+   * A present file's bytes, read by offset (a GGUF's header): from its blob by Range requests on a bucket, else
+   * from its file under the data dir. Throws when they are not there (removed by hand, or by a lost race).
+   */
+  async openBytes(f: Pick<MirrorFile, 'model' | 'version' | 'file' | 'actualSha256'>): Promise<ByteSource> {
+    const bucket = this.bucket();
+    if (!bucket) return fileSource(this.paths.file(f.model, f.version, f.file));
+    const held = f.actualSha256 ? await bucket.stat(f.actualSha256) : null;
+    if (!held || !f.actualSha256) throw new Error(`${f.model}/${f.version}/${f.file} is not in the mirror's bucket`);
+    return blobSource(bucket, f.actualSha256, held.size);
+  }
+
+  /** A small present file whole, as text (a model's config.json), wherever its bytes are kept. */
+  async readText(f: Pick<MirrorFile, 'model' | 'version' | 'file' | 'actualSha256'>): Promise<string> {
+    const src = await this.openBytes(f);
+    try {
+      // Both sources know their size (a file stat, a blob stat).
+      return (await src.read(0, src.size ?? 0)).toString('utf8');
+    } finally {
+      await src.close();
+    }
+  }
+
+  private kindOf(f: MirrorFile): Promise<FileWhat> {
+    const bucket = this.bucket();
+    if (bucket && f.actualSha256) return readBlobKind(bucket, f.actualSha256, Number(f.bytesDone), f.file);
+    return readFileKind(this.paths.file(f.model, f.version, f.file), f.file);
   }
 
   /**
@@ -109,7 +144,7 @@ export class MirrorReads {
     const files = await Promise.all(
       mirrored.files.map(async (f) => {
         if (f.state !== 'PRESENT' || f.kind !== null) return f;
-        const what = await readFileKind(this.paths.file(f.model, f.version, f.file), f.file);
+        const what = await this.kindOf(f);
         if (what.kind !== null)
           await this.db.mirrorFile.updateMany({ where: { id: f.id, state: 'PRESENT', kind: null }, data: what });
         return { ...f, ...what };

@@ -340,6 +340,8 @@ export class MirrorWorkers {
           maxAttempts: this.config.mirrorAttempts,
           signal,
           onProgress: (bytesDone, bytesTotal) => persist({ bytesDone, bytesTotal, etag: null }),
+          stallMs: this.config.mirrorStallSeconds * 1000,
+          throttle: this.throttle,
         })
       : this.transferToDisk(row, signal, partial, persist, onRetry)
     ).finally(() => {

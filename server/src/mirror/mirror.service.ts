@@ -135,7 +135,7 @@ export class MirrorService {
     });
     // Through the field, not its value now: a test that replaces diskFree is heard by every part.
     this.space = new MirrorSpace({ db, paths, owner, diskFree: () => this.diskFree() });
-    this.reads = new MirrorReads({ db, paths });
+    this.reads = new MirrorReads({ db, paths, bucket: () => this.storage.bucket });
     // What the landing and the workers both stand on: one storage, one lease owner, one view of the database's
     // health, one shutdown and one count of the disk's room, or the two would disagree about a file between them.
     const ground = {
@@ -207,6 +207,14 @@ export class MirrorService {
   }
   withKinds(mirrored: MirrorVersionView): Promise<MirrorVersionView> {
     return this.reads.withKinds(mirrored);
+  }
+  /** A present file's bytes by offset (a GGUF header), from the data dir or the bucket: see mirror-reads.ts. */
+  openBytes(f: Pick<MirrorFile, 'model' | 'version' | 'file' | 'actualSha256'>) {
+    return this.reads.openBytes(f);
+  }
+  /** A small present file (a config.json) as text, from the data dir or the bucket. */
+  readText(f: Pick<MirrorFile, 'model' | 'version' | 'file' | 'actualSha256'>) {
+    return this.reads.readText(f);
   }
   usedBy(model: string, version: string): Promise<VersionUse[]> {
     return this.reads.usedBy(model, version);

@@ -25,6 +25,10 @@ export async function fetchToBucket(o: {
   maxAttempts: number;
   signal: AbortSignal;
   onProgress: (bytesDone: number, bytesTotal: number | null) => void;
+  /** HANGAR_MIRROR_STALL_SECONDS, in ms: a silent upstream fails the attempt, which is tried again. */
+  stallMs: number;
+  /** The mirror's bandwidth limit, shared with the downloads to disk (bandwidth.ts). */
+  throttle: { slice(): number | null; take(bytes: number, signal?: AbortSignal): Promise<void> };
 }): Promise<TransferDone | TransferFailed> {
   const r = await fetchIntoStore({
     store: o.store,
@@ -36,6 +40,8 @@ export async function fetchToBucket(o: {
     maxAttempts: o.maxAttempts,
     signal: o.signal,
     onProgress: o.onProgress,
+    stallMs: o.stallMs,
+    throttle: o.throttle,
   });
   if (!r.ok) return { ok: false, reason: r.reason, keepPartial: false };
   // Already verified; `held` here means the bucket had these bytes under their sha256: nothing to link, the
@@ -55,23 +61,29 @@ export async function discardBucketWrite(db: Db, store: MirrorStore, id: string)
 
 /** What a blob in the bucket holds, from its header read by range (kind.ts), as a file on disk would be read. */
 export function readBlobKind(store: MirrorStore, sha256: string, size: number, file: string): Promise<FileWhat> {
-  return readKindFrom(async () => {
-    const src: ByteSource = {
-      size,
-      bytesRead: 0,
-      async read(offset, length) {
-        const end = Math.min(size, offset + length) - 1;
-        if (end < offset) return Buffer.alloc(0);
-        const chunks: Buffer[] = [];
-        for await (const c of await store.read(sha256, { start: offset, end })) chunks.push(Buffer.from(c));
-        const buf = Buffer.concat(chunks);
-        src.bytesRead += buf.length;
-        return buf;
-      },
-      close: async () => {},
-    };
-    return src;
-  }, file);
+  return readKindFrom(async () => blobSource(store, sha256, size), file);
+}
+
+/**
+ * A blob's bytes read by offset, each read one Range request: what reading a GGUF's header needs (kind.ts, the
+ * catalog's plan), without fetching the whole file (weights are gigabytes, a header a few megabytes at most).
+ */
+export function blobSource(store: MirrorStore, sha256: string, size: number): ByteSource {
+  const src: ByteSource = {
+    size,
+    bytesRead: 0,
+    async read(offset, length) {
+      const end = Math.min(size, offset + length) - 1;
+      if (end < offset) return Buffer.alloc(0);
+      const chunks: Buffer[] = [];
+      for await (const c of await store.read(sha256, { start: offset, end })) chunks.push(Buffer.from(c));
+      const buf = Buffer.concat(chunks);
+      src.bytesRead += buf.length;
+      return buf;
+    },
+    close: async () => {},
+  };
+  return src;
 }
 
 /**

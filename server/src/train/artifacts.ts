@@ -358,7 +358,8 @@ export class TrainArtifacts {
     if (row?.state !== 'PRESENT') return null;
     let config: Record<string, unknown>;
     try {
-      config = JSON.parse(await fs.readFile(this.mirror.paths.file(name, version, 'config.json'), 'utf8'));
+      // From the data dir or the bucket (HANGAR_MIRROR_STORE=s3://…): the mirror knows where its bytes are.
+      config = JSON.parse(await this.mirror.readText(row));
     } catch {
       return null;
     }

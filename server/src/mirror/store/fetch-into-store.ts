@@ -1,4 +1,5 @@
 import { httpGet } from '@hangar/common/download/http-get';
+import { watchStall } from '@hangar/common/download/receive';
 import { upstreamDigest } from '@hangar/common/download/resumable';
 import type { OutboundGuard } from '@hangar/common/outbound';
 import { backoffMs, sleep } from '@hangar/common/retry';
@@ -26,6 +27,13 @@ export async function fetchIntoStore(o: {
   maxAttempts?: number;
   signal?: AbortSignal;
   onProgress?: (bytesDone: number, bytesTotal: number | null) => void;
+  /**
+   * Without a byte for this long, an attempt fails and is tried again with a Range (HANGAR_MIRROR_STALL_SECONDS):
+   * a silent upstream must not hold the worker, nor its lease, until someone cancels. Absent: no timer.
+   */
+  stallMs?: number;
+  /** The mirror's bandwidth limit (bandwidth.ts, HANGAR_MIRROR_BANDWIDTH): every byte written is taken from it. */
+  throttle?: { slice(): number | null; take(bytes: number, signal?: AbortSignal): Promise<void> };
 }): Promise<StoreFetchResult> {
   const signal = o.signal ?? new AbortController().signal;
   let write: BlobWrite = await o.store.openWrite(o.id);
@@ -59,10 +67,17 @@ export async function fetchIntoStore(o: {
         return { ok: false, reason: 'cancelled' };
       }
       const before = write.offset;
+      // The same timer as the disk's download (download/receive.ts): it is told of every byte as it lands.
+      const stall = new AbortController();
+      const stallMs = o.stallMs;
+      const watch = stallMs
+        ? watchStall(stallMs, stall, () => new Error(`stalled: no bytes for ${stallMs / 1000} s`))
+        : null;
+      let res: Awaited<ReturnType<typeof httpGet>> | undefined;
       try {
         const headers: Record<string, string> = { ...o.headers, 'accept-encoding': 'identity' };
         if (before > 0) headers.range = `bytes=${before}-`;
-        const res = await httpGet(o.url, { headers, signal, guard: o.guard });
+        res = await httpGet(o.url, { headers, signal: AbortSignal.any([signal, stall.signal]), guard: o.guard });
         // Asked for the bytes after the end: the write holds the whole file already (a crash after the last part).
         const whole = res.headers.get('content-range')?.match(/^bytes \*\/(\d+)$/)?.[1];
         if (res.status === 416 && before > 0 && Number(whole) === before) {
@@ -95,15 +110,35 @@ export async function fetchIntoStore(o: {
           const length = res.headers.get('content-length');
           total = length === null ? null : Number(length);
         }
+        const throttle = o.throttle;
+        const slice = throttle?.slice() ?? null;
+        // readBody hands the next block before the last one's promise settles: sliced blocks go one after another.
+        let sliced = Promise.resolve();
         await res.readBody(async (block) => {
-          await write.write(block);
-          o.onProgress?.(write.offset, total);
-        });
+          if (!throttle || slice === null) {
+            await write.write(block);
+            o.onProgress?.(write.offset, total);
+            return;
+          }
+          // In slices taken from the limit before each is written, as the disk's download does (receive.ts).
+          sliced = sliced.then(async () => {
+            for (let from = 0; from < block.length; from += slice) {
+              const piece = block.subarray(from, Math.min(block.length, from + slice));
+              await throttle.take(piece.length, signal);
+              watch?.heard(piece.length); // waiting on the limit is not a stalled upstream
+              await write.write(piece);
+              o.onProgress?.(write.offset, total);
+            }
+          });
+          await sliced;
+        }, watch?.heard);
         if (total !== null && write.offset < total)
           throw new Error(`the connection ended at ${write.offset} of ${total} bytes`);
         return await verified(await write.finish());
-      } catch (err) {
+      } catch (caught) {
+        if (stall.signal.aborted) res?.cancel(); // a body left half-read would hold its socket open
         if (signal.aborted) continue;
+        const err = stall.signal.aborted ? stall.signal.reason : caught;
         last = (err as Error).message;
         if (write.offset > before) misses = 0;
         else misses++;
@@ -112,6 +147,8 @@ export async function fetchIntoStore(o: {
           return { ok: false, reason: `gave up after ${misses} attempts; the last: ${last}` };
         }
         await sleep(backoffMs(misses, { baseMs: 200, maxMs: 5_000 }), signal).catch(() => {});
+      } finally {
+        watch?.stop();
       }
     }
   } catch (err) {

@@ -140,6 +140,31 @@ describe.each(['file', 's3'] as const)('the mirror store: %s', (kind) => {
     expect(await store.stat(sha256(flipped))).toBeNull();
   });
 
+  it('fails an attempt whose upstream goes silent (the stall timer), and resumes it with a Range', async () => {
+    const store = await storeOf(kind);
+    const body = bytes(PART + 3000, 21);
+    up.files.set(`${kind}-q.bin`, { body, fault: { kind: 'stall', afterBytes: 5000, times: 1 } });
+    // Without the timer the silent socket holds the fetch until the test's own timeout.
+    const got = await fetchIntoStore({ store, id: `${kind}-q`, url: up.url(`${kind}-q.bin`), stallMs: 300 });
+    expect(got).toMatchObject({ ok: true, sha256: sha256(body) });
+    const asked = up.requests.filter((r) => r.name === `${kind}-q.bin`).map((r) => r.range);
+    expect(asked).toHaveLength(2);
+    expect(asked[1]).toMatch(/^bytes=[1-9]\d*-$/);
+  }, 15_000);
+
+  it('takes every byte it writes from the bandwidth limit, a slice at a time', async () => {
+    const store = await storeOf(kind);
+    const body = bytes(PART + 5000, 22);
+    up.files.set(`${kind}-b.bin`, { body });
+    // Stands in for the mirror's token bucket (bandwidth.ts): records what was taken instead of waiting.
+    const taken: number[] = [];
+    const throttle = { slice: () => 1000, take: async (n: number) => void taken.push(n) };
+    const got = await fetchIntoStore({ store, id: `${kind}-b`, url: up.url(`${kind}-b.bin`), throttle });
+    expect(got).toMatchObject({ ok: true, sha256: sha256(body) });
+    expect(taken.reduce((a, b) => a + b, 0)).toBe(body.length);
+    expect(Math.max(...taken)).toBeLessThanOrEqual(1000);
+  });
+
   it('continues from its last checkpoint after the fetching process is killed with SIGKILL, not from zero', async () => {
     const store = await storeOf(kind);
     const body = bytes(PART * 6 + 4321, 15);
