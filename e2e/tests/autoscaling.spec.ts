@@ -117,5 +117,12 @@ test('an operator autoscales a model and reads why each replica came and went', 
       timeout: 60_000,
     })
     .toBe(0);
-  await gql(`mutation { removeModel(name: "${MODEL}") { __typename } }`);
+  expect((await gql(`mutation { removeModel(name: "${MODEL}") { __typename } }`)).data.removeModel.__typename).toBe(
+    'RemovedModel',
+  );
+  // The mirror too: the mirror spec removes its own version and then expects an empty mirror.
+  expect(
+    (await gql(`mutation { removeMirrorVersion(model: "${MODEL}", version: "v1") { __typename } }`)).data
+      .removeMirrorVersion.__typename,
+  ).toBe('RemovedMirrorVersion');
 });
