@@ -44,11 +44,15 @@ afterAll(async () => {
   if (dataDir) await fs.rm(dataDir, { recursive: true, force: true });
 });
 
-/** The server's connections to this database now, by pool. */
+/**
+ * The server's connections to this database now, by pool. A connection still starting up is left out: it shows in
+ * pg_stat_activity with its database before its application_name is applied (its state is 'starting' until it is ready).
+ */
 async function connections(): Promise<Record<string, number>> {
   const { rows } = await observer.query<{ name: string; n: number }>(
     `SELECT application_name AS name, count(*)::int AS n FROM pg_stat_activity
-      WHERE datname = current_database() AND pid <> pg_backend_pid() GROUP BY application_name`,
+      WHERE datname = current_database() AND pid <> pg_backend_pid() AND state IS NOT NULL AND state <> 'starting'
+      GROUP BY application_name`,
   );
   return Object.fromEntries(rows.map((r) => [r.name, r.n]));
 }

@@ -175,12 +175,11 @@ describe('the route table by events', () => {
     });
     expect((await chat('owned-lora')).status).toBe(200);
 
-    // The adapter given to another key: this caller may no longer call it, as if it did not exist.
-    await db().adapter.update({
-      where: { name: 'owned-lora' },
-      data: { owner: ownerKey({ scope: 'key', id: `${tokenId.slice(0, -1)}0` }) },
-    });
-    expect(await reaches(() => routes().lookup('owned-lora')?.adapter?.owner !== null)).toEqual({
+    // The adapter given to another key (this one's id with its last digit changed, never to itself): this caller
+    // may no longer call it, as if it did not exist.
+    const otherKey = ownerKey({ scope: 'key', id: `${tokenId.slice(0, -1)}${tokenId.endsWith('0') ? '1' : '0'}` });
+    await db().adapter.update({ where: { name: 'owned-lora' }, data: { owner: otherKey } });
+    expect(await reaches(() => routes().lookup('owned-lora')?.adapter?.owner === otherKey)).toEqual({
       reached: true,
       wholeReads: 0,
     });
