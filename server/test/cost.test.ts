@@ -169,7 +169,8 @@ describe('costReport', () => {
     await db.replica.update({ where: { id: replica.id }, data: { state: 'STOPPED' } });
     const spans = await db.gpuTime.findMany({ where: { replicaId } });
     expect(spans).toHaveLength(1);
-    expect(spans[0]).toMatchObject({ node: 'gpu-1', gpuName: 'NVIDIA L4', gpus: 2 });
+    expect(spans[0]).toMatchObject({ node: 'gpu-1', gpuName: 'NVIDIA L4' });
+    expect(Number(spans[0]?.gpus)).toBe(2);
     expect(spans[0]?.endedAt).not.toBeNull();
     // Its lifetime, moved to a known past: from T0 for 97 minutes 30 seconds.
     await db.$executeRaw`UPDATE "GpuTime" SET "startedAt" = ${T0}, "endedAt" = ${new Date(T0.getTime() + 97.5 * MIN)}
@@ -313,5 +314,53 @@ describe('costReport', () => {
     const operator = await t.token('OPERATOR', 'cost-reader');
     const r = await report({ from: at(-60), to: at(180) }, operator);
     expect(r.data?.costReport).toMatchObject({ __typename: 'ForbiddenError' });
+  });
+});
+
+describe('GPU time of a card several replicas share', () => {
+  it('divides each card among the replicas holding it, so a card is paid once, and follows them as they come and go', async () => {
+    const db = t.app.db.prisma;
+    const node = await db.node.create({
+      data: {
+        name: 'gpu-shared',
+        tokenHash: 'cost-test-shared-node',
+        gpus: [
+          { index: 0, name: 'NVIDIA L4', totalMiB: 23_034, freeMiB: 23_034 },
+          { index: 1, name: 'NVIDIA L4', totalMiB: 23_034, freeMiB: 23_034 },
+        ],
+      },
+    });
+    const model = await db.catalogModel.create({
+      data: { name: 'small-shared', source: 'http://127.0.0.1/s.gguf', engine: 'llamacpp' },
+    });
+    const place = (data: { gpuIndex?: number; gpuIndexes?: number[] }) =>
+      db.replica.create({ data: { modelId: model.id, nodeId: node.id, state: 'LOADING', ...data } });
+    /** Each replica's open share, and the sum of every share on the node: its two cards' worth when any is held. */
+    const open = async () => {
+      const spans = await db.gpuTime.findMany({ where: { node: 'gpu-shared', endedAt: null } });
+      return Object.fromEntries(spans.map((s) => [s.replicaId, Number(s.gpus)]));
+    };
+
+    const x = await place({ gpuIndex: 0 });
+    expect(await open()).toEqual({ [x.id]: 1 });
+    const y = await place({ gpuIndex: 0 });
+    expect(await open()).toEqual({ [x.id]: 0.5, [y.id]: 0.5 });
+    // A model split over both cards: a third of card 0 and all of card 1.
+    const z = await place({ gpuIndexes: [0, 1] });
+    expect(await open()).toEqual({ [x.id]: 0.333333, [y.id]: 0.333333, [z.id]: 1.333333 });
+    await db.replica.update({ where: { id: y.id }, data: { state: 'READY' } });
+    expect(await open()).toEqual({ [x.id]: 0.333333, [y.id]: 0.333333, [z.id]: 1.333333 });
+    await db.replica.update({ where: { id: y.id }, data: { state: 'STOPPED' } });
+    expect(await open()).toEqual({ [x.id]: 0.5, [z.id]: 1.5 });
+    await db.replica.delete({ where: { id: x.id } });
+    expect(await open()).toEqual({ [z.id]: 2 });
+    // Each replica's spans follow one another without a gap or an overlap.
+    const zSpans = await db.gpuTime.findMany({ where: { replicaId: z.id }, orderBy: { startedAt: 'asc' } });
+    expect(zSpans.map((s) => Number(s.gpus))).toEqual([1.333333, 1.5, 2]);
+    for (let i = 1; i < zSpans.length; i++) expect(zSpans[i]?.startedAt).toEqual(zSpans[i - 1]?.endedAt);
+    // The node removed: its replicas hold nothing any more, and no span stays open.
+    await db.node.delete({ where: { id: node.id } });
+    expect(await open()).toEqual({});
+    await db.catalogModel.delete({ where: { id: model.id } });
   });
 });

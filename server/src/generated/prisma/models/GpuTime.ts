@@ -28,12 +28,12 @@ export type AggregateGpuTime = {
 
 export type GpuTimeAvgAggregateOutputType = {
   id: number | null
-  gpus: number | null
+  gpus: runtime.Decimal | null
 }
 
 export type GpuTimeSumAggregateOutputType = {
   id: bigint | null
-  gpus: number | null
+  gpus: runtime.Decimal | null
 }
 
 export type GpuTimeMinAggregateOutputType = {
@@ -42,7 +42,7 @@ export type GpuTimeMinAggregateOutputType = {
   modelId: string | null
   node: string | null
   gpuName: string | null
-  gpus: number | null
+  gpus: runtime.Decimal | null
   startedAt: Date | null
   endedAt: Date | null
 }
@@ -53,7 +53,7 @@ export type GpuTimeMaxAggregateOutputType = {
   modelId: string | null
   node: string | null
   gpuName: string | null
-  gpus: number | null
+  gpus: runtime.Decimal | null
   startedAt: Date | null
   endedAt: Date | null
 }
@@ -207,7 +207,7 @@ export type GpuTimeGroupByOutputType = {
   modelId: string
   node: string
   gpuName: string
-  gpus: number
+  gpus: runtime.Decimal
   startedAt: Date
   endedAt: Date | null
   _count: GpuTimeCountAggregateOutputType | null
@@ -241,7 +241,7 @@ export type GpuTimeWhereInput = {
   modelId?: Prisma.UuidFilter<"GpuTime"> | string
   node?: Prisma.StringFilter<"GpuTime"> | string
   gpuName?: Prisma.StringFilter<"GpuTime"> | string
-  gpus?: Prisma.IntFilter<"GpuTime"> | number
+  gpus?: Prisma.DecimalFilter<"GpuTime"> | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFilter<"GpuTime"> | Date | string
   endedAt?: Prisma.DateTimeNullableFilter<"GpuTime"> | Date | string | null
 }
@@ -266,7 +266,7 @@ export type GpuTimeWhereUniqueInput = Prisma.AtLeast<{
   modelId?: Prisma.UuidFilter<"GpuTime"> | string
   node?: Prisma.StringFilter<"GpuTime"> | string
   gpuName?: Prisma.StringFilter<"GpuTime"> | string
-  gpus?: Prisma.IntFilter<"GpuTime"> | number
+  gpus?: Prisma.DecimalFilter<"GpuTime"> | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFilter<"GpuTime"> | Date | string
   endedAt?: Prisma.DateTimeNullableFilter<"GpuTime"> | Date | string | null
 }, "id">
@@ -296,7 +296,7 @@ export type GpuTimeScalarWhereWithAggregatesInput = {
   modelId?: Prisma.UuidWithAggregatesFilter<"GpuTime"> | string
   node?: Prisma.StringWithAggregatesFilter<"GpuTime"> | string
   gpuName?: Prisma.StringWithAggregatesFilter<"GpuTime"> | string
-  gpus?: Prisma.IntWithAggregatesFilter<"GpuTime"> | number
+  gpus?: Prisma.DecimalWithAggregatesFilter<"GpuTime"> | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeWithAggregatesFilter<"GpuTime"> | Date | string
   endedAt?: Prisma.DateTimeNullableWithAggregatesFilter<"GpuTime"> | Date | string | null
 }
@@ -307,7 +307,7 @@ export type GpuTimeCreateInput = {
   modelId: string
   node: string
   gpuName?: string
-  gpus: number
+  gpus: runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt: Date | string
   endedAt?: Date | string | null
 }
@@ -318,7 +318,7 @@ export type GpuTimeUncheckedCreateInput = {
   modelId: string
   node: string
   gpuName?: string
-  gpus: number
+  gpus: runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt: Date | string
   endedAt?: Date | string | null
 }
@@ -329,7 +329,7 @@ export type GpuTimeUpdateInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   node?: Prisma.StringFieldUpdateOperationsInput | string
   gpuName?: Prisma.StringFieldUpdateOperationsInput | string
-  gpus?: Prisma.IntFieldUpdateOperationsInput | number
+  gpus?: Prisma.DecimalFieldUpdateOperationsInput | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
@@ -340,7 +340,7 @@ export type GpuTimeUncheckedUpdateInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   node?: Prisma.StringFieldUpdateOperationsInput | string
   gpuName?: Prisma.StringFieldUpdateOperationsInput | string
-  gpus?: Prisma.IntFieldUpdateOperationsInput | number
+  gpus?: Prisma.DecimalFieldUpdateOperationsInput | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
@@ -351,7 +351,7 @@ export type GpuTimeCreateManyInput = {
   modelId: string
   node: string
   gpuName?: string
-  gpus: number
+  gpus: runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt: Date | string
   endedAt?: Date | string | null
 }
@@ -362,7 +362,7 @@ export type GpuTimeUpdateManyMutationInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   node?: Prisma.StringFieldUpdateOperationsInput | string
   gpuName?: Prisma.StringFieldUpdateOperationsInput | string
-  gpus?: Prisma.IntFieldUpdateOperationsInput | number
+  gpus?: Prisma.DecimalFieldUpdateOperationsInput | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
@@ -373,7 +373,7 @@ export type GpuTimeUncheckedUpdateManyInput = {
   modelId?: Prisma.StringFieldUpdateOperationsInput | string
   node?: Prisma.StringFieldUpdateOperationsInput | string
   gpuName?: Prisma.StringFieldUpdateOperationsInput | string
-  gpus?: Prisma.IntFieldUpdateOperationsInput | number
+  gpus?: Prisma.DecimalFieldUpdateOperationsInput | runtime.Decimal | runtime.DecimalJsLike | number | string
   startedAt?: Prisma.DateTimeFieldUpdateOperationsInput | Date | string
   endedAt?: Prisma.NullableDateTimeFieldUpdateOperationsInput | Date | string | null
 }
@@ -419,6 +419,14 @@ export type GpuTimeMinOrderByAggregateInput = {
 export type GpuTimeSumOrderByAggregateInput = {
   id?: Prisma.SortOrder
   gpus?: Prisma.SortOrder
+}
+
+export type DecimalFieldUpdateOperationsInput = {
+  set?: runtime.Decimal | runtime.DecimalJsLike | number | string
+  increment?: runtime.Decimal | runtime.DecimalJsLike | number | string
+  decrement?: runtime.Decimal | runtime.DecimalJsLike | number | string
+  multiply?: runtime.Decimal | runtime.DecimalJsLike | number | string
+  divide?: runtime.Decimal | runtime.DecimalJsLike | number | string
 }
 
 
@@ -478,7 +486,7 @@ export type $GpuTimePayload<ExtArgs extends runtime.Types.Extensions.InternalArg
     modelId: string
     node: string
     gpuName: string
-    gpus: number
+    gpus: runtime.Decimal
     startedAt: Date
     endedAt: Date | null
   }, ExtArgs["result"]["gpuTime"]>
@@ -909,7 +917,7 @@ export interface GpuTimeFieldRefs {
   readonly modelId: Prisma.FieldRef<"GpuTime", 'String'>
   readonly node: Prisma.FieldRef<"GpuTime", 'String'>
   readonly gpuName: Prisma.FieldRef<"GpuTime", 'String'>
-  readonly gpus: Prisma.FieldRef<"GpuTime", 'Int'>
+  readonly gpus: Prisma.FieldRef<"GpuTime", 'Decimal'>
   readonly startedAt: Prisma.FieldRef<"GpuTime", 'DateTime'>
   readonly endedAt: Prisma.FieldRef<"GpuTime", 'DateTime'>
 }
