@@ -398,7 +398,7 @@ builder.mutationField('removeNode', (t) =>
   t.field({
     type: RemovedNode,
     description:
-      'Removes a node. Refused while it runs replicas or a training job, naming them; with force its replicas are placed on other nodes and its jobs failed, saying so.',
+      'Removes a node. Refused while it runs replicas or a training job, naming them (stopping its agent drains its replicas first); with force its replicas are placed on other nodes at once, cutting the requests in flight there, and its jobs failed, saying so.',
     authScopes: { admin: true },
     errors: { types: [ValidationError, ConflictError, NotFoundError] },
     args: { name: t.arg.string({ required: true }), force: t.arg.boolean({ required: false }) },

@@ -257,7 +257,7 @@ export class FleetService {
       if (holds.length && !force)
         return fail(
           new ConflictError(
-            `node ${name} still runs ${holds.join(' and ')}: stop them first (set the models' mode, cancel the job), or remove it with force, which places its replicas on other nodes and fails the job`,
+            `node ${name} still runs ${holds.join(' and ')}: stop its agent first (its replicas drain: they finish their requests and are placed on other nodes) and cancel the job, or remove it with force, which cuts the requests in flight there, places its replicas on other nodes and fails the job`,
           ),
         );
       const reason = `node ${name} was removed`;
