@@ -29,7 +29,9 @@ import type { Job, LatencyResult, StreamResult, Target, ThroughputResult } from 
 //
 // `tsx bench/gateway.ts [rounds] [stream rounds]`: sequential rounds (default 3000), rounds of the rest (default 3).
 // HANGAR_BENCH_PROFILE=<dir> writes Hangar's CPU profiles of the sequential and of the streaming runs there
-// (latency.cpuprofile, streaming.cpuprofile: open them in Chrome's DevTools), to see where a missed goal goes.
+// (latency.cpuprofile, streaming.cpuprofile: open them in Chrome's DevTools), to see where a missed goal goes; the
+// profiler's sampling then inflates Hangar's CPU per chunk, so read that line from a run without it.
+// HANGAR_BENCH_UNDICI=1 adds the floor over undici's Pool (request() and dispatch()) as two more ways.
 
 const ROUNDS = Number(process.argv[2] ?? 3000);
 const RATE_ROUNDS = Number(process.argv[3] ?? 3);
@@ -48,6 +50,7 @@ const LIMITS_GOAL_MS = 0.05;
 const PROFILE_DIR = process.env.HANGAR_BENCH_PROFILE;
 /** HANGAR_BENCH_ONLY=routes: the route table's line alone (5), for comparing its settings side by side. */
 const ROUTES_ONLY = process.env.HANGAR_BENCH_ONLY === 'routes';
+const UNDICI = process.env.HANGAR_BENCH_UNDICI === '1';
 const TICK_MS = 1000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
 const here = path.dirname(new URL(import.meta.url).pathname);
@@ -81,9 +84,15 @@ function ask<T>(child: ChildProcess, message: unknown): Promise<T> {
 
 /** A process's CPU time so far (user + system), in ms, from /proc. */
 function cpuMs(pid: number): number {
+  const { user, system } = cpuSplit(pid);
+  return user + system;
+}
+
+/** The same, apart: system time is mostly the sockets' syscalls, which every proxy makes alike. */
+function cpuSplit(pid: number): { user: number; system: number } {
   const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) * TICK_MS;
+  return { user: Number(fields[11]) * TICK_MS, system: Number(fields[12]) * TICK_MS };
 }
 
 const freePort = () =>
@@ -188,8 +197,20 @@ const client = start('gateway-client.ts');
 const { endpoint } = (await engine.first) as { endpoint: string };
 const floor = start('gateway-floor.ts', { HANGAR_BENCH_ENGINE: endpoint, HANGAR_BENCH_ENGINE_KEY: engineKey });
 const hangar = start('gateway-hangar.ts', { HANGAR_BENCH_ENGINE: endpoint, HANGAR_BENCH_ENGINE_KEY: engineKey });
+// HANGAR_BENCH_UNDICI=1: two more floors, the same bare proxy over undici's Pool (its request() and its dispatch()),
+// to see which HTTP client costs the gateway less per request (#33).
+const undiciFloors = UNDICI
+  ? (['request', 'dispatch'] as const).map((api) =>
+      start('gateway-floor-undici.ts', {
+        HANGAR_BENCH_ENGINE: endpoint,
+        HANGAR_BENCH_ENGINE_KEY: engineKey,
+        HANGAR_BENCH_UNDICI_API: api,
+      }),
+    )
+  : [];
 await client.first;
 const { url: floorUrl } = (await floor.first) as { url: string };
+const undiciUrls = await Promise.all(undiciFloors.map(async (f) => ((await f.first) as { url: string }).url));
 const hangarReady = (await hangar.first) as { url: string; token: string; limitedToken: string };
 const nginxBin = installNginx();
 if (!nginxBin) console.log('\n!!!!!!!! nginx could not be found or installed: its baseline is left out.\n');
@@ -201,11 +222,12 @@ const viaNginx: Target | undefined = nginx && { url: nginx.url, key: 'unused: ng
 const gateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.token };
 const limitedGateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.limitedToken };
 
-type Way = 'direct' | 'nginx' | 'floor' | 'hangar';
+type Way = 'direct' | 'nginx' | 'floor' | 'hangar' | 'undici' | 'undici-dispatch';
 const ways: [Way, Target][] = [
   ['direct', direct],
   ...(viaNginx ? [['nginx', viaNginx] as [Way, Target]] : []),
   ['floor', bare],
+  ...undiciUrls.map((url, i) => [i ? 'undici-dispatch' : 'undici', { url, key: 'unused' }] as [Way, Target]),
   ['hangar', gateway],
 ];
 const pidOf: Record<Way, number | undefined> = {
@@ -213,6 +235,8 @@ const pidOf: Record<Way, number | undefined> = {
   nginx: nginx?.worker,
   floor: floor.child.pid,
   hangar: hangar.child.pid,
+  undici: undiciFloors[0]?.child.pid,
+  'undici-dispatch': undiciFloors[1]?.child.pid,
 };
 
 type Memory = { rss: number; heap: number; cpuMs: number };
@@ -337,6 +361,7 @@ try {
     // 2. Requests per second at 16 and 64 connections, and CPU per request; 3. streams. Rounds rotate the order.
     const rates: Record<string, number[]> = {};
     const cpuPerRequest: Record<string, number[]> = {};
+    const systemPerRequest: Record<string, number[]> = {};
     const chunks: Record<string, number[]> = {};
     const cpuPerChunk: Record<string, number[]> = {};
     const push = (o: Record<string, number[]>, k: string, v: number) => {
@@ -348,7 +373,7 @@ try {
         const [way, target] = ways[(k + round) % ways.length] as [Way, Target];
         const pid = pidOf[way] as number;
         for (const connections of [16, 64]) {
-          const before = cpuMs(pid);
+          const before = cpuSplit(pid);
           const r = await ask<ThroughputResult>(client.child, {
             kind: 'throughput',
             target,
@@ -357,7 +382,13 @@ try {
           });
           push(rates, `${way} ${connections}`, (r.requests * 1000) / r.ms);
           push(rates, `${way} ${connections} p50`, r.p50);
-          if (connections === 16 && way !== 'direct') push(cpuPerRequest, way, (cpuMs(pid) - before) / r.requests);
+          if (connections === 16 && way !== 'direct') {
+            const after = cpuSplit(pid);
+            const user = after.user - before.user;
+            const system = after.system - before.system;
+            push(cpuPerRequest, way, (user + system) / r.requests);
+            push(systemPerRequest, way, system / r.requests);
+          }
         }
       }
     }
@@ -400,7 +431,10 @@ try {
     say(
       `  CPU per request (at 16 connections, from /proc): ${ways
         .slice(1)
-        .map(([w]) => `${w} ${spread(cpuPerRequest[w] ?? [], (x) => `${(x * 1000).toFixed(0)} µs`)}`)
+        .map(
+          ([w]) =>
+            `${w} ${spread(cpuPerRequest[w] ?? [], (x) => `${(x * 1000).toFixed(0)} µs`)} (system ${(median(systemPerRequest[w] ?? []) * 1000).toFixed(0)} µs)`,
+        )
         .join('; ')}` +
         (nginx
           ? `; Hangar ${(cpu('hangar') / cpu('nginx')).toFixed(1)}× nginx, ${cpu('hangar') / cpu('nginx') <= NGINX_CPU_GOAL ? 'meets' : 'MISSES'} the goal ≤ ${NGINX_CPU_GOAL}×; ${(cpu('hangar') / cpu('floor')).toFixed(1)}× the floor`
@@ -446,7 +480,7 @@ try {
   const stopped = new Promise((r) => hangar.child.once('exit', r));
   hangar.child.disconnect();
   await Promise.race([stopped, new Promise((r) => setTimeout(r, 20_000))]);
-  for (const c of [client, floor, engine]) c.child.kill();
+  for (const c of [client, floor, engine, ...undiciFloors]) c.child.kill();
   nginx?.child.kill('SIGTERM');
   await new Promise((r) => setTimeout(r, 500));
   await fs.rm(root, { recursive: true, force: true });

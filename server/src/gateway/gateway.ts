@@ -24,6 +24,7 @@ import { affinityKey } from './affinity.js';
 import { AnswerCut, readCapped, watchAnswer } from './answer-limits.js';
 import { refuseEarly, relayable, relayedError, unavailable, whyNotReady } from './answers.js';
 import { admits, type Caller, Callers } from './callers.js';
+import { Departure } from './departure.js';
 import { admitOrFallBack, fallbackTargets, withModel } from './fallbacks.js';
 import type { LoadCounts } from './load-report.js';
 import {
@@ -326,7 +327,7 @@ export class Gateway {
     const started = performance.now();
     // On the database's clock: the model's awake-until is worked out from it, and placement judges that there.
     const at = this.deps.db.clock.now();
-    const abort = new AbortController();
+    const abort = new Departure();
     const gone = () => {
       if (!res.writableFinished) abort.abort(new Error('the client went away'));
     };
@@ -379,9 +380,8 @@ export class Gateway {
       const tried = new Set<string>();
       for (let attempt = 0; attempt < 2; attempt++) {
         const picked =
-          this.pick(target, tried, key) ??
-          (attempt === 0 ? await this.waitFor(target, caller, abort.signal, key) : undefined);
-        if (abort.signal.aborted) {
+          this.pick(target, tried, key) ?? (attempt === 0 ? await this.waitFor(target, caller, abort, key) : undefined);
+        if (abort.aborted) {
           outcome = 'aborted';
           return;
         }
@@ -403,12 +403,16 @@ export class Gateway {
             body: bodyFor(replica),
             stream,
             firstByteMs: this.deps.config.gatewayFirstByteMs,
-            signal: abort.signal,
+            gone: abort,
           });
-          unwatch = watchAnswer(upstream, {
-            idleMs: this.deps.config.gatewayIdleMs,
-            deadlineMs: this.deps.config.gatewayDeadlineSeconds * 1000,
-          });
+          // An answer already whole (a small one comes in the read that brought its headers) cannot hang or run
+          // on: no timers for it.
+          unwatch = upstream.complete
+            ? undefined
+            : watchAnswer(upstream, {
+                idleMs: this.deps.config.gatewayIdleMs,
+                deadlineMs: this.deps.config.gatewayDeadlineSeconds * 1000,
+              });
           const status = upstream.statusCode ?? 502;
           if (status >= 500 && attempt === 0) {
             // Nothing reached the client yet: the replica is set aside and another one gets the request.
@@ -472,7 +476,7 @@ export class Gateway {
             try {
               whole = await readWhole(upstream, length);
             } catch (err) {
-              if (abort.signal.aborted) {
+              if (abort.aborted) {
                 outcome = 'aborted';
                 return;
               }
@@ -497,11 +501,11 @@ export class Gateway {
           try {
             // Not pipeline(upstream, tap, res): on a replica's failure that destroys the client's response too,
             // so the client would hear no reason and the failure would count as the client leaving. The client
-            // going away is what the abort signal says (it aborts the upstream request, ending the relay).
+            // going away is what the departure says (it aborts the upstream request, ending the relay).
             await relay(upstream, res, tap);
             outcome = status < 400 ? 'ok' : 'error';
           } catch (err) {
-            if (abort.signal.aborted || res.destroyed) {
+            if (abort.aborted || res.destroyed) {
               outcome = res.writableFinished ? 'ok' : 'aborted';
             } else {
               // The replica went away mid-answer: the client hears it as an error, and nobody retries it (bytes
@@ -517,7 +521,7 @@ export class Gateway {
           firstAt = tap instanceof SseTap ? tap.firstEventAt : tap.firstByteAt;
           return;
         } catch (err) {
-          if (abort.signal.aborted) {
+          if (abort.aborted) {
             outcome = 'aborted';
             return;
           }
@@ -634,7 +638,7 @@ export class Gateway {
   private async waitFor(
     target: Target,
     caller: Caller,
-    signal: AbortSignal,
+    gone: Departure,
     key?: number,
   ): Promise<RouteReplica | ApiError | undefined> {
     const { name } = target.model;
@@ -685,7 +689,7 @@ export class Gateway {
         // replica it waits for) while a model takes longer to load than its idle time.
         this.usage.touch(name);
         try {
-          await sleep(250, signal);
+          await sleep(250, gone.signal);
         } catch {
           return undefined;
         }

@@ -1,6 +1,7 @@
 import http, { type IncomingMessage } from 'node:http';
 import https from 'node:https';
 import { Transform, type TransformCallback } from 'node:stream';
+import type { Departure } from './departure.js';
 
 // The gateway's side of a replica's endpoint: one request out, with the replica's engine key, over kept-alive
 // connections (a new TCP connection per request would be most of the gateway's added latency), and taps that
@@ -50,7 +51,7 @@ export class UpstreamUnreached extends Error {
 /**
  * Sends `body` to `endpoint` + `route` (endpoint is the replica's …/v1) and resolves with the response once its
  * headers arrive. Rejects with UpstreamUnreached when the connection fails or no headers come within
- * `firstByteMs`; `signal` (the client went away) destroys the request at any point, body included.
+ * `firstByteMs`; `gone` (the client went away) destroys the request at any point, body included.
  */
 export function send(o: {
   endpoint: string;
@@ -59,10 +60,10 @@ export function send(o: {
   body: Buffer;
   stream: boolean;
   firstByteMs: number;
-  signal: AbortSignal;
+  gone: Departure;
 }): Promise<IncomingMessage> {
   return new Promise((resolve, reject) => {
-    if (o.signal.aborted) return reject(o.signal.reason);
+    if (o.gone.aborted) return reject(o.gone.reason);
     const target = targetOf(o.endpoint, o.route);
     const req = target.transport.request({
       protocol: target.protocol,
@@ -79,9 +80,9 @@ export function send(o: {
       },
     });
     // Not http.request's own `signal` option, which wraps each request in listeners added and removed again: the
-    // signal is the forward's own, and dies with it, so one listener that destroys the request does (the answer
+    // departure is the forward's own, and dies with it, so one callback that destroys the request does (the answer
     // with it, mid-stream included).
-    o.signal.addEventListener('abort', () => req.destroy(o.signal.reason as Error), { once: true });
+    o.gone.onAbort((reason) => req.destroy(reason));
     const timer = setTimeout(() => {
       req.destroy(new UpstreamUnreached(`no answer within ${o.firstByteMs} ms (HANGAR_GATEWAY_FIRST_BYTE_MS)`));
     }, o.firstByteMs);
@@ -91,7 +92,7 @@ export function send(o: {
     });
     req.once('error', (err) => {
       clearTimeout(timer);
-      if (o.signal.aborted || err instanceof UpstreamUnreached) return reject(err);
+      if (o.gone.aborted || err instanceof UpstreamUnreached) return reject(err);
       reject(new UpstreamUnreached((err as NodeJS.ErrnoException).code ?? err.message));
     });
     req.end(o.body);
