@@ -1,6 +1,7 @@
 import { parseAllowEntry } from '@hangar/common/outbound';
 import { z } from 'zod';
 import { DEFAULT_USAGE_RETENTION, parseUsageRetention } from './gateway/usage-retention-setting.js';
+import { parseQuota } from './mirror/bucket-space.js';
 import { parseStoreSpec } from './mirror/store/store.js';
 
 // What each environment variable accepts, as one zod schema: the rules and messages, none of the reading.
@@ -292,6 +293,18 @@ export const schema = z.object({
   HANGAR_S3_PRESIGN: z
     .enum(['off', 'on'], { message: 'off or on: whether /mirror sends nodes to a presigned URL on the bucket' })
     .default('off'),
+  // What the mirror may keep in the bucket (mirror/bucket-space.ts): a fetch that would pass it is refused first.
+  HANGAR_S3_QUOTA: z
+    .string()
+    .default('off')
+    .transform((v, ctx) => {
+      const q = parseQuota(v);
+      if (typeof q === 'string') {
+        ctx.addIssue({ code: 'custom', message: q });
+        return z.NEVER;
+      }
+      return q;
+    }),
   HANGAR_HUB_TIMEOUT_MS: z.coerce
     .number()
     .int()

@@ -109,6 +109,8 @@ export type Config = {
   s3ForcePathStyle: boolean;
   /** HANGAR_S3_PRESIGN: seconds a presigned URL for a node holds, or null to stream every file through Hangar. */
   s3PresignSeconds: number | null;
+  /** HANGAR_S3_QUOTA: bytes the mirror may keep in its bucket, or null for no quota (mirror/bucket-space.ts). */
+  s3QuotaBytes: number | null;
   hubTimeoutMs: number;
   /** The llama.cpp build assumed when no node has reported one. */
   llamaCppBuild: number | undefined;
@@ -251,6 +253,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     s3ForcePathStyle: c.HANGAR_S3_FORCE_PATH_STYLE,
     // Long enough for a node to start a large file, short enough that a URL leaked in a log is soon worthless.
     s3PresignSeconds: c.HANGAR_S3_PRESIGN === 'on' ? 300 : null,
+    s3QuotaBytes: c.HANGAR_S3_QUOTA,
     hubTimeoutMs: c.HANGAR_HUB_TIMEOUT_MS,
     llamaCppBuild: c.HANGAR_LLAMACPP_BUILD,
     maxContext: c.HANGAR_MAX_CONTEXT,

@@ -88,10 +88,10 @@ describe('ModelCache', () => {
   });
 
   it("sends the node token to the control plane's own mirror only", async () => {
-    const seen: (string | undefined)[] = [];
+    const seen: string[] = [];
     const file = bytes(1000, 5);
     const mirror = http.createServer((req, res) => {
-      seen.push(req.headers.authorization);
+      seen.push(`${req.method} ${req.headers.authorization}`);
       res.writeHead(200, { etag: `"${sha256(file)}"`, 'content-length': file.length }).end(file);
     });
     await new Promise<void>((r) => mirror.listen(0, '127.0.0.1', r));
@@ -102,7 +102,8 @@ describe('ModelCache', () => {
     await cache.fetch(`http://127.0.0.1:${port}/mirror/m/v/a.gguf`);
     await cache.fetch(`http://localhost:${port}/elsewhere/a.gguf`);
     mirror.close();
-    expect(seen).toEqual(['Bearer hgn_node', undefined]);
+    // The mirror's HEAD (its sha256, asked first: see download()) and GET carry it; another origin's GET does not.
+    expect(seen).toEqual(['HEAD Bearer hgn_node', 'GET Bearer hgn_node', 'GET undefined']);
   });
 
   it('fetches every shard of a split model and links them by name beside the first', async () => {

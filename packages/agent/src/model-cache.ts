@@ -244,7 +244,9 @@ export class ModelCache {
    */
   private async download(source: string, signal?: AbortSignal): Promise<CachedModel> {
     await fs.mkdir(this.modelsDir, { recursive: true });
-    if (this.o.peers && this.o.auth && new URL(source).origin === this.o.auth.origin) {
+    // From the mirror, the sha256 is asked of its HEAD first, peers or not: with HANGAR_S3_PRESIGN=on its GET is a
+    // redirect to the bucket, whose ETag is no sha256, so the answer followed cannot name the file by itself.
+    if (this.o.auth && new URL(source).origin === this.o.auth.origin) {
       const named = await this.named(source, signal);
       if (named) return this.downloadShared(source, named, signal);
     }

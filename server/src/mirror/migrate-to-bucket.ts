@@ -4,6 +4,7 @@ import type { Logger } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import { type Actor, systemActor } from '../auth/actor.js';
 import type { Db } from '../db/client.js';
+import { runningServers, serversStillRunning } from './migrate-servers.js';
 import type { MirrorPaths } from './paths.js';
 import { readStorageId } from './storage.js';
 import type { MirrorStore } from './store/store.js';
@@ -52,6 +53,9 @@ export async function migrateMirrorToBucket(o: {
   const { db, paths, bucket } = o;
   const print = o.print ?? (() => {});
   const actor = o.actor ?? systemActor('mirror-migrate');
+  // Before anything moves, and again under the start lock before the rows switch (migrate-servers.ts).
+  const running = serversStillRunning(await runningServers(db), 'Nothing was changed.');
+  if (running) throw new MirrorMigrationError(running);
   const fileId = await readStorageId(paths.storageIdFile);
   const bucketId = await bucket.storageId();
   const rows = await db.mirrorFile.findMany({
@@ -141,6 +145,12 @@ export async function migrateMirrorToBucket(o: {
   const files = await db.$transaction(async (tx) => {
     // The lock the server's start takes (storage.ts): no server judges the rows while they change storage.
     await tx.$executeRaw`SELECT pg_advisory_xact_lock(hashtext('hangar.mirror.storage'))`;
+    // A server started while the blobs were copied: it holds the `file` storage, so nothing switches under it.
+    const started = serversStillRunning(
+      await runningServers(tx),
+      'Nothing was switched; the blobs copied so far stay in the bucket and are not copied again.',
+    );
+    if (started) throw new MirrorMigrationError(started);
     const moved = await tx.mirrorFile.updateMany({
       where: { OR: [{ storageId: null }, { storageId: { not: storageId } }] },
       data: { storageId },

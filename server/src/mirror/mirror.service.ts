@@ -23,6 +23,7 @@ import { parseInput } from '../lib/validate.js';
 import { type Sight, sees } from '../org/org-owners.js';
 import { notify } from '../pubsub.js';
 import { Bandwidth, SLICE } from './bandwidth.js';
+import { type BucketHeld, bucketHeld, quotaLeft, quotaWhere } from './bucket-space.js';
 import { type MayRead, MirrorLanding } from './mirror-landing.js';
 import { MirrorReads } from './mirror-reads.js';
 import {
@@ -43,6 +44,7 @@ import { versionOwner } from './owned.js';
 import { fileFromUrl, fileName, MirrorPaths } from './paths.js';
 import { MirrorSpace } from './space.js';
 import { MirrorStorage } from './storage.js';
+import { LocalCopies } from './store/local-copy.js';
 import type { MirrorStore } from './store/store.js';
 import { transfer } from './transfer.js';
 
@@ -87,9 +89,9 @@ export class MirrorService {
   readonly health: LoopHealth;
   /** Free bytes on the mirror's filesystem; replaced in tests that need a disk of a given size. */
   diskFree: () => Promise<number> = async () => {
-    // A bucket tells no limit (S3 has none to ask for; a quota is the operator's to watch): no fetch is refused
-    // for room, and the console shows no free figure it could trust.
-    if (this.storage.bucket) return Number.MAX_SAFE_INTEGER;
+    // A bucket tells no limit (S3 has none to ask for): the room is what HANGAR_S3_QUOTA leaves of what the mirror
+    // holds there (bucket-space.ts); with no quota, no fetch is refused for room.
+    if (this.storage.bucket) return (await this.bucketUsage())?.leftBytes ?? Number.MAX_SAFE_INTEGER;
     await fs.mkdir(this.paths.root, { recursive: true });
     const stats = await fs.statfs(this.paths.root);
     return stats.bavail * stats.bsize;
@@ -134,7 +136,16 @@ export class MirrorService {
       forcePathStyle: config.s3ForcePathStyle,
     });
     // Through the field, not its value now: a test that replaces diskFree is heard by every part.
-    this.space = new MirrorSpace({ db, paths, owner, diskFree: () => this.diskFree() });
+    this.space = new MirrorSpace({
+      db,
+      paths,
+      owner,
+      diskFree: () => this.diskFree(),
+      quotaWhere: () =>
+        this.storage.bucket && config.s3QuotaBytes !== null
+          ? quotaWhere(config.s3QuotaBytes, this.storage.bucket.where)
+          : null,
+    });
     this.reads = new MirrorReads({ db, paths, bucket: () => this.storage.bucket });
     // What the landing and the workers both stand on: one storage, one lease owner, one view of the database's
     // health, one shutdown and one count of the disk's room, or the two would disagree about a file between them.
@@ -170,6 +181,17 @@ export class MirrorService {
   /** The bucket the files are kept in (HANGAR_MIRROR_STORE=s3://…), once openStorage(); null on `file`. */
   get bucket(): MirrorStore | null {
     return this.storage.bucket;
+  }
+  private copies: LocalCopies | null = null;
+  /**
+   * Verified local copies of the bucket's blobs, for what must read a file (store/local-copy.ts): under
+   * <dataDir>/cache/sha256, this replica's own. Null on `file`, where the mirror's files are files already.
+   */
+  get localCopies(): LocalCopies | null {
+    const bucket = this.storage.bucket;
+    if (!bucket) return null;
+    this.copies ??= new LocalCopies({ store: bucket, dir: path.join(this.config.dataDir, 'cache', 'sha256') });
+    return this.copies;
   }
 
   /** Where nodes and catalog entries fetch from: HANGAR_PUBLIC_URL, or the address the server listens on. */
@@ -225,6 +247,20 @@ export class MirrorService {
   /** The room a new fetch really has: free space less what the downloads under way still need (space.ts). */
   freeBytes(): Promise<number> {
     return this.space.freeBytes();
+  }
+  /**
+   * On a bucket: what the mirror holds there, from PostgreSQL (bucket-space.ts), and the room HANGAR_S3_QUOTA
+   * leaves (null: no quota); null on `file`.
+   */
+  async bucketUsage(): Promise<
+    (BucketHeld & { where: string; quotaBytes: number | null; leftBytes: number | null }) | null
+  > {
+    const bucket = this.storage.bucket;
+    const id = this.storage.id;
+    if (!bucket || !id) return null;
+    const held = await bucketHeld(this.db, id);
+    const quotaBytes = this.config.s3QuotaBytes;
+    return { ...held, where: bucket.where, quotaBytes, leftBytes: quotaLeft(quotaBytes, held) };
   }
 
   // ─── running (storage.ts, mirror-worker.ts) ───────────────────────────────
@@ -359,9 +395,7 @@ export class MirrorService {
     const freeBytes = await this.space.freeBytes();
     if (needed > freeBytes) {
       return fail(
-        new ConflictError(
-          `not enough disk for ${model}/${version}: it needs ${needed} bytes and ${freeBytes} are free under ${this.paths.root} (after what the downloads under way still need); free space, or fetch fewer files`,
-        ),
+        new ConflictError(this.space.shortage(`${model}/${version}`, needed, freeBytes, 'fetch fewer files')),
       );
     }
 

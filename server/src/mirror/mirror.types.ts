@@ -298,7 +298,8 @@ export const Mirror = builder.objectRef<Overview>('Mirror').implement({
     failed: t.int({ resolve: (m) => m.versions.filter((v) => v.state === 'FAILED').length }),
     diskUsedBytes: t.field({
       type: 'Bytes',
-      description: 'What the versions hold on disk, partials included; bytes several versions share counted once.',
+      description:
+        'What the versions hold on disk (on a bucket: in the bucket), partials included; bytes several versions share counted once.',
       resolve: (m) => bytesOnDisk(m.versions.flatMap((v) => v.files)),
     }),
     bandwidthLimit: t.field({
@@ -309,7 +310,32 @@ export const Mirror = builder.objectRef<Overview>('Mirror').implement({
     }),
     diskFreeBytes: t.field({
       type: 'Bytes',
+      description:
+        'Room for new files: free disk under the data dir, less what downloads under way still need; on a bucket, what HANGAR_S3_QUOTA leaves of it (no quota: 2^53-1, no limit).',
       resolve: (m) => m.freeBytes,
+    }),
+    bucket: t.string({
+      nullable: true,
+      description:
+        'Where the files are kept when in a bucket (HANGAR_MIRROR_STORE=s3://bucket/prefix); null on the data dir. On a bucket, diskUsedBytes is what the mirror holds there.',
+      resolve: (_m, _a, ctx) => ctx.services.mirror.bucket?.where ?? null,
+    }),
+    bucketQuotaBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      description: 'HANGAR_S3_QUOTA: what the mirror may keep in its bucket; null for no quota, or on the data dir.',
+      resolve: (_m, _a, ctx) => (ctx.services.mirror.bucket ? ctx.config.s3QuotaBytes : null),
+    }),
+    bucketListedBytes: t.field({
+      type: 'Bytes',
+      nullable: true,
+      authScopes: { operator: true },
+      description:
+        "What a listing of the bucket's blobs adds up to now, to check the figures kept in PostgreSQL against the bucket (a ListObjects scan, a request per 1,000 objects: only when asked); null on the data dir.",
+      resolve: async (_m, _a, ctx) => {
+        const bucket = ctx.services.mirror.bucket;
+        return bucket ? (await bucket.usage()).usedBytes : null;
+      },
     }),
     families: t.field({ type: [MirrorFamily], resolve: (m, _a, ctx) => ctx.services.mirror.families(m.versions) }),
     versions: t.field({

@@ -21,11 +21,30 @@ export class MirrorSpace {
     owner: string;
     /** Free bytes on the mirror's filesystem (MirrorService.diskFree: tests replace it with a disk of a size). */
     diskFree: () => Promise<number>;
+    /**
+     * On a bucket with HANGAR_S3_QUOTA, how a refusal names the room (bucket-space.ts's quotaWhere); null on the
+     * disk, where it is the free space under the mirror's root.
+     */
+    quotaWhere?: () => string | null;
   }) {
     this.db = o.db;
     this.paths = o.paths;
     this.owner = o.owner;
     this.diskFree = o.diskFree;
+    this.quotaWhere = o.quotaWhere ?? (() => null);
+  }
+
+  private readonly quotaWhere: () => string | null;
+
+  /**
+   * A refusal for `needed` bytes when `free` are left: on the disk, free space under the mirror's root; on a bucket,
+   * what HANGAR_S3_QUOTA leaves, naming the setting, so the operator knows which of the two to raise.
+   */
+  shortage(what: string, needed: number, free: number, remedy: string): string {
+    const quota = this.quotaWhere();
+    return quota
+      ? `not enough room in the bucket for ${what}: it needs ${needed} bytes and ${free} are left ${quota} (after what the downloads under way still need); raise HANGAR_S3_QUOTA, remove versions no model uses, or ${remedy}`
+      : `not enough disk for ${what}: it needs ${needed} bytes and ${free} are free under ${this.paths.root} (after what the downloads under way still need); free space, or ${remedy}`;
   }
 
   /**
@@ -74,11 +93,11 @@ export class MirrorSpace {
     const room = free - here - elsewhere;
     if (bytes > room) {
       const promised = here + elsewhere;
+      const quota = this.quotaWhere();
       return (
-        `not enough disk: ${file} has ${bytes} bytes still to come and ${Math.max(0, room)} are free under ` +
-        `${this.paths.root}` +
+        `${quota ? 'not enough room in the bucket' : 'not enough disk'}: ${file} has ${bytes} bytes still to come and ${Math.max(0, room)} are ${quota ? `left ${quota}` : `free under ${this.paths.root}`}` +
         (promised ? ` once the ${promised} bytes that other running downloads still need are set aside` : '') +
-        '; free space (or let the others finish) and retry: the partial is kept'
+        `; ${quota ? 'raise HANGAR_S3_QUOTA or remove versions no model uses' : 'free space'} (or let the others finish) and retry: the partial is kept`
       );
     }
     this.reserved.set(id, bytes);

@@ -20,6 +20,8 @@ export const MirrorPage_MirrorQuery = graphql(
       present
       failed
       diskFreeBytes
+      bucket
+      bucketQuotaBytes
       families {
         ...MirrorTable_Family
       }

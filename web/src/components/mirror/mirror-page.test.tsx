@@ -93,6 +93,8 @@ function listing(families: { name: string; versions: Version[] }[]) {
       present: count(['PRESENT']),
       failed: count(['FAILED']),
       diskFreeBytes: 500 * GiB,
+      bucket: null,
+      bucketQuotaBytes: null,
       families: families.map((f) => ({
         __typename: 'MirrorFamily',
         name: f.name,
@@ -173,6 +175,25 @@ describe('MirrorPage', () => {
     expect(within(facts).getByText('Fetching').nextSibling).toHaveTextContent('1');
     expect(within(facts).getByText('Present').nextSibling).toHaveTextContent('5');
     expect(facts).toHaveTextContent('Base URLhttp://hangar.test/mirror');
+    // On the data dir's disk: what the versions take and the disk's free space.
+    expect(within(facts).getByText('Disk').nextSibling).toHaveTextContent('used · 500 GiB free');
+  });
+
+  it('on a bucket, says what the mirror holds there and what its quota leaves, not free disk', async () => {
+    const families = [{ name: 'tiny', versions: [version('tiny-llama', 'v1', 'PRESENT', { bytesTotal: 3 * GiB })] }];
+    const onBucket = () => {
+      const l = listing(families);
+      return {
+        mirror: { ...l.mirror, bucket: 's3://weights/mirror/', bucketQuotaBytes: 500 * GiB, diskFreeBytes: 497 * GiB },
+      };
+    };
+    renderPage(fakeClient([answer(MirrorPage_MirrorQuery, onBucket)]));
+    await row('tiny-llama/v1');
+    const facts = screen.getByLabelText('The mirror');
+    expect(within(facts).queryByText('Disk')).toBeNull();
+    expect(within(facts).getByText('Bucket').nextSibling).toHaveTextContent(
+      'in bucket s3://weights/mirror/: 3.0 GiB held · 497 GiB left of the 500 GiB quota',
+    );
   });
 
   it('keeps rows where they are while bytes tick and states change, and counts what each family holds', async () => {

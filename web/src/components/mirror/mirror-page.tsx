@@ -257,12 +257,28 @@ function MirrorFacts({ mirror, usedBytes }: { mirror: MirrorPage_Mirror; usedByt
         <dt>Failed</dt>
         <dd className={mirror.failed ? 'bad' : undefined}>{mirror.failed}</dd>
       </div>
-      <div>
-        <dt>Disk</dt>
-        <dd>
-          {formatBytes(usedBytes)} used <span className="muted">· {formatBytes(mirror.diskFreeBytes)} free</span>
-        </dd>
-      </div>
+      {mirror.bucket ? (
+        // A bucket has no free space to tell: what the mirror holds there, and the room HANGAR_S3_QUOTA leaves.
+        <div>
+          <dt>Bucket</dt>
+          <dd>
+            in bucket <code>{mirror.bucket}</code>: {formatBytes(usedBytes)} held
+            {mirror.bucketQuotaBytes != null && (
+              <span className="muted">
+                {' '}
+                · {formatBytes(mirror.diskFreeBytes)} left of the {formatBytes(mirror.bucketQuotaBytes)} quota
+              </span>
+            )}
+          </dd>
+        </div>
+      ) : (
+        <div>
+          <dt>Disk</dt>
+          <dd>
+            {formatBytes(usedBytes)} used <span className="muted">· {formatBytes(mirror.diskFreeBytes)} free</span>
+          </dd>
+        </div>
+      )}
       <div className="grow">
         <dt>Base URL</dt>
         <dd className="url-line">
