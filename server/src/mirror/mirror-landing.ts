@@ -13,6 +13,7 @@ import type { MirrorFile } from '../generated/prisma/client.js';
 import { ConflictError, fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { parseInput } from '../lib/validate.js';
 import { notify } from '../pubsub.js';
+import { blobClaimHooks, claimBlob } from './blob-claims.js';
 import type { MirrorGround } from './ground.js';
 import { type FileWhat, readFileKind } from './kind.js';
 import type { MirrorReads } from './mirror-reads.js';
@@ -218,6 +219,14 @@ export class MirrorLanding {
       await this.db.mirrorFile.update({ where: { id }, data: { state: 'FAILED', error, bytesDone: 0 } });
       return fail(new ValidationError('sha256', error));
     }
+    // Named under the sha256's lock (blob-claims.ts): bytes the bucket held already may be going with a version
+    // removed this moment, and then this upload's own copy is gone too (the bucket kept one).
+    if (!(await claimBlob(this.db, bucket, id, done.sha256))) {
+      const error =
+        'the same bytes were removed with another version while this upload landed, so none are kept: upload it again';
+      await this.db.mirrorFile.update({ where: { id }, data: { state: 'FAILED', error, bytesDone: 0 } });
+      return fail(new ConflictError(error));
+    }
     const what = await readBlobKind(bucket, done.sha256, done.size, announced.file);
     return ok({ size: done.size, digest: done.sha256, expected, what });
   }
@@ -397,8 +406,36 @@ export class MirrorLanding {
       return;
     }
     const bucket = this.storage.bucket;
-    // In a bucket the row names the blob by its sha256: there is nothing to move or link.
-    if (!bucket) await this.promote(row, partial, copy?.path);
+    // In a bucket the row names the blob by its sha256: there is nothing to move or link. It names it under the
+    // sha256's lock, and only while the blob is there (blob-claims.ts): a removal of another version with these
+    // bytes that deleted the blob first leaves this file to be fetched again, never PRESENT with no bytes. On
+    // disk the held copy is linked, and one removed with its version meanwhile does the same.
+    if (!bucket && copy) await blobClaimHooks.beforeLink?.(result.sha256);
+    const landed = bucket
+      ? await write(() => claimBlob(this.db.loops, bucket, row.id, result.sha256))
+      : await this.promote(row, partial, copy?.path, result.held === true);
+    if (!landed) {
+      this.log.warn('the bytes this file counted on were removed with another version meanwhile: fetching it again', {
+        file: `${row.model}/${row.version}/${row.file}`,
+        sha256: result.sha256,
+      });
+      await fs.rm(partial, { force: true });
+      await write(() =>
+        this.db.loops.mirrorFile.updateMany({
+          where: whileOurs,
+          data: {
+            state: 'QUEUED',
+            leaseOwner: null,
+            leaseUntil: null,
+            bytesDone: 0,
+            bytesPerSecond: null,
+            ...NO_RETRY,
+          },
+        }),
+      );
+      await tell();
+      return 'requeued';
+    }
     if (copy)
       this.log.info('the mirror already held these bytes: linked, not stored twice', {
         file: `${row.model}/${row.version}/${row.file}`,
@@ -475,15 +512,27 @@ export class MirrorLanding {
    * `copy` of the same bytes, the listed file is a hard link to it instead: one set of blocks on the disk, freed
    * by the filesystem only once no version links them any more.
    */
-  private async promote(row: Pick<MirrorFile, 'model' | 'version' | 'file'>, partial: string, copy?: string) {
+  /**
+   * False when the held copy it was to be linked to is gone (removed with its version meanwhile) and it has no
+   * bytes of its own (`held`): nothing was put in place, and the file must be fetched after all.
+   */
+  private async promote(
+    row: Pick<MirrorFile, 'model' | 'version' | 'file'>,
+    partial: string,
+    copy?: string,
+    held = false,
+  ): Promise<boolean> {
     const target = this.paths.file(row.model, row.version, row.file);
     await fs.mkdir(path.dirname(target), { recursive: true });
     if (copy) {
       // Linked beside the target, then renamed over it: a file refetched with force is replaced in one step.
       const tmp = path.join(this.paths.partials, `${randomUUID()}.link`);
+      let gone = false;
       const linked = await fs.link(copy, tmp).then(
         () => true,
         (err: NodeJS.ErrnoException) => {
+          gone = err.code === 'ENOENT';
+          if (gone && held) return false; // said by the caller: the file is fetched again
           // A filesystem without hard links (or the copy on another one): stored twice, but stored.
           this.log.warn('could not hard-link a file the mirror already holds; keeping its own bytes', {
             file: target,
@@ -492,19 +541,31 @@ export class MirrorLanding {
           return false;
         },
       );
+      // With no bytes of its own, what the partial holds is nothing (an emptied part), never the file.
+      if (!linked && held && gone) return false;
       if (linked) {
         await fs.rename(tmp, target);
         await fs.rm(partial, { force: true });
       } else if (
-        await fs.stat(partial).then(
+        !held &&
+        (await fs.stat(partial).then(
           () => true,
           () => false,
-        )
+        ))
       )
         await fs.rename(partial, target);
-      else await fs.copyFile(copy, target);
+      else {
+        const copied = await fs.copyFile(copy, target).then(
+          () => true,
+          (err: NodeJS.ErrnoException) => {
+            if (err.code === 'ENOENT' && held) return false;
+            throw err;
+          },
+        );
+        if (!copied) return false;
+      }
     } else await fs.rename(partial, target);
-    if (!this.config.mirrorFsync) return;
+    if (!this.config.mirrorFsync) return true;
     // The rename is on the disk too, not only the bytes (transfer flushed them): then a file marked PRESENT is
     // there after the machine restarts.
     const dir = await fs.open(path.dirname(target), 'r');
@@ -513,5 +574,6 @@ export class MirrorLanding {
     } finally {
       await dir.close();
     }
+    return true;
   }
 }

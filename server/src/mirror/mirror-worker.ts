@@ -8,6 +8,7 @@ import { LeaseQueue } from '../db/lease.js';
 import { type LoopHealth, Stopped } from '../db/outage.js';
 import { type MirrorFile, Prisma } from '../generated/prisma/client.js';
 import { notify } from '../pubsub.js';
+import { removeUnclaimedBlob } from './blob-claims.js';
 import type { MirrorGround } from './ground.js';
 import type { MirrorLanding } from './mirror-landing.js';
 import { isHubUrl, NO_RETRY, versionKey } from './mirror-view.js';
@@ -330,18 +331,27 @@ export class MirrorWorkers {
     }, this.leases.leaseMs / 3);
     const bucket = this.storage.bucket;
     const result = await (bucket
-      ? fetchToBucket({
+      ? // The disk's rules with the bucket's write as the sink (fetch-into-store.ts): the same settings as below.
+        fetchToBucket({
           store: bucket,
           id: row.id,
           url: row.sourceUrl,
           expectedSha256: row.expectedSha256,
+          expectedSize: row.bytesTotal === null ? null : Number(row.bytesTotal),
+          etag: row.etag,
           headers: hubAuthorization(row.sourceUrl, this.config),
           guard: this.outbound,
-          maxAttempts: this.config.mirrorAttempts,
-          signal,
-          onProgress: (bytesDone, bytesTotal) => persist({ bytesDone, bytesTotal, etag: null }),
           stallMs: this.config.mirrorStallSeconds * 1000,
+          maxAttempts: this.config.mirrorAttempts,
+          giveUpAfterMs: this.config.mirrorGiveUpAfterMs,
+          retryMaxMs: this.config.mirrorRetryMaxMs,
+          onRetry,
           throttle: this.throttle,
+          alreadyHeld: async (sha) => (await this.landing.heldCopy(sha, row.id)) !== null,
+          removeBlob: (sha) => removeUnclaimedBlob(this.db.loops, bucket, sha).then(() => {}),
+          signal,
+          onProgress: (bytesDone, bytesTotal, etag) => persist({ bytesDone, bytesTotal, etag }),
+          log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
         })
       : this.transferToDisk(row, signal, partial, persist, onRetry)
     ).finally(() => {

@@ -1,8 +1,9 @@
 import type { ByteSource } from '@hangar/common/gguf/source';
-import type { OutboundGuard } from '@hangar/common/outbound';
 import type { Db } from '../db/client.js';
+import { blobHeldByTraining } from '../train/train-store.js';
+import { removeUnclaimedBlob } from './blob-claims.js';
 import { type FileWhat, readKindFrom } from './kind.js';
-import { fetchIntoStore } from './store/fetch-into-store.js';
+import { fetchIntoStore, type StoreFetchOptions } from './store/fetch-into-store.js';
 import type { MirrorStore } from './store/store.js';
 import type { TransferDone, TransferFailed } from './transfer.js';
 
@@ -11,42 +12,20 @@ import type { TransferDone, TransferFailed } from './transfer.js';
 // is set, beside the unchanged `file` code: a `file` mirror never reaches this module.
 
 /**
- * One file from its URL into the bucket, by the store's resumable fetch (store/fetch-into-store.ts): its
- * multipart state is checkpointed under the row's id, so a restart or another replica continues from the last
- * part. Verified against the row's sha256, else the one the upstream publishes, before it is answered.
+ * One file from its URL into the bucket, by the store's resumable fetch (store/fetch-into-store.ts: the disk
+ * fetch's loop and rules, with the bucket's write as its sink): its multipart state is checkpointed under the row's
+ * id, so a restart or another replica continues from the last part. Verified against the row's sha256, else the
+ * one the upstream publishes, before it is answered.
  */
-export async function fetchToBucket(o: {
-  store: MirrorStore;
-  id: string;
-  url: string;
-  expectedSha256: string | null;
-  headers: Record<string, string>;
-  guard: OutboundGuard;
-  maxAttempts: number;
-  signal: AbortSignal;
-  onProgress: (bytesDone: number, bytesTotal: number | null) => void;
-  /** HANGAR_MIRROR_STALL_SECONDS, in ms: a silent upstream fails the attempt, which is tried again. */
-  stallMs: number;
-  /** The mirror's bandwidth limit, shared with the downloads to disk (bandwidth.ts). */
-  throttle: { slice(): number | null; take(bytes: number, signal?: AbortSignal): Promise<void> };
-}): Promise<TransferDone | TransferFailed> {
-  const r = await fetchIntoStore({
-    store: o.store,
-    id: o.id,
-    url: o.url,
-    expectedSha256: o.expectedSha256,
-    headers: o.headers,
-    guard: o.guard,
-    maxAttempts: o.maxAttempts,
-    signal: o.signal,
-    onProgress: o.onProgress,
-    stallMs: o.stallMs,
-    throttle: o.throttle,
-  });
+export async function fetchToBucket(o: StoreFetchOptions): Promise<TransferDone | TransferFailed> {
+  const r = await fetchIntoStore(o);
   if (!r.ok) return { ok: false, reason: r.reason, keepPartial: false };
-  // Already verified; `held` here means the bucket had these bytes under their sha256: nothing to link, the
-  // row simply names them (the landing's `held` is about linking a file on disk).
-  return { ok: true, size: r.size, sha256: r.sha256, upstreamSha256: null, etag: null };
+  const { size, sha256, upstreamSha256, etag } = r;
+  // `linked`: nothing fetched, the mirror held the bytes (the landing's `held`, checked again as it lands). The
+  // store's own `held` (the bucket had these bytes under their sha256) needs nothing: the row simply names them.
+  return r.linked
+    ? { ok: true, size, sha256, upstreamSha256, etag, held: true }
+    : { ok: true, size, sha256, upstreamSha256, etag };
 }
 
 /**
@@ -88,16 +67,16 @@ export function blobSource(store: MirrorStore, sha256: string, size: number): By
 
 /**
  * Deletes the blobs of removed files that no remaining row names: content-addressed, one object may serve many
- * versions, and it goes only with the last of them. Not yet guarded: a file landing the same bytes at the very
- * moment of the removal (its row not yet naming the sha256) can lose its blob; the serve then says it is missing.
+ * versions, and it goes only with the last of them. Decided and deleted under each sha256's lock
+ * (blob-claims.ts), so a file landing the same bytes at that moment either keeps the blob or is fetched again.
  */
 export async function removeUnheldBlobs(db: Db, store: MirrorStore, sha256s: readonly (string | null)[]) {
   const removed: string[] = [];
   for (const sha of new Set(sha256s.filter((s): s is string => Boolean(s)))) {
-    const still = await db.mirrorFile.count({ where: { actualSha256: sha } });
-    if (still) continue;
-    await store.remove(sha);
-    removed.push(sha);
+    // Training keeps its pairs and artifacts in the same bucket by sha256 (train/train-files.ts): a published
+    // adapter's bytes are also its job's artifact, and stay while the job does.
+    if (await blobHeldByTraining(db, sha)) continue;
+    if (await removeUnclaimedBlob(db, store, sha)) removed.push(sha);
   }
   return removed;
 }

@@ -4,14 +4,16 @@ import {
   type RetryState,
   resumableDownload,
 } from '@hangar/common/download/resumable';
+import type { DownloadSink } from '@hangar/common/download/sink';
 import type { OutboundGuard } from '@hangar/common/outbound';
 import { backoffMs } from '@hangar/common/retry';
 
 export { formatDuration, type RetryState, upstreamDigest } from '@hangar/common/download/resumable';
 export { retryAfterMs } from '@hangar/common/retry';
 
-// One file from an upstream to the mirror's partial path: the API the mirror's worker calls, over the one
-// resumable download every part of Hangar shares (lib/download/resumable.ts). The mirror's rules, as options
+// One file from an upstream to the mirror's partial path, or into its bucket's resumable write (a sink:
+// store/fetch-into-store.ts): the API the mirror's worker calls, over the one resumable download every part of
+// Hangar shares (lib/download/resumable.ts), so both stores keep the same rules. The mirror's rules, as options
 // there, each from a way downloads go wrong in practice:
 // - a 200 to a Range request means the server ignored it: start over from zero rather than append the whole
 //   file after the part we have;
@@ -30,7 +32,9 @@ export type Progress = { bytesDone: number; bytesTotal: number | null; etag: str
 
 export type TransferOptions = {
   url: string;
-  partialPath: string;
+  /** Where the bytes gather on disk; or `sink`, the bucket's resumable write (exactly one of the two). */
+  partialPath?: string;
+  sink?: DownloadSink;
   expectedSize?: number | null;
   /** The validator from an earlier attempt (persisted), sent as If-Range so a changed file is not stitched. */
   etag?: string | null;
@@ -60,8 +64,9 @@ export type TransferOptions = {
    * Asked for room for the bytes still to come, once their number is known and before any is written: null
    * when they are reserved, or why there is no room (the disk's free space less what other running downloads
    * still need). Then the file fails at once, rather than filling the disk with bytes that cannot all fit.
+   * None for a bucket: it tells no free space.
    */
-  reserveSpace: (bytes: number) => Promise<string | null>;
+  reserveSpace?: (bytes: number) => Promise<string | null>;
   /** Checks each hop's host and address (the server's own fetches: HANGAR_FETCH_ALLOW). */
   guard?: OutboundGuard;
   backoffMs?: (attempt: number) => number;
@@ -90,6 +95,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
   const result = await resumableDownload({
     url: o.url,
     partialPath: o.partialPath,
+    sink: o.sink,
     headers: o.headers,
     etag: o.etag,
     attempts: {
@@ -105,7 +111,7 @@ export async function transfer(o: TransferOptions): Promise<TransferDone | Trans
       if (o.alreadyHeld && head.upstreamSha256 && (await o.alreadyHeld(head.upstreamSha256, head.total)))
         return { held: true };
       if (head.total === null) return null;
-      const noRoom = await o.reserveSpace(head.total - head.offset);
+      const noRoom = (await o.reserveSpace?.(head.total - head.offset)) ?? null;
       return noRoom ? { refuse: noRoom, keepPartial: true } : null;
     },
     throttle: o.throttle,

@@ -5,6 +5,7 @@ import { backoffMs, retryAfterMs, sleep } from '../retry.js';
 import { type GetResponse, type HttpGetError, httpGet } from './http-get.js';
 import { bodyText, receiveInto, watchStall } from './receive.js';
 import { Sha256 } from './sha256.js';
+import { type DownloadSink, receiveIntoSink } from './sink.js';
 
 // One file from an upstream to a partial path, hashed as it arrives, resumed with Range after anything that
 // interrupts it: the one download loop behind the mirror's fetches (mirror/transfer.ts), a node's model cache and
@@ -65,11 +66,16 @@ export type Head = {
 export type ResumableOptions = {
   url: string;
   /**
-   * Where the bytes gather. A function names it by the sha256 the upstream publishes (a cache by content): it is
+   * Where the bytes gather (unless `sink` is given). A function names it by the sha256 the upstream publishes (a cache by content): it is
    * known from the first answer on, a part left there by an earlier run is resumed, and when a later answer
    * publishes another sha256 (the file changed), the old part is removed and the new one started.
    */
-  partialPath: string | ((upstreamSha256: string) => string);
+  partialPath?: string | ((upstreamSha256: string) => string);
+  /**
+   * Instead of the partial file: the caller's own resumable write (sink.ts, the mirror's bucket), which holds and
+   * hashes the bytes; then `partialPath` is not used and `fsync` is the sink's business.
+   */
+  sink?: DownloadSink;
   headers?: Record<string, string>;
   /** The validator from an earlier attempt (persisted), sent as If-Range so a changed file is not stitched. */
   etag?: string | null;
@@ -181,20 +187,26 @@ export function upstreamDigest(headers: Headers): string | null {
 }
 
 export async function resumableDownload(o: ResumableOptions): Promise<ResumableDone | ResumableFailed> {
-  const hash = new Sha256();
+  if (o.sink ? o.partialPath !== undefined : o.partialPath === undefined)
+    throw new Error('a download goes to a partial path or to a sink: give exactly one');
+  // A sink hashes its own bytes: no stream on the hashing thread for it.
+  const hash = o.sink ? null : new Sha256();
   try {
     return await attempts(o, hash);
   } finally {
-    await hash.close().catch(() => {});
+    await hash?.close().catch(() => {});
   }
 }
 
-async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDone | ResumableFailed> {
+async function attempts(o: ResumableOptions, fileHash: Sha256 | null): Promise<ResumableDone | ResumableFailed> {
   const signal = o.signal ?? new AbortController().signal;
+  const sink = o.sink ?? null;
+  // Only read where there is no sink (fileHash is null exactly when there is one).
+  const hash = fileHash as Sha256;
   const byContent = typeof o.partialPath === 'function' ? o.partialPath : null;
-  // Known from the start, or from the first answer's sha256 (byContent).
-  let partial: string | null = byContent ? null : (o.partialPath as string);
-  let offset = 0;
+  // Known from the start, or from the first answer's sha256 (byContent); none with a sink.
+  let partial: string | null = sink || byContent ? null : (o.partialPath as string);
+  let offset = sink?.offset ?? 0;
   if (partial) {
     await fs.mkdir(path.dirname(partial), { recursive: true });
     // After a restart the hash state is gone: re-reading the partial picks it up exactly where the bytes stop.
@@ -229,9 +241,12 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
       });
     startedOver = true;
     o.log?.('starting the file over', { url: o.url, why });
-    if (fh) await fh.truncate(0);
-    else if (partial) await fs.rm(partial, { force: true });
-    await hash.reset();
+    if (sink) await sink.restart();
+    else {
+      if (fh) await fh.truncate(0);
+      else if (partial) await fs.rm(partial, { force: true });
+      await hash.reset();
+    }
     offset = 0;
   };
   const open = async () => {
@@ -317,7 +332,7 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
         }
       }
       upstreamSha256 = published ?? upstreamSha256;
-      if (!partial || !fh)
+      if (!sink && (!partial || !fh))
         throw new Fatal({ kind: 'no-digest', reason: 'the upstream published no sha256 to name the file by' });
 
       if (status === 206) {
@@ -357,8 +372,10 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
 
       const at = { offset };
       const file = fh;
+      const into = (opts: Parameters<typeof receiveInto>[4]) =>
+        sink ? receiveIntoSink(res, sink, at, opts) : receiveInto(res, file as fs.FileHandle, hash, at, opts);
       try {
-        await receiveInto(res, file, hash, at, {
+        await into({
           check: (handed) => {
             if (size != null && handed > size)
               throw new Fatal({
@@ -410,6 +427,11 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
       // Whatever was written before the error is good: the hash and offset only move with bytes on disk. But a
       // write that failed half-way leaves the file longer than the offset, so cut it back to what was hashed.
       if (partial) await fs.truncate(partial, offset).catch(() => {});
+      // A sink whose write failed goes back to its last checkpoint: the next try asks from there.
+      if (sink) {
+        await sink.recover();
+        offset = sink.offset;
+      }
       lastError = describe(err, offset, total);
       // A stall with nothing received is a timeout: the upstream is not answering.
       const stalled = stall.signal.aborted && err === stall.signal.reason && offset === before;
@@ -460,7 +482,8 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
 
   /** The caller holds these bytes already: the partial is emptied, and nothing more is fetched. */
   async function held(total: number | null): Promise<ResumableDone> {
-    if (fh) {
+    if (sink) await sink.drop();
+    else if (fh) {
       await fh.truncate(0);
       await fh.close();
       fh = undefined;
@@ -476,7 +499,7 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
   async function finish(): Promise<ResumableDone | undefined> {
     await fh?.close();
     fh = undefined;
-    const sha256 = await hash.digest();
+    const sha256 = sink ? (await sink.finish()).sha256 : await hash.digest();
     const size = o.expect?.size;
     const wanted = o.expect?.sha256 === 'upstream' ? upstreamSha256 : (o.expect?.sha256 ?? null);
     const mismatch =
@@ -490,7 +513,8 @@ async function attempts(o: ResumableOptions, hash: Sha256): Promise<ResumableDon
       await startOver(`${mismatch} (after a resume)`);
       return undefined;
     }
-    if (partial) await fs.rm(partial, { force: true });
+    if (sink) await sink.drop();
+    else if (partial) await fs.rm(partial, { force: true });
     throw new Fatal({ kind: 'mismatch', reason: mismatch, got: { size: offset, sha256, wanted } });
   }
 }

@@ -1,32 +1,54 @@
-import { httpGet } from '@hangar/common/download/http-get';
-import { watchStall } from '@hangar/common/download/receive';
-import { upstreamDigest } from '@hangar/common/download/resumable';
+import type { DownloadSink } from '@hangar/common/download/sink';
 import type { OutboundGuard } from '@hangar/common/outbound';
-import { backoffMs, sleep } from '@hangar/common/retry';
+import { type RetryState, transfer } from '../transfer.js';
 import type { BlobWrite, MirrorStore } from './store.js';
 
-// A file from an upstream into a store's resumable write (store.ts), verified against its sha256: a dropped
-// connection is resumed with a Range from the write's offset, and a restart continues from the write's last
-// checkpoint (on S3, the last part sent). An upstream that ignores the Range starts over once from zero. The
-// bytes are held to the sha256 asked for, else to the one the upstream publishes (the Hub's X-Linked-Etag), by
-// Hangar's own hash, never the store's ETag.
+// A file from an upstream into a store's resumable write (store.ts), verified against its sha256. The loop is the
+// disk fetch's own (transfer.ts over download/resumable.ts) with the write as its sink, so every rule holds here
+// too: Range from the write's offset (on S3, after a restart, the last part sent), If-Range with the ETag of the
+// earlier attempt, Retry-After, the give-up-after timer for an upstream out of reach, no HTML page or empty body
+// taken for the file, the stall timer, the bandwidth limit, and the early "already held" once the upstream
+// publishes the sha256. The bytes are held to the sha256 asked for, else to the one the upstream publishes (the
+// Hub's X-Linked-Etag), by Hangar's own hash, never the store's ETag.
 
 export type StoreFetchResult =
-  | { ok: true; sha256: string; size: number; held: boolean; resumedFrom: number }
+  | {
+      ok: true;
+      sha256: string;
+      size: number;
+      /** The store had these bytes already under their sha256: they were not kept twice. */
+      held: boolean;
+      /** Nothing was fetched: alreadyHeld said the mirror holds what the upstream published. */
+      linked: boolean;
+      resumedFrom: number;
+      /** The upstream's ETag, for the next attempt's If-Range. */
+      etag: string | null;
+      upstreamSha256: string | null;
+    }
   | { ok: false; reason: string };
 
-export async function fetchIntoStore(o: {
+export type StoreFetchOptions = {
   store: MirrorStore;
   /** The write's id (the MirrorFile's): a later call with the same id resumes. */
   id: string;
   url: string;
   expectedSha256?: string | null;
+  expectedSize?: number | null;
+  /** The ETag an earlier attempt saw (persisted with the row): sent as If-Range when resuming. */
+  etag?: string | null;
   headers?: Record<string, string>;
   guard?: OutboundGuard;
-  /** Failed tries in a row that brought no byte before giving up. */
+  /** Failed tries in a row that brought no byte (an unreachable upstream aside) before giving up. */
   maxAttempts?: number;
+  /** How long the upstream may stay out of reach before giving up (HANGAR_MIRROR_GIVE_UP_AFTER); 6 h unless set. */
+  giveUpAfterMs?: number;
+  /** The backoff's cap between tries (HANGAR_MIRROR_RETRY_MAX); a Retry-After may ask for longer. */
+  retryMaxMs?: number;
+  backoffMs?: (attempt: number) => number;
   signal?: AbortSignal;
-  onProgress?: (bytesDone: number, bytesTotal: number | null) => void;
+  onProgress?: (bytesDone: number, bytesTotal: number | null, etag: string | null) => void;
+  /** Told when the fetch waits to try again, and with null once bytes move again. */
+  onRetry?: (retry: RetryState | null) => void;
   /**
    * Without a byte for this long, an attempt fails and is tried again with a Range (HANGAR_MIRROR_STALL_SECONDS):
    * a silent upstream must not hold the worker, nor its lease, until someone cancels. Absent: no timer.
@@ -34,125 +56,140 @@ export async function fetchIntoStore(o: {
   stallMs?: number;
   /** The mirror's bandwidth limit (bandwidth.ts, HANGAR_MIRROR_BANDWIDTH): every byte written is taken from it. */
   throttle?: { slice(): number | null; take(bytes: number, signal?: AbortSignal): Promise<void> };
-}): Promise<StoreFetchResult> {
-  const signal = o.signal ?? new AbortController().signal;
-  let write: BlobWrite = await o.store.openWrite(o.id);
-  const resumedFrom = write.offset;
-  let startedOver = false;
-  let misses = 0;
-  let last = 'no attempt was made';
-  let published: string | null = null;
-  const startOver = async (why: string) => {
-    if (startedOver) throw new Error(`${why} again after starting over once: giving up rather than looping`);
-    startedOver = true;
-    await write.discard();
-    write = await o.store.openWrite(o.id);
-  };
-  const verified = async (done: { sha256: string; size: number; held: boolean }): Promise<StoreFetchResult> => {
-    const wanted = o.expectedSha256 ?? published;
-    if (wanted && done.sha256 !== wanted) {
-      // Kept under its own sha256 by finish(): the bytes are not the file asked for, so they go again.
-      if (!done.held) await o.store.remove(done.sha256);
+  /** Asked once the upstream publishes the sha256, before a byte is taken: true when the mirror holds it already. */
+  alreadyHeld?: (sha256: string, size: number | null) => Promise<boolean>;
+  /**
+   * Deletes a blob this fetch placed but that did not verify: the mirror's guarded removal (blob-claims.ts), so a
+   * version landing the same bytes at that moment keeps them. The store's own remove unless given.
+   */
+  removeBlob?: (sha256: string) => Promise<void>;
+  log?: (msg: string, fields: Record<string, unknown>) => void;
+};
+
+export async function fetchIntoStore(o: StoreFetchOptions): Promise<StoreFetchResult> {
+  let sink: ReturnType<typeof writeSink>;
+  try {
+    sink = writeSink(o.store, o.id, await o.store.openWrite(o.id), o.removeBlob, o.log);
+  } catch (err) {
+    return { ok: false, reason: `could not open the write in ${o.store.where}: ${(err as Error).message}` };
+  }
+  const resumedFrom = sink.offset;
+  try {
+    const r = await transfer({
+      url: o.url,
+      sink,
+      expectedSize: o.expectedSize,
+      etag: o.etag,
+      headers: o.headers,
+      guard: o.guard,
+      stallMs: o.stallMs ?? Number.POSITIVE_INFINITY,
+      maxAttempts: o.maxAttempts ?? 5,
+      giveUpAfterMs: o.giveUpAfterMs,
+      retryMaxMs: o.retryMaxMs,
+      backoffMs: o.backoffMs,
+      onRetry: o.onRetry,
+      throttle: o.throttle,
+      alreadyHeld: o.alreadyHeld,
+      signal: o.signal ?? new AbortController().signal,
+      onProgress: (p) => o.onProgress?.(p.bytesDone, p.bytesTotal, p.etag),
+      log: o.log,
+    });
+    if (!r.ok) {
+      // Cancelled (paused, shut down) or worth another try: what was checkpointed stays for the next call, which
+      // the landing discards when the file was cancelled or removed. An answer that will not change: thrown away.
+      if (r.reason === 'cancelled' || r.keepPartial) await sink.close();
+      else await sink.drop();
+      return { ok: false, reason: r.reason };
+    }
+    const common = { resumedFrom, etag: r.etag, upstreamSha256: r.upstreamSha256 };
+    if (r.held) return { ok: true, sha256: r.sha256, size: r.size, held: true, linked: true, ...common };
+    const wanted = o.expectedSha256 ?? r.upstreamSha256;
+    if (wanted && r.sha256 !== wanted) {
+      // Kept under its own sha256 by the write's finish: the bytes are not the file asked for, so they go again.
+      await sink.drop();
       return {
         ok: false,
-        reason: `sha256 mismatch: ${o.expectedSha256 ? 'expected' : 'the upstream published'} ${wanted}, the bytes hash to ${done.sha256}; the download was discarded`,
+        reason: `sha256 mismatch: ${o.expectedSha256 ? 'expected' : 'the upstream published'} ${wanted}, the bytes hash to ${r.sha256}; the download was discarded`,
       };
     }
-    return { ok: true, ...done, resumedFrom };
-  };
-  try {
-    for (;;) {
-      if (signal.aborted) {
-        await write.close();
-        return { ok: false, reason: 'cancelled' };
-      }
-      const before = write.offset;
-      // The same timer as the disk's download (download/receive.ts): it is told of every byte as it lands.
-      const stall = new AbortController();
-      const stallMs = o.stallMs;
-      const watch = stallMs
-        ? watchStall(stallMs, stall, () => new Error(`stalled: no bytes for ${stallMs / 1000} s`))
-        : null;
-      let res: Awaited<ReturnType<typeof httpGet>> | undefined;
-      try {
-        const headers: Record<string, string> = { ...o.headers, 'accept-encoding': 'identity' };
-        if (before > 0) headers.range = `bytes=${before}-`;
-        res = await httpGet(o.url, { headers, signal: AbortSignal.any([signal, stall.signal]), guard: o.guard });
-        // Asked for the bytes after the end: the write holds the whole file already (a crash after the last part).
-        const whole = res.headers.get('content-range')?.match(/^bytes \*\/(\d+)$/)?.[1];
-        if (res.status === 416 && before > 0 && Number(whole) === before) {
-          res.cancel();
-          return await verified(await write.finish());
-        }
-        if (res.status !== 200 && res.status !== 206) {
-          res.cancel();
-          const reason = `the upstream answered HTTP ${res.status}`;
-          if (res.status === 429 || res.status >= 500) throw new Error(reason);
-          await write.discard();
-          return { ok: false, reason };
-        }
-        published = upstreamDigest(res.headers) ?? published;
-        let total: number | null = null;
-        if (res.status === 206) {
-          const m = res.headers.get('content-range')?.match(/^bytes (\d+)-(\d+)\/(\d+|\*)$/);
-          if (!m || Number(m[1]) !== before) {
-            res.cancel();
-            await startOver(`the upstream answered a different range (${res.headers.get('content-range') ?? 'none'})`);
-            continue;
-          }
-          total = m[3] === '*' ? null : Number(m[3]);
-        } else {
-          if (before > 0) {
-            res.cancel();
-            await startOver('the upstream ignored the byte range (HTTP 200)');
-            continue;
-          }
-          const length = res.headers.get('content-length');
-          total = length === null ? null : Number(length);
-        }
-        const throttle = o.throttle;
-        const slice = throttle?.slice() ?? null;
-        // readBody hands the next block before the last one's promise settles: sliced blocks go one after another.
-        let sliced = Promise.resolve();
-        await res.readBody(async (block) => {
-          if (!throttle || slice === null) {
-            await write.write(block);
-            o.onProgress?.(write.offset, total);
-            return;
-          }
-          // In slices taken from the limit before each is written, as the disk's download does (receive.ts).
-          sliced = sliced.then(async () => {
-            for (let from = 0; from < block.length; from += slice) {
-              const piece = block.subarray(from, Math.min(block.length, from + slice));
-              await throttle.take(piece.length, signal);
-              watch?.heard(piece.length); // waiting on the limit is not a stalled upstream
-              await write.write(piece);
-              o.onProgress?.(write.offset, total);
-            }
-          });
-          await sliced;
-        }, watch?.heard);
-        if (total !== null && write.offset < total)
-          throw new Error(`the connection ended at ${write.offset} of ${total} bytes`);
-        return await verified(await write.finish());
-      } catch (caught) {
-        if (stall.signal.aborted) res?.cancel(); // a body left half-read would hold its socket open
-        if (signal.aborted) continue;
-        const err = stall.signal.aborted ? stall.signal.reason : caught;
-        last = (err as Error).message;
-        if (write.offset > before) misses = 0;
-        else misses++;
-        if (misses >= (o.maxAttempts ?? 5)) {
-          await write.close();
-          return { ok: false, reason: `gave up after ${misses} attempts; the last: ${last}` };
-        }
-        await sleep(backoffMs(misses, { baseMs: 200, maxMs: 5_000 }), signal).catch(() => {});
-      } finally {
-        watch?.stop();
-      }
-    }
+    return { ok: true, sha256: r.sha256, size: r.size, held: sink.held, linked: false, ...common };
   } catch (err) {
-    await write.close().catch(() => {});
+    // The write's own trouble (the bucket or the database out of reach while reopening it): kept for a retry.
+    await sink.close().catch(() => {});
     return { ok: false, reason: (err as Error).message };
   }
+}
+
+/**
+ * A store's write as the download loop's sink. A write that failed (a part S3 refused, a checkpoint the database
+ * did not take) is reopened at its last checkpoint before the next try; one that finished has placed its blob,
+ * so throwing it away deletes the blob, unless the store held those bytes before.
+ */
+function writeSink(
+  store: MirrorStore,
+  id: string,
+  first: BlobWrite,
+  removeBlob?: (sha256: string) => Promise<void>,
+  log?: StoreFetchOptions['log'],
+) {
+  let write = first;
+  let broken = false;
+  let done: { sha256: string; size: number; held: boolean } | null = null;
+  let closed = false;
+  const forget = async () => {
+    if (done) {
+      if (!done.held) await (removeBlob ?? ((sha: string) => store.remove(sha)))(done.sha256);
+      done = null;
+    } else
+      await write.discard().catch((err) =>
+        // Its checkpoint is gone either way; parts a bucket would not abort are left to its lifecycle rule
+        // (AbortIncompleteMultipartUpload), as s3-store.ts says. The fetch itself goes on.
+        log?.('could not abort the multipart upload of a discarded write', { id, error: (err as Error).message }),
+      );
+    closed = true;
+  };
+  const sink: DownloadSink & { held: boolean; close(): Promise<void> } = {
+    get offset() {
+      return write.offset;
+    },
+    get held() {
+      return done?.held ?? false;
+    },
+    async write(chunk) {
+      try {
+        await write.write(chunk);
+      } catch (err) {
+        broken = true;
+        throw err;
+      }
+    },
+    async recover() {
+      if (!broken) return;
+      broken = false;
+      await write.close().catch(() => {});
+      write = await store.openWrite(id);
+    },
+    async restart() {
+      await forget();
+      write = await store.openWrite(id);
+      closed = false;
+    },
+    async finish() {
+      try {
+        done = await write.finish();
+      } catch (err) {
+        broken = true;
+        throw err;
+      }
+      closed = true;
+      return done;
+    },
+    drop: forget,
+    async close() {
+      if (closed) return;
+      closed = true;
+      await write.close();
+    },
+  };
+  return sink;
 }
