@@ -40,6 +40,17 @@ afterAll(async () => {
   await s3?.close();
 });
 
+/** Polls until `read` gives a row (or fails after 20 s). */
+async function waitFor<T>(read: () => Promise<T | null>): Promise<T> {
+  const until = Date.now() + 20_000;
+  for (;;) {
+    const row = await read();
+    if (row) return row;
+    if (Date.now() > until) throw new Error('timed out waiting for the row');
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
 const figures = async (token = admin) => {
   const r = await t.gql(
     '{ mirror { bucket diskUsedBytes diskFreeBytes bucketQuotaBytes bucketListedBytes } }',
@@ -88,6 +99,22 @@ describe('the mirror on a bucket: what it holds there, and HANGAR_S3_QUOTA', () 
     );
     expect(up.requests.filter((r) => r.name === 'big.bin')).toEqual([]);
     expect(await t.app.db.prisma.mirrorFile.count({ where: { model: 'big' } })).toBe(0);
+
+    // Its size not given: known once the upstream answers, and refused then, before a byte reaches the bucket.
+    const unsized = await t.gql(
+      'mutation($s: [MirrorSourceInput!]!) { fetchToMirror(model: "unsized", version: "v1", sources: $s) { __typename ... on Error { message } } }',
+      { s: [{ url: up.url('big.bin'), file: 'big.bin' }] },
+      { token: admin },
+    );
+    expect(unsized.data?.fetchToMirror.__typename).toBe('FetchStarted');
+    const failed = await waitFor(() =>
+      t.app.db.prisma.mirrorFile.findFirst({ where: { model: 'unsized', state: 'FAILED' } }),
+    );
+    expect(failed.bytesDone).toBe(0n);
+    expect(failed.error).toMatch(
+      /^not enough room in the bucket: unsized\/v1\/big\.bin has 2000000 bytes still to come and 1799978 are left of HANGAR_S3_QUOTA .*raise HANGAR_S3_QUOTA/,
+    );
+    await t.app.db.prisma.mirrorFile.deleteMany({ where: { model: 'unsized' } });
 
     expect((await figures()).bucketListedBytes).toBe(held);
   });

@@ -350,7 +350,12 @@ export class MirrorWorkers {
           alreadyHeld: async (sha) => (await this.landing.heldCopy(sha, row.id)) !== null,
           removeBlob: (sha) => removeUnclaimedBlob(this.db.loops, bucket, sha).then(() => {}),
           signal,
-          onProgress: (bytesDone, bytesTotal, etag) => persist({ bytesDone, bytesTotal, etag }),
+          onProgress: (bytesDone, bytesTotal, etag) => {
+            if (bytesTotal !== null) this.space.landed(row.id, bytesTotal - bytesDone);
+            persist({ bytesDone, bytesTotal, etag });
+          },
+          // HANGAR_S3_QUOTA, also for a file whose size only its upstream's answer tells.
+          reserveSpace: (bytes) => this.space.reserve(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
           log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
         })
       : this.transferToDisk(row, signal, partial, persist, onRetry)

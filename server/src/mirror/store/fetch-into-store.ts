@@ -63,6 +63,11 @@ export type StoreFetchOptions = {
    * version landing the same bytes at that moment keeps them. The store's own remove unless given.
    */
   removeBlob?: (sha256: string) => Promise<void>;
+  /**
+   * Asked once the size is known, before a byte is taken: null when there is room, else why not (the mirror's
+   * MirrorSpace: on a bucket, what HANGAR_S3_QUOTA leaves). Absent: no limit.
+   */
+  reserveSpace?: (bytes: number) => Promise<string | null>;
   log?: (msg: string, fields: Record<string, unknown>) => void;
 };
 
@@ -90,6 +95,7 @@ export async function fetchIntoStore(o: StoreFetchOptions): Promise<StoreFetchRe
       onRetry: o.onRetry,
       throttle: o.throttle,
       alreadyHeld: o.alreadyHeld,
+      reserveSpace: o.reserveSpace,
       signal: o.signal ?? new AbortController().signal,
       onProgress: (p) => o.onProgress?.(p.bytesDone, p.bytesTotal, p.etag),
       log: o.log,
