@@ -116,6 +116,18 @@ describe('the mirror on a bucket: what it holds there, and HANGAR_S3_QUOTA', () 
     );
     await t.app.db.prisma.mirrorFile.deleteMany({ where: { model: 'unsized' } });
 
+    // An upload past the quota: refused before its bytes are taken, naming the setting, not the disk.
+    const big = bytes(2_000_000, 43);
+    const upload = await fetch(`${base}/mirror/up/v1/big.bin`, {
+      method: 'PUT',
+      headers: { authorization: `Bearer ${admin}`, 'x-content-sha256': sha256(big) },
+      body: new Uint8Array(big),
+    });
+    expect(upload.status).toBe(409);
+    expect(await upload.text()).toMatch(
+      /not enough room in the bucket for the upload of up\/v1\/big\.bin: .*HANGAR_S3_QUOTA/,
+    );
+
     expect((await figures()).bucketListedBytes).toBe(held);
   });
 

@@ -117,7 +117,9 @@ export class MirrorLanding {
     const freeBytes = await this.space.freeBytes();
     if (parsed.value.size && parsed.value.size > freeBytes) {
       return fail(
-        new ConflictError(`not enough disk: the upload is ${parsed.value.size} bytes and ${freeBytes} are free`),
+        new ConflictError(
+          this.space.shortage(`the upload of ${model}/${version}/${file}`, parsed.value.size, freeBytes, 'upload less'),
+        ),
       );
     }
     const row = existing
