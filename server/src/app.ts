@@ -15,6 +15,7 @@ import { installServedNames } from './catalog/served-names.js';
 import type { Config } from './config.js';
 import type { Services } from './context.js';
 import { type Database, openDatabase } from './db/database.js';
+import type { EmbeddedDatabase } from './db/embedded.js';
 import { pendingMigrations } from './db/migrate.js';
 import { databaseBack } from './db/outage.js';
 import { installGpuTime } from './fleet/gpu-time.js';
@@ -63,7 +64,14 @@ export type App = {
   metricsUrl(): string | undefined;
 };
 
-export type AppOptions = { config: Config; log: Logger; print?: (text: string) => void; database?: Database };
+export type AppOptions = {
+  config: Config;
+  log: Logger;
+  print?: (text: string) => void;
+  database?: Database;
+  /** The embedded PostgreSQL main.ts began to start before loading this module (db/database.ts). */
+  embedded?: Promise<EmbeddedDatabase>;
+};
 
 /**
  * Prisma's query compiler is WebAssembly (3.4 MB). By default V8 recompiles its busy functions with its optimising
@@ -83,6 +91,7 @@ export async function createApp({
   log,
   print = (t) => process.stdout.write(`${t}\n`),
   database,
+  embedded,
 }: AppOptions): Promise<App> {
   // How long each step of the start took (ms), logged at debug level once listening: where a slow start goes.
   // `modules` is the time from the process's start to here: loading and evaluating the code.
@@ -94,7 +103,7 @@ export async function createApp({
     phaseFrom = now;
   };
   keepWasmOnBaselineTier();
-  const db = database ?? (await openDatabase(config, log));
+  const db = database ?? (await openDatabase(config, log, embedded));
   phase('database');
   const prisma = db.prisma;
   // Before any loop judges a lease or a node by it (db/clock.ts).

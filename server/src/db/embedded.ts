@@ -18,6 +18,9 @@ export type EmbeddedDatabase = {
   trouble: () => string | null;
 };
 
+/** Where the embedded PostgreSQL keeps its data under HANGAR_DATA_DIR. */
+export const embeddedDataDir = (dataDir: string) => path.join(dataDir, 'pg');
+
 /** The embedded PostgreSQL could not be started; the message says why, with PostgreSQL's own last words. */
 export class EmbeddedPostgresError extends Error {}
 
