@@ -1,7 +1,7 @@
 import { knownTensorTypes } from '@hangar/common/gguf/catalog';
 import { factsOf } from '@hangar/common/gguf/facts';
 import { type GgufHeader, readGguf } from '@hangar/common/gguf/reader';
-import { fileSource } from '@hangar/common/gguf/source';
+import { type ByteSource, fileSource } from '@hangar/common/gguf/source';
 
 // Whether a LoRA adapter GGUF fits the model it is published for, read from both headers before anything is saved.
 // A job trains on the model's weights as they were; the catalog entry may point at other ones by the time it is
@@ -59,14 +59,28 @@ export function adapterMisfit(adapter: GgufHeader, model: GgufHeader, modelName:
 }
 
 /** Both headers from disk, and the verdict; a file that cannot be read is said so (the publish is refused). */
-export async function checkAdapterFile(
-  adapterPath: string,
-  modelPath: string,
-  modelName: string,
-): Promise<string | null> {
-  const read = async (file: string, what: string) => {
+export function checkAdapterFile(adapterPath: string, modelPath: string, modelName: string): Promise<string | null> {
+  const open = (file: string, what: string) => async () => {
     const src = await fileSource(file).catch(() => null);
     if (!src) throw new Error(`${what} is not on disk (${file})`);
+    return src;
+  };
+  return checkAdapterBytes(open(adapterPath, 'the adapter'), open(modelPath, `${modelName}'s file`), modelName);
+}
+
+/**
+ * The same from wherever the bytes are: the model's header read by Range from a bucket (HANGAR_MIRROR_STORE=s3://…)
+ * needs megabytes, not the model's gigabytes.
+ */
+export async function checkAdapterBytes(
+  adapter: () => Promise<ByteSource>,
+  model: () => Promise<ByteSource>,
+  modelName: string,
+): Promise<string | null> {
+  const read = async (open: () => Promise<ByteSource>, what: string) => {
+    const src = await open().catch((err: Error) => {
+      throw new Error(`${what} could not be opened: ${err.message}`);
+    });
     try {
       return await readGguf(src, knownTensorTypes);
     } catch (err) {
@@ -76,11 +90,8 @@ export async function checkAdapterFile(
     }
   };
   try {
-    const [adapter, model] = await Promise.all([
-      read(adapterPath, 'the adapter'),
-      read(modelPath, `${modelName}'s file`),
-    ]);
-    return adapterMisfit(adapter, model, modelName);
+    const [a, m] = await Promise.all([read(adapter, 'the adapter'), read(model, `${modelName}'s file`)]);
+    return adapterMisfit(a, m, modelName);
   } catch (err) {
     return (err as Error).message;
   }

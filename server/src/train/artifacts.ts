@@ -34,7 +34,7 @@ import {
 import type { MirrorService } from '../mirror/mirror.service.js';
 import { mirrorFileRow } from '../mirror/mirror-store.js';
 import { notify } from '../pubsub.js';
-import { checkAdapterFile, peftMisfit } from './adapter-fit.js';
+import { checkAdapterBytes, peftMisfit } from './adapter-fit.js';
 import { catalogGguf } from './model-file.js';
 import type { TrainService } from './train.service.js';
 
@@ -150,9 +150,12 @@ export class TrainArtifacts {
       await this.train.failRunning(id, `the adapter was refused: ${reason}`);
       return fail(new UnprocessableError(reason));
     }
-    const peftPath = path.join(dir, this.peftName(job));
-    await fs.rename(part, peftPath);
     const peftSha = hash.digest('hex');
+    // On a bucket, into it (every replica serves and publishes it); the file stays as this replica's copy.
+    const peftPath = await this.train.files.keepArtifact(
+      await renamed(part, path.join(dir, this.peftName(job))),
+      peftSha,
+    );
 
     // The GGUF adapter, for models llama.cpp serves: made here, so the node needs no llama.cpp tooling.
     let gguf: { path: string; size: number; sha256: string } | null = null;
@@ -166,8 +169,9 @@ export class TrainArtifacts {
           const file = path.join(dir, this.ggufName(job));
           const ggufPart = `${file}.${randomUUID()}.part`;
           await fs.writeFile(ggufPart, bytes);
-          await fs.rename(ggufPart, file);
-          gguf = { path: file, size: bytes.length, sha256: createHash('sha256').update(bytes).digest('hex') };
+          const sha256 = createHash('sha256').update(bytes).digest('hex');
+          const kept = await this.train.files.keepArtifact(await renamed(ggufPart, file), sha256);
+          gguf = { path: kept, size: bytes.length, sha256 };
         } catch (err) {
           if (!(err instanceof AdapterConversionError)) throw err;
           // llama.cpp could not use it: the job failed at its purpose. The PEFT files stay downloadable.
@@ -219,8 +223,10 @@ export class TrainArtifacts {
   > {
     const local = await catalogGguf(this.db, this.mirror, modelName);
     if (!local.ok) return local;
-    const src = await fileSource(local.file).catch(() => null);
-    if (!src) return { ok: false, reason: `${local.source} is not on disk` };
+    // The header only: by Range from a bucket, so a model of tens of GB costs megabytes here.
+    const src = await local.bytes().catch(() => null);
+    if (!src)
+      return { ok: false, reason: `${local.source} is not ${this.mirror.bucket ? 'in the bucket' : 'on disk'}` };
     try {
       const f = factsOf(await readGguf(src, knownTensorTypes));
       if (!f.architecture || !f.heads)
@@ -287,12 +293,18 @@ export class TrainArtifacts {
     // as they were, and an adapter that does not fit them would fail on every replica (or load and answer nonsense).
     if (llama) {
       const local = await catalogGguf(this.db, this.mirror, model.name);
+      // Both headers only: the adapter from its file (on a bucket, this replica's verified copy), the model's by
+      // Range from wherever the mirror keeps it.
       const misfit = local.ok
-        ? await checkAdapterFile(art.path, local.file, model.name)
+        ? await checkAdapterBytes(
+            async () => fileSource(await this.train.files.artifactFile(art)),
+            local.bytes,
+            model.name,
+          )
         : `${job.name} cannot be checked against ${model.name}: ${local.reason}`;
       if (misfit) return fail(new ConflictError(`not published: ${misfit}. Nothing was changed`));
     } else {
-      const misfit = await this.peftFits(model, art.path);
+      const misfit = await this.peftFits(model, await this.train.files.artifactFile(art));
       if (misfit) return fail(new ConflictError(`not published: ${misfit}. Nothing was changed`));
     }
 
@@ -304,12 +316,12 @@ export class TrainArtifacts {
       const up = await this.mirror.upload(
         actor,
         { model: job.name, version, file, sha256: art.sha256, size: Number(art.size) },
-        createReadStream(art.path),
+        await this.train.files.artifactStream(art),
       );
       if (!up.ok) return fail(new UpstreamError(`keeping the adapter in the mirror failed: ${up.error.message}`));
       source = this.mirror.fileUrl({ model: job.name, version, file });
     } else {
-      const published = await this.publishPeftFiles(actor, job, version, art.path);
+      const published = await this.publishPeftFiles(actor, job, version, await this.train.files.artifactFile(art));
       if (!published.ok) return published;
       source = this.mirror.versionUrl(job.name, version);
     }
@@ -397,4 +409,10 @@ export class TrainArtifacts {
     if (failure.error) return fail(new UpstreamError(`keeping the adapter in the mirror failed: ${failure.error}`));
     return ok(true);
   }
+}
+
+/** Renames `from` to `to`, answering `to`. */
+async function renamed(from: string, to: string): Promise<string> {
+  await fs.rename(from, to);
+  return to;
 }

@@ -1,4 +1,3 @@
-import fs from 'node:fs/promises';
 import { z } from 'zod';
 import { modelByName } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
@@ -99,17 +98,22 @@ export async function evalSpec(
   deps: {
     db: Db;
     mirror: MirrorService;
-    reads: Pick<TrainReads, 'dataFile'>;
+    reads: Pick<TrainReads, 'readData' | 'jobData'>;
     /** Hangar's general questions, or the site's (site-questions.ts). */
     general: { q: string; a: string }[];
   },
   job: TrainJob,
 ): Promise<EvalSpec> {
-  const pairs = job.evalDataSha256
-    ? pairsAtLines(await fs.readFile(deps.reads.dataFile(job.evalDataSha256), 'utf8'), 'all')
-    : job.heldOutLines.length
-      ? pairsAtLines(await fs.readFile(job.dataPath, 'utf8'), job.heldOutLines)
-      : [];
+  // From the data dir or the mirror's bucket (train-files.ts), wherever this replica finds them.
+  const evalText = job.evalDataSha256 ? await deps.reads.readData(job.evalDataSha256) : null;
+  if (job.evalDataSha256 && evalText === null)
+    throw new Error(`the job's evaluation file (sha256 ${job.evalDataSha256}) is not kept any more`);
+  const pairs =
+    evalText !== null
+      ? pairsAtLines(evalText, 'all')
+      : job.heldOutLines.length
+        ? pairsAtLines(await deps.reads.jobData(job), job.heldOutLines)
+        : [];
   let model: EvalSpec['model'] = null;
   let note: string | null = null;
   // A vLLM model's adapter is evaluated as it will be served: the PEFT adapter on vLLM.
@@ -118,7 +122,8 @@ export async function evalSpec(
   else if (!job.gguf) note = 'the job makes no llama.cpp adapter; the node evaluates with llama.cpp only';
   else {
     const local = await catalogGguf(deps.db, deps.mirror, job.model);
-    if (local.ok) model = { url: local.source, size: (await fs.stat(local.file)).size };
+    // Its size from the row on a bucket: the agent fetches the file itself, from /mirror.
+    if (local.ok) model = { url: local.source, size: await local.size() };
     else note = local.reason;
   }
   return {

@@ -25,6 +25,7 @@ import { catalogGguf } from './model-file.js';
 import type { OwnerRules } from './owner.js';
 import { TRAIN_PARAMS, type TrainParams } from './params.js';
 import { Tokenizers } from './tokens.js';
+import { TrainFiles } from './train-files.js';
 
 // Training jobs: the rules of DESIGN.md §5 "Train" and docs/training.md. Every state change is one transaction
 // that also records an event and queues the NOTIFY, so the console, scripts and the node's agent all read the
@@ -66,6 +67,8 @@ export type TrainReadsDeps = { db: Db; config: Config; mirror: MirrorService; ow
 export class TrainReads {
   readonly dataDir: string;
   readonly jobsDir: string;
+  /** Where the pairs and artifacts are kept: the data dir, or the mirror's bucket (train-files.ts). */
+  readonly files: TrainFiles;
   private readonly db: Db;
   private readonly config: Config;
   private readonly mirror: MirrorService;
@@ -82,6 +85,7 @@ export class TrainReads {
     this.dataDir = path.join(deps.config.dataDir, 'train', 'data');
     this.jobsDir = path.join(deps.config.dataDir, 'train', 'jobs');
     this.tokenizers = new Tokenizers({ log: deps.log });
+    this.files = new TrainFiles({ db: deps.db, mirror: deps.mirror });
   }
 
   setBaseUrl(get: () => string) {
@@ -98,6 +102,16 @@ export class TrainReads {
   }
   jobDir(id: string) {
     return path.join(this.jobsDir, id);
+  }
+  /** Kept pairs as text (an upload's, an evaluation file's), or null when none are kept under this sha256. */
+  readData(sha256: string): Promise<string | null> {
+    return this.files.dataText(sha256, this.dataFile(sha256));
+  }
+  /** A job's pairs as text. */
+  async jobData(job: Pick<TrainJob, 'dataSha256' | 'dataPath'>): Promise<string> {
+    const text = await this.files.dataText(job.dataSha256, job.dataPath);
+    if (text === null) throw new Error(`the job's pairs (sha256 ${job.dataSha256}) are not kept any more`);
+    return text;
   }
 
   /** Lets the token counters go (the server is stopping). */
@@ -183,12 +197,14 @@ export class TrainReads {
     if (!local.ok) return { ...report, tokensNote: `no token counts: ${local.reason}` };
     const pairs = [...pairsOf(data)].filter((p): p is TrainDataLine => !('error' in p));
     try {
+      // A file llama.cpp opens: on a bucket, this replica's verified local copy of the model (made once).
+      const file = await local.file();
       const q = await this.tokenizers.count(
-        local.file,
+        file,
         pairs.map((p) => p.q),
       );
       const a = await this.tokenizers.count(
-        local.file,
+        file,
         pairs.map((p) => p.a),
       );
       const both = q.map((n, i) => n + (a[i] ?? 0));
@@ -230,6 +246,7 @@ export class TrainReads {
    * script, a retry) are eight renames of the same bytes onto one name, each answered with the same sha256.
    */
   async keepData(data: string, sha256: string) {
+    if (this.files.inBucket) return this.files.keepData(data, sha256);
     const file = this.dataFile(sha256);
     await fs.mkdir(this.dataDir, { recursive: true });
     const exists = await fs.stat(file).then(

@@ -39,3 +39,16 @@ export async function jobsHeldBy(db: Client, keys: string[]): Promise<string[]> 
   });
   return jobs.map((j) => j.name);
 }
+
+/**
+ * Whether training keeps bytes with this sha256 (a job's pairs or evaluation file, what a job made): in a bucket,
+ * blobs are shared by sha256 with the mirror, so the mirror's removal leaves these (mirror/on-bucket.ts), and a
+ * published adapter's blob outlives its job while its mirror version stands.
+ */
+export async function blobHeldByTraining(db: Client, sha256: string): Promise<boolean> {
+  const [jobs, arts] = await Promise.all([
+    db.trainJob.count({ where: { OR: [{ dataSha256: sha256 }, { evalDataSha256: sha256 }] } }),
+    db.trainArtifact.count({ where: { sha256 } }),
+  ]);
+  return jobs + arts > 0;
+}

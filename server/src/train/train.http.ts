@@ -1,4 +1,3 @@
-import { createReadStream } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AuditService } from '../audit/audit.service.js';
 import type { Viewer } from '../auth/viewer.js';
@@ -76,18 +75,21 @@ export function trainRoutes({ train, artifacts, audit }: Deps) {
             ? "the data is for the job's node, and for operators its owner admits (a member of it) and admins"
             : "the data is for the job's node and operators",
         );
+      // From the data dir, or the mirror's bucket (train-files.ts): any replica serves any job's pairs. Opened
+      // before the status is sent, so a blob missing from the bucket is said as such rather than a cut connection.
+      const body = req.method === 'HEAD' ? null : await train.files.dataStream(job).catch((err: Error) => err);
+      if (body instanceof Error)
+        return reply(res, 500, { error: missing(`the job's pairs (sha256 ${job.dataSha256})`, body) });
       res.writeHead(200, {
         'content-type': 'application/x-ndjson',
         'content-length': String(job.dataBytes),
         etag: `"${job.dataSha256}"`,
       });
-      if (req.method === 'HEAD') {
+      if (!body) {
         res.end();
         return true;
       }
-      createReadStream(job.dataPath)
-        .on('error', () => res.destroy())
-        .pipe(res);
+      body.on('error', () => res.destroy()).pipe(res);
       return true;
     }
 
@@ -120,21 +122,28 @@ export function trainRoutes({ train, artifacts, audit }: Deps) {
         viewer,
         "what this job made is its owner's: those the owner admits (a member of it), admins and the job's node may download it",
       );
+    const body =
+      req.method === 'HEAD' ? null : await train.files.artifactStream(found.artifact).catch((err: Error) => err);
+    if (body instanceof Error)
+      return reply(res, 500, { error: missing(`${found.filename} (sha256 ${found.artifact.sha256})`, body) });
     res.writeHead(200, {
       'content-type': kind === 'gguf' ? 'application/octet-stream' : 'application/gzip',
       'content-length': String(found.artifact.size),
       'content-disposition': `attachment; filename="${found.filename}"`,
       etag: `"${found.artifact.sha256}"`,
     });
-    if (req.method === 'HEAD') {
+    if (!body) {
       res.end();
       return true;
     }
-    createReadStream(found.artifact.path)
-      .on('error', () => res.destroy())
-      .pipe(res);
+    body.on('error', () => res.destroy()).pipe(res);
     return true;
   };
+}
+
+/** Why a kept file could not be opened, and what to do. */
+function missing(what: string, err: Error): string {
+  return `${what} could not be read: ${err.message}. On a bucket (HANGAR_MIRROR_STORE=s3://…) it was removed from the bucket, or this server is pointed at another one; the job's files are kept only while the job is`;
 }
 
 /** A path segment decoded, or null when it is not valid percent-encoding (which then matches no file). */

@@ -123,6 +123,10 @@ export class TrainService {
   readonly storeData = (...args: Parameters<TrainReads['storeData']>) => this.reads.storeData(...args);
   readonly setBaseUrl = (get: () => string) => this.reads.setBaseUrl(get);
   readonly jobDir = (id: string) => this.reads.jobDir(id);
+  /** Where the pairs and artifacts are kept: the data dir, or the mirror's bucket (train-files.ts). */
+  get files() {
+    return this.reads.files;
+  }
 
   readonly work = (nodeId: string) => this.node.work(nodeId);
   readonly claim = (actor: Actor, id: string) => this.node.claim(actor, id);
@@ -206,9 +210,7 @@ export class TrainService {
       });
       let mayUse = true;
       for (const o of ownedBy) if (!(await this.owners.mayRead(actor.viewer, o.owner))) mayUse = false;
-      const stored = mayUse
-        ? await fs.readFile(this.reads.dataFile(input.dataSha256 as string), 'utf8').catch(() => null)
-        : null;
+      const stored = mayUse ? await this.reads.readData(input.dataSha256 as string) : null;
       if (stored === null)
         return refuse(
           'dataSha256',
@@ -422,6 +424,8 @@ export class TrainService {
     if (!job) return fail(new NotFoundError(`no training job ${id}`));
     if (!ended(job.state))
       return fail(new ConflictError(`the job is ${job.state.toLowerCase()}: cancel it first, then delete it`));
+    // Read before the rows go (they go with the job): on a bucket, their blobs are removed after it.
+    const arts = await this.db.trainArtifact.findMany({ where: { jobId: id }, select: { sha256: true, path: true } });
     await this.db.$transaction(async (tx) => {
       const n = await tx.trainJob.deleteMany({ where: { id, state: { in: [...ENDED] } } });
       if (n.count !== 1) throw new ConflictError('the job changed while it was being deleted');
@@ -436,8 +440,9 @@ export class TrainService {
     });
     // Files after the rows: a crash in between leaves files no row points at, never a row without its files.
     await fs.rm(this.reads.jobDir(id), { recursive: true, force: true });
+    await this.reads.files.forgetArtifacts(arts);
     const stillUsed = await this.db.trainJob.count({ where: { dataSha256: job.dataSha256 } });
-    if (!stillUsed) await fs.rm(job.dataPath, { force: true });
+    if (!stillUsed) await this.reads.files.forgetData(job.dataSha256, job.dataPath);
     return ok({ id, name: job.name });
   }
 }
