@@ -1,3 +1,4 @@
+import { type ChildProcess, spawn } from 'node:child_process';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -14,14 +15,16 @@ import { notify } from '../src/pubsub.js';
 // Everything timed is timed inside the page, never by polling it from here: each look over the debug protocol is
 // a task on the page's main thread, and polling every 50 ms cost the page more than the event it was timing.
 // Needs a built console (pnpm --filter @hangar/web build) and Chromium at /usr/bin/chromium (or CHROMIUM).
-//   tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--profile=DIR] [--trace=DIR] [--shots=DIR]
+//   tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR]
+// --hogs=N busy processes of their own beside the browser for the whole run, both sizes alike (an operator's
+// laptop compiling, a VM sharing its cores): the goal is 60 fps with one there, as at 50 versions. --hogs=0 for none.
 // --profile writes Chromium CPU profiles (DevTools' .cpuprofile) of the events and of the scrolling, at both sizes,
 // to DIR; --trace=DIR their timeline traces (style, layout, paint by frame), for DevTools' Performance panel;
 // --shots=DIR screenshots of the page at the larger size, 1280 and 800 px wide.
 
 if (process.argv.includes('--help')) {
   console.log(
-    'tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--profile=DIR] [--trace=DIR] [--shots=DIR]',
+    'tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR]',
   );
   process.exit(0);
 }
@@ -33,6 +36,7 @@ const ROUNDS = Number(positional[1] ?? 3);
 const dist = path.resolve(positional[2] ?? new URL('../../web/dist', import.meta.url).pathname);
 const BASELINE = 50;
 const EVENTS = Number(flag('events') ?? 30);
+const HOGS = Number(flag('hogs') ?? 1);
 const profileDir = flag('profile');
 const traceDir = flag('trace');
 const shotsDir = flag('shots');
@@ -581,13 +585,22 @@ async function measure(n: number): Promise<Sample> {
   }
 }
 
+/** A process that keeps a core busy as long as it lives, at the browser's own priority, as a build beside it would. */
+function hog(): ChildProcess {
+  const child = spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' });
+  child.unref();
+  return child;
+}
+
 const samples: Record<number, Sample[]> = { [BASELINE]: [], [VERSIONS]: [] };
+const hogs = Array.from({ length: HOGS }, hog);
 try {
   for (let r = 0; r < ROUNDS; r++) {
     // Alternating which size goes first, so neither always meets a machine in the same state.
     for (const n of r % 2 === 0 ? [BASELINE, VERSIONS] : [VERSIONS, BASELINE]) samples[n]?.push(await measure(n));
   }
 } finally {
+  for (const h of hogs) h.kill('SIGKILL');
   await app.stop();
   await fs.rm(root, { recursive: true, force: true });
 }
@@ -596,7 +609,10 @@ const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math
 const median = (xs: number[]) => quantile(xs, 0.5);
 const spread = (xs: number[], digits = 0) => `${Math.min(...xs).toFixed(digits)}–${Math.max(...xs).toFixed(digits)}`;
 console.log(
-  `The Mirror page in Chromium (${path.relative(process.cwd(), dist) || dist}), ${VERSIONS} versions against ${BASELINE}, ${ROUNDS} interleaved rounds, ${EVENTS} live events each, ${os.cpus().length} cores`,
+  `The Mirror page in Chromium (${path.relative(process.cwd(), dist) || dist}), ${VERSIONS} versions against ${BASELINE}, ${ROUNDS} interleaved rounds, ${EVENTS} live events each, ${os.cpus().length} cores, ${HOGS} CPU hog${HOGS === 1 ? '' : 's'} beside the browser, load average ${os
+    .loadavg()
+    .map((l) => l.toFixed(2))
+    .join(' ')}`,
 );
 // Per sample a number (its median where it has many), then the median of those and their spread over the rounds.
 type Line = [label: string, of: (s: Sample) => number, unit: string, digits?: number];

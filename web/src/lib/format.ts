@@ -75,9 +75,12 @@ const absolute = new Intl.DateTimeFormat('en-GB', {
   timeStyle: 'medium',
 });
 
+// The formatter's zone is fixed when it is made: asked once, not for every row a long list renders.
+const absoluteZone = absolute.resolvedOptions().timeZone;
+
 /** The exact instant, in the reader's time zone, with the zone named. */
 export function formatAbsolute(date: Date): string {
-  return `${absolute.format(date)} (${absolute.resolvedOptions().timeZone})`;
+  return `${absolute.format(date)} (${absoluteZone})`;
 }
 
 // The server's refusals name the field they are about as a GraphQL path ("input.newPassword: at least 12

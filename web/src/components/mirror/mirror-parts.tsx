@@ -1,3 +1,4 @@
+import { Fragment } from 'react';
 import type { MirrorVersionState, ModelMode } from '../../graphql/types';
 
 // Small pieces the mirror's components share.
@@ -23,11 +24,12 @@ export function BreakableUrl({ url }: { url: string }) {
   return (
     <>
       {parts.map((part, i) => (
+        // A text and a <wbr> each, no element around them: a row scrolled into view makes these nodes.
         // biome-ignore lint/suspicious/noArrayIndexKey: the parts of one fixed string, in order.
-        <span key={i}>
+        <Fragment key={i}>
           {part}
           {i < parts.length - 1 ? <wbr /> : null}
-        </span>
+        </Fragment>
       ))}
     </>
   );

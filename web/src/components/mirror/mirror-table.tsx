@@ -5,6 +5,7 @@ import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
+import { createListScrolling, ListScrollingContext } from './scroll-settle';
 import { COLUMNS, VersionRow, type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
 export const MirrorTable_FamilyFragment = graphql(
@@ -136,6 +137,16 @@ function familyRows(versions: VersionRow_Version[], filterKey: string, test: (v:
 
 const plural = (n: number, one: string, many = `${one}s`) => `${n} ${n === 1 ? one : many}`;
 
+/** Rows that hold the same parts are about the same height: a family's heading, a version in use (its chips), one
+ * arriving (a bar and a rate), any other. */
+type SizeClass = 'family' | 'used' | 'arriving' | 'version';
+
+function sizeClass(item: MirrorItem): SizeClass {
+  if (item.kind === 'family') return 'family';
+  if (arrivingStates.includes(item.version.state)) return 'arriving';
+  return item.version.usedBy.length > 0 ? 'used' : 'version';
+}
+
 /**
  * The listing, virtualised: only the rows near the window's view are in the page (5000 rows all rendered took
  * 3.3 s and 250,000 DOM nodes), each version in a row group of its own that is measured as it renders, so a row
@@ -162,19 +173,26 @@ export function MirrorTable({
 }) {
   const headRef = useRef<HTMLTableSectionElement>(null);
   const { top: scrollMargin, head } = useListTop(headRef);
-  // A row not rendered yet is guessed at what the last closed one of its kind measured (at 1280 px a version about
-  // 101 px, its URL on three lines; a heading 40 px). Each row that measures other than its guess makes
-  // react-virtual work out the place of every row below it again (5000 of them) and moves the rows in view. A row
-  // opened to its files or a form is no guess for the others.
-  const measured = useRef<Record<MirrorItem['kind'], number>>({ family: 40, version: 100 });
+  // A row not rendered yet is guessed at what the last closed one of its class measured (at 1280 px a version about
+  // 101 px, its URL on three lines; one in use taller by its chips; a heading 40 px). Each row that measures other
+  // than its guess makes react-virtual work out the place of every row below it again (5000 of them), moves the
+  // rows in view and repaints them: one guess for every version missed each row in use, which came in nearly every
+  // frame when scrolling through a family in use. A row opened to its files or a form is no guess for the others.
+  const measured = useRef<Record<SizeClass, number>>({ family: 40, version: 100, used: 132, arriving: 100 });
   // The same functions until the items change: react-virtual places every row again when they change.
-  const estimateSize = useCallback((i: number) => measured.current[items[i]?.kind ?? 'version'], [items]);
+  const estimateSize = useCallback(
+    (i: number) => {
+      const item = items[i];
+      return measured.current[item ? sizeClass(item) : 'version'];
+    },
+    [items],
+  );
   const getItemKey = useCallback((i: number) => items[i]?.key ?? i, [items]);
   const measureRow = useCallback(
     (el: Element, entry: ResizeObserverEntry | undefined, v: Virtualizer<Window, Element>) => {
       const size = measureElement(el, entry, v);
-      const kind = items[v.indexFromElement(el)]?.kind;
-      if (kind && size > 0 && el.childElementCount === 1) measured.current[kind] = size;
+      const item = items[v.indexFromElement(el)];
+      if (item && size > 0 && el.childElementCount === 1) measured.current[sizeClass(item)] = size;
       return size;
     },
     [items],
@@ -191,39 +209,47 @@ export function MirrorTable({
   const serveRef = useRef(onServeChange);
   serveRef.current = onServeChange;
   const toggleServe = useCallback((open: boolean, name: string) => serveRef.current?.(open ? name : undefined), []);
+  // Rows that come in while the list moves hold their form controls back until it stops (scroll-settle.tsx). Set
+  // here, in the render that mounts them; the rows waiting hear that it stopped after the render that says so.
+  const [listScrolling] = useState(createListScrolling);
+  if (virtualizer.isScrolling) listScrolling.scrolling = true;
+  const scrolling = virtualizer.isScrolling;
+  useLayoutEffect(() => listScrolling.set(scrolling), [listScrolling, scrolling]);
 
   return (
-    <DataTable
-      className="mirror"
-      style={{ height: head + virtualizer.getTotalSize() }}
-      headRef={headRef}
-      columns={['Version', 'State', 'Progress', 'Details', ACTIONS_COLUMN]}
-    >
-      {virtualizer.getVirtualItems().map((row) => {
-        const item = items[row.index];
-        if (!item) return null;
-        return (
-          <tbody
-            key={item.key}
-            data-index={row.index}
-            data-last={row.index === items.length - 1 ? '' : undefined}
-            ref={virtualizer.measureElement}
-            style={{ transform: `translateY(${head + row.start - scrollMargin}px)` }}
-          >
-            {item.kind === 'family' ? (
-              <FamilyHeading family={item.family} onToggle={onToggleFamily} />
-            ) : (
-              <VersionRow
-                version={item.version}
-                canChange={canChange}
-                serving={serve === `${item.version.model}/${item.version.version}`}
-                onServingChange={onServeChange ? toggleServe : undefined}
-              />
-            )}
-          </tbody>
-        );
-      })}
-    </DataTable>
+    <ListScrollingContext.Provider value={listScrolling}>
+      <DataTable
+        className="mirror"
+        style={{ height: head + virtualizer.getTotalSize() }}
+        headRef={headRef}
+        columns={['Version', 'State', 'Progress', 'Details', ACTIONS_COLUMN]}
+      >
+        {virtualizer.getVirtualItems().map((row) => {
+          const item = items[row.index];
+          if (!item) return null;
+          return (
+            <tbody
+              key={item.key}
+              data-index={row.index}
+              data-last={row.index === items.length - 1 ? '' : undefined}
+              ref={virtualizer.measureElement}
+              style={{ transform: `translateY(${head + row.start - scrollMargin}px)` }}
+            >
+              {item.kind === 'family' ? (
+                <FamilyHeading family={item.family} onToggle={onToggleFamily} />
+              ) : (
+                <VersionRow
+                  version={item.version}
+                  canChange={canChange}
+                  serving={serve === `${item.version.model}/${item.version.version}`}
+                  onServingChange={onServeChange ? toggleServe : undefined}
+                />
+              )}
+            </tbody>
+          );
+        })}
+      </DataTable>
+    </ListScrollingContext.Provider>
   );
 }
 

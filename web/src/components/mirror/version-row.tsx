@@ -12,6 +12,7 @@ import { TimeAgo } from '../common/time-ago';
 import { BreakableUrl, modeWords, stateBadge, VerifiedBadge } from './mirror-parts';
 import { useMirrorListingUpdates } from './mirror-updates';
 import { RemoveVersion } from './remove-version';
+import { useSettled } from './scroll-settle';
 import { ServeForm } from './serve-form';
 import { VersionFiles, VersionFiles_FileFragment } from './version-files';
 
@@ -37,7 +38,29 @@ export const VersionRow_SetModeMutation = graphql(
  * always-on model's replica count when it is typed (Enter, or leaving the field), as the seed's form did. What the
  * change means comes back in the server's words; the row updates when the server publishes the version again.
  */
-function UsedByMode({ name, mode, replicas }: { name: string; mode: ModelMode; replicas: number }) {
+function UsedByMode(props: { name: string; mode: ModelMode; replicas: number }) {
+  // Scrolled into view: the controls' look-alikes until the list stops (scroll-settle.tsx says why).
+  if (!useSettled()) {
+    return (
+      <>
+        <span className="control-standin select">
+          {(Object.keys(modeWords) as ModelMode[]).map((m) => (
+            // Every choice in one place, the chosen one seen: as wide as the select, whichever it shows.
+            <span key={m} className={m === props.mode ? undefined : 'unchosen'}>
+              {modeWords[m]}
+            </span>
+          ))}
+        </span>
+        {props.mode === 'ALWAYS' ? (
+          <span className="control-standin replicas-input">{Math.max(1, props.replicas)}</span>
+        ) : null}
+      </>
+    );
+  }
+  return <UsedByModeControls {...props} />;
+}
+
+function UsedByModeControls({ name, mode, replicas }: { name: string; mode: ModelMode; replicas: number }) {
   const [result, setMode] = useMutation(VersionRow_SetModeMutation);
   const [refusal, setRefusal] = useState<string | null>(null);
   const [said, setSaid] = useState<string | null>(null);
