@@ -14,8 +14,10 @@ import { USAGE_BUCKETS_MS } from '../src/gateway/usage.js';
 //   month0  the same from midnight (every step a whole day)
 //   day     one model over one day at one-minute steps
 //   tokens  the Tokens page: 20 tokens' totals over the last 24 hours, from 10:17
+//   week    usage() over 7 days by hour, from 10:17 (no whole hour inside any step)
 // The baseline is the same answer (sums and histogram) from one GROUP BY pass over the minute rows, as usage() read
-// them before the rollups, with node-postgres in its own process (bench/usage-baseline.ts), on the same rows.
+// them before the rollups, with node-postgres in its own process (bench/usage-baseline.ts), on the same rows. Rounds
+// alternate: a baseline round (every query once, in its process), then a Hangar round, so both see the same load.
 // The rows: `keys` distinct callers × models × replicas (default 80: 20 tokens, 40 models, 2 replicas each), each
 // minute holding the next n/44,640 of them in turn, so a key recurs through the hour. More keys compress less: at
 // 2,000 keys and 10^6 rows an hour's rows are nearly all distinct (run with keys=2000 to see that case).
@@ -71,22 +73,12 @@ async function seed(n: number) {
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
-async function time(run: () => Promise<unknown>) {
-  await run();
-  const times: number[] = [];
-  for (let i = 0; i < ROUNDS; i++) {
-    const t0 = performance.now();
-    await run();
-    times.push(performance.now() - t0);
-  }
-  return { median: median(times), min: Math.min(...times), max: Math.max(...times) };
-}
-
 const ranges = {
   month: { from: FROM + RAGGED, to: FROM + 31 * DAY, step: 1440 },
   month0: { from: FROM, to: FROM + 31 * DAY, step: 1440 },
   day: { from: FROM + 30 * DAY, to: FROM + 31 * DAY, step: 1, model: 'model-0' },
   tokens: { from: FROM + 29 * DAY + RAGGED, to: FROM + 30 * DAY + RAGGED },
+  week: { from: FROM + RAGGED, to: FROM + 7 * DAY + RAGGED, step: 60 },
 };
 
 const hangar = {
@@ -96,6 +88,7 @@ const hangar = {
     usage.usage(viewer, { ...ranges.month0, from: new Date(ranges.month0.from), to: new Date(ranges.month0.to) }),
   day: () => usage.usage(viewer, { ...ranges.day, from: new Date(ranges.day.from), to: new Date(ranges.day.to) }),
   tokens: () => usage.totalsByToken(viewer, tokens, new Date(ranges.tokens.from), new Date(ranges.tokens.to)),
+  week: () => usage.usage(viewer, { ...ranges.week, from: new Date(ranges.week.from), to: new Date(ranges.week.to) }),
 };
 
 // The baseline's statements: one pass over the minutes, the same sums and histogram per step.
@@ -110,6 +103,7 @@ const baseline: Record<keyof typeof hangar, string> = {
   month0: `SELECT ${bin(ranges.month0.from, DAY)}, ${sums} FROM "UsageMinute" WHERE ${window(ranges.month0.from, ranges.month0.to)} GROUP BY 1`,
   day: `SELECT minute, ${sums} FROM "UsageMinute" WHERE model = 'model-0' AND ${window(ranges.day.from, ranges.day.to)} GROUP BY 1`,
   tokens: `SELECT "tokenId", ${sums} FROM "UsageMinute" WHERE "tokenId" IN (${tokens.map((t) => `'${t}'`).join(',')}) AND ${window(ranges.tokens.from, ranges.tokens.to)} GROUP BY 1`,
+  week: `SELECT ${bin(ranges.week.from, HOUR)}, ${sums} FROM "UsageMinute" WHERE ${window(ranges.week.from, ranges.week.to)} GROUP BY 1`,
 };
 
 const load = () =>
@@ -128,22 +122,40 @@ try {
       'SELECT (SELECT count(*) FROM "UsageHour")::int AS h, (SELECT count(*) FROM "UsageDay")::int AS d',
     );
     console.log(`${n} minute rows: ${counts[0]?.h} hour rows, ${counts[0]?.d} day rows`);
-    const base = JSON.parse(
-      execFileSync(
-        process.execPath,
-        [
-          ...process.execArgv,
-          path.join(import.meta.dirname, 'usage-baseline.ts'),
-          app.db.url,
-          JSON.stringify(baseline),
-          String(ROUNDS),
-        ],
-        { encoding: 'utf8' },
-      ).trim(),
-    ) as Record<string, { median: number; min: number; max: number }>;
-    for (const [name, run] of Object.entries(hangar)) {
-      const h = await time(run);
-      const b = base[name];
+    // One warm-up of each side, then rounds alternating between the baseline's process and Hangar.
+    const baseRound = (rounds: number) =>
+      JSON.parse(
+        execFileSync(
+          process.execPath,
+          [
+            ...process.execArgv,
+            path.join(import.meta.dirname, 'usage-baseline.ts'),
+            app.db.url,
+            JSON.stringify(baseline),
+            String(rounds),
+          ],
+          { encoding: 'utf8' },
+        ).trim(),
+      ) as Record<string, { median: number }>;
+    baseRound(0);
+    for (const run of Object.values(hangar)) await run();
+    const times = Object.fromEntries(
+      Object.keys(hangar).map((name) => [name, { base: [] as number[], hangar: [] as number[] }]),
+    );
+    for (let round = 0; round < ROUNDS; round++) {
+      for (const [name, b] of Object.entries(baseRound(1))) {
+        times[name]?.base.push(b.median);
+      }
+      for (const [name, run] of Object.entries(hangar)) {
+        const t0 = performance.now();
+        await run();
+        times[name]?.hangar.push(performance.now() - t0);
+      }
+    }
+    for (const name of Object.keys(hangar)) {
+      const stats = (xs: number[]) => ({ median: median(xs), min: Math.min(...xs), max: Math.max(...xs) });
+      const b = times[name]?.base.length ? stats(times[name].base) : undefined;
+      const h = stats(times[name]?.hangar ?? []);
       const span = (x: { median: number; min: number; max: number }) =>
         `${x.median.toFixed(1).padStart(8)} (${x.min.toFixed(1)}–${x.max.toFixed(1)})`;
       console.log(

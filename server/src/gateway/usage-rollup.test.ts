@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { type Outcome, USAGE_BUCKETS_MS, type UsageEvent, UsageRecorder } from './usage.js';
-import { percentileMs, type UsageTotals } from './usage.service.js';
+import { percentileMs, UsageService, type UsageTotals } from './usage.service.js';
+import { type Density, planSteps } from './usage-plan.js';
 import { planPieces } from './usage-rollup.js';
 
 // usage() and the Tokens page's totals read the hour and day rollups (usage-rollup.ts) where whole hours and days
@@ -129,6 +130,11 @@ const counts = (p: UsageTotals) => ({
 
 /** Rows PostgreSQL read from UsageMinute to answer what `run` asks through $queryRaw (EXPLAIN ANALYZE, every loop). */
 async function minuteRowsRead(run: () => Promise<unknown>): Promise<number> {
+  return rowsRead(run, 'UsageMinute');
+}
+
+/** Rows PostgreSQL read from `table` to answer what `run` asks through $queryRaw (EXPLAIN ANALYZE, every loop). */
+async function rowsRead(run: () => Promise<unknown>, table: string): Promise<number> {
   const db = t.app.db.prisma;
   const sent: Prisma.Sql[] = [];
   const real = db.$queryRaw.bind(db);
@@ -145,7 +151,7 @@ async function minuteRowsRead(run: () => Promise<unknown>): Promise<number> {
   for (const q of sent) {
     const [plan] = await db.$queryRaw<{ 'QUERY PLAN': unknown }[]>`EXPLAIN (ANALYZE, FORMAT JSON) ${q}`;
     const walk = (node: Record<string, unknown>) => {
-      if (node['Relation Name'] === 'UsageMinute') {
+      if (node['Relation Name'] === table) {
         read +=
           (Number(node['Actual Rows']) + Number(node['Rows Removed by Filter'] ?? 0)) * Number(node['Actual Loops']);
       }
@@ -271,6 +277,118 @@ describe('usage from rollups', () => {
       hour: [[T0 + 11 * HOUR, T0 + DAY + 10 * HOUR]],
       day: [],
     });
+  });
+
+  // The planner picks how to read by how many rows each level keeps per hour (usage-plan.ts); these make it read
+  // steps off midnight or the hour one way or the other, whatever this database's statistics say.
+  const DENSE: Density = { minute: 1000, hour: 20, day: 1 }; // hours compress: move starts, read the edges
+  const SPARSE: Density = { minute: 1, hour: 1, day: 24 }; // nothing compresses: each step's own pieces
+
+  it('answers steps that start off midnight or off the hour the same way, whichever rows it reads', async () => {
+    const services = [DENSE, SPARSE].map((density) => new UsageService({ db: t.app.db.prisma, density }));
+    const steps = [60, 120, 180, 360, 1440];
+    let compared = 0;
+    for (let round = 0; round < 24; round++) {
+      const stepMinutes = pickOf(steps);
+      // Off the hour (any minute), or on an hour that is not midnight.
+      const start = T0 + Math.floor(r() * 20 * DAY) + (round % 2 === 0 ? 0 : Math.floor(r() * 23 + 1) * HOUR);
+      const from =
+        round % 2 === 0 ? start - (start % MINUTE) + (1 + Math.floor(r() * 58)) * MINUTE : start - (start % HOUR);
+      const longest = Math.min(31 * DAY - (from - T0), stepMinutes * MINUTE * 200);
+      const to = from + Math.max(MINUTE, Math.floor(r() * longest)) + (r() < 0.5 ? Math.floor(r() * MINUTE) : 0);
+      const model = r() < 0.3 ? pickOf(MODELS) : undefined;
+      const token = r() < 0.3 ? pickOf(TOKENS) : undefined;
+      const want = await direct({ model, token, from, to, stepMinutes });
+      for (const [which, usage] of services.entries()) {
+        const answer = await usage.usage(viewer, {
+          model,
+          token,
+          from: new Date(from),
+          to: new Date(to),
+          step: stepMinutes,
+        });
+        if (!answer.ok) throw answer.error;
+        const at = { which, round, from: new Date(from).toISOString(), to: new Date(to).toISOString(), stepMinutes };
+        for (const [bin, p] of answer.value.points.entries()) {
+          const w = want.get(bin);
+          expect({ ...at, bin, ...counts(p) }).toEqual({
+            ...at,
+            bin,
+            ...(w
+              ? counts(w)
+              : counts({
+                  ...p,
+                  requests: 0,
+                  errors: 0,
+                  aborted: 0,
+                  promptTokens: 0,
+                  completionTokens: 0,
+                  cachedTokens: 0,
+                  p50Ms: null,
+                  p95Ms: null,
+                  meanTtftMs: null,
+                })),
+          });
+          if (w) compared++;
+        }
+      }
+    }
+    expect(compared).toBeGreaterThan(200);
+    for (const [from, to] of [
+      [T0 + 3 * DAY + 17 * MINUTE, T0 + 9 * DAY + 5 * HOUR + 3 * MINUTE],
+      [T0 + 29 * DAY + 10 * HOUR + 17 * MINUTE, T0 + 30 * DAY + 10 * HOUR + 17 * MINUTE],
+      [T0 + 6 * HOUR, T0 + 7 * DAY + 22 * HOUR + 59 * MINUTE],
+    ] as const) {
+      for (const usage of services) {
+        const totals = await usage.totalsByToken(viewer, TOKENS, new Date(from), new Date(to));
+        if (!totals.ok) throw totals.error;
+        for (const token of TOKENS) {
+          const w = (await direct({ token, from, to, stepMinutes: Math.ceil((to - from) / MINUTE) })).get(0);
+          const got = totals.value.get(token);
+          if (!got) throw new Error(`no totals for ${token}`);
+          expect({ token, ...counts(got) }).toEqual({ token, ...(w ? counts(w) : counts({ ...got, requests: 0 })) });
+        }
+      }
+    }
+  });
+
+  it('reads a month by day from 10:17 as days less the stretch from midnight to 10:17, when hours compress', async () => {
+    const ragged = { from: new Date(T0 + 10 * HOUR + 17 * MINUTE), to: new Date(T0 + 30 * DAY), step: 1440 };
+    // Each step's own pieces: 23 hours and an hour of minutes a step. Moved to midnight: a day, and once per step
+    // 10 hours and 17 minutes (each read once, added to one step and taken from the next).
+    const plan = planSteps(ragged.from.getTime(), ragged.to.getTime(), DAY, DENSE);
+    expect(plan.natural.day).toEqual([[T0, T0 + 30 * DAY]]);
+    expect(plan.natural.hour).toEqual([]);
+    expect(plan.regions.slice(0, 2)).toEqual([
+      { level: 'hour', span: [T0, T0 + 10 * HOUR], to: [{ bin: 0, sign: -1 }] },
+      { level: 'minute', span: [T0 + 10 * HOUR, T0 + 10 * HOUR + 17 * MINUTE], to: [{ bin: 0, sign: -1 }] },
+    ]);
+    expect(plan.regions.slice(2, 4)).toEqual([
+      {
+        level: 'hour',
+        span: [T0 + DAY, T0 + DAY + 10 * HOUR],
+        to: [
+          { bin: 0, sign: 1 },
+          { bin: 1, sign: -1 },
+        ],
+      },
+      {
+        level: 'minute',
+        span: [T0 + DAY + 10 * HOUR, T0 + DAY + 10 * HOUR + 17 * MINUTE],
+        to: [
+          { bin: 0, sign: 1 },
+          { bin: 1, sign: -1 },
+        ],
+      },
+    ]);
+    // And what PostgreSQL reads for it: under half the hour rows (this usage has few minutes near 10:00 to count).
+    const [dense, sparse] = [DENSE, SPARSE].map((density) => new UsageService({ db: t.app.db.prisma, density }));
+    const read = async (usage: UsageService | undefined, table: string) =>
+      rowsRead(() => (usage as UsageService).usage(viewer, ragged), table);
+    const hours = [await read(dense, 'UsageHour'), await read(sparse, 'UsageHour')];
+    const minutes = [await read(dense, 'UsageMinute'), await read(sparse, 'UsageMinute')];
+    expect(hours[0]).toBeLessThan((hours[1] as number) / 2);
+    expect(minutes[0]).toBeLessThanOrEqual(minutes[1] as number);
   });
 
   it('adds a late row (a spool a crashed process left, replayed days later) to the hours and days', async () => {

@@ -12,7 +12,8 @@ import { USAGE_BUCKETS_MS } from './usage.js';
 // - Deleting minutes (the retention loop, usage-retention.ts) leaves the rollups as they are: that is the point.
 // - The latency histogram is kept as buckets, which add up; percentiles are worked out from the sum, as before.
 // - A query splits each of its steps into the days, hours and minutes that make it up (`planPieces`): whole days
-//   from UsageDay, whole hours from UsageHour, and only the ragged edges from UsageMinute.
+//   from UsageDay, whole hours from UsageHour, and only the ragged edges from UsageMinute. Where steps start off
+//   midnight or the hour, usage-plan.ts may instead read days or hours from a moved start and the edges between.
 //
 // Installed at every start, like the catalog's triggers (model-events.ts says why not by a migration); the
 // migration 20261207170400_usage_rollups added up what UsageMinute held before.
@@ -112,6 +113,11 @@ export function fromSpans(level: Level, spans: readonly Span[], where: readonly 
   const name = Prisma.raw(`"${table}"`);
   const time = Prisma.raw(`"${at}"`);
   const also = where.length ? Prisma.sql`AND ${Prisma.join(where, ' AND ')}` : Prisma.empty;
+  const [only] = spans;
+  if (spans.length === 1 && only) {
+    // One range: a plain WHERE, which PostgreSQL may scan with parallel workers (the lateral form never is).
+    return Prisma.sql`(SELECT * FROM ${name} WHERE ${time} >= ${iso(only[0])}::timestamp AND ${time} < ${iso(only[1])}::timestamp ${also}) AS ${name}`;
+  }
   // ISO text cast to a timestamp without a zone: its "Z" is dropped, which leaves the UTC time the tables hold.
   return Prisma.sql`unnest(${spans.map(([lo]) => iso(lo))}::timestamp[], ${spans.map(([, hi]) => iso(hi))}::timestamp[])
       AS s(lo, hi)

@@ -6,6 +6,7 @@ import type { Db } from '../db/client.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { fail, ok, type Result, ValidationError } from '../lib/errors.js';
 import { USAGE_BUCKETS_MS } from './usage.js';
+import { type Density, densityOf, type Plan, planSteps, type Region, regionSums } from './usage-plan.js';
 import { UsagePruner } from './usage-retention.js';
 import {
   DEFAULT_USAGE_RETENTION,
@@ -13,7 +14,7 @@ import {
   parseUsageRetention,
   type UsageRetention,
 } from './usage-retention-setting.js';
-import { fromSpans, type Horizons, LEVELS, type Level, planPieces, type Span, utc } from './usage-rollup.js';
+import { fromSpans, type Horizons, LEVELS, type Level, type Span, utc } from './usage-rollup.js';
 
 /** The longest range one query reads: usage is kept per minute, and a month of it is what a chart compares. */
 export const USAGE_MAX_DAYS = 31;
@@ -89,6 +90,11 @@ export type UsageServiceDeps = {
   retention?: UsageRetention;
   /** Where the pruning loop says what it did; none: it says nothing. */
   log?: Logger;
+  /**
+   * Rows per hour each level holds, which decides how a query is read (usage-plan.ts); absent: estimated from the
+   * tables' statistics. Every way gives the same answer: tests set it to make one of them happen.
+   */
+  density?: Density;
 };
 
 /**
@@ -103,9 +109,12 @@ export class UsageService {
   readonly pruner: UsagePruner;
   private readonly db: Db;
   private readonly retention: UsageRetention;
+  private readonly fixedDensity: Density | undefined;
+  private densityCache: { at: number; density: Density } | undefined;
 
   constructor(deps: UsageServiceDeps) {
     this.db = deps.db;
+    this.fixedDensity = deps.density;
     this.retention = deps.retention ?? (parseUsageRetention(DEFAULT_USAGE_RETENTION) as UsageRetention);
     this.pruner = new UsagePruner({ db: deps.db, retention: this.retention, log: deps.log ?? silent });
   }
@@ -140,7 +149,8 @@ export class UsageService {
     const { from, to, stepMinutes } = range.value;
     const stepMs = stepMinutes * MINUTE_MS;
     const count = Math.ceil((to.getTime() - from.getTime()) / stepMs);
-    const rows = await this.sums(viewer, filter, from, to, stepMs, owners);
+    // Every row's step is one of the points (the plan counts none outside them); checked, not trusted.
+    const rows = (await this.sums(viewer, filter, from, to, stepMs, owners)).filter((r) => r.bin >= 0 && r.bin < count);
     const byBin = new Map(rows.map((r) => [r.bin, r]));
     const points: UsagePoint[] = [];
     // Every step is a point, zeros where nothing was recorded: a chart drawn from it has no gaps to guess over.
@@ -167,14 +177,28 @@ export class UsageService {
     if (!range.ok) return range;
     const { from, to } = range.value;
     const ids = [...new Set(tokenIds)];
-    // One step, the whole range: its days, hours and edge minutes (usage-rollup.ts), each level summed per token.
-    const pieces = planPieces(from.getTime(), to.getTime(), Number.POSITIVE_INFINITY, this.horizons());
-    const parts = levelsOf(pieces).map(
+    // One step, the whole range (a step longer than any range: its end may move to either side), read as usage()
+    // reads a step (usage-plan.ts), each level summed per token.
+    const plan = planSteps(
+      from.getTime(),
+      to.getTime(),
+      (USAGE_MAX_DAYS + 1) * DAY_MS,
+      await this.density(),
+      this.horizons(),
+    );
+    const where = [Prisma.sql`"tokenId" IN (${Prisma.join(ids.length ? ids : [''])})`, this.restriction(viewer)];
+    const natural = levelsOf(plan.natural).map(
       ([level, spans]) => Prisma.sql`
           SELECT "tokenId", ${this.sumColumns()}, ${histogramSum()} AS buckets
-          FROM ${fromSpans(level, spans, [Prisma.sql`"tokenId" IN (${Prisma.join(ids)})`, this.restriction(viewer)])}
+          FROM ${fromSpans(level, spans, where)}
           GROUP BY "tokenId"`,
     );
+    const regions = regionLevels(plan).map(
+      ([level, regions]) => Prisma.sql`
+          SELECT "tokenId", ${SUM_NAMES}, g.buckets
+          FROM (${regionSums(level, regions, where, { columns: SUM_COLUMNS, select: this.regionColumns() }, ['"tokenId"'])}) g`,
+    );
+    const parts = [...natural, ...regions];
     const rows =
       ids.length && parts.length
         ? await this.db.$queryRaw<(Omit<Row, 'bin'> & { tokenId: string })[]>`
@@ -223,7 +247,7 @@ export class UsageService {
    * One aggregate over the range, grouped by step: never a row per minute sent back to be added up here, and one
    * pass over the rows whatever the number of steps (the histogram is summed bucket by bucket in the same GROUP BY).
    */
-  private sums(
+  private async sums(
     viewer: Viewer,
     filter: UsageFilter,
     from: Date,
@@ -231,51 +255,80 @@ export class UsageService {
     stepMs: number,
     owners?: string[],
   ): Promise<Row[]> {
-    // Steps are counted from `from` (its minute), so the first point starts where the range does. Each step is
-    // read as the days, hours and edge minutes that make it up (usage-rollup.ts): a rollup row lies inside one step.
-    // Rows are grouped by date_bin (timestamp arithmetic, cheap per row); the step's number is worked out once per
-    // step, outside, after the levels' sums are added.
-    const origin = utc(from.getTime());
+    // Steps are counted from `from` (its minute), so the first point starts where the range does. The plan
+    // (usage-plan.ts) reads whole days and hours from the rollups and the rest from the minutes: either each step's
+    // own days, hours and edge minutes, or, where steps start off midnight or the hour, the days or hours from a
+    // moved start with the edges between read once and added to one step and taken from the next.
+    const plan = planSteps(from.getTime(), to.getTime(), stepMs, await this.density(), this.horizons());
+    const where = (level: Level) => {
+      const out = [this.restriction(viewer)];
+      if (owners) out.push(seenOnly(owners, level));
+      if (filter.model != null) out.push(Prisma.sql`"model" = ${filter.model}`);
+      if (filter.adapter != null) out.push(Prisma.sql`"adapter" = ${filter.adapter}`);
+      if (filter.replica != null) out.push(Prisma.sql`"replicaId" = ${filter.replica}`);
+      if (filter.token != null) out.push(Prisma.sql`"tokenId" = ${filter.token}`);
+      return out;
+    };
+    // Rows in the plan's natural pieces go to the step their time falls in, counted from the plan's origin: grouped
+    // by date_bin (timestamp arithmetic, cheap per row), the step's number worked out once per group.
     const stepMinutes = Math.round(stepMs / MINUTE_MS);
-    const pieces = planPieces(from.getTime(), to.getTime(), stepMs, this.horizons());
-    const parts = levelsOf(pieces).map(([level, spans]) => {
-      const where = [this.restriction(viewer)];
-      if (owners) where.push(seenOnly(owners, level));
-      if (filter.model != null) where.push(Prisma.sql`"model" = ${filter.model}`);
-      if (filter.adapter != null) where.push(Prisma.sql`"adapter" = ${filter.adapter}`);
-      if (filter.replica != null) where.push(Prisma.sql`"replicaId" = ${filter.replica}`);
-      if (filter.token != null) where.push(Prisma.sql`"tokenId" = ${filter.token}`);
+    const natural = levelsOf(plan.natural).map(([level, spans]) => {
       const at = Prisma.raw(`"${LEVELS[level].at}"`);
       return Prisma.sql`
-        SELECT date_bin(make_interval(mins => ${stepMinutes}::int), ${at}, ${origin}) AS at,
-          ${this.sumColumns()}, ${histogramSum()} AS buckets
-        FROM ${fromSpans(level, spans, where)}
-        GROUP BY 1`;
+        SELECT floor((extract(epoch FROM g.at) * 1000 - ${plan.origin}) / ${stepMs})::int AS bin, ${SUM_NAMES}, g.buckets
+        FROM (
+          SELECT date_bin(make_interval(mins => ${stepMinutes}::int), ${at}, ${utc(plan.origin)}) AS at,
+            ${this.sumColumns()}, ${histogramSum()} AS buckets
+          FROM ${fromSpans(level, spans, where(level))}
+          GROUP BY 1
+        ) g`;
     });
-    if (!parts.length) return Promise.resolve([]);
+    const regions = regionLevels(plan).map(([level, regions]) =>
+      regionSums(level, regions, where(level), { columns: SUM_COLUMNS, select: this.regionColumns() }),
+    );
+    const parts = [...natural, ...regions];
+    if (!parts.length) return [];
+    // One level read plainly (a day by minute, a month by day from midnight) has one row per step already: adding
+    // them up again would cost a second aggregate over every step.
+    if (natural.length === 1 && !regions.length) {
+      return this.db.$queryRaw<Row[]>`SELECT * FROM (${natural[0]}) l ORDER BY bin`;
+    }
     return this.db.$queryRaw<Row[]>`
-      SELECT floor((extract(epoch FROM g.at) * 1000 - ${from.getTime()}) / ${stepMs})::int AS bin, g.*
-      FROM (
-        SELECT at, ${this.sumColumns()}, ${histogramSum('buckets')} AS buckets
-        FROM (${Prisma.join(parts, ' UNION ALL ')}) l
-        GROUP BY at
-      ) g ORDER BY 1`;
+      SELECT bin, ${this.sumColumns()}, ${histogramSum('buckets')} AS buckets
+      FROM (${Prisma.join(parts, ' UNION ALL ')}) l
+      GROUP BY bin ORDER BY bin`;
+  }
+
+  /** Rows per hour each level holds (the planner's statistics), read again at most once a minute. */
+  private async density(): Promise<Density> {
+    if (this.fixedDensity) return this.fixedDensity;
+    const now = performance.now();
+    if (this.densityCache && now - this.densityCache.at < 60_000) return this.densityCache.density;
+    const stats = await this.db.$queryRaw<{ level: Level; rows: number; first: Date | null; last: Date | null }[]>`
+      ${Prisma.join(
+        (['minute', 'hour', 'day'] as const).map((level) => {
+          const { table, at } = LEVELS[level];
+          return Prisma.sql`SELECT ${level}::text AS level,
+            (SELECT reltuples FROM pg_class WHERE oid = ${`"${table}"`}::regclass)::float8 AS rows,
+            (SELECT min(${Prisma.raw(`"${at}"`)}) FROM ${Prisma.raw(`"${table}"`)}) AS first,
+            (SELECT max(${Prisma.raw(`"${at}"`)}) FROM ${Prisma.raw(`"${table}"`)}) AS last`;
+        }),
+        ' UNION ALL ',
+      )}`;
+    const density = densityOf(stats);
+    this.densityCache = { at: now, density };
+    return density;
+  }
+
+  /** The per-region sums regionSums takes: as sumColumns, and the histogram as buckets. */
+  private regionColumns() {
+    return Prisma.sql`${this.sumColumns()}, ${histogramSum()} AS buckets`;
   }
 
   // Sums as float8: JSON numbers, exact to 2^53 tokens, where bigint would arrive as BigInt. Each value is cast
   // before it is added: a sum of bigint is numeric, several times slower to add than float8 (the rollups are bigint).
   private sumColumns() {
-    const cols = [
-      'requests',
-      'errors',
-      'aborted',
-      'promptTokens',
-      'completionTokens',
-      'cachedTokens',
-      'ttftMsSum',
-      'ttftCount',
-    ];
-    return Prisma.raw(cols.map((c) => `sum("${c}"::float8) AS "${c}"`).join(', '));
+    return Prisma.raw(SUM_COLUMNS.map((c) => `sum("${c}"::float8) AS "${c}"`).join(', '));
   }
 
   // "minute" is a UTC timestamp without a zone: the bounds are made the same way, whatever the session's zone.
@@ -474,6 +527,26 @@ const table = (level: Level) => Prisma.raw(`"${LEVELS[level].table}"`);
 /** The levels that have pieces to read, coarsest first. */
 function levelsOf(pieces: Record<Level, Span[]>): [Level, Span[]][] {
   return (['day', 'hour', 'minute'] as const).filter((l) => pieces[l].length).map((l) => [l, pieces[l]]);
+}
+
+/** The sums every query returns, as float8 (sumColumns), in this order. */
+const SUM_COLUMNS = [
+  'requests',
+  'errors',
+  'aborted',
+  'promptTokens',
+  'completionTokens',
+  'cachedTokens',
+  'ttftMsSum',
+  'ttftCount',
+] as const;
+const SUM_NAMES = Prisma.raw(SUM_COLUMNS.map((c) => `g."${c}"`).join(', '));
+
+/** The plan's regions by level, coarsest first. */
+function regionLevels(plan: Plan): [Level, Region[]][] {
+  return (['day', 'hour', 'minute'] as const)
+    .map((level) => [level, plan.regions.filter((r) => r.level === level)] as [Level, Region[]])
+    .filter(([, regions]) => regions.length);
 }
 
 const silent = { debug() {}, info() {}, warn() {}, error() {} } as unknown as Logger;
