@@ -124,7 +124,7 @@ describe('removing a node', () => {
     expect(r.data?.removeNode).toEqual({
       __typename: 'ConflictError',
       message:
-        "node busy still runs 1 replica (small) and training job busy-adapter: stop its agent first (its replicas drain: they finish their requests and are placed on other nodes) and cancel the job, or remove it with force, which cuts the requests in flight there, places its replicas on other nodes and fails the job",
+        'node busy still runs 1 replica (small) and training job busy-adapter: stop its agent first (its replicas drain: they finish their requests and are placed on other nodes) and cancel the job, or remove it with force, which cuts the requests in flight there, places its replicas on other nodes and fails the job',
     });
     expect(await db().node.findUnique({ where: { name: 'busy' } })).not.toBeNull();
     expect(await db().replica.findUnique({ where: { id: mine.replicaId } })).toMatchObject({ state: 'LOADING' });
