@@ -3,7 +3,6 @@ import { createHash } from 'node:crypto';
 import net from 'node:net';
 import path from 'node:path';
 import { GetObjectCommand, ListObjectsV2Command, S3Client } from '@aws-sdk/client-s3';
-import { TransferRate } from '@hangar/agent/peer-fetch';
 import { sleep } from '@hangar/common/retry';
 import { bytes } from '@hangar/common/test/fixtures/fault-upstream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -14,7 +13,7 @@ import { startTestApp, type TestApp } from './harness.js';
 // `hangar mirror migrate --to s3://…` on an external DATABASE_URL, where no database lock keeps it from running
 // beside a server: a server still running on the database is found by its live-events connection and named, and
 // nothing moves. Then the command, run as its own process as an operator runs it, is killed with SIGKILL half-way
-// through a blob (its link to the bucket is slow, as a WAN link is: a TCP relay in front of s3rver), and the
+// through a blob (its link to the bucket stops part-way: a TCP relay in front of s3rver), and the
 // re-run continues that blob from its last checkpointed part, switches every row, and the bucket holds the right
 // bytes.
 
@@ -30,10 +29,14 @@ let t: TestApp;
 let sdk: S3Client;
 let relay: { endpoint: string; close: () => Promise<void> };
 
-/** A TCP relay to s3rver whose uploads take `bytesPerSecond` (a slow link to the bucket); downloads are free. */
-async function slowLink(target: string, bytesPerSecond: number) {
+/**
+ * A TCP relay to s3rver that carries the first `budget` bytes of uploads and then holds the rest (a link to the
+ * bucket that stops part-way): the command is certain to have checkpointed a part, and certain not to have finished
+ * the blob, when it is killed — a slow link alone was outrun once on a loaded machine. Downloads are free.
+ */
+async function stallingLink(target: string, budget: number) {
   const to = new URL(target);
-  const rate = new TransferRate(bytesPerSecond);
+  let left = budget;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const up = net.connect(Number(to.port), to.hostname);
@@ -48,11 +51,11 @@ async function slowLink(target: string, bytesPerSecond: number) {
     }
     up.pipe(client);
     client.on('data', (chunk: Buffer) => {
-      client.pause();
-      void rate.take(chunk.length).then(() => {
-        if (!up.destroyed) up.write(chunk);
-        client.resume();
-      });
+      if (left <= 0) return client.pause(); // held: never resumed, until the test closes the relay
+      const passed = chunk.subarray(0, left);
+      left -= passed.length;
+      if (!up.destroyed) up.write(passed);
+      if (left <= 0) client.pause();
     });
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -69,7 +72,7 @@ beforeAll(async () => {
   s3 = await startS3();
   useS3Env(s3);
   sdk = new S3Client({ endpoint: s3.endpoint, region: 'us-east-1', forcePathStyle: true });
-  relay = await slowLink(s3.endpoint, 4 * MiB);
+  relay = await stallingLink(s3.endpoint, PART + PART / 2);
   t = await startTestApp();
 }, 60_000);
 
@@ -121,7 +124,8 @@ describe('hangar mirror migrate beside running servers, and killed half-way', ()
     expect(await listed()).toEqual([]);
     expect(await db.mirrorUpload.count()).toBe(0);
 
-    // Stopped; the command runs as its own process over the slow link and is killed once a part is checkpointed.
+    // Stopped; the command runs as its own process over a link that stops after a part and a half, and is killed
+    // once a part is checkpointed.
     await t.app.stop();
     const writeId = `migrate-${sha256(BIG)}`;
     const proc: ChildProcess = spawn(
