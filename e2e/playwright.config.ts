@@ -40,6 +40,9 @@ export default defineConfig({
     url: `${baseURL}/readyz`,
     timeout: 120_000,
     reuseExistingServer: false,
+    // Playwright's default end is SIGKILL, which leaves the embedded PostgreSQL running behind the dead server
+    // (one per run, holding its port and memory). SIGTERM is the server's own stop: requests, then PostgreSQL.
+    gracefulShutdown: { signal: 'SIGTERM', timeout: 20_000 },
     stdout: 'pipe',
     env: {
       PORT: String(port),
