@@ -8,6 +8,7 @@ import { createLogger } from '@hangar/common/log';
 import { type App, createApp } from '../src/app.js';
 import { loadConfig } from '../src/config.js';
 import { benchToken } from './api-token.js';
+import { printTrace, startTrace } from './mirror-trace.js';
 
 // The mirror's speed as ratios against the tools an operator would otherwise use, run side by side on the same
 // machine and the same filesystem: fetching a large file from a local nginx (Hangar's fetchToMirror against
@@ -18,7 +19,9 @@ import { benchToken } from './api-token.js';
 //
 // HANGAR_BENCH_MIRROR_MB sets the file's size (default 2048), HANGAR_BENCH_MIRROR_ROUNDS how many times each
 // measurement is taken (default 5; the median is shown), and HANGAR_BENCH_MIRROR_PARTS which parts run
-// (`fetch,serve`, the default; one of them for a quicker run or a profile).
+// (`fetch,serve`, the default; one of them for a quicker run or a profile). `trace` first runs one fetch traced:
+// every query Hangar's process sends to PostgreSQL on a timeline from the mutation, with the first and last
+// block written (bench/mirror-trace.ts): where a fetch's fixed cost goes.
 
 const MIB = 1024 * 1024;
 const SIZE_MB = Number(process.env.HANGAR_BENCH_MIRROR_MB ?? 2048);
@@ -31,9 +34,9 @@ if (!Number.isInteger(ROUNDS) || ROUNDS < 1 || ROUNDS > 20) {
   throw new Error(`HANGAR_BENCH_MIRROR_ROUNDS=${process.env.HANGAR_BENCH_MIRROR_ROUNDS} is not accepted: 1 to 20`);
 }
 const PARTS = new Set((process.env.HANGAR_BENCH_MIRROR_PARTS ?? 'fetch,serve').split(',').map((p) => p.trim()));
-if (![...PARTS].every((p) => p === 'fetch' || p === 'serve')) {
+if (![...PARTS].every((p) => p === 'fetch' || p === 'serve' || p === 'trace')) {
   throw new Error(
-    `HANGAR_BENCH_MIRROR_PARTS=${process.env.HANGAR_BENCH_MIRROR_PARTS} is not accepted: fetch, serve, or both joined by a comma`,
+    `HANGAR_BENCH_MIRROR_PARTS=${process.env.HANGAR_BENCH_MIRROR_PARTS} is not accepted: fetch, serve, trace, or several joined by a comma`,
   );
 }
 const CLIENTS = 16;
@@ -327,7 +330,7 @@ async function hangarFetch(base: string, token: string, version: string, url: st
           const ms = performance.now() - started;
           if (!v.verified || v.files[0]?.sha256 !== sha256)
             throw new Error(`fetched but not verified: ${JSON.stringify(v)}`);
-          return { ms, seen };
+          return { ms, seen, started };
         }
         if (v?.state === 'FAILED' || v?.state === 'CANCELLED') throw new Error(`the fetch failed: ${v.error}`);
       }
@@ -473,6 +476,23 @@ async function main() {
   const load = () => os.loadavg()[0]?.toFixed(1);
   console.log(`load average ${load()} at the start`);
 
+  if (PARTS.has('trace')) {
+    // One fetch with every query it sends on a timeline: where the time around the download loop goes. First,
+    // while no copy of the file is held (one would be linked rather than downloaded), after one untraced fetch
+    // that starts what a process starts once (the hashing thread, prepared statements).
+    await hangarFetch(base, token, 'untraced', upstream.url, sha256);
+    await removeVersion(base, token, 'untraced');
+    sync();
+    const trace = await startTrace();
+    try {
+      const { ms, seen, started } = await hangarFetch(base, token, 'traced', upstream.url, sha256);
+      printTrace(started, trace.events, trace.writes(), seen, ms);
+    } finally {
+      trace.stop();
+    }
+    await removeVersion(base, token, 'traced');
+    sync();
+  }
   // (a) fetch, the four ways taking turns at going first, after a round that is not counted: on a VM the first
   // writes into memory the guest has not used lately run at a fraction of the speed of later ones, whoever makes
   // them. Each copy is deleted (its dirty pages dropped) or synced before the next starts, so no copy's
@@ -536,7 +556,7 @@ async function main() {
     // it (FETCHING). On a 2 GiB file at 700 MB/s every 30 ms of fixed cost is 1 % of the ratio.
     const c0 = cpuSummary(claimed);
     console.log(`  Hangar: mutation → FETCHING heard, median ${c0.median.toFixed(0)} ms`);
-  } else {
+  } else if (PARTS.has('serve')) {
     await hangarFetch(base, token, hangarVersion, upstream.url, sha256);
     sync();
   }

@@ -273,7 +273,10 @@ export class MirrorLanding {
   async finish(
     row: MirrorFile,
     result: TransferDone | TransferFailed,
-    /** The held copy chosen for the requester (fetch): linked instead of one the workers may choose. */
+    /**
+     * The held copy to link, already looked up: the one chosen for the requester (fetch), or the one the worker's
+     * attempt found just before (not looked up a second time). Gone meanwhile, the file is fetched after all.
+     */
     pinned?: { path: string; size: number },
   ): Promise<'requeued' | undefined> {
     const key = versionKey(row.model, row.version);

@@ -25,6 +25,14 @@ import type { RetryState, TransferDone, TransferFailed, TransferOptions, transfe
 /** A file is held by one replica at a time; one whose replica went away is taken up 30 s after its last renewal. */
 export const fileLeases = new LeaseQueue({ table: 'MirrorFile', leaseMs: 30_000, touchColumn: 'updatedAt' });
 const PERSIST_MS = 1000;
+/**
+ * How often a replica looks for work it was not told of: another replica's queue, an expired lease. Its own is
+ * claimed when it is queued (kick). A setting only for tests, which make it long to show that nothing waits on it.
+ */
+export const mirrorPoll = { ms: 2000 };
+
+/** The verified copy an attempt found of the bytes it was to fetch: finish links it rather than looking again. */
+type HeldCopy = { copy: { path: string; size: number } | null };
 
 export class MirrorWorkers {
   private readonly db: Db;
@@ -46,6 +54,8 @@ export class MirrorWorkers {
   private poll: NodeJS.Timeout | undefined;
   private running = false;
   private ticking = false;
+  /** A kick that came while a tick was claiming: that tick may have looked before the new work was there. */
+  private kickedMeanwhile = false;
 
   constructor(
     o: MirrorGround & {
@@ -120,7 +130,7 @@ export class MirrorWorkers {
     }
     this.running = true;
     // Other replicas' queues and expired leases are noticed by polling; this process's own work by kick().
-    this.poll = setInterval(() => this.kick(), 2000);
+    this.poll = setInterval(() => this.kick(), mirrorPoll.ms);
     this.kick();
   }
 
@@ -139,8 +149,15 @@ export class MirrorWorkers {
 
   kick() {
     // While the database is away the poll still ticks, but tries again only after a backoff.
-    if (!this.running || this.ticking || !this.health.due()) return;
+    if (!this.running || !this.health.due()) return;
+    // Not dropped: the tick under way may have looked for work before this kick's work was committed, and
+    // then the work would wait for the next poll. It looks again once it ends.
+    if (this.ticking) {
+      this.kickedMeanwhile = true;
+      return;
+    }
     this.ticking = true;
+    this.kickedMeanwhile = false;
     // The claims, the transfers they start and the progress those persist are all on the loops' connections
     // (db.loops): a busy console must not stall a download's lease renewals.
     void this.fill()
@@ -150,6 +167,7 @@ export class MirrorWorkers {
       })
       .finally(() => {
         this.ticking = false;
+        if (this.kickedMeanwhile) this.kick();
       });
   }
 
@@ -176,7 +194,9 @@ export class MirrorWorkers {
     // the same partial.
     const running = [...this.transfers.keys()];
     // An upload is FETCHING with no lease at all: only a lease that ran out makes a file another worker's to take.
-    const claimed = await this.leases.claim(this.db.loops, this.owner, {
+    // The whole row comes back with the claim: one round trip, and no moment when the file is claimed but not
+    // yet read (an outage there would leave a lease nobody works under until it ran out).
+    const row = await this.leases.claim<MirrorFile>(this.db.loops, this.owner, {
       claimable: Prisma.sql`(state = 'QUEUED' OR (state IN ('FETCHING', 'VERIFYING') AND ${this.leases.expired()}))
           AND NOT (id = ANY(${running}::uuid[]))
           -- A partial on storage this replica cannot see is not its to resume.
@@ -184,15 +204,11 @@ export class MirrorWorkers {
       order: Prisma.sql`"createdAt", file`,
       set: Prisma.sql`state = 'FETCHING', "storageId" = ${this.storage.id}, attempts = attempts + 1,
         "retryAttempt" = NULL, "retryAt" = NULL, "retryReason" = NULL, "startedAt" = coalesce("startedAt", now())`,
+      returning: Prisma.sql`*`,
     });
-    if (!claimed) return null;
-    const id = claimed.id;
-    // Claimed now: an outage from here on must not lose the file to a lease that nobody works under.
-    const row = await this.health.until(
-      () => this.db.loops.mirrorFile.findUniqueOrThrow({ where: { id } }),
-      () => !this.running,
-    );
-    await notify(this.db.loops, 'mirrorVersion', versionKey(row.model, row.version)).catch(() => {});
+    if (!row) return null;
+    // Told without waiting for it: the transfer starts meanwhile. Best effort, as every listener reads afresh.
+    void notify(this.db.loops, 'mirrorVersion', versionKey(row.model, row.version)).catch(() => {});
     return row;
   }
 
@@ -207,10 +223,13 @@ export class MirrorWorkers {
     let controller = first;
     try {
       for (;;) {
-        const outcome = await this.attempt(row, controller);
+        const held: HeldCopy = { copy: null };
+        const outcome = await this.attempt(row, controller, held);
         if (outcome !== 'paused') {
-          // A held copy that went meanwhile: the file is queued again, for a worker to fetch after all.
-          if ((await this.landing.finish(row, outcome)) === 'requeued') this.kick();
+          // Linked to the copy this attempt found, not looked up again; one that went meanwhile queues the file
+          // again, for a worker to fetch after all.
+          const copy = outcome.ok && outcome.held ? (held.copy ?? undefined) : undefined;
+          if ((await this.landing.finish(row, outcome, copy)) === 'requeued') this.kick();
           return;
         }
         const stillOurs = await this.health.until(
@@ -241,6 +260,7 @@ export class MirrorWorkers {
   private async attempt(
     row: MirrorFile,
     controller: AbortController,
+    held: HeldCopy,
   ): Promise<TransferDone | TransferFailed | 'paused'> {
     // Asked for by its sha256 and already held: not a byte is fetched (finish links it). Not from the Hub: /hf
     // lists the file as the repository's, so the Hub must answer for it; its headers publish the sha256, and a
@@ -249,6 +269,7 @@ export class MirrorWorkers {
       row.expectedSha256 && !isHubUrl(this.config.hubUrl, row.sourceUrl)
         ? await this.landing.heldCopy(row.expectedSha256, row.id)
         : null;
+    held.copy = copy;
     if (copy && row.expectedSha256)
       return { ok: true, held: true, size: copy.size, sha256: row.expectedSha256, upstreamSha256: null, etag: null };
     const key = versionKey(row.model, row.version);
@@ -347,7 +368,10 @@ export class MirrorWorkers {
           retryMaxMs: this.config.mirrorRetryMaxMs,
           onRetry,
           throttle: this.throttle,
-          alreadyHeld: async (sha) => (await this.landing.heldCopy(sha, row.id)) !== null,
+          alreadyHeld: async (sha) => {
+            held.copy = await this.landing.heldCopy(sha, row.id);
+            return held.copy !== null;
+          },
           removeBlob: (sha) => removeUnclaimedBlob(this.db.loops, bucket, sha).then(() => {}),
           signal,
           onProgress: (bytesDone, bytesTotal, etag) => {
@@ -358,7 +382,7 @@ export class MirrorWorkers {
           reserveSpace: (bytes) => this.space.reserve(row.id, `${row.model}/${row.version}/${row.file}`, bytes),
           log: (msg, fields) => this.log.info(msg, { ...fields, file: `${row.model}/${row.version}/${row.file}` }),
         })
-      : this.transferToDisk(row, signal, partial, persist, onRetry)
+      : this.transferToDisk(row, signal, partial, persist, onRetry, held)
     ).finally(() => {
       clearInterval(heartbeat);
       clearInterval(quiet);
@@ -375,6 +399,7 @@ export class MirrorWorkers {
     partial: string,
     persist: (progress: { bytesDone: number; bytesTotal: number | null; etag: string | null }) => void,
     onRetry: (retry: RetryState | null) => void,
+    held: HeldCopy,
   ) {
     return this.transfer({
       url: row.sourceUrl,
@@ -391,7 +416,10 @@ export class MirrorWorkers {
       retryMaxMs: this.config.mirrorRetryMaxMs,
       onRetry,
       throttle: this.throttle,
-      alreadyHeld: async (sha) => (await this.landing.heldCopy(sha, row.id)) !== null,
+      alreadyHeld: async (sha) => {
+        held.copy = await this.landing.heldCopy(sha, row.id);
+        return held.copy !== null;
+      },
       fsync: this.config.mirrorFsync,
       signal,
       onProgress: (progress) => {

@@ -1,10 +1,11 @@
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { bytes, sha256, startUpstream, type Upstream } from '../../test/fixtures/fault-upstream.js';
 import { backoffMs, retryAfterMs, sleep } from '../retry.js';
 import { type ResumableOptions, resumableDownload } from './resumable.js';
+import { Sha256 } from './sha256.js';
 
 // The one resumable download, with the options its three callers set (the mirror's are in mirror/transfer.test.ts
 // and test/mirror-outage.test.ts; these are the rest): verification, a partial named by content, an outage that
@@ -127,6 +128,33 @@ describe('resumableDownload', () => {
     const refused = await run('held.bin', { beforeBody: async () => ({ refuse: 'no room', keepPartial: true }) });
     expect(refused).toMatchObject({ ok: false, kind: 'refused', reason: 'no room', keepPartial: true });
   });
+
+  it('asks for a new file without waiting on the hashing thread, which reads only a partial it resumes', async () => {
+    const body = bytes(50_000, 7);
+    up.files.set('fresh.bin', { body });
+    // A stand-in for the hashing thread still starting (the first download in a process): it does not answer
+    // addFile. A new file has no partial to read, so its download must not wait for that answer.
+    const starting = vi.spyOn(Sha256.prototype, 'addFile').mockImplementation(() => new Promise(() => {}));
+    try {
+      const done = await run('fresh.bin', { expect: { sha256: sha256(body) } });
+      expect(done).toMatchObject({ ok: true, sha256: sha256(body), size: body.length });
+      expect(starting).not.toHaveBeenCalled();
+    } finally {
+      starting.mockRestore();
+    }
+    // A partial an earlier run left is read into the hash, and the download goes on from where its bytes stop.
+    up.files.set('left.bin', { body });
+    await fs.writeFile(path.join(dir, 'left.bin.part'), body.subarray(0, 20_000));
+    const reads = vi.spyOn(Sha256.prototype, 'addFile');
+    try {
+      const resumed = await run('left.bin', { expect: { sha256: sha256(body) } });
+      expect(resumed).toMatchObject({ ok: true, sha256: sha256(body), size: body.length });
+      expect(reads).toHaveBeenCalledTimes(1);
+      expect(requestsFor('left.bin').map((r) => r.range)).toEqual(['bytes=20000-']);
+    } finally {
+      reads.mockRestore();
+    }
+  }, 15_000);
 
   it('says what a 4xx answered, at once, with the start of its body', async () => {
     const r = await run('absent.bin');
