@@ -15,16 +15,17 @@ import { notify } from '../src/pubsub.js';
 // Everything timed is timed inside the page, never by polling it from here: each look over the debug protocol is
 // a task on the page's main thread, and polling every 50 ms cost the page more than the event it was timing.
 // Needs a built console (pnpm --filter @hangar/web build) and Chromium at /usr/bin/chromium (or CHROMIUM).
-//   tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR]
+//   tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR] [--layers]
 // --hogs=N busy processes of their own beside the browser for the whole run, both sizes alike (an operator's
 // laptop compiling, a VM sharing its cores): the goal is 60 fps with one there, as at 50 versions. --hogs=0 for none.
 // --profile writes Chromium CPU profiles (DevTools' .cpuprofile) of the events and of the scrolling, at both sizes,
 // to DIR; --trace=DIR their timeline traces (style, layout, paint by frame), for DevTools' Performance panel;
-// --shots=DIR screenshots of the page at the larger size, 1280 and 800 px wide.
+// --shots=DIR screenshots of the page at the larger size, 1280 and 800 px wide; --layers the tiles rastered while
+// scrolling by compositor layer, and how much of each was invalidated.
 
 if (process.argv.includes('--help')) {
   console.log(
-    'tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR]',
+    'tsx bench/console-mirror.ts [versions=5000] [rounds=3] [web dist=../web/dist] [--events=30] [--hogs=1] [--profile=DIR] [--trace=DIR] [--shots=DIR] [--layers]',
   );
   process.exit(0);
 }
@@ -40,6 +41,9 @@ const HOGS = Number(flag('hogs') ?? 1);
 const profileDir = flag('profile');
 const traceDir = flag('trace');
 const shotsDir = flag('shots');
+const showLayers = process.argv.includes('--layers');
+// The compositor's layers each frame, with the region of each that was invalidated (DevTools' Layers panel).
+const LAYERS = 'disabled-by-default-devtools.timeline.layers';
 const chromiumPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
 
 const missing = await fs.access(path.join(dist, 'index.html')).then(
@@ -241,7 +245,16 @@ const liveScript = `(() => {
     let last = 0;
     let dir = 1;
     let distance = 0;
-    const table = document.querySelector('table.mirror').getBoundingClientRect();
+    const list = document.querySelector('table.mirror');
+    const table = list.getBoundingClientRect();
+    // Each change of the listing's height changes the page's: Chromium paints what it sizes again, behind the rows.
+    let height = list.style.height;
+    let heightChanges = 0;
+    const sized = new MutationObserver(() => {
+      if (list.style.height !== height) heightChanges++;
+      height = list.style.height;
+    });
+    sized.observe(list, { attributes: true, attributeFilter: ['style'] });
     const top = Math.max(0, table.top + window.scrollY);
     const bottom = Math.max(top, table.bottom + window.scrollY - window.innerHeight);
     window.scrollTo(0, top);
@@ -255,7 +268,10 @@ const liveScript = `(() => {
       window.scrollBy(0, dir * step);
       distance += Math.abs(window.scrollY - was);
       if (now - start < ms) requestAnimationFrame(tick);
-      else resolve({ frames, distance, start, end: now });
+      else {
+        sized.disconnect();
+        resolve({ frames, distance, start, end: now, heightChanges });
+      }
     };
     requestAnimationFrame(tick);
   });
@@ -299,6 +315,8 @@ type Sample = {
   p95FrameMs: number;
   pxPerFrame: number;
   scrollLongMs: number;
+  /** How often the listing's height changed while scrolling (each one repaints what the page's height sizes). */
+  heightChanges: number;
   /** The renderer's main thread while scrolling, per frame: the CPU its tasks took, and their wall time. */
   scrollCpuMsPerFrame: number;
   scrollBusyMsPerFrame: number;
@@ -338,6 +356,60 @@ function mainThreadTime(trace: Buffer): { cpuMs: number; wallMs: number; tiles: 
     wall += e.dur ?? 0;
   }
   return { cpuMs: cpu / 1000, wallMs: wall / 1000, tiles };
+}
+
+type LayerSnapshot = {
+  layer_id: number;
+  layer_name?: string;
+  /** x, y, width, height of each rectangle invalidated since the last frame. */
+  invalidation?: number[];
+};
+
+/**
+ * --layers: the tiles rastered while scrolling, by the compositor layer they belong to (named after its element),
+ * with how often and how much of each layer was invalidated, from the layer snapshots DevTools' Layers panel reads.
+ * A layer's tiles are rastered again wherever it is invalidated, so this says which content drew the tiles: rows
+ * that came in, rows that moved, or the page behind them.
+ */
+function printLayers(trace: Buffer, n: number) {
+  const parsed = JSON.parse(trace.toString('utf8')) as { traceEvents?: TraceEvent[] } | TraceEvent[];
+  const events = (Array.isArray(parsed) ? parsed : (parsed.traceEvents ?? [])) as (TraceEvent & {
+    args?: {
+      snapshot?: { active_tree?: { layers?: LayerSnapshot[] } };
+      tileData?: { layerId?: number };
+    };
+  })[];
+  const names = new Map<number, string>();
+  const invalidated = new Map<string, { times: number; px: number }>();
+  const ids = new Set<number>();
+  for (const e of events) {
+    if (e.name !== 'LayerTreeHostImpl:snapshot' || e.ph !== 'I') continue;
+    for (const l of e.args?.snapshot?.active_tree?.layers ?? []) {
+      // Every row group's layer is named after its element: one name for them all.
+      const name = (l.layer_name ?? '?').includes('TBODY') ? 'row groups (tbody)' : (l.layer_name ?? '?');
+      names.set(l.layer_id, name);
+      ids.add(l.layer_id);
+      const r = l.invalidation ?? [];
+      if (!r.length) continue;
+      const t = invalidated.get(name) ?? { times: 0, px: 0 };
+      t.times++;
+      for (let i = 0; i + 3 < r.length; i += 4) t.px += (r[i + 2] ?? 0) * (r[i + 3] ?? 0);
+      invalidated.set(name, t);
+    }
+  }
+  const tiles = new Map<string, number>();
+  for (const e of events) {
+    if (e.name !== 'RasterTask' || e.ph !== 'X') continue;
+    const name = names.get(e.args?.tileData?.layerId ?? -1) ?? '?';
+    tiles.set(name, (tiles.get(name) ?? 0) + 1);
+  }
+  console.log(`  tiles rastered while scrolling ${n} versions, by layer (${ids.size} layers came and went):`);
+  for (const [name, count] of [...tiles].sort((x, y) => y[1] - x[1])) {
+    const inv = invalidated.get(name);
+    console.log(
+      `    ${String(count).padStart(5)}  ${name}${inv ? `, invalidated ${inv.times}× (${(inv.px / 1e6).toFixed(1)} Mpx)` : ''}`,
+    );
+  }
 }
 
 /**
@@ -387,6 +459,9 @@ const fillRows = `(() => {
   for (let i = 0, y = 0; y < full; i = (i + 1) % groups.length) {
     const copy = groups[i].cloneNode(true);
     copy.style.transform = 'translateY(' + (head + y) + 'px)';
+    // Painted into the page as plain rows: a compositor layer for each of thousands (mirror.css gives the few live
+    // ones a layer each) would measure the layers, not the page with every row laid out.
+    copy.style.willChange = 'auto';
     rows.append(copy);
     y += heights[i];
   }
@@ -412,6 +487,7 @@ async function profile<T>(
         'devtools.timeline',
         'disabled-by-default-devtools.timeline',
         'disabled-by-default-devtools.timeline.invalidationTracking',
+        LAYERS,
         'blink',
         'cc',
         'renderer.scheduler',
@@ -527,7 +603,11 @@ async function measure(n: number): Promise<Sample> {
     await sleep(500);
     // The page's main thread in Chromium's own trace while it scrolls: the CPU its tasks took (thread time), which
     // another process on these cores does not inflate the way it does the frames' intervals.
-    if (!traceDir) await browser.startTracing(page, { categories: ['disabled-by-default-devtools.timeline'] });
+    if (!traceDir) {
+      await browser.startTracing(page, {
+        categories: ['disabled-by-default-devtools.timeline', ...(showLayers ? [LAYERS] : [])],
+      });
+    }
     const scroll = await profile(
       browser,
       page,
@@ -540,9 +620,12 @@ async function measure(n: number): Promise<Sample> {
           distance: number;
           start: number;
           end: number;
+          heightChanges: number;
         }>,
     );
-    const mainThread = traceDir ? undefined : mainThreadTime(await browser.stopTracing());
+    const trace = traceDir ? undefined : await browser.stopTracing();
+    const mainThread = trace && mainThreadTime(trace);
+    if (trace && showLayers) printLayers(trace, n);
     await sleep(200);
     const longTasks = (await page.evaluate('window.__live.longTasks')) as [number, number][];
     const events = records.map((r) => {
@@ -574,6 +657,7 @@ async function measure(n: number): Promise<Sample> {
       p95FrameMs: sorted[Math.floor(sorted.length * 0.95)] ?? 0,
       pxPerFrame: scroll.distance / Math.max(1, scroll.frames.length),
       scrollLongMs: longIn(longTasks, scroll.start, scroll.end),
+      heightChanges: scroll.heightChanges,
       scrollCpuMsPerFrame: mainThread ? mainThread.cpuMs / Math.max(1, scroll.frames.length) : Number.NaN,
       scrollBusyMsPerFrame: mainThread ? mainThread.wallMs / Math.max(1, scroll.frames.length) : Number.NaN,
       scrollTilesPerFrame: mainThread ? mainThread.tiles / Math.max(1, scroll.frames.length) : Number.NaN,
@@ -637,6 +721,7 @@ const lines: Line[] = [
   ['scrolling: longest frame', (s) => s.longestFrameMs, 'ms', 1],
   ['scrolling: px per frame (120 asked)', (s) => s.pxPerFrame, 'px'],
   ['scrolling: long-task time in 2 s', (s) => s.scrollLongMs, 'ms'],
+  ['scrolling: list height changes in 2 s', (s) => s.heightChanges, ''],
   ['scrolling: main thread CPU per frame', (s) => s.scrollCpuMsPerFrame, 'ms', 1],
   ['scrolling: main thread busy per frame', (s) => s.scrollBusyMsPerFrame, 'ms', 1],
   ['scrolling: tiles rastered per frame', (s) => s.scrollTilesPerFrame, '', 1],

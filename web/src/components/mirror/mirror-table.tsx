@@ -5,7 +5,9 @@ import type { Bytes } from '../../graphql/types';
 import { arrivingStates } from '../../graphql/types';
 import { formatBytes } from '../../lib/format';
 import { ACTIONS_COLUMN, DataTable } from '../common/data-table';
+import { useHeldHeight } from './held-height';
 import { createListScrolling, ListScrollingContext } from './scroll-settle';
+import { createSizeGuesses } from './size-guesses';
 import { COLUMNS, VersionRow, type VersionRow_Version, VersionRow_VersionFragment } from './version-row';
 
 export const MirrorTable_FamilyFragment = graphql(
@@ -178,24 +180,27 @@ export function MirrorTable({
   // than its guess makes react-virtual work out the place of every row below it again (5000 of them), moves the
   // rows in view and repaints them: one guess for every version missed each row in use, which came in nearly every
   // frame when scrolling through a family in use. A row opened to its files or a form is no guess for the others.
-  const measured = useRef<Record<SizeClass, number>>({ family: 40, version: 100, used: 132, arriving: 100 });
+  // While the list moves the guesses stay (size-guesses.ts says why).
+  const [guesses] = useState(() =>
+    createSizeGuesses<SizeClass>({ family: 40, version: 100, used: 132, arriving: 100 }),
+  );
   // The same functions until the items change: react-virtual places every row again when they change.
   const estimateSize = useCallback(
     (i: number) => {
       const item = items[i];
-      return measured.current[item ? sizeClass(item) : 'version'];
+      return guesses.of(item ? sizeClass(item) : 'version');
     },
-    [items],
+    [items, guesses],
   );
   const getItemKey = useCallback((i: number) => items[i]?.key ?? i, [items]);
   const measureRow = useCallback(
     (el: Element, entry: ResizeObserverEntry | undefined, v: Virtualizer<Window, Element>) => {
       const size = measureElement(el, entry, v);
       const item = items[v.indexFromElement(el)];
-      if (item && size > 0 && el.childElementCount === 1) measured.current[sizeClass(item)] = size;
+      if (item && size > 0 && el.childElementCount === 1) guesses.measured(sizeClass(item), size, v.isScrolling);
       return size;
     },
-    [items],
+    [items, guesses],
   );
   const virtualizer = useWindowVirtualizer({
     count: items.length,
@@ -215,12 +220,17 @@ export function MirrorTable({
   if (virtualizer.isScrolling) listScrolling.scrolling = true;
   const scrolling = virtualizer.isScrolling;
   useLayoutEffect(() => listScrolling.set(scrolling), [listScrolling, scrolling]);
+  useLayoutEffect(() => {
+    if (!scrolling) guesses.settled();
+  }, [guesses, scrolling]);
+  // Not shrunk by the rows' guesses while the list moves (held-height.ts): each change repaints the page behind it.
+  const height = useHeldHeight(head + virtualizer.getTotalSize(), scrolling, window.innerHeight);
 
   return (
     <ListScrollingContext.Provider value={listScrolling}>
       <DataTable
         className="mirror"
-        style={{ height: head + virtualizer.getTotalSize() }}
+        style={{ height }}
         headRef={headRef}
         columns={['Version', 'State', 'Progress', 'Details', ACTIONS_COLUMN]}
       >
