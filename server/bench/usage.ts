@@ -9,7 +9,8 @@ import { loadConfig } from '../src/config.js';
 import { USAGE_BUCKETS_MS } from '../src/gateway/usage.js';
 
 // Time against rows for what the console asks of usage (#33), through Hangar's UsageService on its embedded
-// PostgreSQL (which reads the hour and day rollups, gateway/usage-rollup.ts), at 10^4, 10^5 and 10^6 minute rows:
+// PostgreSQL (which reads the rollups: quarter hours, hours, days and day prefixes, gateway/usage-rollup.ts), at
+// 10^4, 10^5 and 10^6 minute rows:
 //   month   usage() over 31 days by day, from 10:17 (ragged: every day's step has minutes at its edges)
 //   month0  the same from midnight (every step a whole day)
 //   day     one model over one day at one-minute steps
@@ -61,7 +62,7 @@ const tokens = Array.from({ length: 20 }, (_, i) => `tok-${i}`);
  * k % 40, replica k (so KEYS replicas of KEYS / 40 per model); row i has key i % KEYS.
  */
 async function seed(n: number) {
-  await db.$executeRawUnsafe('TRUNCATE "UsageMinute", "UsageHour", "UsageDay"');
+  await db.$executeRawUnsafe('TRUNCATE "UsageMinute", "UsageQuarter", "UsageHour", "UsageDay", "UsageDayPrefix"');
   await db.$executeRawUnsafe(`
     INSERT INTO "UsageMinute" (minute, "tokenId", "userId", model, adapter, node, "replicaId", requests, errors,
       aborted, "promptTokens", "completionTokens", "ttftMsSum", "ttftCount", "durationMsSum", "durationBuckets")
@@ -69,7 +70,7 @@ async function seed(n: number) {
       'tok-' || (i % ${KEYS} % 20), '${admin.id}', 'model-' || (i % ${KEYS} % 40), '', 'n1', 'r' || (i % ${KEYS}),
       10, i % 2, 0, 500, 900, 4000, 10, 7000, ARRAY[i % 3, 1, i % 5, 2, 0, i % 7, 1, 0, 0, 0, 0, i % 2]
     FROM generate_series(0, ${n - 1}) AS i`);
-  await db.$executeRawUnsafe('ANALYZE "UsageMinute", "UsageHour", "UsageDay"');
+  await db.$executeRawUnsafe('ANALYZE "UsageMinute", "UsageQuarter", "UsageHour", "UsageDay", "UsageDayPrefix"');
 }
 
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? Number.NaN;
@@ -118,10 +119,12 @@ console.log('rows      query   one pass over minutes (own process)   Hangar (rol
 try {
   for (const n of SIZES) {
     await seed(n);
-    const counts = await db.$queryRawUnsafe<{ h: number; d: number }[]>(
-      'SELECT (SELECT count(*) FROM "UsageHour")::int AS h, (SELECT count(*) FROM "UsageDay")::int AS d',
+    const counts = await db.$queryRawUnsafe<{ q: number; h: number; d: number; p: number }[]>(
+      `SELECT (SELECT count(*) FROM "UsageQuarter")::int AS q, (SELECT count(*) FROM "UsageHour")::int AS h,
+        (SELECT count(*) FROM "UsageDay")::int AS d, (SELECT count(*) FROM "UsageDayPrefix")::int AS p`,
     );
-    console.log(`${n} minute rows: ${counts[0]?.h} hour rows, ${counts[0]?.d} day rows`);
+    const c = counts[0];
+    console.log(`${n} minute rows: ${c?.q} quarter, ${c?.h} hour, ${c?.d} day, ${c?.p} day-prefix rows`);
     // One warm-up of each side, then rounds alternating between the baseline's process and Hangar.
     const baseRound = (rounds: number) =>
       JSON.parse(

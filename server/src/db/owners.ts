@@ -40,6 +40,8 @@ export const TABLE_OWNERS: Record<Prisma.ModelName, OwningDomain> = {
   UsageSpool: 'gateway',
   UsageHour: 'gateway',
   UsageDay: 'gateway',
+  UsageDayPrefix: 'gateway',
+  UsageQuarter: 'gateway',
   GatewayLoad: 'gateway',
   Limit: 'governance',
   LimitWindow: 'governance',

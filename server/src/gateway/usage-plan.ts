@@ -1,6 +1,15 @@
 import { Prisma } from '../generated/prisma/client.js';
 import { USAGE_BUCKETS_MS } from './usage.js';
-import { type Horizons, LEVELS, type Level, type Pieces, planPieces, type Span } from './usage-rollup.js';
+import {
+  type Horizons,
+  LEVELS,
+  type Level,
+  type Pieces,
+  PREFIX,
+  planPieces,
+  QUARTER,
+  type Span,
+} from './usage-rollup.js';
 
 // Which rows answer a usage query whose steps start off the hour or off midnight (#33). planPieces reads each step
 // as the days, hours and minutes inside it: a day's step from 10:17 is 23 hour rows and an hour of minutes, per
@@ -15,6 +24,11 @@ import { type Horizons, LEVELS, type Level, type Pieces, planPieces, type Span }
 // each level keeps per hour (many callers: hours compress little), so every way is priced with the tables'
 // statistics (`Density`) and the cheapest read. All are exact: counts are whole numbers, and a float8 holds them
 // exactly up to 2^53; only the float sums (ttftMsSum) may differ from a plain sum in their last bits.
+//
+// The stretch from midnight to 10:00 is also one row per caller in UsageDayPrefix (usage-rollup.ts), and the stretch
+// from 10:00 to the next midnight the day less that prefix; and any run of minutes is whole quarter hours
+// (UsageQuarter) and the minutes left at its ends. So the edge [midnight, 10:17) reads a prefix row, a quarter row
+// and two minutes per caller instead of ten hours and 17 minutes.
 
 const MINUTE_MS = 60_000;
 const HOUR_MS = 60 * MINUTE_MS;
@@ -25,8 +39,19 @@ export type Density = Record<Level, number>;
 /** When nothing better is known: hours keep a sixth of the minutes' rows, days an eighth of the hours'. */
 export const DEFAULT_DENSITY: Density = { minute: 60, hour: 10, day: 1.25 };
 
+/**
+ * What a region reads: a level's rows within its span (also 'quarter': UsageQuarter), or ('prefix') the day prefix
+ * from span[0] to span[1].
+ */
+export type ReadLevel = Level | 'quarter' | 'prefix';
+
+/** The table a region of `level` reads, and its time column. */
+export function tableOf(level: ReadLevel): { table: string; at: string } {
+  return level === 'prefix' ? PREFIX : level === 'quarter' ? QUARTER : LEVELS[level];
+}
+
 /** A range of one level read once, its sum added (sign +1) or taken away (−1) from each step listed. */
-export type Region = { level: Level; span: Span; to: { bin: number; sign: 1 | -1 }[] };
+export type Region = { level: ReadLevel; span: Span; to: { bin: number; sign: 1 | -1 }[] };
 
 export type Plan = {
   /** Where step 0 of `natural` starts: rows there are added to the step their time falls in, counted from here. */
@@ -48,8 +73,12 @@ const PER_RANGE = 4;
  */
 const REGION_WEIGHT = 2;
 
-function cost(level: Level, [lo, hi]: Span, density: Density): number {
-  return ((hi - lo) / HOUR_MS) * density[level] + PER_RANGE;
+function cost(level: ReadLevel, [lo, hi]: Span, density: Density): number {
+  // A prefix is one row per caller of its day, whatever its length: as many as the day's row.
+  if (level === 'prefix') return 24 * density.day + PER_RANGE;
+  // Quarter hours are not in the statistics read: at most the minutes' rows, at most four hours' worth.
+  const perHour = level === 'quarter' ? Math.min(density.minute, 4 * density.hour) : density[level];
+  return ((hi - lo) / HOUR_MS) * perHour + PER_RANGE;
 }
 
 export function planCost(plan: Plan, density: Density): number {
@@ -136,25 +165,59 @@ function anchored(
   return { origin: a0, natural, regions };
 }
 
+type Term = { level: ReadLevel; span: Span; sign: 1 | -1 };
+
 /**
  * The sum over [lo, hi) as signed pieces, the cheapest of: the days, hours and minutes inside it; or with either
- * end moved to its hour (before or after) and the minutes between taken away or added.
+ * end moved to its hour (before or after) and the minutes between taken away or added. Within one day, whole hours
+ * from midnight are also its prefix, and whole hours up to the next midnight the day less its prefix.
  */
-function rangeTerms(lo: number, hi: number, density: Density): { level: Level; span: Span; sign: 1 | -1 }[] {
-  let best: { level: Level; span: Span; sign: 1 | -1 }[] | null = null;
+function rangeTerms(lo: number, hi: number, density: Density): Term[] {
+  let best: Term[] | null = null;
   let bestCost = Number.POSITIVE_INFINITY;
   const ends = (x: number) => [...new Set([x, floorTo(x, HOUR_MS), ceilTo(x, HOUR_MS)])];
   for (const l of ends(lo)) {
     for (const h of ends(hi)) {
       if (h < l) continue;
-      const terms: { level: Level; span: Span; sign: 1 | -1 }[] = [];
-      const pieces = planPieces(l, h, Number.POSITIVE_INFINITY);
-      for (const level of ['day', 'hour', 'minute'] as const) {
-        for (const span of pieces[level]) terms.push({ level, span, sign: 1 });
+      for (const middle of middles(l, h)) {
+        const terms = [...middle];
+        // [lo, hi) = [l, h) − [l, lo) + [h, hi), each signed.
+        if (l !== lo) terms.push({ level: 'minute', span: [Math.min(l, lo), Math.max(l, lo)], sign: l < lo ? -1 : 1 });
+        if (h !== hi) terms.push({ level: 'minute', span: [Math.min(h, hi), Math.max(h, hi)], sign: h < hi ? 1 : -1 });
+        const read = terms.flatMap((t) => (t.level === 'minute' ? minuteTerms(t, density) : [t]));
+        const c = read.reduce((sum, t) => sum + cost(t.level, t.span, density), 0);
+        if (c < bestCost) {
+          best = read;
+          bestCost = c;
+        }
       }
-      // [lo, hi) = [l, h) − [l, lo) + [h, hi), each signed.
-      if (l !== lo) terms.push({ level: 'minute', span: [Math.min(l, lo), Math.max(l, lo)], sign: l < lo ? -1 : 1 });
-      if (h !== hi) terms.push({ level: 'minute', span: [Math.min(h, hi), Math.max(h, hi)], sign: h < hi ? 1 : -1 });
+    }
+  }
+  return best ?? [];
+}
+
+/**
+ * A signed range of minutes, the cheaper of: the minutes; or the quarter hours from either end's quarter (before or
+ * after it) and the minutes between taken away or added.
+ */
+function minuteTerms(term: Term, density: Density): Term[] {
+  const [lo, hi] = term.span;
+  const q = QUARTER.ms;
+  let best: Term[] = [term];
+  let bestCost = cost('minute', term.span, density);
+  for (const a of new Set([floorTo(lo, q), ceilTo(lo, q)])) {
+    for (const b of new Set([floorTo(hi, q), ceilTo(hi, q)])) {
+      if (b <= a) continue;
+      const terms: Term[] = [{ level: 'quarter', span: [a, b], sign: term.sign }];
+      // [lo, hi) = [a, b) − [a, lo) + [b, hi), each signed.
+      if (a !== lo) {
+        const sign = (a < lo ? -term.sign : term.sign) as 1 | -1;
+        terms.push({ level: 'minute', span: [Math.min(a, lo), Math.max(a, lo)], sign });
+      }
+      if (b !== hi) {
+        const sign = (b < hi ? term.sign : -term.sign) as 1 | -1;
+        terms.push({ level: 'minute', span: [Math.min(b, hi), Math.max(b, hi)], sign });
+      }
       const c = terms.reduce((sum, t) => sum + cost(t.level, t.span, density), 0);
       if (c < bestCost) {
         best = terms;
@@ -162,12 +225,35 @@ function rangeTerms(lo: number, hi: number, density: Density): { level: Level; s
       }
     }
   }
-  return best ?? [];
+  return best;
+}
+
+/** Ways to read [l, h): its days, hours and minutes; and where it lies in one day from or to a midnight, prefixes. */
+function middles(l: number, h: number): Term[][] {
+  const pieces = planPieces(l, h, Number.POSITIVE_INFINITY);
+  const plain: Term[] = [];
+  for (const level of ['day', 'hour', 'minute'] as const) {
+    for (const span of pieces[level]) plain.push({ level, span, sign: 1 });
+  }
+  const out = [plain];
+  const withinADay = h - l > 0 && h - l < DAY_MS;
+  // [midnight, 10:00): the prefix itself.
+  if (withinADay && l % DAY_MS === 0 && h % HOUR_MS === 0) out.push([{ level: 'prefix', span: [l, h], sign: 1 }]);
+  // [10:00, next midnight): the day less its prefix to 10:00.
+  if (withinADay && h % DAY_MS === 0 && l % HOUR_MS === 0) {
+    out.push([
+      { level: 'day', span: [h - DAY_MS, h], sign: 1 },
+      { level: 'prefix', span: [h - DAY_MS, l], sign: -1 },
+    ]);
+  }
+  return out;
 }
 
 function readsPruned(plan: Plan, horizons: Horizons): boolean {
-  const early = (level: Level, [lo]: Span) =>
-    (level === 'minute' && lo < horizons.minutesFrom) || (level === 'hour' && lo < horizons.hoursFrom);
+  // Prefixes are pruned with the hours they sum.
+  const early = (level: ReadLevel, [lo]: Span) =>
+    ((level === 'minute' || level === 'quarter') && lo < horizons.minutesFrom) ||
+    ((level === 'hour' || level === 'prefix') && lo < horizons.hoursFrom);
   for (const level of ['minute', 'hour'] as const) {
     if (plan.natural[level].some((s) => early(level, s))) return true;
   }
@@ -193,17 +279,20 @@ export function densityOf(stats: { level: Level; rows: number; first: Date | nul
  * region).
  */
 export function regionSums(
-  level: Level,
+  level: ReadLevel,
   regions: readonly Region[],
   where: readonly Prisma.Sql[],
   sums: { columns: readonly string[]; select: Prisma.Sql },
   key: readonly string[] = [],
 ): Prisma.Sql {
-  const { table, at } = LEVELS[level];
+  const { table, at } = tableOf(level);
   const iso = (ms: number) => new Date(ms).toISOString();
   const name = Prisma.raw(`"${table}"`);
   const time = Prisma.raw(`"${at}"`);
   const also = where.length ? Prisma.sql`AND ${Prisma.join(where, ' AND ')}` : Prisma.empty;
+  // A prefix region is one (day, until) of UsageDayPrefix: an equality on its unique index's first two columns.
+  const within =
+    level === 'prefix' ? Prisma.sql`${time} = s.lo AND until = s.hi` : Prisma.sql`${time} >= s.lo AND ${time} < s.hi`;
   const to = regions.flatMap((r, id) => r.to.map((t) => ({ id, ...t })));
   const keys = key.length ? Prisma.raw(`${key.map((k) => `r.${k}`).join(', ')}, `) : Prisma.empty;
   const inner = key.length ? Prisma.raw(`, ${key.join(', ')}`) : Prisma.empty;
@@ -216,7 +305,7 @@ export function regionSums(
       FROM unnest(${regions.map((r) => iso(r.span[0]))}::timestamp[], ${regions.map((r) => iso(r.span[1]))}::timestamp[],
           ${regions.map((_, id) => id)}::int[]) AS s(lo, hi, id)
         CROSS JOIN LATERAL (
-          SELECT * FROM ${name} WHERE ${time} >= s.lo AND ${time} < s.hi ${also} OFFSET 0
+          SELECT * FROM ${name} WHERE ${within} ${also} OFFSET 0
         ) AS ${name}
       GROUP BY s.id${inner}
     ) r

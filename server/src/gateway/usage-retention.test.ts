@@ -106,6 +106,12 @@ describe('pruning usage past its retention', () => {
     const hoursKept = now - 5 * DAY - ((now - 5 * DAY) % DAY);
     expect(await db.usageMinute.count({ where: { minute: { lt: new Date(minutesKept) } } })).toBe(0);
     expect(await db.usageHour.count({ where: { hour: { lt: new Date(hoursKept) } } })).toBe(0);
+    // Quarter hours go with the minutes, the day prefixes (sums of hours) with the hours; the later ones stay.
+    expect(await db.usageQuarter.count({ where: { quarter: { lt: new Date(minutesKept) } } })).toBe(0);
+    expect(await db.usageQuarter.count()).toBeGreaterThan(0);
+    // The day prefixes (sums of hours) go with the hours; the later ones stay.
+    expect(await db.usageDayPrefix.count({ where: { day: { lt: new Date(hoursKept) } } })).toBe(0);
+    expect(await db.usageDayPrefix.count()).toBeGreaterThan(0);
     expect(await db.usageMinute.count()).toBeLessThan(minutesBefore / 5);
     expect(await db.usageDay.count({ where: { day: { lt: new Date(now - 19 * DAY) } } })).toBeGreaterThan(0);
     expect(deleted).toBeGreaterThan(minutesBefore / 2);

@@ -2,7 +2,7 @@ import type { Logger } from '@hangar/common/log';
 import type { Db } from '../db/client.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { horizonsAt, type UsageRetention } from './usage-retention-setting.js';
-import { LEVELS, type Level, utc } from './usage-rollup.js';
+import { LEVELS, type Level, PREFIX, QUARTER, utc } from './usage-rollup.js';
 
 // The loop that deletes usage past HANGAR_USAGE_RETENTION (usage-retention-setting.ts), oldest grain last: the hours
 // and days (usage-rollup.ts) keep answering for what the minutes no longer cover.
@@ -53,7 +53,11 @@ export class UsagePruner {
     let deleted = 0;
     try {
       deleted += await this.pruneLevel('minute', h.minutesFrom);
+      // Quarter hours are sums of minutes: once those are gone, every step is whole hours.
+      deleted += await this.pruneLevel(QUARTER, h.minutesFrom);
       deleted += await this.pruneLevel('hour', h.hoursFrom);
+      // The day prefixes are sums of hours: kept as long as the hours (usage-plan.ts reads none from before them).
+      deleted += await this.pruneLevel(PREFIX, h.hoursFrom);
       deleted += await this.pruneLevel('day', h.daysFrom);
     } catch (err) {
       // The database away: the next pass (an hour on) deletes what this one left.
@@ -66,9 +70,9 @@ export class UsagePruner {
     return deleted;
   }
 
-  private async pruneLevel(level: Level, before: number): Promise<number> {
+  private async pruneLevel(level: Level | typeof PREFIX | typeof QUARTER, before: number): Promise<number> {
     if (!Number.isFinite(before)) return 0;
-    const { table, at } = LEVELS[level];
+    const { table, at } = typeof level === 'string' ? LEVELS[level] : level;
     let total = 0;
     for (;;) {
       const n = await this.db.loops.$executeRaw`

@@ -2,8 +2,10 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { createLogger } from '@hangar/common/log';
+import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { startTestApp, type TestApp } from '../../test/harness.js';
+import { migrationsDir } from '../db/migrate.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { type Outcome, USAGE_BUCKETS_MS, type UsageEvent, UsageRecorder } from './usage.js';
 import { percentileMs, UsageService, type UsageTotals } from './usage.service.js';
@@ -355,17 +357,23 @@ describe('usage from rollups', () => {
   it('reads a month by day from 10:17 as days less the stretch from midnight to 10:17, when hours compress', async () => {
     const ragged = { from: new Date(T0 + 10 * HOUR + 17 * MINUTE), to: new Date(T0 + 30 * DAY), step: 1440 };
     // Each step's own pieces: 23 hours and an hour of minutes a step. Moved to midnight: a day, and once per step
-    // 10 hours and 17 minutes (each read once, added to one step and taken from the next).
+    // the day's prefix to 10:00, the quarter hour from 10:00 and two minutes (each read once, added to one step and
+    // taken from the next).
     const plan = planSteps(ragged.from.getTime(), ragged.to.getTime(), DAY, DENSE);
     expect(plan.natural.day).toEqual([[T0, T0 + 30 * DAY]]);
     expect(plan.natural.hour).toEqual([]);
-    expect(plan.regions.slice(0, 2)).toEqual([
-      { level: 'hour', span: [T0, T0 + 10 * HOUR], to: [{ bin: 0, sign: -1 }] },
-      { level: 'minute', span: [T0 + 10 * HOUR, T0 + 10 * HOUR + 17 * MINUTE], to: [{ bin: 0, sign: -1 }] },
-    ]);
-    expect(plan.regions.slice(2, 4)).toEqual([
+    expect(plan.regions.slice(0, 3)).toEqual([
+      { level: 'prefix', span: [T0, T0 + 10 * HOUR], to: [{ bin: 0, sign: -1 }] },
+      { level: 'quarter', span: [T0 + 10 * HOUR, T0 + 10 * HOUR + 15 * MINUTE], to: [{ bin: 0, sign: -1 }] },
       {
-        level: 'hour',
+        level: 'minute',
+        span: [T0 + 10 * HOUR + 15 * MINUTE, T0 + 10 * HOUR + 17 * MINUTE],
+        to: [{ bin: 0, sign: -1 }],
+      },
+    ]);
+    expect(plan.regions.slice(3, 6)).toEqual([
+      {
+        level: 'prefix',
         span: [T0 + DAY, T0 + DAY + 10 * HOUR],
         to: [
           { bin: 0, sign: 1 },
@@ -373,22 +381,92 @@ describe('usage from rollups', () => {
         ],
       },
       {
+        level: 'quarter',
+        span: [T0 + DAY + 10 * HOUR, T0 + DAY + 10 * HOUR + 15 * MINUTE],
+        to: [
+          { bin: 0, sign: 1 },
+          { bin: 1, sign: -1 },
+        ],
+      },
+      {
         level: 'minute',
-        span: [T0 + DAY + 10 * HOUR, T0 + DAY + 10 * HOUR + 17 * MINUTE],
+        span: [T0 + DAY + 10 * HOUR + 15 * MINUTE, T0 + DAY + 10 * HOUR + 17 * MINUTE],
         to: [
           { bin: 0, sign: 1 },
           { bin: 1, sign: -1 },
         ],
       },
     ]);
-    // And what PostgreSQL reads for it: under half the hour rows (this usage has few minutes near 10:00 to count).
+    // And what PostgreSQL reads for it: no hour rows, and per step one prefix row per caller of that day (this usage
+    // has few minutes near 10:00 to count).
     const [dense, sparse] = [DENSE, SPARSE].map((density) => new UsageService({ db: t.app.db.prisma, density }));
     const read = async (usage: UsageService | undefined, table: string) =>
       rowsRead(() => (usage as UsageService).usage(viewer, ragged), table);
     const hours = [await read(dense, 'UsageHour'), await read(sparse, 'UsageHour')];
     const minutes = [await read(dense, 'UsageMinute'), await read(sparse, 'UsageMinute')];
-    expect(hours[0]).toBeLessThan((hours[1] as number) / 2);
+    expect(hours[0]).toBe(0);
+    expect(hours[1]).toBeGreaterThan(0);
     expect(minutes[0]).toBeLessThanOrEqual(minutes[1] as number);
+    const prefixes = await t.app.db.prisma.usageDayPrefix.count({
+      where: {
+        day: { in: Array.from({ length: 30 }, (_, i) => new Date(T0 + i * DAY)) },
+        until: { in: Array.from({ length: 30 }, (_, i) => new Date(T0 + i * DAY + 10 * HOUR)) },
+      },
+    });
+    // (EXPLAIN's rows are a per-loop average, rounded: one loop a step.)
+    expect(await read(dense, 'UsageDayPrefix')).toBeLessThanOrEqual(prefixes + 30);
+  });
+
+  it('answers from the usage written before the day prefixes and quarter hours existed the same way, once their migrations ran', async () => {
+    // As a database the migrations meet: UsageMinute and UsageHour filled (by the trigger of before), no
+    // UsageDayPrefix or UsageQuarter. The migrations' own files are run, as the server runs them at start
+    // (db/migrate.ts).
+    const db = t.app.db.prisma;
+    const written = { prefixes: await db.usageDayPrefix.count(), quarters: await db.usageQuarter.count() };
+    expect(written.prefixes).toBeGreaterThan(0);
+    expect(written.quarters).toBeGreaterThan(0);
+    const client = new pg.Client({ connectionString: t.app.db.url });
+    await client.connect();
+    try {
+      await client.query('DROP TABLE "UsageDayPrefix", "UsageQuarter"');
+      for (const name of ['20261208000100_usage_day_prefix', '20261208000110_usage_quarter']) {
+        await client.query(await fs.readFile(path.join(migrationsDir, name, 'migration.sql'), 'utf8'));
+      }
+    } finally {
+      await client.end();
+    }
+    // The same rows the trigger wrote, and answers that read them (moved starts, DENSE) equal to the minutes'.
+    expect({ prefixes: await db.usageDayPrefix.count(), quarters: await db.usageQuarter.count() }).toEqual(written);
+    const dense = new UsageService({ db: t.app.db.prisma, density: DENSE });
+    let prefixed = 0;
+    let quartered = 0;
+    for (let round = 0; round < 8; round++) {
+      const from = T0 + Math.floor(r() * 20) * DAY + (1 + Math.floor(r() * 22)) * HOUR + Math.floor(r() * 60) * MINUTE;
+      const to = from + Math.floor(1 + r() * 9) * DAY;
+      const model = round % 3 === 0 ? pickOf(MODELS) : undefined;
+      const plan = planSteps(from, to, DAY, DENSE);
+      prefixed += plan.regions.filter((g) => g.level === 'prefix').length;
+      quartered += plan.regions.filter((g) => g.level === 'quarter').length;
+      const answer = await dense.usage(viewer, { model, from: new Date(from), to: new Date(to), step: 1440 });
+      if (!answer.ok) throw answer.error;
+      const want = await direct({ model, from, to, stepMinutes: 1440 });
+      const at = { round, from: new Date(from).toISOString() };
+      for (const [bin, p] of answer.value.points.entries()) {
+        const w = want.get(bin);
+        expect({ ...at, bin, ...counts(p) }).toEqual({ ...at, bin, ...counts(w ?? { ...p, ...NOTHING }) });
+      }
+    }
+    expect(prefixed).toBeGreaterThan(8);
+    expect(quartered).toBeGreaterThan(8);
+    const [from, to] = [T0 + 29 * DAY + 10 * HOUR + 17 * MINUTE, T0 + 30 * DAY + 10 * HOUR + 17 * MINUTE];
+    const totals = await dense.totalsByToken(viewer, TOKENS, new Date(from), new Date(to));
+    if (!totals.ok) throw totals.error;
+    for (const token of TOKENS) {
+      const w = (await direct({ token, from, to, stepMinutes: Math.ceil((to - from) / MINUTE) })).get(0);
+      const got = totals.value.get(token);
+      if (!got) throw new Error(`no totals for ${token}`);
+      expect({ token, ...counts(got) }).toEqual({ token, ...counts(w ?? { ...got, ...NOTHING }) });
+    }
   });
 
   it('adds a late row (a spool a crashed process left, replayed days later) to the hours and days', async () => {
@@ -435,6 +513,23 @@ describe('usage from rollups', () => {
       await next.stop();
 
       const hours = await t.app.db.prisma.usageHour.findMany({ where: { tokenId: 'tok-late' } });
+      // To its quarter hour (13:15).
+      const quarters = await t.app.db.prisma.usageQuarter.findMany({ where: { tokenId: 'tok-late' } });
+      expect(quarters.map((q) => [q.quarter.toISOString(), Number(q.requests)])).toEqual([
+        [new Date(T0 + 12 * DAY + 13 * HOUR + 15 * MINUTE).toISOString(), 7],
+      ]);
+      // And to every prefix of day 12 that ends after 13:00: until 14:00, 15:00, … 23:00.
+      const prefixes = await t.app.db.prisma.usageDayPrefix.findMany({
+        where: { tokenId: 'tok-late' },
+        orderBy: { until: 'asc' },
+      });
+      expect(prefixes.map((p) => [p.day.toISOString(), p.until.toISOString(), Number(p.requests)])).toEqual(
+        Array.from({ length: 10 }, (_, i) => [
+          new Date(T0 + 12 * DAY).toISOString(),
+          new Date(T0 + 12 * DAY + (14 + i) * HOUR).toISOString(),
+          7,
+        ]),
+      );
       const days = await t.app.db.prisma.usageDay.findMany({ where: { tokenId: 'tok-late' } });
       expect(hours.map((h) => [h.hour.toISOString(), Number(h.requests), Number(h.promptTokens)])).toEqual([
         [new Date(T0 + 12 * DAY + 13 * HOUR).toISOString(), 7, 700],
@@ -452,6 +547,19 @@ describe('usage from rollups', () => {
     }
   });
 });
+
+/** A point where nothing was recorded. */
+const NOTHING = {
+  requests: 0,
+  errors: 0,
+  aborted: 0,
+  promptTokens: 0,
+  completionTokens: 0,
+  cachedTokens: 0,
+  p50Ms: null,
+  p95Ms: null,
+  meanTtftMs: null,
+};
 
 function alive(pid: number): boolean {
   try {

@@ -1,9 +1,12 @@
 import type { Db } from '../db/client.js';
+import { installTriggers } from '../db/triggers.js';
 import { Prisma } from '../generated/prisma/client.js';
 import { USAGE_BUCKETS_MS } from './usage.js';
 
 // Usage per hour (UsageHour) and per day (UsageDay), so a month's chart reads a month of days instead of every
-// minute in it (#33). How they stay exact:
+// minute in it (#33), and each day from midnight up to each of its hours (UsageDayPrefix), so a step that starts at
+// 10:17 reads midnight to 10:00 as one row per caller instead of ten hours, and per quarter hour (UsageQuarter), so
+// its 17 minutes are a quarter and two minutes. How they stay exact:
 //
 // - A statement-level trigger on UsageMinute adds what each statement wrote (its inserted rows; for an update, the
 //   new rows less the old) to the hour and the day, in that statement's transaction. Whoever writes minutes (the
@@ -29,6 +32,20 @@ export const LEVELS: Record<Level, { table: string; at: string; ms: number }> = 
   hour: { table: 'UsageHour', at: 'hour', ms: HOUR_MS },
   day: { table: 'UsageDay', at: 'day', ms: DAY_MS },
 };
+
+/**
+ * Each day from midnight up to each of its hours (UsageDayPrefix): the row for [day, until) sums the hours in it.
+ * Read only by usage-plan.ts's regions; pruned with the hours, since it is made of them.
+ */
+export const PREFIX = { table: 'UsageDayPrefix', at: 'day' } as const;
+
+/**
+ * Usage per quarter hour (UsageQuarter): the ragged edge of a step, 10:00 to 10:17, is a quarter and two minutes.
+ * Read only by usage-plan.ts's regions; pruned with the minutes (once they are gone, steps are whole hours).
+ */
+export const QUARTER = { table: 'UsageQuarter', at: 'quarter', ms: 15 * MINUTE_MS } as const;
+/** A minute's quarter hour, as the trigger and the migration 20261208000110_usage_quarter write it. */
+const QUARTER_START = `date_bin('15 minutes', minute, TIMESTAMP '2000-01-01')`;
 
 /** [lo, hi) in epoch ms. */
 export type Span = readonly [number, number];
@@ -142,8 +159,9 @@ const COUNTS = [
 ];
 
 /** Adds `source` (minute rows with a `sign` column: +1 added, -1 taken away) to the level's table. */
-function addTo(level: 'hour' | 'day', source: string): string {
-  const { table, at } = LEVELS[level];
+function addTo(level: 'quarter' | 'hour' | 'day', source: string): string {
+  const { table, at } = level === 'quarter' ? QUARTER : LEVELS[level];
+  const start = level === 'quarter' ? QUARTER_START : `date_trunc('${level}', minute)`;
   const n = USAGE_BUCKETS_MS.length;
   const cells = Array.from({ length: n }, (_, i) => `sum(sign * coalesce("durationBuckets"[${i + 1}], 0))`);
   const added = Array.from(
@@ -153,12 +171,43 @@ function addTo(level: 'hour' | 'day', source: string): string {
   // ORDER BY the key: two transactions adding to the same hours lock them in the same order (no deadlock).
   return `
     INSERT INTO "${table}" ("${at}", ${KEY}, node, ${COUNTS.join(', ')}, "durationBuckets")
-    SELECT date_trunc('${level}', minute), ${KEY}, max(node), ${COUNTS.map((c) => `sum(sign * ${c})`).join(', ')},
+    SELECT ${start}, ${KEY}, max(node), ${COUNTS.map((c) => `sum(sign * ${c})`).join(', ')},
       ARRAY[${cells.join(', ')}]::bigint[]
     FROM (${source}) s
-    GROUP BY date_trunc('${level}', minute), ${KEY}
+    GROUP BY ${start}, ${KEY}
     ORDER BY 1, ${KEY}
     ON CONFLICT ("${at}", ${KEY}) DO UPDATE SET
+      ${COUNTS.map((c) => `${c} = "${table}".${c} + excluded.${c}`).join(',\n      ')},
+      "durationBuckets" = ARRAY[${added.join(', ')}]`;
+}
+
+/**
+ * Adds `source` to UsageDayPrefix: each minute row to every prefix of its day (midnight to `until`, a whole hour)
+ * that ends after its hour, so the prefix to 10:00 is the hours 00:00–09:00. Summed per hour first: a statement's
+ * rows fan out to at most 23 prefixes per caller and hour, not per minute.
+ */
+function addToPrefix(source: string): string {
+  const { table } = PREFIX;
+  const buckets = USAGE_BUCKETS_MS.map((_, i) => `b${i + 1}`);
+  const added = buckets.map(
+    (_, i) => `coalesce("${table}"."durationBuckets"[${i + 1}], 0) + excluded."durationBuckets"[${i + 1}]`,
+  );
+  return `
+    INSERT INTO "${table}" (day, until, ${KEY}, node, ${COUNTS.join(', ')}, "durationBuckets")
+    SELECT date_trunc('day', h.hour), u.until, ${KEY}, max(node), ${COUNTS.map((c) => `sum(${c})`).join(', ')},
+      ARRAY[${buckets.map((b) => `sum(${b})`).join(', ')}]::bigint[]
+    FROM (
+      SELECT date_trunc('hour', minute) AS hour, ${KEY}, max(node) AS node,
+        ${COUNTS.map((c) => `sum(sign * ${c}) AS ${c}`).join(', ')},
+        ${buckets.map((b, i) => `sum(sign * coalesce("durationBuckets"[${i + 1}], 0)) AS ${b}`).join(', ')}
+      FROM (${source}) s
+      GROUP BY 1, ${KEY}
+    ) h
+      CROSS JOIN LATERAL generate_series(h.hour + interval '1 hour', date_trunc('day', h.hour) + interval '23 hours',
+        interval '1 hour') AS u(until)
+    GROUP BY 1, 2, ${KEY}
+    ORDER BY 1, 2, ${KEY}
+    ON CONFLICT (day, until, ${KEY}) DO UPDATE SET
       ${COUNTS.map((c) => `${c} = "${table}".${c} + excluded.${c}`).join(',\n      ')},
       "durationBuckets" = ARRAY[${added.join(', ')}]`;
 }
@@ -171,6 +220,8 @@ CREATE OR REPLACE FUNCTION ${name}() RETURNS trigger AS $$
 BEGIN
   ${addTo('hour', source)};
   ${addTo('day', source)};
+  ${addTo('quarter', source)};
+  ${addToPrefix(source)};
   RETURN NULL;
 END
 $$ LANGUAGE plpgsql`;
@@ -178,29 +229,31 @@ $$ LANGUAGE plpgsql`;
 
 const LOCK = 0x75736167; // 'usag'
 
-/** Installs (or replaces) the triggers that keep UsageHour and UsageDay equal to UsageMinute's sums. */
+/** Installs (or replaces) the triggers that keep the rollups (UsageQuarter, UsageHour, UsageDay, UsageDayPrefix) equal to UsageMinute's sums. */
 export async function installUsageRollups(db: Db): Promise<void> {
-  await db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${LOCK})`;
-    await tx.$executeRawUnsafe(
+  await installTriggers(db, {
+    lock: LOCK,
+    functions: [
       triggerFunction('hangar_usage_rollup_insert', `SELECT ${COLUMNS}, 1 AS sign FROM new_rows`),
-    );
-    await tx.$executeRawUnsafe(
       triggerFunction(
         'hangar_usage_rollup_update',
         `SELECT ${COLUMNS}, 1 AS sign FROM new_rows UNION ALL SELECT ${COLUMNS}, -1 AS sign FROM old_rows`,
       ),
-    );
-    await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "UsageMinute_rollup_insert" ON "UsageMinute"`);
-    await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "UsageMinute_rollup_update" ON "UsageMinute"`);
-    await tx.$executeRawUnsafe(
-      `CREATE TRIGGER "UsageMinute_rollup_insert" AFTER INSERT ON "UsageMinute" REFERENCING NEW TABLE AS new_rows
+    ],
+    triggers: [
+      {
+        name: 'UsageMinute_rollup_insert',
+        table: 'UsageMinute',
+        create: `CREATE TRIGGER "UsageMinute_rollup_insert" AFTER INSERT ON "UsageMinute" REFERENCING NEW TABLE AS new_rows
        FOR EACH STATEMENT EXECUTE FUNCTION hangar_usage_rollup_insert()`,
-    );
-    await tx.$executeRawUnsafe(
-      `CREATE TRIGGER "UsageMinute_rollup_update" AFTER UPDATE ON "UsageMinute"
+      },
+      {
+        name: 'UsageMinute_rollup_update',
+        table: 'UsageMinute',
+        create: `CREATE TRIGGER "UsageMinute_rollup_update" AFTER UPDATE ON "UsageMinute"
        REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
        FOR EACH STATEMENT EXECUTE FUNCTION hangar_usage_rollup_update()`,
-    );
+      },
+    ],
   });
 }

@@ -222,6 +222,16 @@ export type UsageHour = Prisma.UsageHourModel
  */
 export type UsageDay = Prisma.UsageDayModel
 /**
+ * Model UsageDayPrefix
+ * 
+ */
+export type UsageDayPrefix = Prisma.UsageDayPrefixModel
+/**
+ * Model UsageQuarter
+ * 
+ */
+export type UsageQuarter = Prisma.UsageQuarterModel
+/**
  * Model Limit
  * 
  */

@@ -433,6 +433,8 @@ export const ModelName = {
   UsageSpool: 'UsageSpool',
   UsageHour: 'UsageHour',
   UsageDay: 'UsageDay',
+  UsageDayPrefix: 'UsageDayPrefix',
+  UsageQuarter: 'UsageQuarter',
   Limit: 'Limit',
   LimitWindow: 'LimitWindow',
   Price: 'Price',
@@ -452,7 +454,7 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
     omit: GlobalOmitOptions
   }
   meta: {
-    modelProps: "user" | "session" | "apiToken" | "node" | "nodeFile" | "nodePeer" | "mirrorFile" | "mirrorUpload" | "hubRef" | "catalogModel" | "modelScale" | "gatewayLoad" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "kbDataset" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "usageHour" | "usageDay" | "limit" | "limitWindow" | "price" | "gpuTime"
+    modelProps: "user" | "session" | "apiToken" | "node" | "nodeFile" | "nodePeer" | "mirrorFile" | "mirrorUpload" | "hubRef" | "catalogModel" | "modelScale" | "gatewayLoad" | "adapter" | "servedName" | "engineKey" | "replica" | "serveJob" | "serveJobStep" | "trainJob" | "trainMetric" | "trainEvaluation" | "trainEvent" | "trainArtifact" | "org" | "team" | "project" | "membership" | "collection" | "collectionDocument" | "kbDataset" | "auditEvent" | "loginLimit" | "usageMinute" | "usageSpool" | "usageHour" | "usageDay" | "usageDayPrefix" | "usageQuarter" | "limit" | "limitWindow" | "price" | "gpuTime"
     txIsolationLevel: TransactionIsolationLevel
   }
   model: {
@@ -3120,6 +3122,154 @@ export type TypeMap<ExtArgs extends runtime.Types.Extensions.InternalArgs = runt
         }
       }
     }
+    UsageDayPrefix: {
+      payload: Prisma.$UsageDayPrefixPayload<ExtArgs>
+      fields: Prisma.UsageDayPrefixFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageDayPrefixFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageDayPrefixFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        findFirst: {
+          args: Prisma.UsageDayPrefixFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageDayPrefixFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        findMany: {
+          args: Prisma.UsageDayPrefixFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>[]
+        }
+        create: {
+          args: Prisma.UsageDayPrefixCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        createMany: {
+          args: Prisma.UsageDayPrefixCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageDayPrefixCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>[]
+        }
+        delete: {
+          args: Prisma.UsageDayPrefixDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        update: {
+          args: Prisma.UsageDayPrefixUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageDayPrefixDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageDayPrefixUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageDayPrefixUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageDayPrefixUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageDayPrefixPayload>
+        }
+        aggregate: {
+          args: Prisma.UsageDayPrefixAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageDayPrefix>
+        }
+        groupBy: {
+          args: Prisma.UsageDayPrefixGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageDayPrefixGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageDayPrefixCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageDayPrefixCountAggregateOutputType> | number
+        }
+      }
+    }
+    UsageQuarter: {
+      payload: Prisma.$UsageQuarterPayload<ExtArgs>
+      fields: Prisma.UsageQuarterFieldRefs
+      operations: {
+        findUnique: {
+          args: Prisma.UsageQuarterFindUniqueArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload> | null
+        }
+        findUniqueOrThrow: {
+          args: Prisma.UsageQuarterFindUniqueOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        findFirst: {
+          args: Prisma.UsageQuarterFindFirstArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload> | null
+        }
+        findFirstOrThrow: {
+          args: Prisma.UsageQuarterFindFirstOrThrowArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        findMany: {
+          args: Prisma.UsageQuarterFindManyArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>[]
+        }
+        create: {
+          args: Prisma.UsageQuarterCreateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        createMany: {
+          args: Prisma.UsageQuarterCreateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        createManyAndReturn: {
+          args: Prisma.UsageQuarterCreateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>[]
+        }
+        delete: {
+          args: Prisma.UsageQuarterDeleteArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        update: {
+          args: Prisma.UsageQuarterUpdateArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        deleteMany: {
+          args: Prisma.UsageQuarterDeleteManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateMany: {
+          args: Prisma.UsageQuarterUpdateManyArgs<ExtArgs>
+          result: BatchPayload
+        }
+        updateManyAndReturn: {
+          args: Prisma.UsageQuarterUpdateManyAndReturnArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>[]
+        }
+        upsert: {
+          args: Prisma.UsageQuarterUpsertArgs<ExtArgs>
+          result: runtime.Types.Utils.PayloadToResult<Prisma.$UsageQuarterPayload>
+        }
+        aggregate: {
+          args: Prisma.UsageQuarterAggregateArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.AggregateUsageQuarter>
+        }
+        groupBy: {
+          args: Prisma.UsageQuarterGroupByArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageQuarterGroupByOutputType>[]
+        }
+        count: {
+          args: Prisma.UsageQuarterCountArgs<ExtArgs>
+          result: runtime.Types.Utils.Optional<Prisma.UsageQuarterCountAggregateOutputType> | number
+        }
+      }
+    }
     Limit: {
       payload: Prisma.$LimitPayload<ExtArgs>
       fields: Prisma.LimitFieldRefs
@@ -4038,6 +4188,55 @@ export const UsageDayScalarFieldEnum = {
 export type UsageDayScalarFieldEnum = (typeof UsageDayScalarFieldEnum)[keyof typeof UsageDayScalarFieldEnum]
 
 
+export const UsageDayPrefixScalarFieldEnum = {
+  id: 'id',
+  day: 'day',
+  until: 'until',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageDayPrefixScalarFieldEnum = (typeof UsageDayPrefixScalarFieldEnum)[keyof typeof UsageDayPrefixScalarFieldEnum]
+
+
+export const UsageQuarterScalarFieldEnum = {
+  id: 'id',
+  quarter: 'quarter',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageQuarterScalarFieldEnum = (typeof UsageQuarterScalarFieldEnum)[keyof typeof UsageQuarterScalarFieldEnum]
+
+
 export const LimitScalarFieldEnum = {
   id: 'id',
   scope: 'scope',
@@ -4623,6 +4822,8 @@ export type GlobalOmitConfig = {
   usageSpool?: Prisma.UsageSpoolOmit
   usageHour?: Prisma.UsageHourOmit
   usageDay?: Prisma.UsageDayOmit
+  usageDayPrefix?: Prisma.UsageDayPrefixOmit
+  usageQuarter?: Prisma.UsageQuarterOmit
   limit?: Prisma.LimitOmit
   limitWindow?: Prisma.LimitWindowOmit
   price?: Prisma.PriceOmit

@@ -87,6 +87,8 @@ export const ModelName = {
   UsageSpool: 'UsageSpool',
   UsageHour: 'UsageHour',
   UsageDay: 'UsageDay',
+  UsageDayPrefix: 'UsageDayPrefix',
+  UsageQuarter: 'UsageQuarter',
   Limit: 'Limit',
   LimitWindow: 'LimitWindow',
   Price: 'Price',
@@ -690,6 +692,55 @@ export const UsageDayScalarFieldEnum = {
 } as const
 
 export type UsageDayScalarFieldEnum = (typeof UsageDayScalarFieldEnum)[keyof typeof UsageDayScalarFieldEnum]
+
+
+export const UsageDayPrefixScalarFieldEnum = {
+  id: 'id',
+  day: 'day',
+  until: 'until',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageDayPrefixScalarFieldEnum = (typeof UsageDayPrefixScalarFieldEnum)[keyof typeof UsageDayPrefixScalarFieldEnum]
+
+
+export const UsageQuarterScalarFieldEnum = {
+  id: 'id',
+  quarter: 'quarter',
+  tokenId: 'tokenId',
+  userId: 'userId',
+  model: 'model',
+  adapter: 'adapter',
+  node: 'node',
+  replicaId: 'replicaId',
+  requests: 'requests',
+  errors: 'errors',
+  aborted: 'aborted',
+  promptTokens: 'promptTokens',
+  completionTokens: 'completionTokens',
+  cachedTokens: 'cachedTokens',
+  ttftMsSum: 'ttftMsSum',
+  ttftCount: 'ttftCount',
+  durationMsSum: 'durationMsSum',
+  durationBuckets: 'durationBuckets'
+} as const
+
+export type UsageQuarterScalarFieldEnum = (typeof UsageQuarterScalarFieldEnum)[keyof typeof UsageQuarterScalarFieldEnum]
 
 
 export const LimitScalarFieldEnum = {
