@@ -196,6 +196,19 @@ beforeAll(async () => {
   // The stand-in pair: two nodes running vLLM, one replica of "pair" each.
   standA = await startStandInReplica({ key: KEY_A });
   standB = await startStandInReplica({ key: KEY_B });
+  for (const [name, stand, key, slot] of [
+    ['stand-a', standA, KEY_A, 'a'],
+    ['stand-b', standB, KEY_B, 'b'],
+  ] as const) {
+    const node = await gql(`mutation { createNode(name: "${name}") { ... on CreatedNode { token } } }`);
+    standIns.push({ name, token: node.createNode.token, stand, key, slot });
+    await standInHeartbeat(node.createNode.token);
+  }
+  beat = setInterval(() => {
+    for (const s of standIns) void standInHeartbeat(s.token);
+  }, 5000);
+  // Created once both nodes report: its event sets off a placement pass at once (fleet/placement-schedule.ts), which
+  // with one node online would put both replicas there.
   await db().catalogModel.create({
     data: {
       name: 'pair',
@@ -209,17 +222,6 @@ beforeAll(async () => {
       routing: 'LEAST_LOADED',
     },
   });
-  for (const [name, stand, key, slot] of [
-    ['stand-a', standA, KEY_A, 'a'],
-    ['stand-b', standB, KEY_B, 'b'],
-  ] as const) {
-    const node = await gql(`mutation { createNode(name: "${name}") { ... on CreatedNode { token } } }`);
-    standIns.push({ name, token: node.createNode.token, stand, key, slot });
-    await standInHeartbeat(node.createNode.token);
-  }
-  beat = setInterval(() => {
-    for (const s of standIns) void standInHeartbeat(s.token);
-  }, 5000);
 
   // The real node: its agent runs llama.cpp on CPU, polling often so the test is quick.
   const cpu = await gql('mutation { createNode(name: "cpu-1") { ... on CreatedNode { token } } }');

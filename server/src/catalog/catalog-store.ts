@@ -86,6 +86,11 @@ export function modelsForPlacement(tx: Client) {
   return tx.catalogModel.findMany();
 }
 
+/** The models the autoscaler samples: those with a target in flight (the others keep their fixed count). */
+export function autoscaledModels(tx: Client) {
+  return tx.catalogModel.findMany({ where: { targetInFlight: { not: null } } });
+}
+
 /** What a fully offloaded replica measured its model to need, written back on the model in the fleet's report. */
 export async function recordMeasuredSize(tx: Tx, modelId: string, bytes: bigint | number): Promise<void> {
   await tx.catalogModel.update({

@@ -6,6 +6,7 @@ import type { Node } from '../generated/prisma/client.js';
 import { drainsFirst, finishDrains, placementView, stillDraining } from './drain.js';
 import type { GpuMargin } from './gpu-room.js';
 import { decide } from './placement.js';
+import { ENDED_KEPT_MS, FAILED_KEPT_MS, onlineKey, type PassOutcome, passOutcome } from './placement-schedule.js';
 
 // The placement pass: which replicas run where, applied to the database. One part of the fleet service
 // (fleet.service.ts), given the database and the fleet loops' health; the smoke tests (smoke-tests.ts) and the
@@ -43,6 +44,10 @@ export class FleetPlacement {
   private readonly drainGraceMs: number;
   /** Replicas still draining after the last pass: the scaling loop asks for passes while there are any. */
   draining = 0;
+  /** What the last pass that ran to its end found (placement-schedule.ts decides from it when the next is due). */
+  outcome: PassOutcome | undefined;
+  /** When the last pass that ran to its end began (performance.now()). */
+  lastPassAt = 0;
   private drainTimer: NodeJS.Timeout | undefined;
   private placing: Promise<void> | undefined;
   private next: Promise<void> | undefined;
@@ -62,9 +67,12 @@ export class FleetPlacement {
    */
   place(): Promise<void> {
     if (!this.placing) {
+      const startedAt = performance.now();
       this.placing = this.pass()
-        .then(() => {
+        .then((outcome) => {
           this.health.ok();
+          this.outcome = outcome;
+          this.lastPassAt = startedAt;
           // A drain under way finishes at a pass after its last request: soon, not at the loop's next tick.
           if (this.draining > 0 && !this.drainTimer)
             this.drainTimer = setTimeout(() => {
@@ -73,6 +81,8 @@ export class FleetPlacement {
             }, 1000).unref();
         })
         .catch((err) => {
+          // Not known what holds now: the next look runs a pass whatever else it finds.
+          this.outcome = undefined;
           // The database out of reach is logged once and the pass tried again later; anything else is a bug.
           if (!this.health.failed(err)) this.log?.error('the placement pass failed', { error: err });
         })
@@ -88,6 +98,18 @@ export class FleetPlacement {
     return this.next;
   }
 
+  /** Whether a pass is under way. */
+  running(): boolean {
+    return this.placing !== undefined;
+  }
+
+  /** The nodes online now, as a pass's outcome names them: one small read of the nodes, not of the catalog. */
+  async onlineNow(): Promise<string> {
+    const nodes = await this.db.loops.node.findMany({ select: { id: true, lastSeenAt: true, leftAt: true } });
+    const nowMs = this.db.clock.nowMs();
+    return onlineKey(nodes.filter((n) => onlineAt(n, nowMs)).map((n) => n.id));
+  }
+
   /** Resolves once the pass running now, and the one asked for after it, have ended (the server is stopping). */
   async settled(): Promise<void> {
     clearTimeout(this.drainTimer);
@@ -95,11 +117,11 @@ export class FleetPlacement {
     await this.placing;
   }
 
-  private async pass() {
+  private async pass(): Promise<PassOutcome> {
     // The database's clock: nodes' last reports and models' awake-until are written on it (db/clock.ts).
     const now = this.db.clock.now();
     // On the loops' connections (db.loops), also when a request asked for the pass.
-    await this.db.loops.$transaction(async (tx) => {
+    return this.db.loops.$transaction(async (tx) => {
       // With several server replicas, one places at a time; the others find the work done.
       await tx.$executeRaw`SELECT pg_advisory_xact_lock(${PLACEMENT_LOCK})`;
       const [models, nodes, replicas, scaled] = await Promise.all([
@@ -118,10 +140,14 @@ export class FleetPlacement {
         { margin: this.margin },
       );
       const byId = new Map(replicas.map((r) => [r.id, r]));
+      let lostLater = 0;
       for (const l of actions.lost) {
         // A replica draining on a node whose agent left is still answering its last requests (drain.ts).
         const r = byId.get(l.replicaId);
-        if (r && stillDraining(r, now, this.drainGraceMs)) continue;
+        if (r && stillDraining(r, now, this.drainGraceMs)) {
+          lostLater++;
+          continue;
+        }
         await tx.replica.update({ where: { id: l.replicaId }, data: { state: 'LOST', message: l.message } });
       }
       const online = new Set(nodes.filter((n) => onlineAt(n, now.getTime())).map((n) => n.id));
@@ -157,10 +183,19 @@ export class FleetPlacement {
       }
       // Ended replicas are kept a while so an operator can see what happened, then cleared away.
       await tx.replica.deleteMany({
-        where: { state: { in: ['STOPPED', 'LOST'] }, updatedAt: { lt: new Date(now.getTime() - 10 * 60_000) } },
+        where: { state: { in: ['STOPPED', 'LOST'] }, updatedAt: { lt: new Date(now.getTime() - ENDED_KEPT_MS) } },
       });
       await tx.replica.deleteMany({
-        where: { state: 'FAILED', updatedAt: { lt: new Date(now.getTime() - 30 * 60_000) } },
+        where: { state: 'FAILED', updatedAt: { lt: new Date(now.getTime() - FAILED_KEPT_MS) } },
+      });
+      return passOutcome({
+        now,
+        online,
+        models,
+        replicas,
+        // Left for time to finish: a replica no node has room for yet (a card's memory freed, a failure's
+        // exclusion over), a drain under way, a lost node's replica still draining.
+        settled: actions.place.every((p) => p.nodeId !== null) && this.draining === 0 && lostLater === 0,
       });
     });
   }

@@ -16,6 +16,7 @@ import { count, FleetPlacement, NODE_ONLINE_MS, onlineAt, PLACEMENT_LOCK } from 
 import { FleetReplicas } from './fleet-replicas.js';
 import type { GpuMargin } from './gpu-room.js';
 import { nodeEngines, nodeGpus } from './node-inventory.js';
+import { type PlacementEvents, PlacementSchedule } from './placement-schedule.js';
 import { SmokeTests } from './smoke-tests.js';
 
 // The fleet: its nodes (their heartbeats and inventory, their tokens, leaving and removal) here, and three parts
@@ -61,6 +62,8 @@ export type FleetDeps = {
   gpuMemoryMargin?: GpuMargin;
   /** HANGAR_DRAIN_GRACE_SECONDS in ms, for the placement pass's draining (drain.ts). */
   drainGraceMs?: number;
+  /** HANGAR_PLACEMENT_REREAD_SECONDS in ms: the placement pass's safety net besides its events (default 60 s). */
+  placementRereadMs?: number;
 };
 
 export class FleetService {
@@ -74,12 +77,15 @@ export class FleetService {
   private readonly smokes: SmokeTests;
   private readonly replicas: FleetReplicas;
   private timer: NodeJS.Timeout | undefined;
+  private schedule: PlacementSchedule | undefined;
+  private readonly placementRereadMs: number;
   private stopRetrying: (() => void) | undefined;
   private agentUrlOf: () => string = () => 'http://localhost:4000';
   private readonly log?: Logger;
 
-  constructor({ db, audit, log, train, gpuMemoryMargin, drainGraceMs }: FleetDeps) {
+  constructor({ db, audit, log, train, gpuMemoryMargin, drainGraceMs, placementRereadMs }: FleetDeps) {
     this.db = db;
+    this.placementRereadMs = placementRereadMs ?? 60_000;
     this.log = log;
     this.audit = audit;
     this.train = train;
@@ -98,12 +104,24 @@ export class FleetService {
     return this.agentUrlOf();
   }
 
-  /** Runs the placement pass now and every few seconds (node heartbeats and idle timers change the answer). */
-  startPlacement(everyMs = 5000) {
+  /**
+   * Runs the placement pass now, then whenever something says its answer may have changed (placement-schedule.ts:
+   * the catalog's events, the nodes online, time), looking every few seconds. Without `events`, a pass every look.
+   */
+  startPlacement({ events, everyMs = 5000 }: { events?: PlacementEvents; everyMs?: number } = {}) {
     this.smokes.start();
+    this.schedule = new PlacementSchedule({
+      db: this.db,
+      placement: this.placement,
+      health: this.health,
+      events,
+      rereadMs: this.placementRereadMs,
+      log: this.log,
+    });
+    this.schedule.start();
     this.timer = setInterval(() => {
       if (!this.health.due()) return;
-      void this.placement.place();
+      void this.schedule?.look();
       // Smoke tests a server that stopped (or died) left unfinished, and any whose report came in elsewhere.
       void this.smokes.claim();
     }, everyMs);
@@ -114,6 +132,7 @@ export class FleetService {
   }
   async stopPlacement() {
     clearInterval(this.timer);
+    this.schedule?.stop();
     this.stopRetrying?.();
     // The smoke tests are aborted at once; the placement pass running now is waited for.
     const smokes = this.smokes.stop();

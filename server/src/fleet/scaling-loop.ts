@@ -1,7 +1,7 @@
 import { type Logger, withFields } from '@hangar/common/log';
 import type { AuditService } from '../audit/audit.service.js';
 import { systemActor } from '../auth/actor.js';
-import { modelsForPlacement } from '../catalog/catalog-store.js';
+import { autoscaledModels } from '../catalog/catalog-store.js';
 import type { Db } from '../db/client.js';
 import { LoopHealth } from '../db/outage.js';
 import { clearStaleLoad, fleetLoad } from '../gateway/load-report.js';
@@ -93,13 +93,22 @@ export class ScalingLoop {
         { locked: boolean }[]
       >`SELECT pg_try_advisory_xact_lock(${SCALING_LOCK}) AS locked`;
       if (!lock[0]?.locked) return [];
-      const [models, states, ready, load, serving] = await Promise.all([
-        modelsForPlacement(tx),
-        tx.modelScale.findMany(),
+      // Only the autoscaled models and their replicas: a catalog of fixed counts costs an idle server nothing here.
+      const [models, states] = await Promise.all([autoscaledModels(tx), tx.modelScale.findMany()]);
+      if (!models.length && !states.length) {
+        await clearStaleLoad(tx, now);
+        return [];
+      }
+      const [ready, load, serving] = await Promise.all([
         readyReplicaCounts(tx),
         fleetLoad(tx, now),
         tx.replica.findMany({
-          where: { desired: 'RUN', drainingSince: null, state: { in: ['LOADING', 'READY'] } },
+          where: {
+            modelId: { in: models.map((m) => m.id) },
+            desired: 'RUN',
+            drainingSince: null,
+            state: { in: ['LOADING', 'READY'] },
+          },
           select: { id: true, modelId: true },
         }),
       ]);

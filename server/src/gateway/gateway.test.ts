@@ -22,16 +22,29 @@ let nodeId: string;
 let stopNode: (() => void) | undefined;
 
 async function addModel(name: string, endpoints: string[], extra: Record<string, unknown> = {}) {
-  const db = t.app.db.prisma;
-  const model = await db.catalogModel.create({
-    data: { name, source: `http://mirror.example/mirror/${name}/v1/model.gguf`, engine: 'llamacpp', ...extra },
+  // The model wants the replicas it is given, and comes with them in one transaction: its event sets off a
+  // placement pass at once (fleet/placement-schedule.ts), which must not find it without them, or with more than
+  // it wants, and add or stop one.
+  const { model, replicas } = await t.app.db.prisma.$transaction(async (db) => {
+    const n = Math.max(1, endpoints.length);
+    const model = await db.catalogModel.create({
+      data: {
+        name,
+        source: `http://mirror.example/mirror/${name}/v1/model.gguf`,
+        engine: 'llamacpp',
+        minReplicas: n,
+        maxReplicas: n,
+        ...extra,
+      },
+    });
+    const replicas = [];
+    for (const endpoint of endpoints) {
+      const r = await db.replica.create({ data: { modelId: model.id, nodeId, state: 'READY', endpoint } });
+      await db.engineKey.create({ data: { replicaId: r.id, key: KEY } });
+      replicas.push(r);
+    }
+    return { model, replicas };
   });
-  const replicas = [];
-  for (const endpoint of endpoints) {
-    const r = await db.replica.create({ data: { modelId: model.id, nodeId, state: 'READY', endpoint } });
-    await db.engineKey.create({ data: { replicaId: r.id, key: KEY } });
-    replicas.push(r);
-  }
   await t.app.services.gateway.routes.refresh();
   return { model, replicas };
 }
