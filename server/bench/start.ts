@@ -1,4 +1,5 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
@@ -12,6 +13,8 @@ import { buildServer } from '../scripts/build.mjs';
 // embedded PostgreSQL on every start; so a second baseline does that too (the same data directory, one query
 // before it listens), to tell PostgreSQL's share from Hangar's. Sides: the sources through tsx (how every start
 // ran before `pnpm build`), the bundle in dist/, and the whole `pnpm start` (console and server checks included).
+// Beside each wall time, the CPU its processes had used by then (groupCpuMs): on a loaded machine the wall clock
+// measures the neighbours as much as the start.
 //
 //   tsx bench/start.ts [rounds]
 
@@ -68,7 +71,45 @@ const sides: Side[] = [
   { name: 'pnpm start', cwd: repoDir, command: 'pnpm', args: ['--silent', 'start'] },
 ];
 
-async function once(side: Side, env: NodeJS.ProcessEnv): Promise<number> {
+/**
+ * CPU time (user + system, ms) of a process group's live processes and of the children they have waited for,
+ * from /proc (Linux; NaN elsewhere). Read at the first 200, it is what the start cost in CPU: a measure the other
+ * work on a shared machine distorts far less than the wall clock. The embedded PostgreSQL runs in a session of its
+ * own, so its processes are counted on neither side (as the Yoga + PG side's are not).
+ */
+const ticksPerSecond = (() => {
+  try {
+    return Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  } catch {
+    return 100;
+  }
+})();
+function groupCpuMs(pgid: number): number {
+  let ticks = 0;
+  let seen = false;
+  let entries: string[];
+  try {
+    entries = readdirSync('/proc');
+  } catch {
+    return Number.NaN;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+      // Fields after the command (which may hold spaces): state ppid pgrp … utime(14) stime cutime cstime.
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) !== pgid) continue;
+      seen = true;
+      ticks += Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return seen ? (ticks * 1000) / ticksPerSecond : Number.NaN;
+}
+
+async function once(side: Side, env: NodeJS.ProcessEnv): Promise<{ ms: number; cpuMs: number }> {
   const started = performance.now();
   const child = spawn(side.command, side.args, {
     cwd: side.cwd,
@@ -85,7 +126,7 @@ async function once(side: Side, env: NodeJS.ProcessEnv): Promise<number> {
         (r) => r.ok,
         () => false,
       );
-      if (ok) return performance.now() - started;
+      if (ok) return { ms: performance.now() - started, cpuMs: groupCpuMs(child.pid as number) };
       await new Promise((r) => setTimeout(r, 10));
     }
   } finally {
@@ -119,16 +160,23 @@ try {
   // One unmeasured `pnpm start` too, so that its console check finds a console built from these sources.
   await once(sides.find((s) => s.name === 'pnpm start') as Side, env);
   const times = new Map(sides.map((s) => [s.name, [] as number[]]));
+  const cpu = new Map(sides.map((s) => [s.name, [] as number[]]));
   for (let round = 0; round < ROUNDS; round++) {
-    for (const side of sides) times.get(side.name)?.push(await once(side, env));
+    for (const side of sides) {
+      const { ms, cpuMs } = await once(side, env);
+      times.get(side.name)?.push(ms);
+      cpu.get(side.name)?.push(cpuMs);
+    }
   }
   const base = median(times.get('bare Yoga') ?? []);
   const withPostgres = median(times.get('Yoga + PG') ?? []);
+  const baseCpu = median(cpu.get('bare Yoga') ?? []);
   console.log(`server start, existing data dir, spawn to /readyz (${ROUNDS} rounds interleaved, median (min–max)):`);
   for (const side of sides) {
     const ms = times.get(side.name) ?? [];
+    const cpuMs = cpu.get(side.name) ?? [];
     console.log(
-      `  ${side.name.padEnd(11)} ${median(ms).toFixed(0).padStart(5)} ms (${Math.min(...ms).toFixed(0)}–${Math.max(...ms).toFixed(0)})  ${(median(ms) / base).toFixed(2)}× bare Yoga, ${(median(ms) / withPostgres).toFixed(2)}× Yoga + PG`,
+      `  ${side.name.padEnd(11)} ${median(ms).toFixed(0).padStart(5)} ms (${Math.min(...ms).toFixed(0)}–${Math.max(...ms).toFixed(0)})  ${(median(ms) / base).toFixed(2)}× bare Yoga, ${(median(ms) / withPostgres).toFixed(2)}× Yoga + PG;  CPU ${median(cpuMs).toFixed(0).padStart(5)} ms (${Math.min(...cpuMs).toFixed(0)}–${Math.max(...cpuMs).toFixed(0)})  ${(median(cpuMs) / baseCpu).toFixed(2)}× bare Yoga's`,
     );
   }
   console.log(

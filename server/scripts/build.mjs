@@ -86,6 +86,52 @@ const bundleDependencies = {
 };
 
 /**
+ * zod puts the translations of its messages into its namespace (`z.locales`: 63 languages besides English), so a
+ * bundle keeps them all, 0.3 MB of dist/main.js (7 %) parsed at every start. Hangar says its errors in English and
+ * never sets another locale: its namespace keeps `en`, which zod itself uses by default.
+ * @type {import('esbuild').Plugin}
+ */
+const zodEnglishOnly = {
+  name: 'hangar-zod-english-only',
+  setup(b) {
+    b.onResolve({ filter: /^\.\.\/locales\/index\.js$/ }, (args) =>
+      /[\\/]zod[\\/]v4[\\/](classic|core)$/.test(args.resolveDir)
+        ? { path: path.join(args.resolveDir, '../locales/index.js'), namespace: 'zod-english-only' }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'zod-english-only' }, (args) => ({
+      contents: 'export { default as en } from "./en.js";',
+      resolveDir: path.dirname(args.path),
+      loader: 'js',
+    }));
+  },
+};
+
+/**
+ * graphql-jit imports fast-json-stringify for one option, `customJSONSerializer`, which Hangar does not set
+ * (graphql/yoga.ts): loading it built an Ajv (with ajv and fast-uri, 0.3 MB of the bundle) at every start, about
+ * a fifth of the modules' evaluation outside the schema build (CPU profile of a start). Its place holds a function
+ * that says so, should that option ever be set.
+ * @type {import('esbuild').Plugin}
+ */
+const jitWithoutJsonSerializer = {
+  name: 'hangar-jit-without-json-serializer',
+  setup(b) {
+    b.onResolve({ filter: /^fast-json-stringify$/ }, (args) =>
+      /[\\/]graphql-jit[\\/]/.test(args.importer)
+        ? { path: args.path, namespace: 'jit-without-json-serializer' }
+        : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: 'jit-without-json-serializer' }, () => ({
+      contents: `export default function fastJson() {
+        throw new Error("graphql-jit's customJSONSerializer needs fast-json-stringify, which Hangar's bundle leaves out (scripts/build.mjs): add it back there before setting that option");
+      }`,
+      loader: 'js',
+    }));
+  },
+};
+
+/**
  * Bundled CommonJS calls require() for Node's modules (and optional packages in a try, such as ws' bufferutil);
  * an ES module has no require, so the bundle makes one, resolving from dist/ as the packages' own did.
  */
@@ -130,6 +176,8 @@ export async function buildServer() {
       sourceUrls(distDir, /[\\/](server|packages[\\/]common)[\\/]src[\\/].*\.ts$/),
       lazyTelemetry,
       prismaWasmOnDemand,
+      zodEnglishOnly,
+      jitWithoutJsonSerializer,
       bundleDependencies,
     ],
   }).catch(async (err) => {

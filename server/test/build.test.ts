@@ -112,6 +112,19 @@ describe('the built server', () => {
     ).toEqual([]);
   });
 
+  it("leaves out what Hangar never runs: zod's other languages, graphql-jit's JSON serializer", async () => {
+    // 0.6 MB of the bundle, parsed at every start, and an Ajv built at every start (scripts/build.mjs). The
+    // queries graphql-jit compiles are answered below ('migrates an empty database…').
+    const map = JSON.parse(await fs.readFile(path.join(serverDir, 'dist', 'main.js.map'), 'utf8')) as {
+      sources: string[];
+    };
+    const locales = map.sources.filter((s) => /zod\/v4\/locales\/\w+\.js$/.test(s) && !s.includes('zod-english-only'));
+    expect(locales.map((s) => path.basename(s))).toEqual(['en.js']);
+    const serializer = map.sources.filter((s) => /node_modules\/(ajv|fast-json-stringify|fast-uri)\//.test(s));
+    expect(serializer).toEqual([]);
+    expect(map.sources.some((s) => s.includes('/graphql-jit/'))).toBe(true);
+  });
+
   it("reads Prisma's query compiler from its file when the client asks, keeping no module of it", async () => {
     // The generated client imports a module whose one export is the wasm in base64 (4.4 MB): imported, its
     // source and its string would stay in the heap for good. The bundle has its own module in that one's place
@@ -120,6 +133,50 @@ describe('the built server', () => {
     expect(bundle).not.toMatch(/import\(\s*"@prisma\/client\/runtime\/[^"]*wasm-base64/);
     expect(bundle).toContain('prisma-wasm-on-demand:@prisma/client/runtime/query_compiler_');
   });
+
+  it('boots its embedded PostgreSQL while the rest of the server loads, and serves from it once ready', async () => {
+    // A restart on an existing data directory (the first start below makes it), as an operator's after an upgrade.
+    const env = {
+      HANGAR_DATA_DIR: path.join(dataDir, 'embedded'),
+      PORT: '0',
+      HANGAR_LOG_LEVEL: 'debug',
+      HANGAR_ADMIN_EMAIL: 'admin@example.com',
+      HANGAR_ADMIN_PASSWORD: 'correct-horse-battery',
+      HANGAR_HUB_URL: 'off',
+    };
+    const stopLast = async () => {
+      const child = children.at(-1) as ChildProcess;
+      const ended = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      await ended;
+    };
+    const first = await start('dist/main.js', env);
+    expect(first.url, `the first start failed: exit ${first.code}: ${first.stderr.slice(-2000)}`).toBeDefined();
+    await stopLast();
+    const started = await start('dist/main.js', env);
+    expect(started.url, `the restart failed: exit ${started.code}: ${started.stderr.slice(-2000)}`).toBeDefined();
+    // Ready means ready: the first requests after it are answered from the database (a sign-in reads the users).
+    expect((await fetch(`${started.url}/readyz`)).status).toBe(200);
+    const login = await fetch(`${started.url}/graphql`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({
+        query: `mutation { login(email: "admin@example.com", password: "correct-horse-battery") { __typename } }`,
+      }),
+    });
+    expect(await login.json()).toEqual({ data: { login: { __typename: 'LoginPayload' } } });
+    // The order of two events, not a speed: the postmaster is spawned before the server's modules are evaluated
+    // (main.ts), where it used to wait behind all of them (the start phases' `modules` ends when they are done).
+    const logged = started.stderr
+      .split('\n')
+      .filter((l) => l.startsWith('{'))
+      .map((l) => JSON.parse(l) as Record<string, unknown>);
+    const spawned = logged.find((l) => l.msg === 'spawned the embedded PostgreSQL')?.sinceProcessStartMs;
+    const modules = logged.find((l) => l.msg === 'start phases (ms)')?.modules;
+    expect(typeof spawned, 'no "spawned" line').toBe('number');
+    expect(spawned as number).toBeLessThan(modules as number);
+    await stopLast();
+  }, 120_000);
 
   it('migrates an empty database, answers /readyz and GraphQL, and loads its tracing when asked', async () => {
     // A collector that only counts exports: tracing lives in a bundle of its own (dist/telemetry.js).

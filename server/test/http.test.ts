@@ -52,6 +52,29 @@ describe('the HTTP edge', () => {
     expect(await ready.json()).toEqual({ ready: true });
   });
 
+  it('says on /readyz which migration the database lacks, and is ready again once it has it', async () => {
+    // Asked twice before, so that the list of this build's migrations (read once, app.ts) is the one in use.
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+    const [last] = await t.app.db.prisma.$queryRawUnsafe<{ migration_name: string }[]>(
+      'SELECT migration_name FROM "_prisma_migrations" ORDER BY migration_name DESC LIMIT 1',
+    );
+    const name = last?.migration_name as string;
+    const setRolledBack = (sql: string) =>
+      t.app.db.prisma.$executeRawUnsafe(
+        `UPDATE "_prisma_migrations" SET rolled_back_at = ${sql} WHERE migration_name = $1`,
+        name,
+      );
+    await setRolledBack('now()');
+    try {
+      const lacking = await fetch(`${url}/readyz`);
+      expect(lacking.status).toBe(503);
+      expect(await lacking.json()).toEqual({ ready: false, reason: `migrations not applied: ${name}` });
+    } finally {
+      await setRolledBack('NULL');
+    }
+    expect((await fetch(`${url}/readyz`)).status).toBe(200);
+  });
+
   it('serves the console with client-side routes falling back to index.html', async () => {
     const route = await fetch(`${url}/audit?first=10`);
     expect(route.status).toBe(200);

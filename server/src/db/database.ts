@@ -28,26 +28,37 @@ export async function openDatabase(
   let stopEmbedded: (() => Promise<void>) | undefined;
   let trouble: (() => string | null) | undefined;
   let stopping: (() => void) | undefined;
+  let adminUrl: string | undefined;
   if (!url) {
     const embedded = await (started ?? startEmbeddedPostgres(embeddedDataDir(config.dataDir), log));
     stopEmbedded = embedded.stop;
     trouble = embedded.trouble;
     stopping = embedded.stopping;
-    try {
-      await createDatabaseIfMissing(embedded.url('postgres'), 'hangar');
-    } catch (err) {
-      await embedded.stop();
-      throw err;
-    }
+    adminUrl = embedded.url('postgres');
     url = embedded.url('hangar');
   }
+  const databaseUrl = url;
+  // The embedded database is made on the first start; every later one finds it (one connection, not two).
+  const migrated = migrate(databaseUrl, log).catch(async (err: unknown) => {
+    if (!adminUrl || (err as { code?: string }).code !== '3D000') throw err;
+    await createDatabaseIfMissing(adminUrl, 'hangar');
+    return migrate(databaseUrl, log);
+  });
+  // Beside the migrations' check, not after it: Prisma's query compiler loads (WebAssembly and the datamodel), and
+  // each pool opens its first connection (a SCRAM exchange each: the migrations', the requests' and the loops' were
+  // three of the start's round trips one after the other). `SELECT 1` reads no table the migrations change.
+  const prisma = createPrisma(databaseUrl, config.dbPoolSizes);
+  const opened = Promise.all([prisma.$queryRawUnsafe('SELECT 1'), prisma.loops.$queryRawUnsafe('SELECT 1')]);
+  opened.catch(() => {});
   try {
-    await migrate(url, log);
+    await migrated;
+    // Its failure is one the first real query meets again, and says there (the pools retry a connection).
+    await opened.catch((err: unknown) => log.debug('a pool could not open its first connection', { error: err }));
   } catch (err) {
+    await prisma.$disconnect().catch(() => {});
     await stopEmbedded?.();
     throw err;
   }
-  const prisma = createPrisma(url, config.dbPoolSizes);
   return {
     prisma,
     url,

