@@ -3,7 +3,9 @@ import fs from 'node:fs/promises';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { startTestApp, type TestApp } from './harness.js';
+import type { Database } from '../src/db/database.js';
+import { installGpuTime } from '../src/fleet/gpu-time.js';
+import { freshDatabase, startTestApp, type TestApp } from './harness.js';
 
 // The cost of calls (#28): a replica's GPU time, recorded by the database as the replica's state changes
 // (fleet/gpu-time.ts), priced per GPU-hour and divided among the requests it served by their tokens; idle time
@@ -318,8 +320,19 @@ describe('costReport', () => {
 });
 
 describe('GPU time of a card several replicas share', () => {
+  // The database's trigger alone (fleet/gpu-time.ts), on a database of its own: a server's placement pass, which
+  // now runs at every replica's event, would stop these hand-placed replicas under the test.
+  let fresh: Database;
+  beforeAll(async () => {
+    fresh = await freshDatabase();
+    await installGpuTime(fresh.prisma);
+  });
+  afterAll(async () => {
+    await fresh?.close();
+  });
+
   it('divides each card among the replicas holding it, so a card is paid once, and follows them as they come and go', async () => {
-    const db = t.app.db.prisma;
+    const db = fresh.prisma;
     const node = await db.node.create({
       data: {
         name: 'gpu-shared',

@@ -1,4 +1,5 @@
 import type { Db } from '../db/client.js';
+import { installTriggers } from '../db/triggers.js';
 
 // The Models page is live: a model's card changes when the model, one of its replicas or one of its adapters
 // does, and those rows are written from many places (the catalog, the placement pass, agents' reports, smoke
@@ -9,8 +10,8 @@ import type { Db } from '../db/client.js';
 //
 // Installed at every start rather than by a migration: the migrations are also replayed by Prisma's engine
 // (pnpm migration:new, the drift test), which splits a script at every semicolon, and a PL/pgSQL body is full of
-// them. Replacing the function and the triggers is idempotent, and done under a lock so replicas starting at once
-// do not trip over each other.
+// them. Replacing the function and the triggers is idempotent, done under a lock so replicas starting at once
+// do not trip over each other, and skipped when the database already has this version (db/triggers.ts).
 
 const FUNCTION = `
 CREATE OR REPLACE FUNCTION hangar_model_changed() RETURNS trigger AS $$
@@ -39,14 +40,13 @@ const TABLES = ['CatalogModel', 'Replica', 'Adapter'] as const;
 const LOCK = 0x6d6f6465; // 'mode'
 
 export async function installModelEvents(db: Db): Promise<void> {
-  await db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${LOCK})`;
-    await tx.$executeRawUnsafe(FUNCTION);
-    for (const table of TABLES) {
-      await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "${table}_changed" ON "${table}"`);
-      await tx.$executeRawUnsafe(
-        `CREATE TRIGGER "${table}_changed" AFTER INSERT OR UPDATE OR DELETE ON "${table}" FOR EACH ROW EXECUTE FUNCTION hangar_model_changed()`,
-      );
-    }
+  await installTriggers(db, {
+    lock: LOCK,
+    functions: [FUNCTION],
+    triggers: TABLES.map((table) => ({
+      name: `${table}_changed`,
+      table,
+      create: `CREATE TRIGGER "${table}_changed" AFTER INSERT OR UPDATE OR DELETE ON "${table}" FOR EACH ROW EXECUTE FUNCTION hangar_model_changed()`,
+    })),
   });
 }

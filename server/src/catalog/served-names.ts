@@ -1,5 +1,6 @@
 import type { Viewer } from '../auth/viewer.js';
 import type { Db, Tx } from '../db/client.js';
+import { installTriggers } from '../db/triggers.js';
 import { ConflictError, fail, ok, type Result } from '../lib/errors.js';
 import { type OrgService, publicSight, type Sight, sees } from '../org/org.service.js';
 
@@ -37,15 +38,14 @@ const TABLES = ['CatalogModel', 'Adapter'] as const;
 const LOCK = 0x6e616d65; // 'name'
 
 export async function installServedNames(db: Db): Promise<void> {
-  await db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${LOCK})`;
-    await tx.$executeRawUnsafe(FUNCTION);
-    for (const table of TABLES) {
-      await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "${table}_served_name" ON "${table}"`);
-      await tx.$executeRawUnsafe(
-        `CREATE TRIGGER "${table}_served_name" AFTER INSERT OR UPDATE OF name ON "${table}" FOR EACH ROW EXECUTE FUNCTION hangar_claim_served_name()`,
-      );
-    }
+  await installTriggers(db, {
+    lock: LOCK,
+    functions: [FUNCTION],
+    triggers: TABLES.map((table) => ({
+      name: `${table}_served_name`,
+      table,
+      create: `CREATE TRIGGER "${table}_served_name" AFTER INSERT OR UPDATE OF name ON "${table}" FOR EACH ROW EXECUTE FUNCTION hangar_claim_served_name()`,
+    })),
   });
 }
 

@@ -1,4 +1,5 @@
 import type { Db } from '../db/client.js';
+import { installTriggers } from '../db/triggers.js';
 import { Prisma } from '../generated/prisma/client.js';
 
 // What each replica held of its node's GPUs, and for how long: the time a price per GPU-hour is applied to
@@ -93,20 +94,27 @@ $$ LANGUAGE plpgsql`;
 const LOCK = 0x67707574; // 'gput'
 
 export async function installGpuTime(db: Db): Promise<void> {
-  await db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${LOCK})`;
+  await installTriggers(db, {
+    lock: LOCK,
     // One statement per function: a prepared statement holds one command.
-    for (const statement of FUNCTION.split(/(?<=\$\$ LANGUAGE \w+(?: STABLE)?);\n/)) {
-      await tx.$executeRawUnsafe(statement);
-    }
-    await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "Replica_gpu_time" ON "Replica"`);
-    await tx.$executeRawUnsafe(
-      `CREATE TRIGGER "Replica_gpu_time" AFTER INSERT OR DELETE OR UPDATE OF state, "nodeId", "gpuIndex", "gpuIndexes" ON "Replica" FOR EACH ROW EXECUTE FUNCTION hangar_gpu_time()`,
-    );
-    await tx.$executeRawUnsafe(`UPDATE "GpuTime" g SET "endedAt" = now() AT TIME ZONE 'UTC'
+    functions: FUNCTION.split(/(?<=\$\$ LANGUAGE \w+(?: STABLE)?);\n/),
+    triggers: [
+      {
+        name: 'Replica_gpu_time',
+        table: 'Replica',
+        create: `CREATE TRIGGER "Replica_gpu_time" AFTER INSERT OR DELETE OR UPDATE OF state, "nodeId", "gpuIndex", "gpuIndexes" ON "Replica" FOR EACH ROW EXECUTE FUNCTION hangar_gpu_time()`,
+      },
+    ],
+    // Spans as the new trigger would have kept them: those of replicas that hold no card any more closed, and
+    // every node's shares opened as they are now (replicas that held GPUs before the trigger existed get one).
+    // Once installed, the trigger keeps them in the transaction of every change.
+    catchUp: async (tx) => {
+      await tx.$executeRawUnsafe(`UPDATE "GpuTime" g SET "endedAt" = now() AT TIME ZONE 'UTC'
       WHERE g."endedAt" IS NULL AND NOT EXISTS (SELECT 1 FROM "Replica" r WHERE r.id = g."replicaId" AND ${HOLDS})`);
-    // Every node's shares as they are now (replicas that held GPUs before the trigger existed get a span).
-    await tx.$executeRawUnsafe(`SELECT hangar_gpu_time_node(id, (now() AT TIME ZONE 'UTC')::timestamp(3)) FROM "Node"`);
+      await tx.$executeRawUnsafe(
+        `SELECT hangar_gpu_time_node(id, (now() AT TIME ZONE 'UTC')::timestamp(3)) FROM "Node"`,
+      );
+    },
   });
 }
 

@@ -1,5 +1,6 @@
 import { Repeater } from 'graphql-yoga';
 import type { Db } from '../db/client.js';
+import { installTriggers } from '../db/triggers.js';
 import type { PubSub } from '../pubsub.js';
 import type { FleetReplicas } from './fleet-replicas.js';
 
@@ -36,13 +37,16 @@ const LOCK = 0x73727677; // 'srvw'
 
 /** Installed at every start, as the model events are (see there for why not by a migration). */
 export async function installServingWorkEvents(db: Db): Promise<void> {
-  await db.$transaction(async (tx) => {
-    await tx.$executeRaw`SELECT pg_advisory_xact_lock(${LOCK})`;
-    await tx.$executeRawUnsafe(FUNCTION);
-    await tx.$executeRawUnsafe(`DROP TRIGGER IF EXISTS "Replica_serving_work" ON "Replica"`);
-    await tx.$executeRawUnsafe(
-      `CREATE TRIGGER "Replica_serving_work" AFTER INSERT OR UPDATE OR DELETE ON "Replica" FOR EACH ROW EXECUTE FUNCTION hangar_serving_work_changed()`,
-    );
+  await installTriggers(db, {
+    lock: LOCK,
+    functions: [FUNCTION],
+    triggers: [
+      {
+        name: 'Replica_serving_work',
+        table: 'Replica',
+        create: `CREATE TRIGGER "Replica_serving_work" AFTER INSERT OR UPDATE OR DELETE ON "Replica" FOR EACH ROW EXECUTE FUNCTION hangar_serving_work_changed()`,
+      },
+    ],
   });
 }
 
