@@ -16,7 +16,8 @@ import { benchToken } from './api-token.js';
 // client, the engine and the baselines are not billed to it): createApp on an embedded PostgreSQL, a caller token,
 // and the fleet as an agent would have reported it, a node kept online and a catalog model whose READY replica is
 // the stand-in engine (HANGAR_BENCH_ENGINE, HANGAR_BENCH_ENGINE_KEY). A second caller has three limits that apply
-// to every request and never refuse one (#28). Sends {url, token, limitedToken} when ready, then answers:
+// to every request and never refuse one (#28). Sends {url, token, limitedToken, databaseUrl, dataDir} when ready,
+// then answers:
 //   {count: 'usage'}: memory after a full GC and CPU time so far; {count: 'inFlight'}: requests in flight;
 //   {models: n}: adds n more models, each with a READY replica on the engine and an adapter (the 1,000-model run);
 //   {profile: 'start'} / {profile: 'stop', file}: V8's CPU profile of what ran in between, written to `file`.
@@ -42,6 +43,9 @@ const config = loadConfig({
   // =1 reads the whole catalog every second, as the route table did before it followed events: the baseline of
   // the 1,000-model line.
   HANGAR_GATEWAY_ROUTES_REREAD_SECONDS: process.env.HANGAR_GATEWAY_ROUTES_REREAD_SECONDS ?? '60',
+  // =1 runs the placement pass at every look (5 s), as it did before it followed events: bench/placement-idle.ts's
+  // baseline.
+  HANGAR_PLACEMENT_REREAD_SECONDS: process.env.HANGAR_PLACEMENT_REREAD_SECONDS ?? '60',
 });
 const app = await createApp({ config, log: createLogger('warn'), print: () => {} });
 const url = await app.start();
@@ -56,11 +60,20 @@ const node = await db.node.create({
     engines: [{ name: 'llama.cpp', version: 'bench', build: 9999 }],
   },
 });
-// Placement counts a node silent for 30 s as gone, and its replicas lost.
+// Placement counts a node silent for 30 s as gone, and its replicas lost: every bench node reports, in one statement.
 const heartbeat = setInterval(
-  () => void db.node.update({ where: { id: node.id }, data: { lastSeenAt: new Date() } }).catch(() => {}),
+  () =>
+    void db.node
+      .updateMany({ where: { name: { startsWith: 'bench-node' } }, data: { lastSeenAt: new Date() } })
+      .catch(() => {}),
   5000,
 );
+/**
+ * The 1,000-model run's replicas go REPLICAS_PER_NODE to a node, as a fleet would hold them: a thousand on one node
+ * made every insert recount the GPU-time shares of all the others there (fleet/gpu-time.ts), and the setup alone
+ * took over 15 minutes.
+ */
+const REPLICAS_PER_NODE = 25;
 const served = async (name: string, adapter?: string) => {
   const model = await db.catalogModel.create({
     data: { name, source: `bench/${name}`, engine: 'llamacpp', minReplicas: 1, maxReplicas: 1 },
@@ -116,6 +129,15 @@ process.on('message', async (m: { count?: string; models?: number; profile?: 'st
       models += m.models;
       await db.$transaction(
         async (tx) => {
+          const nodes = await tx.node.createManyAndReturn({
+            data: Array.from({ length: Math.ceil(names.length / REPLICAS_PER_NODE) }, (_, i) => ({
+              name: `bench-node-${models}-${i}`,
+              tokenHash: hashSecret(randomBytes(16).toString('hex')),
+              lastSeenAt: new Date(),
+              engines: [{ name: 'llama.cpp', version: 'bench', build: 9999 }],
+            })),
+            select: { id: true },
+          });
           const made = await tx.catalogModel.createManyAndReturn({
             data: names.map((name) => ({
               name,
@@ -127,9 +149,9 @@ process.on('message', async (m: { count?: string; models?: number; profile?: 'st
             select: { id: true, name: true },
           });
           const replicas = await tx.replica.createManyAndReturn({
-            data: made.map((model) => ({
+            data: made.map((model, i) => ({
               modelId: model.id,
-              nodeId: node.id,
+              nodeId: (nodes[Math.floor(i / REPLICAS_PER_NODE)] as { id: string }).id,
               state: 'READY' as const,
               endpoint: engine,
               adapters: [`${model.name}-lora`],
@@ -178,4 +200,5 @@ process.on('disconnect', async () => {
   await fs.rm(root, { recursive: true, force: true });
   process.exit(0);
 });
-process.send?.({ url, token, limitedToken });
+// The database and the data dir, for the same Hangar run with HANGAR_WORKERS beside it (bench/gateway.ts).
+process.send?.({ url, token, limitedToken, databaseUrl: app.db.url, dataDir: root });

@@ -32,6 +32,11 @@ import type { Job, LatencyResult, StreamResult, Target, ThroughputResult } from 
 // (latency.cpuprofile, streaming.cpuprofile: open them in Chrome's DevTools), to see where a missed goal goes; the
 // profiler's sampling then inflates Hangar's CPU per chunk, so read that line from a run without it.
 // HANGAR_BENCH_UNDICI=1 adds the floor over undici's Pool (request() and dispatch()) as two more ways.
+// HANGAR_BENCH_WORKERS=<n>[,<m>…] adds Hangar with HANGAR_WORKERS=<n> (and <m>…) as more ways ("hangar-workers=n"):
+// the real server (src/main.ts) as an operator starts it, on the same database and data dir as the Hangar above (so
+// the same token and model), its CPU the primary's and every worker's. `1,2` compares one process and two started
+// alike, interleaved. HANGAR_BENCH_ONLY=workers leaves out the memory and
+// route-table lines (they are the one-process Hangar's), to compare the ways in less time.
 
 const ROUNDS = Number(process.argv[2] ?? 3000);
 const RATE_ROUNDS = Number(process.argv[3] ?? 3);
@@ -50,6 +55,12 @@ const LIMITS_GOAL_MS = 0.05;
 const PROFILE_DIR = process.env.HANGAR_BENCH_PROFILE;
 /** HANGAR_BENCH_ONLY=routes: the route table's line alone (5), for comparing its settings side by side. */
 const ROUTES_ONLY = process.env.HANGAR_BENCH_ONLY === 'routes';
+const WORKERS = (process.env.HANGAR_BENCH_WORKERS ?? '')
+  .split(',')
+  .filter(Boolean)
+  .map(Number)
+  .filter((n) => n >= 1);
+const WORKERS_ONLY = process.env.HANGAR_BENCH_ONLY === 'workers';
 const UNDICI = process.env.HANGAR_BENCH_UNDICI === '1';
 const TICK_MS = 1000 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
 
@@ -88,11 +99,64 @@ function cpuMs(pid: number): number {
   return user + system;
 }
 
+/** Processes whose CPU is theirs and their children's: Hangar with HANGAR_WORKERS (its primary and workers). */
+const withChildren = new Set<number>();
+
 /** The same, apart: system time is mostly the sockets' syscalls, which every proxy makes alike. */
 function cpuSplit(pid: number): { user: number; system: number } {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return { user: Number(fields[11]) * TICK_MS, system: Number(fields[12]) * TICK_MS };
+  const pids = withChildren.has(pid)
+    ? [
+        pid,
+        ...readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number),
+      ]
+    : [pid];
+  let user = 0;
+  let system = 0;
+  for (const p of pids) {
+    const stat = readFileSync(`/proc/${p}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    user += Number(fields[11]) * TICK_MS;
+    system += Number(fields[12]) * TICK_MS;
+  }
+  return { user, system };
+}
+
+/**
+ * Hangar with HANGAR_WORKERS=n, started as `pnpm start` starts the server (src/main.ts under tsx here, as the
+ * one-process Hangar runs from the sources), on the one-process Hangar's database and data dir; resolves once it
+ * says it is ready (every worker listens).
+ */
+async function startWorkers(n: number, databaseUrl: string, dataDir: string) {
+  const port = await freePort();
+  const child = spawn(process.execPath, ['--import', 'tsx', path.join(here, '..', 'src', 'main.ts')], {
+    cwd: path.join(here, '..'),
+    env: {
+      ...process.env,
+      HANGAR_WORKERS: String(n),
+      DATABASE_URL: databaseUrl,
+      HANGAR_DATA_DIR: dataDir,
+      PORT: String(port),
+      HOST: '127.0.0.1',
+      HANGAR_LOG_LEVEL: 'warn',
+      HANGAR_HUB_URL: 'off',
+      HANGAR_WEB_DIST: path.join(dataDir, 'no-web-dist'),
+      // As the one-process Hangar's (gateway-hangar.ts): the whole server's shares, divided among the workers.
+      HANGAR_MAX_CONNECTIONS: '4096',
+      HANGAR_MAX_CONNECTIONS_PER_ADDRESS: '4096',
+      HANGAR_MAX_CONNECTIONS_PER_CALLER: '4096',
+    },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  let out = '';
+  await new Promise<void>((resolve, reject) => {
+    child.stdout?.on('data', (d) => {
+      out += String(d);
+      if (out.includes('Hangar is ready')) resolve();
+    });
+    child.once('exit', (code) => reject(new Error(`Hangar with HANGAR_WORKERS=${n} exited (${code}): ${out}`)));
+  });
+  withChildren.add(child.pid as number);
+  return { child, url: `http://127.0.0.1:${port}` };
 }
 
 const freePort = () =>
@@ -211,7 +275,16 @@ const undiciFloors = UNDICI
 await client.first;
 const { url: floorUrl } = (await floor.first) as { url: string };
 const undiciUrls = await Promise.all(undiciFloors.map(async (f) => ((await f.first) as { url: string }).url));
-const hangarReady = (await hangar.first) as { url: string; token: string; limitedToken: string };
+const hangarReady = (await hangar.first) as {
+  url: string;
+  token: string;
+  limitedToken: string;
+  databaseUrl: string;
+  dataDir: string;
+};
+// One after the other: each migrates and sets up the database's triggers as it starts.
+const workers: { n: number; child: ChildProcess; url: string }[] = [];
+for (const n of WORKERS) workers.push({ n, ...(await startWorkers(n, hangarReady.databaseUrl, hangarReady.dataDir)) });
 const nginxBin = installNginx();
 if (!nginxBin) console.log('\n!!!!!!!! nginx could not be found or installed: its baseline is left out.\n');
 const nginx = nginxBin ? await startNginx(nginxBin, endpoint, engineKey) : undefined;
@@ -222,15 +295,17 @@ const viaNginx: Target | undefined = nginx && { url: nginx.url, key: 'unused: ng
 const gateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.token };
 const limitedGateway: Target = { url: `${hangarReady.url}/v1`, key: hangarReady.limitedToken };
 
-type Way = 'direct' | 'nginx' | 'floor' | 'hangar' | 'undici' | 'undici-dispatch';
+type Way = 'direct' | 'nginx' | 'floor' | 'hangar' | `hangar-workers=${number}` | 'undici' | 'undici-dispatch';
 const ways: [Way, Target][] = [
   ['direct', direct],
   ...(viaNginx ? [['nginx', viaNginx] as [Way, Target]] : []),
   ['floor', bare],
   ...undiciUrls.map((url, i) => [i ? 'undici-dispatch' : 'undici', { url, key: 'unused' }] as [Way, Target]),
   ['hangar', gateway],
+  ...workers.map((w) => [`hangar-workers=${w.n}`, { url: `${w.url}/v1`, key: hangarReady.token }] as [Way, Target]),
 ];
 const pidOf: Record<Way, number | undefined> = {
+  ...Object.fromEntries(workers.map((w) => [`hangar-workers=${w.n}`, w.child.pid])),
   direct: engine.child.pid,
   nginx: nginx?.worker,
   floor: floor.child.pid,
@@ -332,8 +407,8 @@ try {
   const idleOne = await idleCpu();
   if (!ROUTES_ONLY) {
     // 4. Memory, first: while the heap is still near an idle server's.
-    const floorMemory = await openStreams(bare, floorUsage);
-    const memory = await openStreams(gateway, hangarUsage);
+    const floorMemory = WORKERS_ONLY ? undefined : await openStreams(bare, floorUsage);
+    const memory = WORKERS_ONLY ? undefined : await openStreams(gateway, hangarUsage);
 
     // 1. Sequential requests.
     const seq = await profiled('latency', () => sequential(ROUNDS, true));
@@ -427,6 +502,19 @@ try {
     say(
       `    Hangar at 16 connections: ${hangarAt16.toFixed(2)}× direct, ${hangarAt16 >= DIRECT_RATE_GOAL ? 'meets' : 'MISSES'} the goal ≥ ${DIRECT_RATE_GOAL}×`,
     );
+    for (const w of workers) {
+      for (const connections of [16, 64]) {
+        const d = median(rates[`direct ${connections}`] ?? []);
+        const one = median(rates[`hangar ${connections}`] ?? []);
+        const many = median(rates[`hangar-workers=${w.n} ${connections}`] ?? []);
+        say(
+          `    HANGAR_WORKERS=${w.n} at ${connections} connections: ${(many / d).toFixed(2)}× direct (Hangar in the bench's process: ${(one / d).toFixed(2)}×), ${(many / one).toFixed(2)}× that` +
+            (connections === 16
+              ? `, ${many / d >= DIRECT_RATE_GOAL ? 'meets' : 'MISSES'} the goal ≥ ${DIRECT_RATE_GOAL}×`
+              : ''),
+        );
+      }
+    }
     const cpu = (w: string) => median(cpuPerRequest[w] ?? []);
     say(
       `  CPU per request (at 16 connections, from /proc): ${ways
@@ -458,24 +546,35 @@ try {
         `${chunkCpu('hangar') / chunkCpu('floor') <= FLOOR_CHUNK_GOAL ? 'meets' : 'MISSES'} the goal ≤ ${FLOOR_CHUNK_GOAL}×`,
     );
     const perStream = (x: number) => `${(x / 1024 / OPEN_STREAMS).toFixed(1)} KiB`;
+    if (memory && floorMemory)
+      say(
+        `  ${OPEN_STREAMS} open streams: Hangar RSS +${mib(memory.open.rss - memory.idle.rss)} (${perStream(memory.open.rss - memory.idle.rss)} a stream), heap +${mib(memory.open.heap - memory.idle.heap)}; ` +
+          `the floor RSS +${mib(floorMemory.open.rss - floorMemory.idle.rss)} (${perStream(floorMemory.open.rss - floorMemory.idle.rss)} a stream), heap +${mib(floorMemory.open.heap - floorMemory.idle.heap)}`,
+      );
+  }
+  // The one-process Hangar's alone: left out with HANGAR_BENCH_ONLY=workers.
+  if (!WORKERS_ONLY) {
+    // 5b. The same Hangar with 1,000 models, each with an adapter and a READY replica.
+    const seqOne = await sequential(Math.min(ROUNDS, 2000), false);
+    const total = await ask<number>(hangar.child, { models: MANY_MODELS - 1 });
+    // The models' events, and the passes they set off (placement, the route table's read of them), settle first.
+    await new Promise((r) => setTimeout(r, 5000));
+    const idleMany = await profiled('idle-1000-models', idleCpu);
+    const seqMany = await sequential(Math.min(ROUNDS, 2000), false);
     say(
-      `  ${OPEN_STREAMS} open streams: Hangar RSS +${mib(memory.open.rss - memory.idle.rss)} (${perStream(memory.open.rss - memory.idle.rss)} a stream), heap +${mib(memory.open.heap - memory.idle.heap)}; ` +
-        `the floor RSS +${mib(floorMemory.open.rss - floorMemory.idle.rss)} (${perStream(floorMemory.open.rss - floorMemory.idle.rss)} a stream), heap +${mib(floorMemory.open.heap - floorMemory.idle.heap)}`,
+      `  route table: 1 model: idle CPU ${idleOne.toFixed(1)} ms/s, added p50 ${ms(median(seqOne.added('hangar')))} p99 ${ms(at(seqOne.added('hangar'), 0.99))}; ` +
+        `${total} models + ${total - 1} adapters: idle CPU ${idleMany.toFixed(1)} ms/s, added p50 ${ms(median(seqMany.added('hangar')))} p99 ${ms(at(seqMany.added('hangar'), 0.99))}`,
     );
   }
-  // 5b. The same Hangar with 1,000 models, each with an adapter and a READY replica.
-  const seqOne = await sequential(Math.min(ROUNDS, 2000), false);
-  const total = await ask<number>(hangar.child, { models: MANY_MODELS - 1 });
-  // The models' events, and the passes they set off (placement, the route table's read of them), settle first.
-  await new Promise((r) => setTimeout(r, 5000));
-  const idleMany = await profiled('idle-1000-models', idleCpu);
-  const seqMany = await sequential(Math.min(ROUNDS, 2000), false);
-  say(
-    `  route table: 1 model: idle CPU ${idleOne.toFixed(1)} ms/s, added p50 ${ms(median(seqOne.added('hangar')))} p99 ${ms(at(seqOne.added('hangar'), 0.99))}; ` +
-      `${total} models + ${total - 1} adapters: idle CPU ${idleMany.toFixed(1)} ms/s, added p50 ${ms(median(seqMany.added('hangar')))} p99 ${ms(at(seqMany.added('hangar'), 0.99))}`,
-  );
   say(`  load average at the end: ${load()}`);
 } finally {
+  // First the workers, which use the one-process Hangar's PostgreSQL: SIGTERM, as an operator stops them.
+  for (const w of workers) {
+    if (w.child.exitCode !== null) continue;
+    const ended = new Promise((r) => w.child.once('exit', r));
+    w.child.kill('SIGTERM');
+    await Promise.race([ended, new Promise((r) => setTimeout(r, 30_000))]);
+  }
   // Hangar stops on its own when its channel closes (its PostgreSQL with it); the others are killed.
   const stopped = new Promise((r) => hangar.child.once('exit', r));
   hangar.child.disconnect();

@@ -53,6 +53,7 @@ export function buildServices({
       train: trainLedger,
       gpuMemoryMargin: config.gpuMemoryMargin,
       drainGraceMs: config.drainGraceSeconds * 1000,
+      placementRereadMs: config.placementRereadSeconds * 1000,
     }),
     usage: new UsageService({ db: prisma, retention: config.usageRetention, log }),
     peers: new PeerService({ db: prisma, audit }),

@@ -106,9 +106,12 @@ export async function createApp({
   const db = database ?? (await openDatabase(config, log, embedded));
   phase('database');
   const prisma = db.prisma;
+  const pubsub = makePubSub();
+  // Its connection (a SCRAM exchange and LISTEN) opens while the start goes on, not after it; awaited below.
+  const listening = listen(db.url, pubsub, log);
+  const stopListening = () => listening.then((l) => l.stop());
   // Before any loop judges a lease or a node by it (db/clock.ts).
   await prisma.clock.sync();
-  const pubsub = makePubSub();
   const loginLimits = new LoginLimits(db.url);
   const audit = new AuditService(prisma, log);
   const services = buildServices({ prisma, audit, config, log, loginLimits });
@@ -135,6 +138,7 @@ export async function createApp({
     phase('catalog');
   } catch (err) {
     // A bad hangar.yaml stops the start with its message; the embedded database must not be left running.
+    await stopListening();
     if (!database) await db.close();
     throw err;
   }
@@ -142,10 +146,11 @@ export async function createApp({
     await services.auth.ensureFirstAdmin(print);
     phase('firstAdmin');
   } catch (err) {
+    await stopListening();
     if (!database) await db.close();
     throw err;
   }
-  const listener = await listen(db.url, pubsub, log);
+  const listener = await listening;
   phase('listen');
   services.auth.keepCredentials({ pubsub, listeningSince: () => listener.listeningSince(), log });
   // Off unless an OTEL_* variable names a collector: then one exporter for GraphQL's and the gateway's spans.
@@ -453,7 +458,7 @@ export async function createApp({
           listeningUrl = url;
           phase('bind');
           // Downloads left unfinished by the last run resume now, not at the first request.
-          services.fleet.startPlacement();
+          services.fleet.startPlacement({ events: { pubsub, listeningSince: () => listener.listeningSince() } });
           void services.gateway.start();
           loadReport.start();
           scaling.start();

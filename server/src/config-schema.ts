@@ -1,3 +1,4 @@
+import os from 'node:os';
 import { parseAllowEntry } from '@hangar/common/outbound';
 import { z } from 'zod';
 import { DEFAULT_USAGE_RETENTION, parseUsageRetention } from './gateway/usage-retention-setting.js';
@@ -111,6 +112,21 @@ export const schema = z.object({
     .min(2, 'at least 2')
     .max(1000, 'at most 1000')
     .default(10),
+  // Processes that serve on the port (serve/workers.ts): 1 is one process, as always; auto, one per core.
+  HANGAR_WORKERS: z
+    .string()
+    .default('1')
+    .transform((v, ctx) => {
+      const text = v.trim().toLowerCase();
+      if (text === 'auto') return os.availableParallelism();
+      if (/^\d+$/.test(text) && Number(text) >= 1 && Number(text) <= 256) return Number(text);
+      ctx.addIssue({
+        code: 'custom',
+        message:
+          'a number of server processes from 1 to 256, or auto for one per CPU core (os.availableParallelism()); 1 is a single process',
+      });
+      return z.NEVER;
+    }),
   HANGAR_PUBLIC_URL: httpUrl.optional(),
   HANGAR_ADMIN_EMAIL: z.string().email('an email address such as admin@example.com').optional(),
   HANGAR_ADMIN_PASSWORD: z.string().min(12, 'at least 12 characters').optional(),
@@ -352,6 +368,14 @@ export const schema = z.object({
   // ring takes the request (consistent hashing with bounded loads): lower spreads sooner, higher keeps caches warmer.
   HANGAR_GATEWAY_LOAD_FACTOR: z.coerce.number().min(1, 'at least 1').max(10, 'at most 10').default(1.25),
   HANGAR_GATEWAY_ROUTES_REREAD_SECONDS: z.coerce
+    .number()
+    .int()
+    .min(1, 'at least 1')
+    .max(86_400, 'at most 86400')
+    .default(60),
+  // The placement pass runs when the catalog's events, the nodes online or time say its answer may have changed;
+  // besides, this often, as a safety net (fleet/placement-schedule.ts).
+  HANGAR_PLACEMENT_REREAD_SECONDS: z.coerce
     .number()
     .int()
     .min(1, 'at least 1')

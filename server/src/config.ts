@@ -17,6 +17,8 @@ export type Config = {
   databaseUrl: string | undefined;
   /** Connections for requests, and for the background loops, each process may hold (db/client.ts). */
   dbPoolSizes: { requests: number; loops: number };
+  /** HANGAR_WORKERS: processes serving on the port (serve/workers.ts); 1, the default, is this process alone. */
+  workers: number;
   publicUrl: string | undefined;
   adminEmail: string | undefined;
   adminPassword: string | undefined;
@@ -140,6 +142,8 @@ export type Config = {
   gatewayLoadFactor: number;
   /** HANGAR_GATEWAY_ROUTES_REREAD_SECONDS: how often the route table reads the whole catalog besides its events. */
   gatewayRoutesRereadSeconds: number;
+  /** HANGAR_PLACEMENT_REREAD_SECONDS: how often the placement pass runs besides when something changed. */
+  placementRereadSeconds: number;
   /** HANGAR_SCALE_WINDOW_SECONDS: how long load stays above or below a model's target before it scales. */
   scaleWindowSeconds: number;
   /** HANGAR_DRAIN_GRACE_SECONDS: how long a replica being removed may finish its requests before it is stopped. */
@@ -209,6 +213,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dataDir,
     databaseUrl: c.DATABASE_URL,
     dbPoolSizes: { requests: c.HANGAR_DB_POOL_SIZE, loops: c.HANGAR_DB_LOOPS_POOL_SIZE },
+    workers: c.HANGAR_WORKERS,
     publicUrl: c.HANGAR_PUBLIC_URL?.replace(/\/+$/, ''),
     adminEmail: c.HANGAR_ADMIN_EMAIL,
     adminPassword: c.HANGAR_ADMIN_PASSWORD,
@@ -266,6 +271,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     gatewayDeadlineSeconds: c.HANGAR_GATEWAY_DEADLINE_SECONDS,
     gatewayLoadFactor: c.HANGAR_GATEWAY_LOAD_FACTOR,
     gatewayRoutesRereadSeconds: c.HANGAR_GATEWAY_ROUTES_REREAD_SECONDS,
+    placementRereadSeconds: c.HANGAR_PLACEMENT_REREAD_SECONDS,
     scaleWindowSeconds: c.HANGAR_SCALE_WINDOW_SECONDS,
     drainGraceSeconds: c.HANGAR_DRAIN_GRACE_SECONDS,
     gpuMemoryMargin: c.HANGAR_GPU_MEMORY_MARGIN,

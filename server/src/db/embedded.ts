@@ -33,7 +33,22 @@ const LEFTOVER_STOP_MS = 30_000;
  * a crash, somebody's kill), it is started again on the same port, so the connection pools and the event
  * listener reconnect to the same URL without being told.
  */
-export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<EmbeddedDatabase> {
+export async function startEmbeddedPostgres(
+  dir: string,
+  log: Logger,
+  /** Connections it accepts: 200, or what HANGAR_WORKERS' processes may hold together (serve/workers-share.ts). */
+  {
+    maxConnections = 200,
+    underWay,
+  }: {
+    maxConnections?: number;
+    /**
+     * Called once the slow part runs in processes of its own (the postmaster spawned, or initdb on a first start),
+     * so that main.ts can load the rest of the server meanwhile (see there).
+     */
+    underWay?: () => void;
+  } = {},
+): Promise<EmbeddedDatabase> {
   // PostgreSQL runs as its own user (it refuses root), so every directory above its data must be traversable.
   await fs.mkdir(path.dirname(dir), { recursive: true, mode: 0o755 });
   const passwordFile = `${dir}.password`;
@@ -59,7 +74,7 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     '-c',
     'unix_socket_directories=',
     '-c',
-    'max_connections=200',
+    `max_connections=${Math.max(200, maxConnections)}`,
   ];
   const onLog = (m: string) => {
     for (const line of m.split('\n')) {
@@ -87,6 +102,11 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
   };
   const saying = () => (lastLines.length ? `; PostgreSQL said: ${lastLines.slice(-6).join(' | ')}` : '');
 
+  const spawned = () => {
+    // When, in the process's time (as `modules` in the start phases): whether it boots beside the server's loading.
+    log.debug('spawned the embedded PostgreSQL', { sinceProcessStartMs: Math.round(performance.now()) });
+    underWay?.();
+  };
   /** Starts the postmaster and resolves once it accepts connections; its failure carries PostgreSQL's words. */
   const startOnce = async () => {
     lastLines.length = 0;
@@ -94,7 +114,7 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
     try {
       await Promise.race([
         // In a session of its own, so that only Hangar stops it (embedded-postgres.ts says why).
-        startDetached(pg, { databaseDir: dir, port, postgresFlags, onLog }).catch((err: unknown) => {
+        startDetached(pg, { databaseDir: dir, port, postgresFlags, onLog, onSpawn: spawned }).catch((err: unknown) => {
           throw new EmbeddedPostgresError(
             `the embedded PostgreSQL in ${dir} did not start${err ? ` (${err instanceof Error ? err.message : String(err)})` : ''}${saying()}`,
           );
@@ -126,7 +146,9 @@ export async function startEmbeddedPostgres(dir: string, log: Logger): Promise<E
   const started = Date.now();
   if (fresh) {
     try {
-      await pg.initialise();
+      const initialising = pg.initialise();
+      underWay?.();
+      await initialising;
     } catch (err) {
       throw new EmbeddedPostgresError(
         `could not initialise the embedded PostgreSQL in ${dir}: ${err instanceof Error ? err.message : String(err)}`,

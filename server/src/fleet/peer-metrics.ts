@@ -11,6 +11,8 @@ export function registerPeerMetrics(registry: Registry, peers: Pick<PeerService,
     help: "Model bytes each node's agent downloaded since it started, by source (mirror, peer), as it last reported them",
     labelNames: ['node', 'source'],
     registers: [registry],
+    // Every worker (HANGAR_WORKERS) reads the same rows: one's figures, not their sum.
+    aggregator: 'first',
     // Read from the database at scrape: every server replica reports the same figures, as for the fleet's gauges.
     async collect() {
       const rows = await peers.downloadTotals();

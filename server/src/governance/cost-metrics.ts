@@ -17,6 +17,8 @@ export function registerCostMetrics(registry: Registry, pricing: PricingCache): 
     help: 'What a million tokens of a model cost on this fleet now, in the site currency (label currency): its fixed price, or its GPU time over the tokens it served in the last day, idle included',
     labelNames: ['model', 'kind', 'currency'],
     registers: [registry],
+    // Every worker (HANGAR_WORKERS) holds the same prices: one's, not their sum.
+    aggregator: 'first',
     collect() {
       this.reset();
       const currency = pricing.currency;

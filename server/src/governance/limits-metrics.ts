@@ -19,6 +19,8 @@ export function registerLimitMetrics(registry: Registry, enforcer: LimitEnforcer
     help: 'What is left of each limit in its current window, as this process sees it (spend in currency units)',
     labelNames: ['scope', 'model', 'kind'],
     registers: [registry],
+    // Across HANGAR_WORKERS, the worker that has seen the most of the budget spent: the least left.
+    aggregator: 'min',
     collect() {
       this.reset();
       const scopes = new Map<string, string>();

@@ -1,8 +1,10 @@
+import cluster from 'node:cluster';
 import type { Logger } from '@hangar/common/log';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { Db } from '../db/client.js';
 import { nodeGpus } from '../fleet/node-inventory.js';
 import type { UsageEvent } from '../gateway/usage.js';
+import { answerScrapes } from './cluster-metrics.js';
 
 // What Prometheus scrapes at /metrics (Prometheus' text format, through prom-client). Two kinds of figure:
 // - what this process counts as it goes (gateway requests, tokens and latency; GraphQL's, through Yoga's
@@ -57,6 +59,8 @@ export class Metrics {
   private readonly subscriptionResults: Counter<'how'>;
   private readonly scalingDecisions: Counter<'model' | 'direction'>;
   private snapshot: { at: number; value: Promise<Snapshot | undefined> } | undefined;
+  /** With HANGAR_WORKERS above 1: a scrape answers with every worker's figures (cluster-metrics.ts). */
+  private readonly acrossWorkers = cluster.isWorker ? answerScrapes(this.registry) : undefined;
 
   constructor(private readonly deps: MetricsDeps) {
     const registers = [this.registry];
@@ -130,7 +134,8 @@ export class Metrics {
 
   /** The exposition, as Prometheus asks for it. */
   async render(): Promise<{ contentType: string; body: string }> {
-    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+    const body = this.acrossWorkers ? await this.acrossWorkers.render() : await this.registry.metrics();
+    return { contentType: this.registry.contentType, body };
   }
 
   private databaseGauges(registers: Registry[]) {
@@ -147,6 +152,8 @@ export class Metrics {
         help,
         labelNames,
         registers,
+        // Every worker (HANGAR_WORKERS) reads the same database: one's figures, not their sum.
+        aggregator: 'first',
         async collect() {
           const s = await read();
           this.reset();
@@ -213,6 +220,7 @@ export class Metrics {
       name: 'hangar_metrics_database_up',
       help: 'Whether this scrape could read the database (1) or not (0): without it, the figures above are absent',
       registers,
+      aggregator: 'max',
       async collect() {
         this.set((await read()) ? 1 : 0);
       },
