@@ -9,7 +9,9 @@ import { connectionBudget } from '../db/connections.js';
 // one worker may refuse a little before the setting is reached across all of them. The alternative, asking one
 // another at every connection, would put a round trip between processes on every accept.
 // Left per worker (documented in the README): the database pools (the connection budget is per process, so N×),
-// the mirror's concurrency and, as in any replica, the in-memory caches that follow the database's events.
+// the mirror's concurrency, as in any replica the in-memory caches that follow the database's events, and
+// HANGAR_MAX_SUBSCRIPTIONS_PER_CALLER: a console tab's subscriptions all ride its one WebSocket, so they all land
+// on one worker, and a share of the limit would refuse that tab at 1/N of what the operator set.
 
 /** The config one worker runs with, when `workers` processes share the port. */
 export function workerShare(config: Config, workers: number): Config {
@@ -21,7 +23,6 @@ export function workerShare(config: Config, workers: number): Config {
     maxConnectionsPerAddress: share(config.maxConnectionsPerAddress),
     maxConnectionsPerCaller: share(config.maxConnectionsPerCaller),
     maxPendingConnections: share(config.maxPendingConnections),
-    maxSubscriptionsPerCaller: share(config.maxSubscriptionsPerCaller),
     gatewayWakeQueue: Math.ceil(config.gatewayWakeQueue / workers),
     // A cap on the site's link: the workers' downloads together keep to it (64 KiB/s each at least, as parseRate).
     mirrorBandwidth:
